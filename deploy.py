@@ -1,0 +1,36 @@
+"""kvceph: the seed procedure as one idempotent pyinfra run.
+
+    pyinfra inventories/<lab>.py deploy.py
+
+Stages, in the order of the procedure (each a module in deploys/):
+  1. Ceph pools         pre-create RGW pools (pg counts, size/min_size, application)
+  2. RGW service        cephadm spec (RGW behind haproxy), host labels
+     S3 tier            rgw_dns_name, RGW user, bucket, lifecycle, quota
+  3. Engine software    pinned vLLM + LMCache in a venv (a replaced node arrives blank)
+  4. Inference config   LMCache YAML, AWS credentials, /etc/hosts for virtual-host addressing
+  5. vLLM service       env + unit, rolling restart only where the config digest changed
+  6. Readiness check    /health and a minimal completion (read-only)
+The full cold -> warm -> cold proof is verify.py (it restarts engines and writes objects).
+"""
+
+from pyinfra import host, inventory, state
+
+from deploys import preflight
+
+checked = preflight.run(state, inventory)
+me = checked.hosts[host.name]
+
+if me.is_ceph_admin:
+    from deploys import ceph_pools, rgw_service, s3_tier
+
+    ceph_pools.apply(me)
+    rgw_service.apply(me, checked)
+    s3_tier.apply(me, checked)
+
+if me.is_inference:
+    from deploys import engine_software, inference_config, readiness, vllm_service
+
+    engine_software.apply(me)
+    inference_config.apply(me, checked)
+    vllm_service.apply(me, checked)
+    readiness.apply(me)

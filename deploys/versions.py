@@ -1,0 +1,85 @@
+"""Engine versions kvceph supports, and what each version accepts.
+
+Sources (read 2026-11, see ../shared/reference/lmcache-vllm-facts.md):
+- vLLM 0.33 ``KVTransferConfig`` forbids extra fields; 0.26 still accepts the legacy ones.
+- LMCache 0.5.6 S3 connector (``s3_connector.py``) and config loader (``v1/config.py``).
+"""
+
+from __future__ import annotations
+
+# The pairs we test and support. The Gaudi plugin (vllm-gaudi 0.26) validates vLLM 0.26, so a
+# fleet legitimately runs two vLLM versions; both pair with LMCache 0.5.6.
+SUPPORTED_VLLM = ("0.26", "0.33")
+SUPPORTED_LMCACHE = ("0.5.6",)
+SUPPORTED_PAIRS = {("0.26", "0.5.6"), ("0.33", "0.5.6")}
+
+# vLLM KVTransferConfig fields per minor version.
+_KV_FIELDS_033 = frozenset(
+    {
+        "kv_connector",
+        "engine_id",
+        "kv_buffer_device",
+        "kv_role",
+        "kv_port",
+        "kv_connector_extra_config",
+        "kv_connector_module_path",
+        "enable_permute_local_kv",
+        "kv_load_failure_policy",
+    }
+)
+KV_TRANSFER_FIELDS = {
+    "0.33": _KV_FIELDS_033,
+    # 0.26 still has the P2P-era fields the seed uses (kv_parallel_size & co).
+    "0.26": _KV_FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_size"},
+}
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")
+# The connector name changed across releases; both supported vLLMs know only the V1 name.
+KV_CONNECTOR = "LMCacheConnectorV1"
+
+# LMCache 0.5.6: extra_config keys the S3 connector reads. Anything else is ignored silently.
+LMCACHE_S3_EXTRA_KEYS = {
+    "0.5.6": frozenset(
+        {
+            "s3_region",
+            "s3_num_io_threads",
+            "s3_prefer_http2",
+            "s3_enable_s3express",
+            "disable_tls",
+            "aws_access_key_id",
+            "aws_secret_access_key",
+            "save_chunk_meta",
+        }
+    )
+}
+# Seed keys that 0.5.x no longer reads (PR #2096 churn): dropped with a warning.
+LMCACHE_IGNORED_SEED_KEYS = ("s3_max_io_concurrency", "s3_max_inflight_reqs", "s3_file_prefix")
+
+# Hash algorithms LMCache can use for pre-caching (vLLM's get_hash_fn_by_name).
+HASH_ALGORITHMS = ("builtin", "sha256", "sha256_cbor", "sha256_cbor_64bit", "xxhash", "xxhash_cbor")
+
+# vLLM's default KV block size by accelerator: chunk_size must be a multiple of it.
+KV_BLOCK_SIZE = {"nvidia": 16, "gaudi": 128}
+
+
+def minor(version: str) -> str:
+    """'0.33.0' -> '0.33'; '0.5.6' stays '0.5.6' for LMCache comparisons via lmcache_key()."""
+    parts = str(version).split(".")
+    return ".".join(parts[:2])
+
+
+def vllm_key(version: str) -> str | None:
+    """The supported vLLM minor for a version string, or None."""
+    m = minor(version)
+    return m if m in SUPPORTED_VLLM else None
+
+
+def lmcache_key(version: str) -> str | None:
+    """The supported LMCache release for a version string, or None."""
+    v = str(version).split("+")[0]
+    return v if v in SUPPORTED_LMCACHE else None
+
+
+def pair_supported(vllm: str, lmcache: str) -> bool:
+    """True when this vLLM/LMCache pair is one we support."""
+    return (vllm_key(vllm), lmcache_key(lmcache)) in SUPPORTED_PAIRS

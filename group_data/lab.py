@@ -1,0 +1,34 @@
+# Overrides for the built-in local lab (inventories/lab.py). Applied after the per-group files.
+import os
+
+_LAB = os.environ.get("KVCEPH_LAB_DIR", "/var/lib/kvceph-lab")
+
+# Tiny pools: 2 memstore OSDs. The PG-budget refusal is tested by lowering mon_max_pg_per_osd.
+kvceph_ceph_pools = [
+    {"name": "default.rgw.buckets.data", "pg_num": 32, "size": 1, "min_size": 1},
+    {"name": "default.rgw.buckets.index", "pg_num": 8, "size": 1, "min_size": 1},
+]
+kvceph_ceph_connect_timeout = 5
+# Pacific has no orchestrator that applies specs without cephadm + containers: the lab's two
+# radosgw instances and haproxy are started by the lab itself.
+kvceph_rgw_managed_by = "external"
+kvceph_rgw_dns_name = "s3.kvlab"
+kvceph_s3_endpoint = "http://s3.kvlab:80"
+kvceph_s3_endpoint_ip = "10.213.7.11"
+# The S3 admin writes run on ceph1, where haproxy listens on all addresses.
+kvceph_s3_admin_endpoint = "http://127.0.0.1:80"
+kvceph_s3_quota_max_size_gb = 4
+
+# No accelerators here: the lab engine stands in for vLLM + LMCache.
+kvceph_accelerator_check = False
+kvceph_engine_wheelhouse = f"{_LAB}/wheelhouse"
+kvceph_engine_profile = {
+    "name": "lab-engine",
+    "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
+    "executable": "kvceph-lab-engine",
+    "vllm_version": "0.33.0",
+    "lmcache_version": "0.5.6",
+    "extra_args": ["--vllm-version", "0.33.0"],
+}
+kvceph_lmcache_max_local_cpu_size = 0.1
+kvceph_health_timeout = 60
