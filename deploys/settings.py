@@ -218,7 +218,9 @@ def _rgw(r: _Reader) -> RgwSettings:
         try:
             ipaddress.ip_network(net, strict=False)
         except (ValueError, TypeError):
-            raise r.fail("kvceph_rgw_networks", net, "is not a CIDR", "use e.g. 10.67.67.0/24")
+            raise r.fail(
+                "kvceph_rgw_networks", net, "is not a CIDR", "use e.g. 10.67.67.0/24"
+            ) from None
     vip = r.opt_str("kvceph_rgw_ingress_virtual_ip")
     if vip is not None:
         try:
@@ -226,7 +228,7 @@ def _rgw(r: _Reader) -> RgwSettings:
         except ValueError:
             raise r.fail(
                 "kvceph_rgw_ingress_virtual_ip", vip, "is not an IP/prefix", "use 10.67.67.100/24"
-            )
+            ) from None
     concentrator = r.raw("kvceph_rgw_concentrator", "haproxy")
     if concentrator not in (None, "haproxy"):
         raise r.fail(
@@ -305,7 +307,7 @@ def _endpoint(r: _Reader, key: str, value: str) -> tuple[str, str, int]:
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise r.fail(key, value, "has an invalid port", "use a port 1..65535")
+        raise r.fail(key, value, "has an invalid port", "use a port 1..65535") from None
     return parts.scheme, parts.hostname, port
 
 
@@ -345,7 +347,9 @@ def _s3(r: _Reader, rgw: RgwSettings) -> S3Settings:
         try:
             ipaddress.ip_address(ip)
         except ValueError:
-            raise r.fail("kvceph_s3_endpoint_ip", ip, "is not an IP address", "use e.g. 10.0.0.5")
+            raise r.fail(
+                "kvceph_s3_endpoint_ip", ip, "is not an IP address", "use e.g. 10.0.0.5"
+            ) from None
     quota = r.opt_int("kvceph_s3_quota_max_size_gb", lo=1)
     return S3Settings(
         endpoint=endpoint,
