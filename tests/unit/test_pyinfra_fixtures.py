@@ -6,7 +6,8 @@ tests/operations/<module>.<operation>/<case>.json -> deploys.operations.<module>
 
 from pathlib import Path
 
-from pyinfra_testing import make_fact_tests, make_operation_tests
+from pyinfra_testing.facts import make_fact_tests
+from pyinfra_testing.operations import make_operation_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 

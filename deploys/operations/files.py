@@ -1,0 +1,100 @@
+"""Write files atomically, and privately where they hold secrets.
+
+pyinfra's ``files.put`` uploads through a temp location and ``cp``; a reader can then see a
+half-written file, and a secret file can be world-readable for a moment. These operations
+create a temp file *inside the target directory* with umask 077, upload into it, set
+owner and mode, and rename it over the target: readers see the old or the new content only.
+Content is compared by SHA-256 (computed on both sides), so it is never shown or diffed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from io import BytesIO
+
+from pyinfra import host, logger, state
+from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
+from pyinfra.facts.files import File, Sha256File
+
+
+def sha256_text(content: str) -> str:
+    """Hex SHA-256 of the UTF-8 text, as ``sha256sum`` prints it for the uploaded file."""
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+def _mode_matches(current: int | None, wanted: str) -> bool:
+    return current is not None and int(str(current), 8) == int(wanted, 8)
+
+
+@operation()
+def atomic_file(
+    path: str,
+    content: str,
+    user: str = "root",
+    group: str = "root",
+    mode: str = "0644",
+    private: bool = False,
+):
+    """
+    Replace a file atomically (temp file in the same directory + rename).
+
+    + path: absolute path of the file on the host
+    + content: the desired text
+    + user: owner of the file
+    + group: group of the file
+    + mode: octal permissions, e.g. ``"0600"``
+    + private: never diff or log the content (secrets); temp file is created with umask 077
+
+    The parent directory must exist. Example:
+
+    .. code:: python
+
+        atomic_file(name="LMCache config", path="/etc/kvceph/lmcache.yaml",
+                    content=text, group="vllm", mode="0640")
+    """
+    info = host.get_fact(File, path=path)
+    current_hash = host.get_fact(Sha256File, path=path) if info else None
+    desired_hash = sha256_text(content)
+    same_content = current_hash == desired_hash
+
+    if private and state.config.DIFF:
+        logger.info("  %s: private file, content not diffed", path)
+
+    if info and same_content:
+        # Content is right: fix ownership and mode in place, without re-uploading.
+        if info.get("user") != user or info.get("group") != group:
+            yield StringCommand("chown", QuoteString(f"{user}:{group}"), QuoteString(path))
+        if not _mode_matches(info.get("mode"), mode):
+            yield StringCommand("chmod", mode, QuoteString(path))
+        if (
+            info.get("user") == user
+            and info.get("group") == group
+            and _mode_matches(info.get("mode"), mode)
+        ):
+            host.noop(f"{path} is up to date")
+        return
+
+    directory, name = posixpath.split(path)
+    temp = posixpath.join(directory, f".{name}.kvceph-tmp")
+    # Pre-create the temp file with umask 077: an SFTP upload into an existing file keeps its
+    # mode, so the content is never readable by others, not even for a moment.
+    yield StringCommand("sh", "-c", QuoteString(f"umask 077 && rm -f '{temp}' && : > '{temp}'"))
+    yield FileUploadCommand(BytesIO(content.encode()), temp, remote_temp_filename=temp)
+    yield StringCommand("chown", QuoteString(f"{user}:{group}"), QuoteString(temp))
+    yield StringCommand("chmod", mode, QuoteString(temp))
+    yield StringCommand("mv", "-f", QuoteString(temp), QuoteString(path))
+
+
+@operation()
+def private_file(path: str, content: str, user: str, group: str, mode: str = "0600"):
+    """
+    Write a secret file atomically and privately; its content is never diffed or logged.
+
+    + path: absolute path of the file on the host
+    + content: the desired text (holds secrets)
+    + user: owner of the file
+    + group: group of the file
+    + mode: octal permissions, ``"0600"`` by default
+    """
+    yield from atomic_file._inner(path, content, user, group, mode, private=True)
