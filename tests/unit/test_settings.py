@@ -1,0 +1,191 @@
+"""Settings: defaults, and every bad value rejected with one line naming host, key and fix."""
+
+import pytest
+
+from deploys import settings as s
+
+BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
+
+
+def load(groups=("gpu",), host="gpu1", **data):
+    return s.load({**BASE, **data}, host, groups)
+
+
+def test_defaults_follow_the_seed_where_it_is_right():
+    h = load()
+    assert h.lmcache.chunk_size == 256
+    assert h.engine.tensor_parallel_size == 2
+    assert h.engine.python_hash_seed == 67
+    assert h.engine.gpu_memory_utilization == 0.55
+    assert h.s3.remote_url == "s3://lmcache.s3.cephlab.com:80"
+    assert h.s3.disable_tls is True
+    assert h.engine.profile.vllm_version == "0.33.0"
+
+
+def test_defaults_correct_the_seed_where_it_is_wrong():
+    h = load()
+    # 131072 exceeds Qwen3-32B's native 40960; vLLM refuses it without YaRN.
+    assert h.engine.max_model_len == 40960
+    # LMCache's builtin hash depends on the Python minor; sha256_cbor does not.
+    assert h.lmcache.hash_algorithm == "sha256_cbor"
+    assert h.engine.kv_load_failure_policy == "recompute"
+
+
+def test_gaudi_defaults():
+    h = load(groups=("gaudi",), host="gaudi1")
+    assert h.engine.accelerator == "gaudi"
+    assert h.engine.kv_block_size == 128
+    assert h.engine.profile.vllm_version == "0.26.0"
+    assert dict(h.engine.extra_env) == {"PT_HPU_GPU_MIGRATION": "1"}
+    assert "VLLM_SKIP_WARMUP" not in dict(h.engine.extra_env)
+
+
+def test_seed_extra_keys_are_dropped_not_rendered():
+    h = load(kvceph_lmcache_extra_config={"s3_max_io_concurrency": 1024, "s3_prefer_http2": False})
+    assert h.lmcache.dropped_keys == ("s3_max_io_concurrency",)
+    assert dict(h.lmcache.extra_config) == {"s3_prefer_http2": False}
+
+
+def test_ceph_admin_pools_default_to_the_seed():
+    h = load(groups=("ceph_admin",), host="admin")
+    data, index = h.ceph.pools
+    assert (data.name, data.pg_num, data.size, data.min_size) == (
+        "default.rgw.buckets.data",
+        2048,
+        2,
+        1,
+    )
+    assert (index.pg_num, index.size) == (64, None)
+    assert h.engine is None
+
+
+BAD = [
+    # (groups, data, expected substring of the one-line message)
+    (("ceph_admin",), {"kvceph_ceph_pools": [{"name": "p", "pg_num": 100}]}, "pg_num = 100"),
+    (("ceph_admin",), {"kvceph_ceph_pools": [{"name": "bad name", "pg_num": 8}]}, ".name"),
+    (
+        ("ceph_admin",),
+        {"kvceph_ceph_pools": [{"name": "p", "pg_num": 8, "size": 1, "min_size": 2}]},
+        "min_size = 2: exceeds size 1",
+    ),
+    (("ceph_admin",), {"kvceph_ceph_pools": [{"name": "p", "pg_num": 8, "size": 0}]}, "size = 0"),
+    (
+        ("ceph_admin",),
+        {"kvceph_ceph_pools": [{"name": "p", "pg_num": 8, "type": "erasure"}]},
+        "only replicated",
+    ),
+    (
+        ("ceph_admin",),
+        {"kvceph_ceph_pools": [{"name": "p", "pg_num": 8}, {"name": "p", "pg_num": 8}]},
+        "pool names repeat",
+    ),
+    ((), {"kvceph_rgw_frontend_port": 70000}, "kvceph_rgw_frontend_port = 70000"),
+    ((), {"kvceph_rgw_concentrator_port": 8080}, "equals kvceph_rgw_frontend_port"),
+    ((), {"kvceph_rgw_networks": ["10.67.67.0/33"]}, "is not a CIDR"),
+    ((), {"kvceph_s3_bucket": "LMCache"}, "DNS-legal"),
+    ((), {"kvceph_s3_bucket": "lm.cache"}, "DNS-legal"),
+    ((), {"kvceph_s3_endpoint": "s3.cephlab.com:80"}, "scheme must be http or https"),
+    ((), {"kvceph_s3_endpoint": "http://s3.cephlab.com:80/bucket"}, "scheme://host:port only"),
+    ((), {"kvceph_s3_endpoint": "http://s3.cephlab.com:99999"}, "invalid port"),
+    ((), {"kvceph_s3_endpoint": "http://other.example:80"}, "differs from kvceph_rgw_dns_name"),
+    ((), {"kvceph_s3_endpoint_ip": None}, "kvceph_s3_endpoint_ip = None"),
+    ((), {"kvceph_s3_access_key": "AKIA"}, "secrets must not live in group_data"),
+    ((), {"kvceph_s3_region": " default"}, "whitespace"),
+    (("gpu",), {"kvceph_lmcache_chunk_size": 0}, "kvceph_lmcache_chunk_size = 0"),
+    (("gpu",), {"kvceph_lmcache_chunk_size": 100}, "multiple of the nvidia KV block size 16"),
+    (("gaudi",), {"kvceph_lmcache_chunk_size": 64}, "multiple of the gaudi KV block size 128"),
+    (("gpu",), {"kvceph_tensor_parallel_size": 3}, "power of two"),
+    (
+        ("gpu",),
+        {"kvceph_tensor_parallel_size": 4, "kvceph_accelerator_count": 2},
+        "exceeds the host's 2 accelerators",
+    ),
+    (("gpu",), {"kvceph_model": ""}, "kvceph_model"),
+    (("gpu",), {"kvceph_gpu_memory_utilization": 1.5}, "kvceph_gpu_memory_utilization"),
+    (("gpu",), {"kvceph_engine_profile": {"vllm_version": "0.20.0"}}, "unsupported vLLM version"),
+    (
+        ("gpu",),
+        {"kvceph_engine_profile": {"lmcache_version": "0.3.1"}},
+        "unsupported LMCache version",
+    ),
+    (("gpu",), {"kvceph_lmcache_extra_config": {"s3_region": "x"}}, "derived from the S3"),
+    (("gpu",), {"kvceph_lmcache_extra_config": {"s3_bogus": 1}}, "is not read by LMCache 0.5.6"),
+    (
+        ("gpu",),
+        {"kvceph_lmcache_extra_config": {"save_chunk_meta": True}},
+        "requires it False",
+    ),
+    (("gaudi",), {"kvceph_extra_env": {}}, "PT_HPU_GPU_MIGRATION=1"),
+    (("gpu",), {"kvceph_kv_role": "both"}, "kvceph_kv_role = 'both'"),
+    (("gpu", "gaudi"), {}, "both gpu and gaudi"),
+]
+
+
+@pytest.mark.parametrize("groups,data,expected", BAD, ids=[b[2][:40] for b in BAD])
+def test_bad_settings_are_one_line_errors(groups, data, expected):
+    with pytest.raises(s.SettingsError) as err:
+        load(groups=groups, host="h1", **data)
+    message = str(err.value)
+    assert expected in message
+    assert "\n" not in message
+    assert message.startswith("h1: ")
+    assert "; fix: " in message
+
+
+def _fleet(**gpu2):
+    return [
+        load(groups=("ceph_admin",), host="admin"),
+        load(host="gpu1"),
+        load(host="gpu2", **gpu2),
+    ]
+
+
+def test_cache_groups_are_model_and_tp():
+    hosts = _fleet() + [load(groups=("gaudi",), host="gaudi1", kvceph_tensor_parallel_size=4)]
+    groups = s.check_inventory(hosts)
+    assert [(g.model, g.tensor_parallel_size, g.hosts) for g in groups] == [
+        ("Qwen/Qwen3-32B", 2, ("gpu1", "gpu2")),
+        ("Qwen/Qwen3-32B", 4, ("gaudi1",)),
+    ]
+
+
+@pytest.mark.parametrize(
+    "data,key",
+    [
+        ({"kvceph_python_hash_seed": 68}, "kvceph_python_hash_seed"),
+        ({"kvceph_lmcache_chunk_size": 512}, "kvceph_lmcache_chunk_size"),
+        ({"kvceph_kv_dtype": "float16"}, "kvceph_kv_dtype"),
+        ({"kvceph_lmcache_hash_algorithm": "builtin"}, "kvceph_lmcache_hash_algorithm"),
+        ({"kvceph_s3_bucket": "other"}, "kvceph_s3_bucket"),
+    ],
+)
+def test_group_invariants_explain_why(data, key):
+    with pytest.raises(s.SettingsError) as err:
+        s.check_inventory(_fleet(**data))
+    message = str(err.value)
+    assert message.startswith(f"gpu2: {key} = ")
+    assert "never reuse each other's cache" in message
+
+
+def test_gaudi_on_other_vllm_in_same_group_is_refused():
+    hosts = _fleet() + [load(groups=("gaudi",), host="gaudi1")]
+    with pytest.raises(s.SettingsError, match="vllm_version"):
+        s.check_inventory(hosts)
+
+
+def test_inventory_shape_errors():
+    with pytest.raises(s.SettingsError, match="exactly one Ceph admin"):
+        s.check_inventory([load(host="gpu1")])
+    two = [load(groups=("ceph_admin",), host=h) for h in ("a", "b")] + [load()]
+    with pytest.raises(s.SettingsError, match="exactly one Ceph admin"):
+        s.check_inventory(two)
+    with pytest.raises(s.SettingsError, match="no inference hosts"):
+        s.check_inventory([load(groups=("ceph_admin",), host="admin")])
+
+
+def test_python_minor_matters_only_for_builtin_hash():
+    group = s.CacheGroup("m", 2, ("gpu1", "gpu2"))
+    pythons = {"gpu1": "3.11", "gpu2": "3.12"}
+    assert s.python_minor_mismatch(group, "sha256_cbor", pythons) is None
+    message = s.python_minor_mismatch(group, "builtin", pythons)
+    assert "gpu1=3.11, gpu2=3.12" in message and "sha256_cbor" in message
