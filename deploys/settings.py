@@ -633,6 +633,51 @@ def _lmcache(r: _Reader, engine: EngineSettings) -> LMCacheSettings:
     )
 
 
+# --- Verification (verify.py) -------------------------------------------------------------------
+# BEGIN verify settings (owned by verify.py / deploys/verification)
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    scheme: str  # how the controller reaches the engines' OpenAI API
+    s3_endpoint: str | None  # how the controller reaches RGW; None: kvceph_s3_endpoint
+    document_tokens: int
+    output_tokens: int
+    warm_ratio: float  # warm TTFT must be < cold TTFT x this
+    fallback_tolerance: float  # fallback TTFT within cold x (1 +- this)
+    request_timeout: int
+    restart_timeout: int
+    s3_timeout: int
+    clock_skew: int
+    max_listed_objects: int
+    cleanup: bool
+    report_dir: str
+
+
+def _verify(r: _Reader) -> VerifySettings:
+    s3 = r.opt_str("kvceph_verify_s3_endpoint")
+    if s3 is not None:
+        _endpoint(r, "kvceph_verify_s3_endpoint", s3)
+    return VerifySettings(
+        scheme=r.choice("kvceph_verify_scheme", "http", ("http", "https")),
+        s3_endpoint=s3,
+        document_tokens=r.int("kvceph_verify_document_tokens", 16384, lo=256, hi=1048576),
+        output_tokens=r.int("kvceph_verify_output_tokens", 32, lo=1, hi=4096),
+        warm_ratio=r.float("kvceph_verify_warm_ratio", 1.0, lo=0.0, hi=1.0),
+        fallback_tolerance=r.float("kvceph_verify_fallback_tolerance", 0.5, lo=0.0, hi=10.0),
+        request_timeout=r.int("kvceph_verify_request_timeout", 600, lo=5, hi=7200),
+        restart_timeout=r.int("kvceph_verify_restart_timeout", 180, lo=5, hi=3600),
+        s3_timeout=r.int("kvceph_verify_s3_timeout", 30, lo=1, hi=600),
+        clock_skew=r.int("kvceph_verify_clock_skew", 120, lo=0, hi=3600),
+        max_listed_objects=r.int("kvceph_verify_max_listed_objects", 200000, lo=1000),
+        cleanup=r.bool("kvceph_verify_cleanup", True),
+        report_dir=r.str("kvceph_verify_report_dir", "reports"),
+    )
+
+
+# END verify settings
+
+
 # --- Host and inventory ------------------------------------------------------------------------
 
 
@@ -646,6 +691,7 @@ class HostSettings:
     engine: EngineSettings | None
     lmcache: LMCacheSettings | None
     lock_stale_after: int
+    verify: VerifySettings | None = None  # None only when built by hand in tests
 
     @property
     def is_inference(self) -> bool:
@@ -686,6 +732,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
         engine=engine,
         lmcache=lmcache,
         lock_stale_after=r.int("kvceph_lock_stale_after", 3600, lo=60),
+        verify=_verify(r),
     )
 
 
