@@ -1,0 +1,240 @@
+"""`kvceph-lab-engine serve MODEL ...` -- the `vllm serve` look-alike; `--version`.
+
+Reads from the environment (as vLLM + LMCache do): LMCACHE_CONFIG_FILE, LMCACHE_<KEY>
+overrides, PYTHONHASHSEED (chunk-hash chain seed), AWS_PROFILE / HOME / AWS_* (awscrt default
+credentials chain), and KVCEPH_DIGEST (shown as kvceph_lab_engine_info on /metrics).
+Exit status 1 with the reason on stderr where the real pair refuses to start; 2 for flags
+`vllm serve` does not know.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from kvceph_lab_engine import BANNER, __version__
+from kvceph_lab_engine.versions import DEFAULT_VLLM_VERSION, KV_TRANSFER_FIELDS
+
+log = logging.getLogger("kvceph_lab_engine")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kvceph-lab-engine",
+        description=f"{BANNER}: an OpenAI-compatible stand-in for `vllm serve` + LMCache.",
+    )
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"kvceph-lab-engine {__version__} ({BANNER}; emulates vLLM "
+        f"{'/'.join(sorted(KV_TRANSFER_FIELDS))} + LMCache 0.5.6)",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve MODEL like `vllm serve`")
+    s.add_argument("model")
+    s.add_argument("--host", default="0.0.0.0")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    s.add_argument("--max-model-len", type=int, default=32768)
+    s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    s.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    s.add_argument("--kv-transfer-config", default=None)
+    s.add_argument("--served-model-name", default=None)
+    s.add_argument("--dtype", default="auto")
+    s.add_argument("--kv-cache-dtype", default="auto")
+    # accepted and ignored, like harmless vLLM tuning flags
+    for flag in ("--block-size", "--max-num-seqs", "--max-num-batched-tokens", "--seed"):
+        s.add_argument(flag, type=int, default=None)
+    for flag in ("--hf-overrides", "--load-format", "--download-dir", "--uvicorn-log-level"):
+        s.add_argument(flag, default=None)
+    for flag in (
+        "--enforce-eager",
+        "--trust-remote-code",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--disable-log-requests",
+        "--disable-log-stats",
+    ):
+        s.add_argument(flag, action="store_true")
+    # lab-only knobs
+    s.add_argument(
+        "--vllm-version", default=DEFAULT_VLLM_VERSION, choices=sorted(KV_TRANSFER_FIELDS)
+    )
+    s.add_argument("--bytes-per-token", type=int, default=64, help="KV bytes per token per worker")
+    s.add_argument("--prefill-ms-per-token", type=float, default=0.2)
+    s.add_argument("--kv-dtype", default=None, help="KV dtype in object keys (default bfloat16)")
+    return p
+
+
+def _kv_dtype(args) -> str:
+    if args.kv_dtype:
+        return args.kv_dtype
+    if args.kv_cache_dtype and args.kv_cache_dtype != "auto":
+        return args.kv_cache_dtype
+    if args.dtype and args.dtype != "auto":
+        return args.dtype
+    return "bfloat16"
+
+
+def _refuse(msg: str) -> int:
+    print(f"ERROR: {msg}", file=sys.stderr)
+    print(f"({BANNER}: refused to start as vLLM + LMCache would)", file=sys.stderr)
+    return 1
+
+
+def build(args):
+    """Validate everything the real pair validates at startup; return (App, info). Raises
+    SystemExit-worthy errors as (kind, message) via StartupError."""
+    from kvceph_lab_engine import lmcache_config
+    from kvceph_lab_engine.engine import KVEngine, LocalCpuTier
+    from kvceph_lab_engine.hashing import ChunkHasher
+    from kvceph_lab_engine.metrics import Metrics
+    from kvceph_lab_engine.s3 import S3Store, settings_from_extra
+    from kvceph_lab_engine.server import App
+    from kvceph_lab_engine.versions import check_kv_transfer
+
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise StartupError(
+            f"ValueError: GPU memory utilization must be within (0, 1]. "
+            f"Got {args.gpu_memory_utilization}."
+        )
+    if args.tensor_parallel_size < 1 or args.pipeline_parallel_size < 1:
+        raise StartupError("ValueError: parallel sizes must be >= 1")
+    kv = None
+    if args.kv_transfer_config is not None:
+        try:
+            kv = check_kv_transfer(args.kv_transfer_config, args.vllm_version)
+        except ValueError as exc:
+            raise StartupError(f"{type(exc).__name__.replace('KVTransferError', 'ValueError')}: "
+                               f"{exc}") from exc  # fmt: skip
+    world = args.tensor_parallel_size * args.pipeline_parallel_size
+    metrics_info = {
+        "version": __version__,
+        "vllm_version": args.vllm_version,
+        "digest": os.environ.get("KVCEPH_DIGEST", ""),
+    }
+    store = None
+    local_cpu = None
+    hasher = None
+    if kv is not None:
+        try:
+            view = lmcache_config.load()
+        except lmcache_config.ConfigError as exc:
+            raise StartupError(str(exc)) from exc
+        try:
+            hasher = ChunkHasher(
+                model=args.model,
+                world_size=world,
+                kv_dtype=_kv_dtype(args),
+                chunk_size=view.chunk_size,
+                save_unfull_chunk=view.save_unfull_chunk,
+                algorithm=view.pre_caching_hash_algorithm,
+                seed=os.environ.get("PYTHONHASHSEED"),
+            )
+        except ValueError as exc:
+            raise StartupError(f"ValueError: {exc}") from exc
+        log.info(
+            "LMCache: chunk_size=%d remote_url=%s save_unfull_chunk=%s hash=%s "
+            "(effective %s) local_cpu=%s",
+            view.chunk_size,
+            view.remote_url,
+            view.save_unfull_chunk,
+            view.pre_caching_hash_algorithm,
+            hasher.algorithm,
+            view.local_cpu,
+        )
+        if view.local_cpu:
+            local_cpu = LocalCpuTier(int(view.max_local_cpu_size * (1 << 30)))
+        if view.remote_url:
+            if not view.remote_url.startswith("s3://"):
+                raise StartupError(
+                    f"remote_url {view.remote_url!r}: the lab engine emulates only s3:// remotes"
+                )
+            try:
+                s3settings = settings_from_extra(view.remote_url, view.extra_config)
+            except AssertionError as exc:
+                raise StartupError(f"AssertionError: {exc}") from exc
+            except ValueError as exc:
+                raise StartupError(f"ValueError: {exc}") from exc
+            store = S3Store(s3settings)
+    engine = KVEngine(
+        hasher=hasher
+        or ChunkHasher(
+            model=args.model,
+            world_size=world,
+            kv_dtype=_kv_dtype(args),
+            chunk_size=256,
+            save_unfull_chunk=False,
+            algorithm="sha256_cbor",
+            seed="0",
+        ),
+        tp=world,
+        bytes_per_token=args.bytes_per_token,
+        prefill_ms_per_token=args.prefill_ms_per_token,
+        store=store,
+        local_cpu=local_cpu,
+        load_failure_policy=(kv or {}).get("kv_load_failure_policy", "fail"),
+        kv_role=(kv or {}).get("kv_role", "kv_consumer" if kv is None else "kv_both"),
+        local_cache_tokens=0
+        if args.no_enable_prefix_caching
+        else max(args.max_model_len * 4, 1 << 16),
+    )
+    if kv is None:
+        engine.kv_role = "none"
+        engine.store = None
+        engine.local_cpu = None
+    metrics = Metrics(args.served_model_name or args.model, metrics_info)
+    app = App(
+        model=args.served_model_name or args.model,
+        max_model_len=args.max_model_len,
+        engine=engine,
+        metrics=metrics,
+        vllm_version=args.vllm_version,
+    )
+    return app
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(levelname)s %(asctime)s [%(name)s] %(message)s",
+        stream=sys.stderr,
+    )
+    log.warning("%s %s (emulating vLLM %s + LMCache 0.5.6)", BANNER, __version__, args.vllm_version)
+    try:
+        app = build(args)
+    except StartupError as exc:
+        return _refuse(str(exc))
+    from kvceph_lab_engine.server import make_server
+
+    try:
+        server = make_server(args.host, args.port, app)
+    except OSError as exc:
+        return _refuse(f"OSError: cannot listen on {args.host}:{args.port}: {exc}")
+
+    def _stop(signum, frame):
+        log.info("signal %d: shutting down", signum)
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    log.info("Starting vLLM API server 0 on http://%s:%d (%s)", args.host, args.port, BANNER)
+    log.info("Application startup complete.")
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,267 @@
+"""The emulated vLLM engine core + LMCache connector: prefix lookup, load, prefill, store.
+
+Per request (mirrors vLLM's scheduler + LMCacheConnectorV1 in LMCache 0.5.6):
+1. local prefix cache (vLLM's GPU prefix caching, 16-token blocks, in-process only);
+2. LMCache lookup: chunk keys in prefix order, HEAD every TP worker's object, stop at the
+   first miss (local CPU tier first when local_cpu is true);
+   if every prompt token hits, vLLM still recomputes the last token;
+3. load the hit chunks beyond the local hit: GET each worker's object (real transfer time),
+   check size + content; a failed load -> recompute (kv_load_failure_policy=recompute)
+   or fail the request ("fail", vLLM's default);
+4. simulated prefill: sleep prefill_ms_per_token x computed tokens;
+5. store: PUT the chunks LMCache did not find (full chunks only unless save_unfull_chunk;
+   the S3 connector itself refuses partial chunks), one object per TP worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from kvceph_lab_engine.hashing import ChunkHasher, object_name
+
+log = logging.getLogger("kvceph_lab_engine.engine")
+
+VLLM_BLOCK_SIZE = 16
+
+
+def object_payload(name: str, size: int) -> bytes:
+    """Deterministic content of an object: sha256(name) repeated; a reader can check it."""
+    seed = hashlib.sha256(name.encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+class LoadFailed(RuntimeError):
+    """KV load failed and kv_load_failure_policy is 'fail'."""
+
+
+@dataclass
+class PrefillResult:
+    prompt_tokens: int
+    local_hit: int
+    external_hit: int  # tokens LMCache found (lookup), before vLLM's last-token rule
+    loaded: int  # tokens whose KV came from LMCache (external_kv_transfer)
+    computed: int
+    load_seconds: float
+    prefill_seconds: float
+    keys_hit: int
+
+
+class LocalPrefixCache:
+    """vLLM's in-GPU prefix cache, reduced to an LRU set of chained 16-token block hashes."""
+
+    def __init__(self, capacity_tokens: int):
+        self.capacity_blocks = capacity_tokens // VLLM_BLOCK_SIZE  # 0: prefix caching off
+        self._blocks: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _hashes(tokens: list[int]) -> list[bytes]:
+        out, prev = [], b""
+        for i in range(0, len(tokens) - len(tokens) % VLLM_BLOCK_SIZE, VLLM_BLOCK_SIZE):
+            prev = hashlib.sha256(prev + repr(tokens[i : i + VLLM_BLOCK_SIZE]).encode()).digest()
+            out.append(prev)
+        return out
+
+    def hit_tokens(self, tokens: list[int]) -> int:
+        n = 0
+        with self._lock:
+            for h in self._hashes(tokens):
+                if h not in self._blocks:
+                    break
+                self._blocks.move_to_end(h)
+                n += VLLM_BLOCK_SIZE
+        # vLLM never reports the whole prompt as cached: the last token is always computed
+        return min(n, ((len(tokens) - 1) // VLLM_BLOCK_SIZE) * VLLM_BLOCK_SIZE)
+
+    def insert(self, tokens: list[int]) -> None:
+        with self._lock:
+            for h in self._hashes(tokens):
+                self._blocks[h] = None
+                self._blocks.move_to_end(h)
+            while self._blocks and len(self._blocks) > self.capacity_blocks:
+                self._blocks.popitem(last=False)
+
+
+class LocalCpuTier:
+    """LMCache's LocalCPUBackend (local_cpu: true): keys held in RAM up to a byte budget."""
+
+    def __init__(self, capacity_bytes: int):
+        self.capacity = capacity_bytes
+        self.used = 0
+        self._keys: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def contains(self, key: str) -> bool:
+        with self._lock:
+            if key in self._keys:
+                self._keys.move_to_end(key)
+                return True
+            return False
+
+    def put(self, key: str, size: int) -> None:
+        if size > self.capacity:
+            return
+        with self._lock:
+            if key in self._keys:
+                return
+            self._keys[key] = size
+            self.used += size
+            while self.used > self.capacity:
+                _, s = self._keys.popitem(last=False)
+                self.used -= s
+
+
+class KVEngine:
+    def __init__(
+        self,
+        *,
+        hasher: ChunkHasher,
+        tp: int,
+        bytes_per_token: int,
+        prefill_ms_per_token: float,
+        store=None,  # S3Store | None
+        local_cpu: LocalCpuTier | None = None,
+        load_failure_policy: str = "fail",
+        kv_role: str = "kv_both",
+        local_cache_tokens: int = 1 << 20,
+    ):
+        self.hasher = hasher
+        self.tp = tp
+        self.bytes_per_token = bytes_per_token
+        self.prefill_ms_per_token = prefill_ms_per_token
+        self.store = store
+        self.local_cpu = local_cpu
+        self.load_failure_policy = load_failure_policy
+        self.kv_role = kv_role
+        self.local = LocalPrefixCache(local_cache_tokens)
+        self.gpu = threading.Lock()  # one prefill at a time, like one busy accelerator
+
+    def chunk_bytes(self, ntokens: int) -> int:
+        return self.bytes_per_token * ntokens
+
+    def keys_for(self, chunk_hash: int) -> list[str]:
+        return [object_name(self.hasher.key_string(chunk_hash, w)) for w in range(self.tp)]
+
+    # -- lookup / load ------------------------------------------------------------------------
+    def _lookup(self, tokens: list[int]) -> tuple[list[tuple[int, int, int]], int]:
+        """Chunks [(start, end, hash)] and how many of them, in prefix order, hit."""
+        spans = self.hasher.chunks(tokens)
+        hashes = self.hasher.chunk_hashes(tokens)
+        chunks = [(s, e, h) for (s, e), h in zip(spans, hashes, strict=True)]
+        if self.kv_role == "kv_producer":
+            return chunks, 0
+        hits = 0
+        for start, end, h in chunks:
+            keys = self.keys_for(h)
+            if self.local_cpu is not None and all(self.local_cpu.contains(k) for k in keys):
+                hits += 1
+                continue
+            if self.store is None:
+                break
+            want = self.chunk_bytes(end - start)
+            if all(self.store.head(k) == want for k in keys):
+                hits += 1
+                continue
+            break
+        return chunks, hits
+
+    def _load(self, chunk: tuple[int, int, int]) -> bool:
+        start, end, h = chunk
+        for key in self.keys_for(h):
+            if self.local_cpu is not None and self.local_cpu.contains(key):
+                continue
+            if self.store is None:
+                return False
+            data = self.store.get(key)
+            if data is None:
+                return False
+            if data != object_payload(key, self.chunk_bytes(end - start)):
+                log.error("lmcache: object %s has unexpected content; not using it", key)
+                return False
+        return True
+
+    def prefill(self, req_id: str, tokens: list[int]) -> tuple[PrefillResult, list]:
+        """Lookup, load and simulated prefill. Returns the result and the chunks to store."""
+        n = len(tokens)
+        with self.gpu:
+            local_hit = self.local.hit_tokens(tokens)
+            chunks, hits = self._lookup(tokens)
+            external_hit = chunks[hits - 1][1] if hits else 0
+            # LMCacheConnectorV1.get_num_new_matched_tokens: full-prompt hit -> recompute the
+            # last token; only tokens beyond the local prefix hit are loaded.
+            usable = external_hit - 1 if external_hit == n and n > 0 else external_hit
+            t0 = time.monotonic()
+            loaded_to = local_hit
+            if usable > local_hit:
+                for chunk in chunks[:hits]:
+                    start, end, _ = chunk
+                    if end <= local_hit:
+                        continue
+                    if not self._load(chunk):
+                        if self.load_failure_policy != "recompute":
+                            raise LoadFailed(
+                                f"request {req_id}: KV load failed for tokens {start}-{end}"
+                            )
+                        log.warning(
+                            "lmcache: request=%s load failed at tokens %d-%d; recomputing",
+                            req_id,
+                            start,
+                            end,
+                        )
+                        break
+                    loaded_to = min(end, usable)
+            load_seconds = time.monotonic() - t0
+            loaded = max(0, loaded_to - local_hit)
+            computed = n - local_hit - loaded
+            prefill_seconds = computed * self.prefill_ms_per_token / 1000.0
+            if prefill_seconds > 0:
+                time.sleep(prefill_seconds)
+            self.local.insert(tokens)
+        # LMCache skips saving the chunks its lookup already found
+        to_store = [] if self.kv_role == "kv_consumer" else chunks[hits:]
+        return (
+            PrefillResult(
+                prompt_tokens=n,
+                local_hit=local_hit,
+                external_hit=external_hit,
+                loaded=loaded,
+                computed=computed,
+                load_seconds=load_seconds,
+                prefill_seconds=prefill_seconds,
+                keys_hit=hits,
+            ),
+            to_store,
+        )
+
+    # -- store --------------------------------------------------------------------------------
+    def save(self, req_id: str, chunks: list) -> int:
+        """PUT the given chunks for every worker; returns chunks fully stored."""
+        stored = 0
+        for start, end, h in chunks:
+            size = self.chunk_bytes(end - start)
+            full = end - start == self.hasher.chunk_size
+            ok = True
+            for key in self.keys_for(h):
+                if self.local_cpu is not None:
+                    self.local_cpu.put(key, size)
+                if self.store is None:
+                    continue
+                if not full:
+                    log.error(
+                        "Cannot upload %s: chunk size %s bytes does not match S3 part size "
+                        "%s bytes. Partial/unfull chunks are not supported.",
+                        key,
+                        size,
+                        self.chunk_bytes(self.hasher.chunk_size),
+                    )
+                    ok = False
+                    continue
+                ok = self.store.put(key, object_payload(key, size)) and ok
+            if ok and (self.store is not None or self.local_cpu is not None):
+                stored += 1
+        return stored

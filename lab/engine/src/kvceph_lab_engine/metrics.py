@@ -1,0 +1,139 @@
+"""Prometheus text exposition with vLLM's metric names and labels.
+
+Names, help texts, label names (model_name, engine[, source]) and TTFT buckets follow
+vllm/v1/metrics/loggers.py (PrometheusStatLogger, prometheus_client rendering: counters get
+a `_total` sample and `_created`, values as floats). Only the metrics the lab needs exist.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+    7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+
+COUNTERS = {
+    "vllm:prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:generation_tokens": "Number of generation tokens processed.",
+    "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
+    "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
+    "vllm:external_prefix_cache_queries": "External prefix cache queries from KV connector "
+    "cross-instance cache sharing, in terms of number of queried tokens.",
+    "vllm:external_prefix_cache_hits": "External prefix cache hits from KV connector "
+    "cross-instance cache sharing, in terms of number of cached tokens.",
+    "vllm:prompt_tokens_cached": "Number of cached prompt tokens (local + external).",
+}
+
+
+def _f(v: float) -> str:
+    if v == float("inf"):
+        return "+Inf"
+    return repr(float(v))
+
+
+def _esc(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class Metrics:
+    def __init__(self, model: str, info: dict[str, str] | None = None):
+        self.model = model
+        self.info = info or {}
+        self._lock = threading.Lock()
+        self.created = time.time()
+        self.counters = {name: 0.0 for name in COUNTERS}
+        self.by_source = {s: 0.0 for s in SOURCES}
+        self.success: dict[str, float] = {"stop": 0.0, "length": 0.0, "abort": 0.0}
+        self.ttft_counts = [0] * len(TTFT_BUCKETS)
+        self.ttft_sum = 0.0
+        self.ttft_count = 0
+        self.running = 0
+
+    def record_prefill(self, *, prompt: int, local_hit: int, loaded: int, computed: int) -> None:
+        with self._lock:
+            c = self.counters
+            c["vllm:prompt_tokens"] += prompt
+            c["vllm:prefix_cache_queries"] += prompt
+            c["vllm:prefix_cache_hits"] += local_hit
+            c["vllm:external_prefix_cache_queries"] += prompt
+            c["vllm:external_prefix_cache_hits"] += loaded
+            c["vllm:prompt_tokens_cached"] += local_hit + loaded
+            self.by_source["local_compute"] += computed
+            self.by_source["local_cache_hit"] += local_hit
+            self.by_source["external_kv_transfer"] += loaded
+
+    def record_ttft(self, seconds: float) -> None:
+        with self._lock:
+            self.ttft_sum += seconds
+            self.ttft_count += 1
+            for i, le in enumerate(TTFT_BUCKETS):
+                if seconds <= le:
+                    self.ttft_counts[i] += 1
+
+    def record_finish(self, generated: int, reason: str) -> None:
+        with self._lock:
+            self.counters["vllm:generation_tokens"] += generated
+            self.success[reason] = self.success.get(reason, 0.0) + 1
+
+    def render(self) -> str:
+        base = f'model_name="{_esc(self.model)}",engine="0"'
+        out: list[str] = []
+        with self._lock:
+            out += [
+                "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+                "# TYPE vllm:num_requests_running gauge",
+                f"vllm:num_requests_running{{{base}}} {_f(self.running)}",
+            ]
+            for name, help_text in COUNTERS.items():
+                out += [
+                    f"# HELP {name}_total {help_text}",
+                    f"# TYPE {name}_total counter",
+                    f"{name}_total{{{base}}} {_f(self.counters[name])}",
+                    f"{name}_created{{{base}}} {_f(self.created)}",
+                ]
+            out += [
+                "# HELP vllm:prompt_tokens_by_source_total Number of prompt tokens by source.",
+                "# TYPE vllm:prompt_tokens_by_source_total counter",
+            ]
+            for s in SOURCES:
+                out.append(
+                    f'vllm:prompt_tokens_by_source_total{{{base},source="{s}"}} '
+                    f"{_f(self.by_source[s])}"
+                )
+            for s in SOURCES:
+                out.append(
+                    f'vllm:prompt_tokens_by_source_created{{{base},source="{s}"}} '
+                    f"{_f(self.created)}"
+                )
+            out += [
+                "# HELP vllm:request_success_total Count of successfully processed requests.",
+                "# TYPE vllm:request_success_total counter",
+            ]
+            for reason, v in self.success.items():
+                out.append(
+                    f'vllm:request_success_total{{{base},finished_reason="{reason}"}} {_f(v)}'
+                )
+            name = "vllm:time_to_first_token_seconds"
+            out += [
+                f"# HELP {name} Histogram of time to first token in seconds.",
+                f"# TYPE {name} histogram",
+            ]
+            for le, n in zip(TTFT_BUCKETS, self.ttft_counts, strict=True):
+                out.append(f'{name}_bucket{{{base},le="{_f(le)}"}} {_f(n)}')
+            out.append(f'{name}_bucket{{{base},le="+Inf"}} {_f(self.ttft_count)}')
+            out.append(f"{name}_count{{{base}}} {_f(self.ttft_count)}")
+            out.append(f"{name}_sum{{{base}}} {_f(self.ttft_sum)}")
+            out.append(f"{name}_created{{{base}}} {_f(self.created)}")
+            if self.info:
+                labels = ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(self.info.items()))
+                out += [
+                    "# HELP kvceph_lab_engine_info kvceph lab engine (not vLLM) build and "
+                    "deploy digest.",
+                    "# TYPE kvceph_lab_engine_info gauge",
+                    f"kvceph_lab_engine_info{{{labels}}} 1.0",
+                ]
+        return "\n".join(out) + "\n"

@@ -1,0 +1,328 @@
+"""OpenAI-compatible HTTP front end (stdlib ThreadingHTTPServer), shaped like vLLM's.
+
+GET /health (200, empty), GET /version, GET /v1/models, GET /metrics,
+POST /v1/completions, POST /v1/chat/completions (stream and non-stream; with
+stream_options.include_usage a last chunk carries `usage` and empty `choices`, as in vLLM).
+Defaults that differ from vLLM: max_tokens defaults to 16 for chat too (vLLM: the rest of the
+context), output text is filler words; temperature and other sampling fields are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from kvceph_lab_engine import BANNER, __version__
+from kvceph_lab_engine.engine import KVEngine, LoadFailed
+from kvceph_lab_engine.metrics import Metrics
+from kvceph_lab_engine.tokenizer import apply_chat_template, tokenize
+
+log = logging.getLogger("kvceph_lab_engine.server")
+
+DEFAULT_MAX_TOKENS = 16
+DECODE_SECONDS_PER_TOKEN = 0.001
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, etype: str = "BadRequestError", param=None):
+        super().__init__(message)
+        self.status, self.message, self.etype, self.param = status, message, etype, param
+
+    def body(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.etype,
+                "param": self.param,
+                "code": self.status,
+            }
+        }
+
+
+class App:
+    """Everything a request handler needs."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        max_model_len: int,
+        engine: KVEngine,
+        metrics: Metrics,
+        vllm_version: str,
+    ):
+        self.model = model
+        self.max_model_len = max_model_len
+        self.engine = engine
+        self.metrics = metrics
+        self.vllm_version = vllm_version
+        self.created = int(time.time())
+
+    def models(self) -> dict:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.model,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "kvceph-lab-engine",
+                    "root": self.model,
+                    "parent": None,
+                    "max_model_len": self.max_model_len,
+                    "permission": [],
+                    "description": BANNER,
+                }
+            ],
+        }
+
+
+def _usage(prompt: int, completion: int) -> dict:
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": None,
+    }
+
+
+def _word(i: int) -> str:
+    return f" lab{i}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "kvceph-lab-engine/" + __version__
+    app: App  # set on the subclass made by make_server
+
+    def log_message(self, fmt, *args):  # uvicorn-like access log
+        log.info('%s - "%s" %s', self.client_address[0], self.requestline, args[1] if args else "")
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, obj) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _sse(self, obj) -> None:
+        payload = obj if isinstance(obj, str) else json.dumps(obj)
+        self._chunk(f"data: {payload}\n\n".encode())
+
+    # -- routes -------------------------------------------------------------------------------
+    def do_GET(self):  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            self._send(200, b"")
+        elif path == "/ping":
+            self._send(200, b"")
+        elif path == "/version":
+            self._json(200, {"version": self.app.vllm_version})
+        elif path == "/v1/models":
+            self._json(200, self.app.models())
+        elif path == "/metrics":
+            self._send(200, self.app.metrics.render().encode(), "text/plain; version=0.0.4")
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self):  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path not in ("/v1/completions", "/v1/chat/completions"):
+            self._json(404, {"detail": "Not Found"})
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            req = json.loads(self.rfile.read(length) or b"{}")
+            if not isinstance(req, dict):
+                raise ApiError(400, "request body must be a JSON object")
+            self._generate(req, chat=path.endswith("chat/completions"))
+        except ApiError as exc:
+            self._json(exc.status, exc.body())
+        except json.JSONDecodeError as exc:
+            self._json(400, ApiError(400, f"invalid JSON: {exc}").body())
+
+    # -- generation ---------------------------------------------------------------------------
+    def _prompt_tokens(self, req: dict, chat: bool) -> list[int]:
+        try:
+            if chat:
+                return tokenize(apply_chat_template(req.get("messages")))
+            prompt = req.get("prompt")
+            if isinstance(prompt, str):
+                return tokenize(prompt)
+            if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+                return list(prompt)
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                return tokenize(prompt[0])
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from exc
+        raise ApiError(400, "prompt must be a string or a list of token ids", param="prompt")
+
+    def _generate(self, req: dict, chat: bool) -> None:
+        app = self.app
+        model = req.get("model", app.model)
+        if model != app.model:
+            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        tokens = self._prompt_tokens(req, chat)
+        max_tokens = req.get("max_completion_tokens", req.get("max_tokens")) or DEFAULT_MAX_TOKENS
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ApiError(400, "max_tokens must be a positive integer", param="max_tokens")
+        if len(tokens) + max_tokens > app.max_model_len:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {app.max_model_len} tokens. However, "
+                f"you requested {len(tokens) + max_tokens} tokens ({len(tokens)} in the "
+                f"messages, {max_tokens} in the completion). Please reduce the length of the "
+                "messages or completion.",
+                param="max_tokens" if chat else "prompt",
+            )
+        stream = bool(req.get("stream", False))
+        include_usage = bool((req.get("stream_options") or {}).get("include_usage", False))
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        t_arrival = time.monotonic()
+        with app.metrics._lock:
+            app.metrics.running += 1
+        try:
+            try:
+                result, to_store = app.engine.prefill(rid, tokens)
+            except LoadFailed as exc:
+                raise ApiError(500, str(exc), "InternalServerError") from exc
+            app.metrics.record_prefill(
+                prompt=result.prompt_tokens,
+                local_hit=result.local_hit,
+                loaded=result.loaded,
+                computed=result.computed,
+            )
+            stored = {"n": 0}
+            saver = threading.Thread(
+                target=lambda: stored.__setitem__("n", app.engine.save(rid, to_store)),
+                name=f"save-{rid[:16]}",
+                daemon=True,
+            )
+            saver.start()
+            created = int(time.time())
+            if stream:
+                self._stream(rid, chat, created, max_tokens, len(tokens), include_usage, t_arrival)
+            else:
+                app.metrics.record_ttft(time.monotonic() - t_arrival)
+                time.sleep(DECODE_SECONDS_PER_TOKEN * (max_tokens - 1))
+                text = "".join(_word(i) for i in range(max_tokens))
+                choice = {"index": 0, "logprobs": None, "finish_reason": "length"}
+                choice["stop_reason"] = None
+                if chat:
+                    choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
+                else:
+                    choice["text"] = text
+                body = {
+                    "id": rid,
+                    "object": "chat.completion" if chat else "text_completion",
+                    "created": created,
+                    "model": app.model,
+                    "choices": [choice],
+                    "usage": _usage(len(tokens), max_tokens),
+                }
+            saver.join()
+            if not stream:
+                self._json(200, body)
+            app.metrics.record_finish(max_tokens, "length")
+            log.info(
+                "lmcache: request=%s prompt_tokens=%d hit_tokens=%d loaded_tokens=%d "
+                "local_hit_tokens=%d computed_tokens=%d stored_chunks=%d load_s=%.3f "
+                "prefill_s=%.3f",
+                rid,
+                result.prompt_tokens,
+                result.external_hit,
+                result.loaded,
+                result.local_hit,
+                result.computed,
+                stored["n"],
+                result.load_seconds,
+                result.prefill_seconds,
+            )
+            m = app.metrics
+            q = m.counters["vllm:external_prefix_cache_queries"]
+            h = m.counters["vllm:external_prefix_cache_hits"]
+            lq = m.counters["vllm:prefix_cache_queries"]
+            lh = m.counters["vllm:prefix_cache_hits"]
+            log.info(
+                "Engine 000: Prefix cache hit rate: %.1f%%, External prefix cache hit rate: %.1f%%",
+                100.0 * lh / lq if lq else 0.0,
+                100.0 * h / q if q else 0.0,
+            )
+        finally:
+            with app.metrics._lock:
+                app.metrics.running -= 1
+
+    def _stream(self, rid, chat, created, max_tokens, n_prompt, include_usage, t_arrival):
+        app = self.app
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(piece: str | None, finish: str | None, role: bool = False) -> dict:
+            if chat:
+                delta: dict = {}
+                if role:
+                    delta["role"] = "assistant"
+                    delta["content"] = ""
+                else:
+                    delta["content"] = piece
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            else:
+                choice = {
+                    "index": 0,
+                    "text": piece,
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "stop_reason": None,
+                }
+            return {"id": rid, "object": obj, "created": created, "model": app.model,
+                    "choices": [choice]}  # fmt: skip
+
+        try:
+            if chat:
+                self._sse(chunk(None, None, role=True))
+            for i in range(max_tokens):
+                if i == 0:
+                    app.metrics.record_ttft(time.monotonic() - t_arrival)
+                else:
+                    time.sleep(DECODE_SECONDS_PER_TOKEN)
+                last = i == max_tokens - 1
+                self._sse(chunk(_word(i), "length" if last else None))
+            if include_usage:
+                self._sse(
+                    {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": app.model,
+                        "choices": [],
+                        "usage": _usage(n_prompt, max_tokens),
+                    }  # fmt: skip
+                )
+            self._sse("[DONE]")
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            log.info("client went away during stream %s", rid)
+
+
+def make_server(host: str, port: int, app: App) -> ThreadingHTTPServer:
+    handler = type("BoundHandler", (Handler,), {"app": app})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server

@@ -1,0 +1,82 @@
+"""What the emulated vLLM versions accept in --kv-transfer-config.
+
+Source: vLLM KVTransferConfig (vllm/config/kv_transfer.py, a pydantic dataclass with
+extra="forbid"), checked with each release's own CLI parser (parsing only) on 2026-11-29, see
+/work/shared/reference/lmcache-vllm-facts.md. 0.26.0 is the release the Gaudi plugin validates;
+0.33.0 dropped kv_parallel_size, kv_rank, kv_ip and kv_buffer_size.
+"""
+
+from __future__ import annotations
+
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")
+
+_FIELDS_033 = frozenset(
+    {
+        "kv_connector",
+        "engine_id",
+        "kv_buffer_device",
+        "kv_role",
+        "kv_port",
+        "kv_connector_extra_config",
+        "kv_connector_module_path",
+        "enable_permute_local_kv",
+        "kv_load_failure_policy",
+    }
+)
+_FIELDS_026 = _FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_size"}
+
+KV_TRANSFER_FIELDS: dict[str, frozenset[str]] = {"0.26.0": _FIELDS_026, "0.33.0": _FIELDS_033}
+DEFAULT_VLLM_VERSION = "0.33.0"
+
+# Connectors the emulation can stand in for. vLLM knows more (NixlConnector, ...), but the
+# lab engine only emulates LMCache; anything else is refused like an unknown name.
+SUPPORTED_CONNECTORS = ("LMCacheConnectorV1",)
+
+
+class KVTransferError(ValueError):
+    """The kv-transfer config would stop the emulated vLLM at startup."""
+
+
+def check_kv_transfer(raw: str, vllm_version: str) -> dict:
+    """Parse --kv-transfer-config like the emulated vLLM version; return the dict.
+
+    Raises KVTransferError with the message vLLM prints.
+    """
+    import json
+
+    if vllm_version not in KV_TRANSFER_FIELDS:
+        raise KVTransferError(
+            f"unsupported --vllm-version {vllm_version!r}; known: {sorted(KV_TRANSFER_FIELDS)}"
+        )
+    try:
+        cfg = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise KVTransferError(f"--kv-transfer-config is not valid JSON: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise KVTransferError("--kv-transfer-config must be a JSON object")
+    allowed = KV_TRANSFER_FIELDS[vllm_version]
+    extra = sorted(set(cfg) - allowed)
+    if extra:
+        raise KVTransferError(
+            f"1 validation error for KVTransferConfig\n{extra[0]}\n"
+            f"  Unexpected keyword argument [type=unexpected_keyword_argument, "
+            f"input_value={cfg[extra[0]]!r}] (vLLM {vllm_version})"
+        )
+    role = cfg.get("kv_role")
+    if role is None:
+        raise KVTransferError(
+            f"Please specify kv_role when kv_connector is set, supported roles are {list(KV_ROLES)}"
+        )
+    if role not in KV_ROLES:
+        raise KVTransferError(f"Unsupported kv_role: {role}. Supported roles are {list(KV_ROLES)}")
+    policy = cfg.get("kv_load_failure_policy", "fail")
+    if policy not in KV_LOAD_FAILURE_POLICIES:
+        raise KVTransferError(
+            "1 validation error for KVTransferConfig\nkv_load_failure_policy\n"
+            f"  Input should be 'fail' or 'recompute' [input_value={policy!r}]"
+        )
+    connector = cfg.get("kv_connector")
+    if connector not in SUPPORTED_CONNECTORS:
+        raise KVTransferError(f"Unsupported connector type: {connector}")
+    return cfg
