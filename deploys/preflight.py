@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pyinfra import logger
 
-from deploys import secrets, settings
+from deploys import lock, secrets, settings
 
 _CACHE: dict[int, Preflight] = {}
 
@@ -35,6 +35,27 @@ def _stop(message: str) -> None:
     raise SystemExit(2)
 
 
+def _dry_run() -> bool:
+    # pyinfra keeps --dry in the CLI, not in State; the plan must never take the lock.
+    return any(a in sys.argv for a in ("--dry", "--debug-operations", "--debug-facts"))
+
+
+def _take_lock(inventory, checked: Preflight) -> None:
+    admin = inventory.get_host(checked.admin.host)
+    if _dry_run():
+        return
+    data = admin.data
+    try:
+        status = lock.acquire(
+            admin,
+            stale_after=checked.admin.lock_stale_after,
+            break_lock=str(data.get("kvceph_break_lock", "")).lower() in ("1", "true", "yes"),
+        )
+    except lock.LockError as exc:
+        _stop(str(exc))
+    logger.info("kvceph: run lock on %s: %s", admin.name, status)
+
+
 def run(state, inventory) -> Preflight:
     """Validate every host's settings and the cross-host invariants (cached per run)."""
     cached = _CACHE.get(id(state))
@@ -54,5 +75,6 @@ def run(state, inventory) -> Preflight:
             "kvceph: cache group %s TP=%d: %s", g.model, g.tensor_parallel_size, ", ".join(g.hosts)
         )
     result = Preflight(hosts, groups, creds)
+    _take_lock(inventory, result)
     _CACHE[id(state)] = result
     return result
