@@ -5,6 +5,8 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 export KVCEPH_LAB_DIR ?= /var/lib/kvceph-lab
 export PYINFRA_PROGRESS := off
+# The lab's S3 keys: generated once per lab, mode 0600, never committed.
+export KVCEPH_SECRETS_FILE ?= $(KVCEPH_LAB_DIR)/secrets.env
 
 # System packages: the lab (nspawn hosts, debootstrap), Ceph for fact fixtures and spec
 # validation (python3-ceph-common), systemd-analyze for unit checks.
@@ -56,8 +58,14 @@ test: lint venv deps
 lab: venv deps lab-up deploy verify
 	@echo "lab is up: reports in reports/, stop it with: make lab-down"
 
-lab-up: venv deps
+lab-up: venv deps $(KVCEPH_SECRETS_FILE)
 	lab/lab.sh up
+
+$(KVCEPH_SECRETS_FILE):
+	@mkdir -p $(dir $@)
+	@umask 077; { echo "KVCEPH_S3_ACCESS_KEY=LAB$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
+	  echo "KVCEPH_S3_SECRET_KEY=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; } > $@
+	@echo "lab S3 keys written to $@ (0600)"
 
 lab-down:
 	lab/lab.sh down

@@ -96,5 +96,8 @@ def private_file(path: str, content: str, user: str, group: str, mode: str = "06
     + user: owner of the file
     + group: group of the file
     + mode: octal permissions, ``"0600"`` by default
+
+    Pass ``content`` as a ``deploys.secrets.Secret`` (or give the op a ``name=``): pyinfra
+    prints an unnamed operation's arguments, and a Secret prints as ``***``.
     """
     yield from atomic_file._inner(path, content, user, group, mode, private=True)

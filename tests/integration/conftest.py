@@ -1,0 +1,183 @@
+"""The local lab, started once per test session, and helpers that drive the real deploy.
+
+Set KVCEPH_KEEP_LAB=1 to leave the lab running after the tests (to look around).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_DIR = Path(os.environ.get("KVCEPH_LAB_DIR", "/var/lib/kvceph-lab"))
+SECRETS = Path(os.environ.get("KVCEPH_SECRETS_FILE", LAB_DIR / "secrets.env"))
+PYINFRA = str(Path(sys.executable).parent / "pyinfra")
+HOSTS = {
+    "ceph1": "10.213.7.11",
+    "gpu1": "10.213.7.21",
+    "gpu2": "10.213.7.22",
+    "gaudi1": "10.213.7.31",
+}
+INFERENCE = ("gpu1", "gpu2", "gaudi1")
+S3_ADMIN_URL = "http://10.213.7.11:80"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(pytest.mark.integration)
+
+
+@dataclass
+class Run:
+    """One pyinfra run: exit code, its JSON results (when asked for), and all output."""
+
+    rc: int
+    output: str
+    results: dict | None
+    seconds: float
+
+    def ops(self):
+        return (self.results or {}).get("results", {}).get("operations", [])
+
+    def changed(self) -> list[tuple[str, str]]:
+        """(operation name, host) for every operation that changed something."""
+        return [(op["name"], h) for op in self.ops() for h in op["success"]]
+
+    def errors(self) -> list[tuple[str, str]]:
+        return [(op["name"], h) for op in self.ops() for h in op["error"]]
+
+    def planned(self) -> list[tuple[str, str]]:
+        """(operation name, host) of every planned change, certain or conditional."""
+        return [
+            (op["name"], h)
+            for op in (self.results or {}).get("plan", [])
+            for h in op["hosts_with_change"] + op["hosts_with_conditional_change"]
+        ]
+
+
+def pyinfra(
+    *args: str,
+    inventory: str = "inventories/lab.py",
+    deploy: str = "deploy.py",
+    json_out: bool = True,
+    env: dict | None = None,
+    timeout: int = 900,
+) -> Run:
+    """Run pyinfra against the lab like an operator would."""
+    cmd = [PYINFRA, "-y", *(["--json"] if json_out else []), *args, inventory, deploy]
+    started = time.monotonic()
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "KVCEPH_SECRETS_FILE": str(SECRETS), **(env or {})},
+    )
+    results = None
+    if json_out:
+        start = proc.stdout.find("{")
+        if start >= 0:
+            try:
+                results = json.loads(proc.stdout[start:])
+            except json.JSONDecodeError:
+                results = None
+    return Run(proc.returncode, proc.stdout + proc.stderr, results, time.monotonic() - started)
+
+
+def ssh(
+    host: str, command: str, check: bool = True, timeout: int = 120
+) -> subprocess.CompletedProcess:
+    """Run a command on a lab host over real SSH, with strict host key checking."""
+    proc = subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(LAB_DIR / "id_ed25519"),
+            "-o",
+            f"UserKnownHostsFile={LAB_DIR / 'known_hosts'}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
+            f"root@{HOSTS[host]}",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{host}: {command!r} failed ({proc.returncode}): {proc.stderr[-2000:]}"
+        )
+    return proc
+
+
+def lab_sh(*args: str, timeout: int = 900) -> str:
+    proc = subprocess.run(
+        [str(REPO / "lab" / "lab.sh"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"lab.sh {shlex.join(args)} failed: {proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
+    return proc.stdout
+
+
+def secrets() -> dict[str, str]:
+    return dict(line.split("=", 1) for line in SECRETS.read_text().splitlines() if "=" in line)
+
+
+def s3_client():
+    import boto3
+    from botocore.config import Config
+
+    keys = secrets()
+    return boto3.client(
+        "s3",
+        endpoint_url=S3_ADMIN_URL,
+        region_name="default",
+        aws_access_key_id=keys["KVCEPH_S3_ACCESS_KEY"],
+        aws_secret_access_key=keys["KVCEPH_S3_SECRET_KEY"],
+        config=Config(
+            s3={"addressing_style": "path"},
+            connect_timeout=5,
+            read_timeout=30,
+            retries={"max_attempts": 2},
+        ),
+    )
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """Bring the lab up once (make lab-up), deploy once, tear it down at the end."""
+    if shutil.which("systemd-nspawn") is None and os.environ.get("CI") is None:
+        pytest.skip("systemd-nspawn missing: run `make deps` (CI installs it)")
+    subprocess.run(["make", "-s", "lab-up"], cwd=REPO, check=True, timeout=1800)
+    yield HOSTS
+    if not os.environ.get("KVCEPH_KEEP_LAB"):
+        subprocess.run(["make", "-s", "lab-down"], cwd=REPO, check=False, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def converged(lab):
+    """The first converge from empty; later tests start from a converged lab."""
+    run = pyinfra()
+    assert run.rc == 0, run.output[-6000:]
+    return run
