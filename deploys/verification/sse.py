@@ -1,0 +1,101 @@
+"""Time to first token from an OpenAI-style server-sent-event stream.
+
+TTFT is the time from sending the request to the first event that carries a non-empty
+``content``, ``reasoning_content``/``reasoning`` or ``text`` delta, as LMCache's long_doc_qa
+measures it: role-only and empty first chunks do not count.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+class StreamError(RuntimeError):
+    """The server reported an error inside the stream, or the stream is malformed."""
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    ttft: float | None  # seconds; None when no token arrived
+    text: str
+    usage: dict | None  # the last ``usage`` object seen (stream_options.include_usage)
+    finish_reason: str | None
+    events: int
+    done: bool  # ``data: [DONE]`` was seen
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        value = (self.usage or {}).get("prompt_tokens")
+        return value if isinstance(value, int) else None
+
+
+_DELTA_FIELDS = ("content", "reasoning_content", "reasoning")
+
+
+def event_text(event: dict) -> str:
+    """The generated text one event carries (chat delta or completions text)."""
+    out = []
+    for choice in event.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            out.extend(delta[f] for f in _DELTA_FIELDS if isinstance(delta.get(f), str))
+        if isinstance(choice.get("text"), str):
+            out.append(choice["text"])
+    return "".join(out)
+
+
+def _error_message(event: dict) -> str | None:
+    err = event.get("error")
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    if isinstance(err, str):
+        return err
+    if event.get("object") == "error":
+        return str(event.get("message") or event)
+    return None
+
+
+def parse(timed_lines: Iterable[tuple[float, str | bytes]], t0: float) -> StreamResult:
+    """Read ``(arrival time, line)`` pairs; raise StreamError on an error event.
+
+    + timed_lines: lines of the response body with the clock reading when each arrived
+    + t0: the clock reading when the request was sent (same clock)
+    """
+    ttft = None
+    text: list[str] = []
+    usage = finish = None
+    events = 0
+    done = False
+    for at, raw in timed_lines:
+        line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        line = line.rstrip("\r\n")
+        if not line.startswith("data:"):
+            continue  # blank separators, ": keep-alive" comments, event:/id: fields
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            done = True
+            break
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            raise StreamError(f"malformed event after {events} events: {payload[:80]!r}") from None
+        if not isinstance(event, dict):
+            raise StreamError(f"unexpected event after {events} events: {payload[:80]!r}")
+        message = _error_message(event)
+        if message is not None:
+            raise StreamError(f"server error after {events} events: {message}")
+        events += 1
+        piece = event_text(event)
+        if piece and ttft is None:
+            ttft = max(0.0, at - t0)
+        text.append(piece)
+        if isinstance(event.get("usage"), dict):
+            usage = event["usage"]
+        for choice in event.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    return StreamResult(ttft, "".join(text), usage, finish, events, done)

@@ -1,0 +1,205 @@
+"""Pass/fail/warn/skip for each verification step, with the likely cause of a failure.
+
+Pure functions of measured figures. Causes quote the seed's troubleshooting list
+(BRIEF.md section 4) so an operator reads what to check, not only that something failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+
+# The seed author's troubleshooting list, one line each.
+CAUSE_UNREACHABLE = (
+    "LMCache cannot reach RGW (Connection refused / EndpointConnectionError): check the "
+    "endpoint's scheme, host and port, curl it, check that the credentials profile name and "
+    "AWS_PROFILE match"
+)
+CAUSE_CHUNK_MISMATCH = (
+    "chunks written but never read back: chunk-size mismatch (vLLM block 16, LMCache chunk "
+    "256; misaligned settings give different hashes)"
+)
+CAUSE_CONNECTOR = (
+    "vLLM does not recognise the KV connector (LMCacheConnector vs LMCacheConnectorV1): vLLM "
+    "and LMCache versions must match; see journalctl -u vllm"
+)
+CAUSE_LOW_HIT = (
+    "low hit rate: keys are hashes of token prefixes and one different token invalidates every "
+    "later chunk; nodes must share model string, TP, kv dtype, chunk size, hash algorithm, "
+    "PYTHONHASHSEED and tokenizer"
+)
+CAUSE_401 = "API returns 401: stray whitespace in the key or a wrong base URL"
+CAUSE_S3_DISABLED = (
+    "the engine logged 'S3 connection disabled' (3 connection errors: LMCache stops using S3 "
+    "until restart)"
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    message: str
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+
+def _s3_note(s3_disabled: bool | None) -> str:
+    return f"; {CAUSE_S3_DISABLED}" if s3_disabled else ""
+
+
+def cold(
+    prompt_tokens: int | None, created: int, expected: int, s3_disabled: bool | None = None
+) -> Verdict:
+    """The cold request wrote the document's chunks (one object per chunk and TP worker)."""
+    if prompt_tokens is None:
+        return Verdict(FAIL, "the response carried no usage.prompt_tokens; cannot count chunks")
+    if expected == 0:
+        return Verdict(
+            FAIL, f"document of {prompt_tokens} tokens is shorter than one chunk; raise "
+            "kvceph_verify_document_tokens",
+        )  # fmt: skip
+    if created == 0:
+        return Verdict(FAIL, f"no objects written (expected {expected}): {CAUSE_UNREACHABLE}"
+                       + _s3_note(s3_disabled))  # fmt: skip
+    if created < expected:
+        return Verdict(
+            FAIL,
+            f"{created} of {expected} objects written: check kvceph_lmcache_chunk_size / "
+            "save_unfull_chunk against the engine's config, or S3 write errors"
+            + _s3_note(s3_disabled),
+        )
+    if created > expected:
+        return Verdict(
+            WARN,
+            f"{created} objects written where {expected} were expected: another writer shares "
+            "the bucket prefix, or unfull chunks are saved; the fallback step will not delete",
+        )
+    return Verdict(PASS, f"{created} objects written, as expected")
+
+
+def _hit(hit: float | None, expected_hit: int, metric: str | None) -> Verdict | None:
+    """The common cache-hit judgement; None when the hit is complete."""
+    if hit is None:
+        return Verdict(
+            FAIL,
+            "the engine exposes neither vllm:prompt_tokens_by_source_total nor "
+            "vllm:external_prefix_cache_hits_total on /metrics; cannot judge a cache hit",
+        )
+    if hit <= 0:
+        return None  # the caller words the miss for its step
+    if hit < expected_hit:
+        return Verdict(
+            FAIL, f"partial hit: {hit:.0f} of {expected_hit} tokens from {metric}: {CAUSE_LOW_HIT}"
+        )
+    return None
+
+
+def warm(
+    *,
+    hit: float | None,
+    expected_hit: int,
+    metric: str | None,
+    warm_ttft: float | None,
+    cold_ttft: float | None,
+    ratio: float,
+    kv_bytes: int,
+    objects: int,
+    s3_disabled: bool | None = None,
+) -> Verdict:
+    """After a restart the document's KV comes from the bucket; TTFT judged against cold."""
+    partial = _hit(hit, expected_hit, metric)
+    if partial:
+        return partial
+    if not hit:
+        cause = CAUSE_CHUNK_MISMATCH if objects else CAUSE_UNREACHABLE
+        return Verdict(FAIL, f"no tokens loaded from the cache ({metric} +0): {cause}"
+                       + _s3_note(s3_disabled))  # fmt: skip
+    if not warm_ttft or not cold_ttft:
+        return Verdict(FAIL, "no TTFT measured (no token streamed)")
+    r = warm_ttft / cold_ttft
+    load_bw = kv_bytes / warm_ttft
+    break_even = kv_bytes / cold_ttft
+    figures = (
+        f"{hit:.0f} tokens loaded; TTFT {warm_ttft:.3f}s vs cold {cold_ttft:.3f}s (x{r:.2f}); "
+        f"load {_bw(load_bw)} vs break-even {_bw(break_even)}"
+    )
+    if r < ratio:
+        return Verdict(PASS, figures)
+    # The chain works (hits are complete) but loading is not faster than recomputing: say so
+    # plainly rather than fail a healthy chain or pass a useless one.
+    return Verdict(
+        WARN,
+        f"{figures}: the cache chain works but the storage path is slower than recompute "
+        f"(needs more than {_bw(break_even)} from RGW to pay off; check RGW/network "
+        "bandwidth, s3_num_io_threads, or a longer document)",
+    )
+
+
+def cross_node(
+    *,
+    hit: float | None,
+    expected_hit: int,
+    metric: str | None,
+    writer: str,
+    ttft: float | None,
+    cold_ttft: float | None,
+    s3_disabled: bool | None = None,
+) -> Verdict:
+    """Another host of the same cache group reads what the writer stored."""
+    partial = _hit(hit, expected_hit, metric)
+    if partial:
+        return partial
+    if not hit:
+        return Verdict(
+            FAIL, f"no cross-node hit on the chunks {writer} wrote ({metric} +0): "
+            f"{CAUSE_LOW_HIT}" + _s3_note(s3_disabled),
+        )  # fmt: skip
+    speed = f"; TTFT {ttft:.3f}s vs cold {cold_ttft:.3f}s" if ttft and cold_ttft else ""
+    return Verdict(PASS, f"{hit:.0f} tokens loaded from {writer}'s chunks{speed}")
+
+
+def fallback(
+    *,
+    refused: str | None,
+    deleted: int,
+    error: str | None,
+    hit: float | None,
+    ttft: float | None,
+    cold_ttft: float | None,
+    tolerance: float,
+) -> Verdict:
+    """With the run's objects deleted, a restarted engine recomputes and still answers."""
+    if refused:
+        return Verdict(FAIL, f"objects not deleted: {refused}")
+    if error:
+        return Verdict(
+            FAIL, f"request failed after the objects were deleted: {error}: a missing chunk "
+            "must fall back to prefill (kv_load_failure_policy recompute)",
+        )  # fmt: skip
+    if hit:
+        return Verdict(
+            FAIL, f"{hit:.0f} tokens still loaded after deleting {deleted} objects: another "
+            "cache tier served them (local_cpu, or the objects were rewritten before the read)",
+        )  # fmt: skip
+    if not ttft or not cold_ttft:
+        return Verdict(FAIL, "no TTFT measured (no token streamed)")
+    r = ttft / cold_ttft
+    if abs(r - 1.0) > tolerance:
+        return Verdict(
+            FAIL, f"TTFT {ttft:.3f}s is x{r:.2f} of cold {cold_ttft:.3f}s, beyond "
+            f"+-{tolerance:.0%}: the miss path does not behave like a cold prefill "
+            "(S3 timeouts on missing keys? lmcache blocking_timeout_secs)",
+        )  # fmt: skip
+    return Verdict(
+        PASS, f"{deleted} objects deleted; TTFT {ttft:.3f}s back near cold {cold_ttft:.3f}s "
+        f"(x{r:.2f})",
+    )  # fmt: skip
+
+
+def _bw(bytes_per_s: float) -> str:
+    return (
+        f"{bytes_per_s / 1e9:.2f} GB/s" if bytes_per_s >= 1e8 else f"{bytes_per_s / 1e6:.1f} MB/s"
+    )
