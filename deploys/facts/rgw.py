@@ -1,0 +1,260 @@
+"""Facts about Ceph RGW read on the Ceph admin host (``ceph`` and ``radosgw-admin``).
+
+``radosgw-admin`` has no connect timeout of its own, so every call runs under ``timeout``
+inside a small Python runner that also tells "does not exist" apart from a real error (the
+exit status alone does not: Pacific answers a missing user with 22, a missing bucket with 210
+or 2, a bucket without lifecycle with 254). Secret keys are hashed by the runner on the host,
+so they never reach the controller, its logs or ``-vvv`` fact output.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api.exceptions import FactProcessError
+
+# Runner: argv = timeout, mode, command...; prints one JSON line (null when the subject does
+# not exist) or exits non-zero with radosgw-admin's last error line. Python 3.6 compatible.
+RADOSGW_JSON = r"""
+import hashlib, json, subprocess, sys
+t, mode, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+try:
+    out, err = p.communicate(timeout=t)
+except subprocess.TimeoutExpired:
+    p.kill()
+    sys.exit("%s timed out after %ds" % (" ".join(cmd[:3]), t))
+missing = {"user": ["no user info saved"],
+           "bucket": ["(2002)", "could not get bucket info", "could not init bucket"],
+           "lc": ["could not init bucket"]}[mode]
+if p.returncode:
+    if any(m in err for m in missing):
+        print("null")
+        sys.exit(0)
+    if mode == "lc" and p.returncode == 254 and not err.strip():
+        print("[]")
+        sys.exit(0)
+    lines = [l for l in err.splitlines() if l.strip()] or ["exit status %d" % p.returncode]
+    sys.exit("%s: %s" % (" ".join(cmd[:3]), lines[-1]))
+data = json.loads(out)
+if mode == "user":
+    data = {"user_id": data["user_id"], "display_name": data.get("display_name"),
+            "suspended": data.get("suspended", 0),
+            "keys": [{"access_key": k["access_key"],
+                      "secret_sha256": hashlib.sha256(k["secret_key"].encode()).hexdigest()}
+                     for k in data.get("keys", [])],
+            "bucket_quota": data.get("bucket_quota"), "user_quota": data.get("user_quota")}
+elif mode == "bucket":
+    data = {"bucket": data["bucket"], "owner": data["owner"],
+            "bucket_quota": data.get("bucket_quota")}
+else:
+    data = [r["rule"] for r in data.get("rule_map", [])]
+print(json.dumps(data, sort_keys=True))
+""".strip()
+
+
+def _radosgw_json(timeout: int, mode: str, *args: str) -> StringCommand:
+    return StringCommand(
+        "python3",
+        "-c",
+        QuoteString(RADOSGW_JSON),
+        str(timeout),
+        mode,
+        "radosgw-admin",
+        *(QuoteString(a) for a in args),
+    )
+
+
+def _json(output) -> object:
+    try:
+        return json.loads("\n".join(output))
+    except ValueError as exc:
+        raise FactProcessError(f"radosgw-admin output is not JSON: {exc}") from None
+
+
+class RgwDnsName(FactBase):
+    """
+    The ``rgw_dns_name`` RGW reads from the config database (``client.rgw``), or "" if unset.
+
+    Virtual-hosted addressing (the only one LMCache speaks) maps ``<bucket>.<rgw_dns_name>``
+    to the bucket; RGW reads the value when it starts.
+    """
+
+    requires_command = "ceph"
+
+    def command(self, connect_timeout: int = 10, command_timeout: int = 60):
+        return StringCommand(
+            "timeout",
+            str(command_timeout),
+            "ceph",
+            f"--connect-timeout={connect_timeout}",
+            "config",
+            "get",
+            "client.rgw",
+            "rgw_dns_name",
+        )
+
+    @staticmethod
+    def default():
+        return ""
+
+    def process(self, output):
+        return "\n".join(output).strip()
+
+
+class RgwUser(FactBase):
+    """
+    An RGW user (``radosgw-admin user info``), or None if it does not exist.
+
+    Secret keys are replaced on the host by their SHA-256, so the fact can be logged:
+
+    .. code:: python
+
+        {"user_id": "lmcache", "display_name": "LMCache KV cache", "suspended": 0,
+         "keys": [{"access_key": "AK", "secret_sha256": "<hex>"}],
+         "bucket_quota": {"enabled": True, "max_size": 4294967296, ...}, "user_quota": {...}}
+    """
+
+    requires_command = "radosgw-admin"
+
+    def command(self, uid: str, timeout: int = 60):
+        return _radosgw_json(timeout, "user", "user", "info", f"--uid={uid}")
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        return _json(output)
+
+
+class RgwBucket(FactBase):
+    """
+    A bucket's owner and bucket quota (``radosgw-admin bucket stats``), or None if missing.
+    """
+
+    requires_command = "radosgw-admin"
+
+    def command(self, bucket: str, timeout: int = 60):
+        return _radosgw_json(timeout, "bucket", "bucket", "stats", f"--bucket={bucket}")
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        return _json(output)
+
+
+# Keys of a Pacific rule dump (``radosgw-admin lc get``) this module knows how to translate.
+_RULE_KEYS = {
+    "id",
+    "prefix",
+    "status",
+    "expiration",
+    "noncur_expiration",
+    "mp_expiration",
+    "filter",
+    "transitions",
+    "noncur_transitions",
+    "dm_expiration",
+}
+_FILTER_KEYS = {"prefix", "obj_tags"}
+
+
+def _days(value) -> int | None:
+    return int(value) if str(value or "").strip() else None
+
+
+def s3_rule(raw: dict) -> dict:
+    """
+    One rule of ``radosgw-admin lc get`` (Pacific) in the S3 API shape boto3 sends back.
+
+    A rule with a field this does not know is marked ``"kvceph_untranslatable"`` so that the
+    lifecycle operation refuses to rewrite it rather than silently drop that field.
+    """
+    rule: dict = {"ID": raw.get("id", ""), "Status": raw.get("status", "Enabled")}
+    unknown = sorted(set(raw) - _RULE_KEYS) + sorted(
+        f"filter.{k}" for k in set(raw.get("filter") or {}) - _FILTER_KEYS
+    )
+    legacy = raw.get("prefix") or ""
+    flt = raw.get("filter") or {}
+    prefix = flt.get("prefix") or ""
+    tags = [
+        {"Key": k, "Value": v}
+        for k, v in sorted(((flt.get("obj_tags") or {}).get("tagset") or {}).items())
+    ]
+    if legacy and not prefix and not tags:
+        rule["Prefix"] = legacy
+    elif legacy:
+        unknown.append("prefix+filter")
+    elif tags and (prefix or len(tags) > 1):
+        rule["Filter"] = {"And": {**({"Prefix": prefix} if prefix else {}), "Tags": tags}}
+    elif tags:
+        rule["Filter"] = {"Tag": tags[0]}
+    else:
+        rule["Filter"] = {"Prefix": prefix}
+
+    expiration = {}
+    exp = raw.get("expiration") or {}
+    if _days(exp.get("days")) is not None:
+        expiration["Days"] = _days(exp.get("days"))
+    if exp.get("date"):
+        expiration["Date"] = exp["date"]
+    if raw.get("dm_expiration"):
+        expiration["ExpiredObjectDeleteMarker"] = True
+    if expiration:
+        rule["Expiration"] = expiration
+    noncur = _days((raw.get("noncur_expiration") or {}).get("days"))
+    if noncur is not None:
+        rule["NoncurrentVersionExpiration"] = {"NoncurrentDays": noncur}
+    mp = _days((raw.get("mp_expiration") or {}).get("days"))
+    if mp is not None:
+        rule["AbortIncompleteMultipartUpload"] = {"DaysAfterInitiation": mp}
+
+    transitions = []
+    for t in (raw.get("transitions") or {}).values():
+        item = {"StorageClass": t.get("storage_class")}
+        if _days(t.get("days")) is not None:
+            item["Days"] = _days(t.get("days"))
+        if t.get("date"):
+            item["Date"] = t["date"]
+        transitions.append(item)
+    if transitions:
+        rule["Transitions"] = transitions
+    noncur_transitions = [
+        {"NoncurrentDays": _days(t.get("days")), "StorageClass": t.get("storage_class")}
+        for t in (raw.get("noncur_transitions") or {}).values()
+    ]
+    if noncur_transitions:
+        rule["NoncurrentVersionTransitions"] = noncur_transitions
+    if unknown:
+        rule["kvceph_untranslatable"] = ", ".join(unknown)
+    return rule
+
+
+class RgwLifecycle(FactBase):
+    """
+    A bucket's lifecycle rules in S3 API shape (translated from ``radosgw-admin lc get``).
+
+    Returns ``[]`` when the bucket has no lifecycle configuration and None when the bucket
+    does not exist. Rules keep the order RGW stores them in (sorted by ID).
+    """
+
+    requires_command = "radosgw-admin"
+
+    def command(self, bucket: str, timeout: int = 60):
+        return _radosgw_json(timeout, "lc", "lc", "get", f"--bucket={bucket}")
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        rules = _json(output)
+        if rules is None:
+            return None
+        if not isinstance(rules, list):
+            raise FactProcessError("radosgw-admin lc get: unexpected output shape")
+        return [s3_rule(r) for r in rules]

@@ -1,0 +1,339 @@
+"""Manage the S3 side of Ceph RGW: rgw_dns_name, the RGW user, a bucket, its lifecycle, quota.
+
+Reads come from ``deploys.facts.rgw`` (``ceph``/``radosgw-admin`` on the Ceph admin host);
+writes that need S3 credentials go through ``deploys/remote/s3admin.py`` on that host, which
+reads the keys from a private file. Nothing here decides at execution time: every command is
+planned from facts, so ``--dry`` shows what a real run does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from pyinfra import host, logger
+from pyinfra.api import QuoteString, StringCommand, operation
+
+from deploys.facts.rgw import RgwBucket, RgwDnsName, RgwLifecycle, RgwUser
+
+ROTATION_HINT = "rotation is its own procedure (docs/security.md, 'S3 key rotation')"
+
+
+def _ceph(connect_timeout: int, command_timeout: int, *args) -> StringCommand:
+    return StringCommand(
+        "timeout", str(command_timeout), "ceph", f"--connect-timeout={connect_timeout}", *args
+    )
+
+
+def _radosgw_admin(timeout: int, *args) -> StringCommand:
+    return StringCommand("timeout", str(timeout), "radosgw-admin", *args)
+
+
+def _s3admin(script: str, config: str, timeout: int, *args) -> StringCommand:
+    return StringCommand(
+        "timeout",
+        str(timeout),
+        "python3",
+        QuoteString(script),
+        "--config",
+        QuoteString(config),
+        *args,
+    )
+
+
+def _fail(message: str) -> StringCommand:
+    # A refusal is a failed operation with the reason on stderr: visible in the run's
+    # summary and in --dry's plan, and it stops this host before later S3 steps.
+    logger.warning(message)
+    return StringCommand("echo", QuoteString(message), ">&2", "&&", "exit", "1")
+
+
+@operation()
+def rgw_dns_name(
+    dns_name: str,
+    managed_by: str = "cephadm",
+    service_name: str = "rgw.standard",
+    connect_timeout: int = 10,
+    command_timeout: int = 60,
+):
+    """
+    Set ``rgw_dns_name`` for virtual-hosted addressing; restart RGW when cephadm owns it.
+
+    + dns_name: the name clients put after the bucket (``<bucket>.<dns_name>``)
+    + managed_by: ``cephadm`` (restart the service) or ``external`` (warn: its owner restarts)
+    + service_name: cephadm service to restart, e.g. ``rgw.standard``
+    + connect_timeout: ``ceph --connect-timeout`` seconds
+    + command_timeout: overall seconds per ``ceph`` command
+
+    .. code:: python
+
+        rgw_dns_name(dns_name="s3.cephlab.com", service_name="rgw.standard")
+    """
+    current = host.get_fact(
+        RgwDnsName, connect_timeout=connect_timeout, command_timeout=command_timeout
+    )
+    if current == dns_name:
+        host.noop(f"rgw_dns_name is already {dns_name}")
+        return
+    yield _ceph(
+        connect_timeout,
+        command_timeout,
+        "config",
+        "set",
+        "client.rgw",
+        "rgw_dns_name",
+        QuoteString(dns_name),
+    )
+    # RGW reads rgw_dns_name only at start.
+    if managed_by == "cephadm":
+        yield _ceph(connect_timeout, command_timeout, "orch", "restart", QuoteString(service_name))
+    else:
+        logger.warning(
+            "S3 tier: rgw_dns_name changes from %r to %r; RGW is managed externally, so its "
+            "owner must restart every RGW daemon before virtual-hosted requests work",
+            current,
+            dns_name,
+        )
+
+
+def secret_sha256(secret: str) -> str:
+    """SHA-256 of a secret key, as the RgwUser fact reports it."""
+    return hashlib.sha256(str.__str__(secret).encode()).hexdigest()
+
+
+@operation()
+def user(
+    uid: str,
+    display_name: str,
+    access_key: str,
+    secret_key: str,
+    admin_script: str,
+    admin_config: str,
+    timeout: int = 60,
+):
+    """
+    Create the RGW user with the operator's keys; never replace a key of an existing user.
+
+    + uid: RGW user id
+    + display_name: display name for a new user
+    + access_key: the operator's access key (a ``Secret``; only compared, never printed)
+    + secret_key: the operator's secret key (a ``Secret``; compared by SHA-256)
+    + admin_script: path of s3admin.py on the host (creates the user from ``admin_config``)
+    + admin_config: private INI file holding the same keys
+    + timeout: seconds per remote command
+
+    An existing user whose key differs is reported and the operation fails: replacing the
+    key in place gives every engine 403s and LMCache silently stops using S3.
+    """
+    current = host.get_fact(RgwUser, uid=uid, timeout=timeout)
+    if current is None:
+        yield _s3admin(
+            admin_script,
+            admin_config,
+            timeout,
+            "create-user",
+            QuoteString(uid),
+            "--display-name",
+            QuoteString(display_name),
+        )
+        return
+    wanted = str.__str__(access_key)
+    keys = {k["access_key"]: k["secret_sha256"] for k in current.get("keys", [])}
+    if wanted not in keys:
+        problem = "does not hold the configured access key"
+    elif keys[wanted] != secret_sha256(secret_key):
+        problem = "holds the configured access key with a different secret key"
+    else:
+        host.noop(f"RGW user {uid} exists with the configured keys")
+        return
+    yield _fail(
+        f"S3 tier: RGW user {uid} exists but {problem}; kvceph does not replace keys in "
+        f"place (engines would get 403 and LMCache silently turns S3 off); fix: give kvceph "
+        f"the keys the user has, or rotate them - {ROTATION_HINT}"
+    )
+
+
+@operation()
+def user_bucket_quota(uid: str, max_size_gb: int, timeout: int = 60):
+    """
+    Enable a per-bucket size quota for all buckets of a user, so a cache cannot fill Ceph.
+
+    + uid: RGW user id (the user's ``bucket_quota``; buckets without their own quota use it)
+    + max_size_gb: size limit in GiB per bucket
+    + timeout: seconds per ``radosgw-admin`` command
+    """
+    current = host.get_fact(RgwUser, uid=uid, timeout=timeout)
+    quota = (current or {}).get("bucket_quota") or {}
+    wanted = max_size_gb * 1024**3
+    scope = ("--quota-scope=bucket", QuoteString(f"--uid={uid}"))
+    if quota.get("enabled") and quota.get("max_size") == wanted:
+        host.noop(f"bucket quota of {uid} is {max_size_gb} GiB")
+        return
+    if quota.get("max_size") != wanted:
+        yield _radosgw_admin(timeout, "quota", "set", *scope, f"--max-size={wanted}")
+    if not quota.get("enabled"):
+        yield _radosgw_admin(timeout, "quota", "enable", *scope)
+
+
+@operation()
+def bucket(bucket_name: str, owner: str, admin_script: str, admin_config: str, timeout: int = 60):
+    """
+    Create a bucket (owned by the keys in ``admin_config``) unless it exists.
+
+    + bucket_name: bucket name
+    + owner: RGW user id that must own it (the one whose keys the engines use)
+    + admin_script: path of s3admin.py on the host
+    + admin_config: private INI file with that user's keys
+    + timeout: seconds for the remote command
+    """
+    current = host.get_fact(RgwBucket, bucket=bucket_name, timeout=timeout)
+    if current is None:
+        yield _s3admin(
+            admin_script, admin_config, timeout, "create-bucket", QuoteString(bucket_name)
+        )
+        return
+    if current.get("owner") != owner:
+        yield _fail(
+            f"S3 tier: bucket {bucket_name} exists but is owned by RGW user "
+            f"{current.get('owner')}, not {owner}; engines would get 403; "
+            f"fix: choose another kvceph_s3_bucket or "
+            f"move the bucket to {owner} (radosgw-admin bucket link)"
+        )
+        return
+    host.noop(f"bucket {bucket_name} exists, owned by {owner}")
+
+
+def lifecycle_rules(rule_id: str, expiration_days: int, abort_multipart_days: int) -> list[dict]:
+    """kvceph's lifecycle rules, in the shape the RgwLifecycle fact reports them."""
+    return [
+        {
+            "ID": rule_id,
+            "Status": "Enabled",
+            "Filter": {"Prefix": ""},
+            "Expiration": {"Days": expiration_days},
+        },
+        {
+            "ID": f"{rule_id}-abort-multipart",
+            "Status": "Enabled",
+            "Filter": {"Prefix": ""},
+            "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": abort_multipart_days},
+        },
+    ]
+
+
+@dataclass
+class LifecycleMerge:
+    """Result of merging kvceph's rules into a bucket's current lifecycle."""
+
+    rules: list[dict]
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    kept_stale: list[str] = field(default_factory=list)  # ours, unwanted, removal not allowed
+    untranslatable: list[str] = field(default_factory=list)  # foreign rules we cannot rewrite
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.updated or self.removed)
+
+
+def merge_lifecycle(
+    current: list[dict] | None,
+    desired: list[dict],
+    managed_prefix: str = "kvceph-",
+    allow_removal: bool = False,
+) -> LifecycleMerge:
+    """
+    Merge ``desired`` rules into ``current`` by rule ID (a lifecycle PUT replaces all rules).
+
+    Rules of others are kept unchanged, in place. A rule is ours when its ID is desired or
+    starts with ``managed_prefix``; ours that are no longer desired (e.g. after renaming
+    ``kvceph_s3_lifecycle_rule_id``) are removed only when ``allow_removal`` is set.
+    """
+    wanted = {r["ID"]: r for r in desired}
+    merge = LifecycleMerge(rules=[])
+    for rule in current or []:
+        rid = rule.get("ID", "")
+        if rid in wanted:
+            new = wanted.pop(rid)
+            if new != rule:
+                merge.updated.append(rid)
+            merge.rules.append(new)
+        elif managed_prefix and rid.startswith(managed_prefix):
+            if allow_removal:
+                merge.removed.append(rid)
+            else:
+                merge.kept_stale.append(rid)
+                merge.rules.append(rule)
+        else:
+            merge.rules.append(rule)
+    for rid, new in wanted.items():
+        merge.added.append(rid)
+        merge.rules.append(new)
+    merge.untranslatable = [r["ID"] for r in merge.rules if "kvceph_untranslatable" in r]
+    return merge
+
+
+@operation()
+def bucket_lifecycle(
+    bucket_name: str,
+    rules: list[dict],
+    admin_script: str,
+    admin_config: str,
+    managed_prefix: str = "kvceph-",
+    allow_removal: bool = False,
+    timeout: int = 60,
+):
+    """
+    Merge lifecycle rules into a bucket's configuration by rule ID, keeping everyone else's.
+
+    + bucket_name: bucket name
+    + rules: desired rules in S3 API shape (see ``lifecycle_rules``)
+    + admin_script: path of s3admin.py on the host (it PUTs the merged configuration)
+    + admin_config: private INI file with the bucket owner's keys
+    + managed_prefix: rule IDs with this prefix are kvceph's own
+    + allow_removal: remove kvceph rules that are no longer desired (operator opt-in:
+      ``--data kvceph_allow_lifecycle_removal=true``)
+    + timeout: seconds per remote command
+    """
+    current = host.get_fact(RgwLifecycle, bucket=bucket_name, timeout=timeout)
+    merge = merge_lifecycle(current, rules, managed_prefix, allow_removal)
+    if merge.kept_stale:
+        logger.warning(
+            "S3 tier: bucket %s keeps kvceph lifecycle rule(s) %s that are no longer "
+            "configured; they still expire objects; remove them with "
+            "--data kvceph_allow_lifecycle_removal=true",
+            bucket_name,
+            ", ".join(merge.kept_stale),
+        )
+    if not merge.changed:
+        host.noop(f"lifecycle of {bucket_name} has rules {', '.join(r['ID'] for r in rules)}")
+        return
+    if merge.untranslatable:
+        yield _fail(
+            f"S3 tier: bucket {bucket_name} has lifecycle rule(s) "
+            f"{', '.join(merge.untranslatable)} with fields kvceph cannot reproduce; "
+            f"writing the merged configuration would "
+            f"alter them; fix: add kvceph's rules {', '.join(r['ID'] for r in rules)} by hand"
+        )
+        return
+    what = [
+        f"{verb} {', '.join(ids)}"
+        for verb, ids in (
+            ("add", merge.added),
+            ("update", merge.updated),
+            ("remove", merge.removed),
+        )
+        if ids
+    ]
+    logger.info("S3 tier: lifecycle of %s: %s", bucket_name, "; ".join(what))
+    yield _s3admin(
+        admin_script,
+        admin_config,
+        timeout,
+        "put-lifecycle",
+        QuoteString(bucket_name),
+        "--rules-json",
+        QuoteString(json.dumps(merge.rules, sort_keys=True, separators=(",", ":"))),
+    )

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""kvceph S3 admin helper, run on the Ceph admin host (uploaded by the "S3 tier" stage).
+
+It performs the writes the stage decided on from facts; it decides nothing itself beyond
+safety interlocks. Keys are read from a private INI file, never from the command line:
+
+    [s3]
+    endpoint = http://127.0.0.1:80
+    region = default
+    access_key = ...
+    secret_key = ...
+
+Subcommands:
+    create-user UID --display-name NAME   create the RGW user with the file's keys
+    create-bucket NAME                    create the bucket (owned by the file's keys)
+    put-lifecycle NAME --rules-json JSON  replace the bucket's lifecycle with these rules
+
+Every error is one line on stderr and exit status 1 (2 for usage errors). Needs python3 and,
+for the bucket subcommands, python3-boto3 (Debian package); radosgw-admin for create-user.
+"""
+
+import argparse
+import configparser
+import json
+import subprocess
+import sys
+
+CONNECT_TIMEOUT = 10
+READ_TIMEOUT = 30
+RADOSGW_TIMEOUT = 60
+
+
+class Failure(Exception):
+    """A one-line error for the operator."""
+
+
+def load_config(path):
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        with open(path) as handle:
+            parser.read_file(handle)
+    except OSError as exc:
+        raise Failure(f"cannot read {path}: {exc.strerror or exc}") from None
+    except configparser.Error as exc:
+        raise Failure(f"{path} is not a valid INI file: {str(exc).splitlines()[0]}") from None
+    if not parser.has_section("s3"):
+        raise Failure(f"{path} has no [s3] section") from None
+    section = parser["s3"]
+    missing = [k for k in ("endpoint", "access_key", "secret_key") if not section.get(k)]
+    if missing:
+        raise Failure("{} lacks {} in [s3]".format(path, ", ".join(missing)))
+    return {
+        "endpoint": section["endpoint"],
+        "region": section.get("region") or "default",
+        "access_key": section["access_key"],
+        "secret_key": section["secret_key"],
+    }
+
+
+def s3_client(config):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=config["endpoint"],
+        region_name=config["region"],
+        aws_access_key_id=config["access_key"],
+        aws_secret_access_key=config["secret_key"],
+        config=Config(
+            connect_timeout=CONNECT_TIMEOUT,
+            read_timeout=READ_TIMEOUT,
+            retries={"max_attempts": 2, "mode": "standard"},
+            # Admin writes address RGW by its admin endpoint (often 127.0.0.1), where no
+            # wildcard DNS exists: path-style is what works there.
+            s3={"addressing_style": "path"},
+        ),
+    )
+
+
+def s3_call(config, what, func, **kwargs):
+    """Run one boto3 call; turn every failure into a one-line Failure naming the endpoint."""
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+
+    endpoint = config["endpoint"]
+    try:
+        return func(**kwargs)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        code, message = error.get("Code", "?"), error.get("Message") or "no message"
+        raise Failure(f"S3 tier: {what} on {endpoint} failed: {code}: {message}") from None
+    except EndpointConnectionError as exc:
+        raise Failure(f"S3 tier: cannot reach RGW at {endpoint}: {exc}") from None
+    except BotoCoreError as exc:
+        # Connect/read timeouts and the like: the endpoint is there but does not answer.
+        raise Failure(f"S3 tier: cannot reach RGW at {endpoint}: {exc}") from None
+
+
+def create_bucket(config, name):
+    client = s3_client(config)
+    try:
+        s3_call(config, f"CreateBucket {name}", client.create_bucket, Bucket=name)
+    except Failure as exc:
+        # A concurrent run created it first: the goal is reached.
+        if "BucketAlreadyOwnedByYou" not in str(exc):
+            raise
+    print(f"created bucket {name}")
+
+
+def validate_rules(rules):
+    if not isinstance(rules, list) or not rules:
+        raise Failure("--rules-json must be a non-empty JSON list of lifecycle rules") from None
+    seen = set()
+    for rule in rules:
+        if not isinstance(rule, dict) or not isinstance(rule.get("ID"), str) or not rule["ID"]:
+            raise Failure("--rules-json: every rule must be an object with a non-empty ID")
+        if rule["ID"] in seen:
+            raise Failure("--rules-json: rule ID {} repeats".format(rule["ID"]))
+        if rule.get("Status") not in ("Enabled", "Disabled"):
+            raise Failure(
+                "--rules-json: rule {}: Status must be Enabled or Disabled".format(rule["ID"])
+            )
+        seen.add(rule["ID"])
+    return rules
+
+
+def put_lifecycle(config, name, rules_json):
+    try:
+        rules = json.loads(rules_json)
+    except ValueError as exc:
+        raise Failure(f"--rules-json is not valid JSON: {exc}") from None
+    rules = validate_rules(rules)
+    client = s3_client(config)
+    s3_call(
+        config,
+        f"PutBucketLifecycleConfiguration {name}",
+        client.put_bucket_lifecycle_configuration,
+        Bucket=name,
+        LifecycleConfiguration={"Rules": rules},
+    )
+    print("lifecycle of {}: {}".format(name, ", ".join(r["ID"] for r in rules)))
+
+
+def radosgw_admin(args, stdin=None):
+    command = ["radosgw-admin"] + args
+    try:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            universal_newlines=True,
+        )
+    except OSError as exc:
+        raise Failure("cannot run radosgw-admin: %s" % (exc.strerror or exc)) from None
+    try:
+        out, err = proc.communicate(stdin, timeout=RADOSGW_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise Failure(f"radosgw-admin {args[0]} timed out after {RADOSGW_TIMEOUT}s") from None
+    return proc.returncode, out, err
+
+
+def user_document(uid, display_name, access_key, secret_key):
+    """The user record as ``radosgw-admin metadata get user:<uid>`` prints it (Pacific)."""
+    quota = {
+        "enabled": False,
+        "check_on_raw": False,
+        "max_size": -1,
+        "max_size_kb": 0,
+        "max_objects": -1,
+    }
+    return {
+        "key": f"user:{uid}",
+        "data": {
+            "user_id": uid,
+            "display_name": display_name,
+            "email": "",
+            "suspended": 0,
+            "max_buckets": 1000,
+            "subusers": [],
+            "keys": [{"user": uid, "access_key": access_key, "secret_key": secret_key}],
+            "swift_keys": [],
+            "caps": [],
+            "op_mask": "read, write, delete",
+            "default_placement": "",
+            "default_storage_class": "",
+            "placement_tags": [],
+            "bucket_quota": dict(quota),
+            "user_quota": dict(quota),
+            "temp_url_keys": [],
+            "type": "rgw",
+            "mfa_ids": [],
+            "attrs": [],
+        },
+    }
+
+
+def create_user(config, uid, display_name):
+    # `radosgw-admin user create` only takes keys as arguments (visible in /proc/*/cmdline);
+    # `metadata put` reads the same record from stdin, so the secret never reaches an argv.
+    # It overwrites unconditionally, hence the two interlocks first.
+    rc, _, err = radosgw_admin(["user", "info", f"--uid={uid}"])
+    if rc == 0:
+        raise Failure(f"RGW user {uid} already exists; refusing to overwrite it") from None
+    if "no user info saved" not in err:
+        raise Failure(f"radosgw-admin user info --uid={uid}: {first_line(err, rc)}") from None
+    # The access key is an identifier (it travels in every request's Authorization header).
+    rc, out, err = radosgw_admin(["user", "info", "--access-key={}".format(config["access_key"])])
+    if rc == 0:
+        owner = json.loads(out).get("user_id", "?")
+        raise Failure(
+            f"the access key is already owned by RGW user {owner}; refusing to create {uid} with it"
+        )
+    document = json.dumps(
+        user_document(uid, display_name, config["access_key"], config["secret_key"])
+    )
+    rc, _, err = radosgw_admin(["metadata", "put", f"user:{uid}"], stdin=document)
+    if rc:
+        raise Failure(f"radosgw-admin metadata put user:{uid}: {first_line(err, rc)}") from None
+    print(f"created RGW user {uid}")
+
+
+def first_line(text, rc):
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else f"exit status {rc}"
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="s3admin.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="private INI file with [s3] keys")
+    sub = parser.add_subparsers(dest="command")
+    sub.required = True
+    user = sub.add_parser("create-user", help="create the RGW user with the file's keys")
+    user.add_argument("uid")
+    user.add_argument("--display-name", required=True)
+    bucket = sub.add_parser("create-bucket", help="create a bucket")
+    bucket.add_argument("bucket")
+    lifecycle = sub.add_parser("put-lifecycle", help="replace a bucket's lifecycle rules")
+    lifecycle.add_argument("bucket")
+    lifecycle.add_argument("--rules-json", required=True, help="JSON list of S3 rules")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        config = load_config(args.config)
+        if args.command == "create-user":
+            create_user(config, args.uid, args.display_name)
+        elif args.command == "create-bucket":
+            create_bucket(config, args.bucket)
+        else:
+            put_lifecycle(config, args.bucket, args.rules_json)
+    except Failure as exc:
+        message = str(exc)
+        if not message.startswith("S3 tier:"):
+            message = "S3 tier: " + message
+        sys.stderr.write(message + "\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Stage 2b "S3 tier": rgw_dns_name, the RGW user, the bucket, its lifecycle and quota.
+
+Runs on the single ``ceph_admin`` host. Reads go through ``radosgw-admin``/``ceph`` facts;
+the writes that need S3 keys go through ``deploys/remote/s3admin.py`` on that host, which
+reads the keys from a private file (``ADMIN_CONFIG``) so they never appear on a command line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import files
+
+from deploys.operations import files as kvfiles
+from deploys.operations import s3
+from deploys.preflight import Preflight
+from deploys.settings import HostSettings, SettingsError
+
+SCRIPT_DIR = "/usr/local/lib/kvceph"
+ADMIN_SCRIPT = f"{SCRIPT_DIR}/s3admin.py"
+ADMIN_DIR = "/etc/kvceph/admin"
+ADMIN_CONFIG = f"{ADMIN_DIR}/s3-admin.ini"
+SCRIPT_SOURCE = Path(__file__).resolve().parent / "remote" / "s3admin.py"
+ALLOW_REMOVAL_KEY = "kvceph_allow_lifecycle_removal"
+
+
+def admin_config(me: HostSettings, access_key, secret_key) -> str:
+    """INI text for s3admin.py; the only place the keys are revealed."""
+    return (
+        "# kvceph S3 tier: keys of the LMCache RGW user (written by pyinfra; 0600)\n"
+        "[s3]\n"
+        f"endpoint = {me.s3.admin_endpoint}\n"
+        f"region = {me.s3.region}\n"
+        f"access_key = {access_key.reveal()}\n"
+        f"secret_key = {secret_key.reveal()}\n"
+    )
+
+
+def allow_lifecycle_removal(data) -> bool:
+    """The operator's opt-in (``--data kvceph_allow_lifecycle_removal=true``), checked."""
+    value = data.get(ALLOW_REMOVAL_KEY, False)
+    if not isinstance(value, bool):
+        raise SettingsError(
+            f"{host.name}: {ALLOW_REMOVAL_KEY} = {value!r}: must be True or False; "
+            f"fix: pass --data {ALLOW_REMOVAL_KEY}=true"
+        )
+    return value
+
+
+@deploy("S3 tier")
+def apply(me: HostSettings, checked: Preflight):
+    """Give LMCache its bucket: virtual-host name, user with the operator's keys, lifecycle."""
+    ceph = me.ceph
+    timeout = ceph.command_timeout if ceph else 60
+    connect_timeout = ceph.connect_timeout if ceph else 10
+    creds = checked.credentials
+
+    s3.rgw_dns_name(
+        name=f"rgw_dns_name {me.rgw.dns_name} (virtual-hosted buckets)",
+        dns_name=me.rgw.dns_name,
+        managed_by=me.rgw.managed_by,
+        service_name=me.rgw.service_name,
+        connect_timeout=connect_timeout,
+        command_timeout=timeout,
+    )
+
+    files.directory(
+        name=f"Directory {SCRIPT_DIR}", path=SCRIPT_DIR, user="root", group="root", mode="755"
+    )
+    kvfiles.atomic_file(
+        name=f"S3 admin helper {ADMIN_SCRIPT}",
+        path=ADMIN_SCRIPT,
+        content=SCRIPT_SOURCE.read_text(),
+        mode="0755",
+    )
+    files.directory(
+        name=f"Private directory {ADMIN_DIR}", path=ADMIN_DIR, user="root", group="root", mode="700"
+    )
+    kvfiles.private_file(
+        name=f"S3 admin credentials {ADMIN_CONFIG}",
+        path=ADMIN_CONFIG,
+        content=admin_config(me, creds.access_key, creds.secret_key),
+        user="root",
+        group="root",
+        mode="0600",
+    )
+
+    s3.user(
+        name=f"RGW user {me.s3.user}",
+        uid=me.s3.user,
+        display_name=me.s3.user_display_name,
+        access_key=creds.access_key,
+        secret_key=creds.secret_key,
+        admin_script=ADMIN_SCRIPT,
+        admin_config=ADMIN_CONFIG,
+        timeout=timeout,
+    )
+    if me.s3.quota_max_size_gb is not None:
+        s3.user_bucket_quota(
+            name=f"Bucket quota {me.s3.quota_max_size_gb} GiB for user {me.s3.user}",
+            uid=me.s3.user,
+            max_size_gb=me.s3.quota_max_size_gb,
+            timeout=timeout,
+        )
+    s3.bucket(
+        name=f"Bucket {me.s3.bucket}",
+        bucket_name=me.s3.bucket,
+        owner=me.s3.user,
+        admin_script=ADMIN_SCRIPT,
+        admin_config=ADMIN_CONFIG,
+        timeout=timeout,
+    )
+    s3.bucket_lifecycle(
+        name=f"Lifecycle of bucket {me.s3.bucket}",
+        bucket_name=me.s3.bucket,
+        rules=s3.lifecycle_rules(
+            me.s3.lifecycle_rule_id, me.s3.expiration_days, me.s3.abort_multipart_days
+        ),
+        admin_script=ADMIN_SCRIPT,
+        admin_config=ADMIN_CONFIG,
+        allow_removal=allow_lifecycle_removal(host.data),
+        timeout=timeout,
+    )

@@ -1,0 +1,21 @@
+"""Deploy file for test_s3_local.py: the real "S3 tier" stage against a local Ceph.
+
+The full preflight wants inference hosts; this test has only the Ceph admin host, so it
+builds the same Preflight by hand. Paths are redirected into the test's temp directory.
+"""
+
+import os
+
+from pyinfra import host
+
+from deploys import s3_tier, secrets, settings
+from deploys.preflight import Preflight
+
+root = os.environ["KVCEPH_S3_TEST_ROOT"]
+s3_tier.SCRIPT_DIR = f"{root}/lib"
+s3_tier.ADMIN_SCRIPT = f"{root}/lib/s3admin.py"
+s3_tier.ADMIN_DIR = f"{root}/admin"
+s3_tier.ADMIN_CONFIG = f"{root}/admin/s3-admin.ini"
+
+me = settings.load(host.data, host.name, list(host.groups))
+s3_tier.apply(me, Preflight({host.name: me}, [], secrets.load()))
