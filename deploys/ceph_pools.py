@@ -1,0 +1,69 @@
+"""Stage 1: pre-create the RGW pools (PG counts, size/min_size, application) on the admin host.
+
+Opt-ins, per run, on the command line:
+  --data kvceph_allow_data_movement=true   size changes and PG increases (they backfill data)
+  --data kvceph_allow_pg_decrease=true     PG merges
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api import OperationError, deploy
+
+from deploys import ceph_cli
+from deploys.operations import ceph
+from deploys.settings import HostSettings
+
+ALLOW_DATA_MOVEMENT = "kvceph_allow_data_movement"
+ALLOW_PG_DECREASE = "kvceph_allow_pg_decrease"
+
+
+def opt_in(data, key: str) -> bool:
+    """A one-run opt-in from ``--data key=true``; anything but a bool is a mistake."""
+    value = data.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise OperationError(f"{key} = {value!r}: must be true or false; fix: --data {key}=true")
+    return value
+
+
+def min_size_one_warning(me: HostSettings) -> str | None:
+    """The once-per-run warning for pools that serve I/O from a single replica."""
+    ones = [p.name for p in me.ceph.pools if p.min_size == 1]
+    if not ones or not me.ceph.warn_min_size_one:
+        return None
+    return (
+        f"kvceph: pools {', '.join(ones)} have min_size 1: they keep serving I/O with a single "
+        "replica, so a second failure during recovery loses writes; acceptable for a KV cache "
+        "that can be recomputed (silence with kvceph_ceph_warn_min_size_one = False)"
+    )
+
+
+@deploy("Ceph pools")
+def apply(me: HostSettings):
+    t = ceph_cli.timeouts(me.ceph)
+    allow_move = opt_in(host.data, ALLOW_DATA_MOVEMENT)
+    allow_decrease = opt_in(host.data, ALLOW_PG_DECREASE)
+    warning = min_size_one_warning(me)
+    if warning:
+        logger.warning(warning)
+
+    # One budget check for the whole plan: each pool's own op sees only the pools that exist.
+    ceph.pg_budget(
+        name="Check the PG budget of the planned pools",
+        pools=[{"name": p.name, "pg_num": p.pg_num, "size": p.size} for p in me.ceph.pools],
+        **t,
+    )
+    for p in me.ceph.pools:
+        ceph.pool(
+            name=f"Ceph pool {p.name}",
+            pool=p.name,
+            pg_num=p.pg_num,
+            size=p.size,
+            min_size=p.min_size,
+            application=p.application,
+            allow_data_movement=allow_move,
+            allow_pg_decrease=allow_decrease,
+            **t,
+        )

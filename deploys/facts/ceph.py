@@ -1,0 +1,239 @@
+"""Facts about a Ceph cluster, read through the ``ceph`` CLI on the admin host.
+
+Every fact takes ``connect_timeout`` and ``command_timeout`` so no read can hang a deploy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pyinfra.api import FactBase, StringCommand
+
+from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
+
+# OSDMap pool types (osd_types.h: TYPE_REPLICATED = 1, TYPE_ERASURE = 3).
+POOL_TYPES = {1: "replicated", 3: "erasure"}
+_ORCH_FAILED = "kvceph-orch-status-failed"
+_VERSION = re.compile(r"ceph version (\S+) \(\w+\) (\w+)")
+
+
+def _json(output: list[str]):
+    return json.loads("\n".join(output))
+
+
+class _CephFact(FactBase):
+    def command(
+        self,
+        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+        command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+    ):
+        return ceph(
+            *self.ceph_args, connect_timeout=connect_timeout, command_timeout=command_timeout
+        )
+
+
+class CephPools(_CephFact):
+    """
+    Pools by name, from ``ceph osd pool ls detail``.
+
+    .. code:: python
+
+        {
+            "default.rgw.buckets.data": {
+                "type": "replicated", "size": 2, "min_size": 1,
+                "pg_num": 2048, "pg_num_target": 2048,
+                "autoscale_mode": "off", "applications": ["rgw"],
+            },
+        }
+    """
+
+    ceph_args = ("osd", "pool", "ls", "detail")
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        pools = {}
+        for p in _json(output):
+            pools[p["pool_name"]] = {
+                "type": POOL_TYPES.get(p["type"], str(p["type"])),
+                "size": p["size"],
+                "min_size": p["min_size"],
+                "pg_num": p["pg_num"],
+                # Where Ceph is heading: pg_num itself moves there in steps (splits/merges).
+                "pg_num_target": p.get("pg_num_target", p["pg_num"]),
+                "autoscale_mode": p.get("pg_autoscale_mode", "off"),
+                "applications": sorted(p.get("application_metadata") or {}),
+            }
+        return pools
+
+
+class CephOsdStat(_CephFact):
+    """
+    OSD counts from ``ceph osd stat``: ``{"num_osds": 3, "num_up_osds": 3, "num_in_osds": 3}``.
+    """
+
+    ceph_args = ("osd", "stat")
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        stat = _json(output)
+        return {k: stat[k] for k in ("num_osds", "num_up_osds", "num_in_osds")}
+
+
+class CephConfigValue(FactBase):
+    """
+    One option as a daemon sees it (``ceph config get <who> <option>``), as a string.
+    """
+
+    @staticmethod
+    def default():
+        return None
+
+    def command(
+        self,
+        who: str,
+        option: str,
+        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+        command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+    ):
+        return ceph(
+            "config",
+            "get",
+            who,
+            option,
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+            json=False,
+        )
+
+    def process(self, output):
+        return "\n".join(output).strip()
+
+
+class CephVersions(_CephFact):
+    """
+    Versions the cluster's daemons run (``ceph versions``); ``oldest`` decides what specs
+    the cluster accepts while an upgrade is half done.
+
+    .. code:: python
+
+        {"oldest": "16.2.15", "release": "pacific", "versions": ["16.2.15"]}
+    """
+
+    ceph_args = ("versions",)
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        found = {}
+        for line in _json(output).get("overall", {}):
+            m = _VERSION.match(line)
+            if m:
+                found[m.group(1)] = m.group(2)
+        if not found:
+            return None
+        oldest = min(found, key=version_key)
+        return {"oldest": oldest, "release": found[oldest], "versions": sorted(found)}
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """'19.2.1-222.el9cp' -> (19, 2, 1, 222): comparable, downstream build last."""
+    return tuple(int(n) for n in re.findall(r"\d+", version.split(".el")[0])[:4])
+
+
+class CephOrchStatus(FactBase):
+    """
+    Whether an orchestrator backend (cephadm, rook) answers ``ceph orch status``.
+
+    A cluster without one is a normal state (packages, not cephadm), so the failure is data:
+    ``{"available": False, "backend": None, "error": "Error ENOENT: No orchestrator ..."}``.
+    """
+
+    @staticmethod
+    def default():
+        return None
+
+    def command(
+        self,
+        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+        command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+    ):
+        return StringCommand(
+            ceph(
+                "orch", "status", connect_timeout=connect_timeout, command_timeout=command_timeout
+            ),
+            "2>&1",
+            "||",
+            "echo",
+            f"{_ORCH_FAILED}=$?",
+        )
+
+    def process(self, output):
+        lines = [line for line in output if line.strip()]
+        if lines and lines[-1].startswith(_ORCH_FAILED):
+            error = " ".join(lines[:-1]).strip() or lines[-1]
+            return {"available": False, "backend": None, "error": error}
+        status = _json(lines)
+        return {
+            "available": bool(status.get("available")),
+            "backend": status.get("backend"),
+            "error": status.get("message") or None,
+        }
+
+
+class CephOrchHosts(_CephFact):
+    """
+    Orchestrator hosts and their labels (``ceph orch host ls``): ``{"ceph1": ["_admin", "rgw"]}``.
+    """
+
+    ceph_args = ("orch", "host", "ls")
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        return {h["hostname"]: sorted(h.get("labels") or []) for h in _json(output)}
+
+
+class CephServiceSpec(FactBase):
+    """
+    The exported spec of one orchestrator service (``ceph orch ls --service_name <name>
+    --export``), or None when the service does not exist.
+    """
+
+    @staticmethod
+    def default():
+        return None
+
+    def command(
+        self,
+        service_name: str,
+        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+        command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+    ):
+        return ceph(
+            "orch",
+            "ls",
+            "--service_name",
+            service_name,
+            "--export",
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+        )
+
+    def process(self, output):
+        text = "\n".join(output).strip()
+        # Pacific prints this sentence (exit 0) even with -f json when nothing matches.
+        if not text or text == "No services reported":
+            return None
+        specs = json.loads(text)
+        return specs[0] if specs else None

@@ -1,0 +1,317 @@
+"""Manage Ceph pools, orchestrator service specs and host labels through the ``ceph`` CLI."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import yaml
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
+
+from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
+from deploys.facts.ceph import (
+    CephConfigValue,
+    CephOrchHosts,
+    CephOsdStat,
+    CephPools,
+    CephServiceSpec,
+)
+
+# OSDMonitor::check_pg_num divides by at least 3 OSDs ("num_in_osds 3" on a 2-OSD cluster).
+MIN_OSDS_IN_PG_LIMIT = 3
+OPT_IN_DATA_MOVEMENT = "--data kvceph_allow_data_movement=true"
+OPT_IN_PG_DECREASE = "--data kvceph_allow_pg_decrease=true"
+
+
+def _int_config(who: str, option: str, timeouts: dict) -> int:
+    raw = host.get_fact(CephConfigValue, who=who, option=option, **timeouts)
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise OperationError(
+            f"ceph config get {who} {option} returned {raw!r}, not a number"
+        ) from None
+
+
+def pg_budget_report(
+    pools: dict, desired: list[dict], max_per_osd: int, num_in_osds: int, default_size: int
+) -> tuple[int, int, int, str]:
+    """Project the cluster's PG replicas after ``desired``; (current, projected, limit, detail).
+
+    Mirrors the monitor's check: sum of pg_num_target x size over all pools, against
+    mon_max_pg_per_osd x max(in OSDs, 3). Pools the autoscaler owns keep their PG count.
+    """
+    current = {n: p["pg_num_target"] * p["size"] for n, p in pools.items()}
+    projected = dict(current)
+    changes = []
+    for want in desired:
+        have = pools.get(want["name"])
+        size = want.get("size") or (have["size"] if have else default_size)
+        if have is not None and have["autoscale_mode"] == "on":
+            pg = have["pg_num_target"]
+        else:
+            pg = want["pg_num"]
+        projected[want["name"]] = pg * size
+        if projected[want["name"]] != current.get(want["name"]):
+            changes.append(f"{want['name']} {pg} PGs x size {size}")
+    limit = max_per_osd * max(num_in_osds, MIN_OSDS_IN_PG_LIMIT)
+    return sum(current.values()), sum(projected.values()), limit, ", ".join(changes)
+
+
+@operation(is_idempotent=True)
+def pg_budget(
+    pools: list[dict],
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+):
+    """
+    Refuse, before any pool is touched, a pool plan the monitors would reject with ERANGE.
+
+    + pools: the desired pools, ``[{"name": ..., "pg_num": ..., "size": ...}]`` (size None:
+      the cluster's osd_pool_default_size)
+    + connect_timeout / command_timeout: seconds for each ``ceph`` call
+
+    Only reads; raises OperationError with the arithmetic when the plan does not fit.
+
+    **Example:**
+
+    .. code:: python
+
+        ceph.pg_budget(pools=[{"name": "default.rgw.buckets.data", "pg_num": 2048, "size": 2}])
+    """
+    t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
+    existing = host.get_fact(CephPools, **t)
+    stat = host.get_fact(CephOsdStat, **t)
+    if existing is None or stat is None:
+        raise OperationError("cannot read the pools or OSD count from the cluster")
+    max_per_osd = _int_config("mon", "mon_max_pg_per_osd", t)
+    default_size = _int_config("mon", "osd_pool_default_size", t)
+    current, projected, limit, changes = pg_budget_report(
+        existing, pools, max_per_osd, stat["num_in_osds"], default_size
+    )
+    osds = max(stat["num_in_osds"], MIN_OSDS_IN_PG_LIMIT)
+    arithmetic = f"mon_max_pg_per_osd {max_per_osd} x {osds} OSDs"
+    if projected > limit and projected > current:
+        raise OperationError(
+            f"PG budget: {changes} would bring the cluster to {projected} PG replicas, over "
+            f"the monitors' limit {limit} ({arithmetic}; Ceph counts at least 3 OSDs) and Ceph "
+            "would refuse with ERANGE; fix: lower pg_num/size in kvceph_ceph_pools, add OSDs, "
+            "or raise mon_max_pg_per_osd"
+        )
+    host.noop(f"PG budget: {projected} of {limit} PG replicas ({arithmetic})")
+    yield from ()  # a check: reads facts, never changes the cluster
+
+
+@operation(is_idempotent=True)
+def pool(
+    pool: str,
+    pg_num: int,
+    size: int | None = None,
+    min_size: int | None = None,
+    application: str | None = None,
+    allow_data_movement: bool = False,
+    allow_pg_decrease: bool = False,
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+):
+    """
+    Create a replicated pool, or bring an existing one to the wanted parameters.
+
+    + pool: pool name
+    + pg_num: wanted PG count (compared against pg_num_target: big pools split in steps)
+    + size / min_size: replicas, and replicas needed to serve I/O (None: leave as is)
+    + application: application to enable (e.g. ``rgw``)
+    + allow_data_movement: permit changes that backfill data (size change, PG increase)
+    + allow_pg_decrease: permit PG merges (pg_num decrease)
+    + connect_timeout / command_timeout: seconds for each ``ceph`` call
+
+    min_size and the application are safe to fix in place. A size change or PG increase moves
+    data and needs ``allow_data_movement``; a decrease needs ``allow_pg_decrease``; a pool of
+    another type is refused (Ceph cannot convert it). With ``pg_autoscale_mode on`` the
+    autoscaler owns pg_num and this operation says so instead of fighting it.
+
+    **Example:**
+
+    .. code:: python
+
+        ceph.pool(pool="default.rgw.buckets.index", pg_num=64, application="rgw")
+    """
+    t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
+    pools = host.get_fact(CephPools, **t)
+    if pools is None:
+        raise OperationError(f"pool {pool}: cannot read the cluster's pools")
+    have = pools.get(pool)
+
+    if have is None:
+        # `osd pool create` exits 0 with "already exists" on a pool it did not create, so the
+        # decision is this fact, never its exit status. Size goes in at creation: the monitor's
+        # PG check then counts the real size, and no replicas are made only to be dropped.
+        create: list = ["osd", "pool", "create", pool, pg_num, pg_num, "replicated"]
+        if size is not None:
+            create += ["--size", size]
+        yield ceph(*create, **t, json=False)
+        if min_size is not None:
+            yield ceph("osd", "pool", "set", pool, "min_size", min_size, **t, json=False)
+        if application:
+            yield ceph("osd", "pool", "application", "enable", pool, application, **t, json=False)
+        return
+
+    refusals: list[str] = []
+    notes: list[str] = []
+    commands: list[StringCommand] = []
+
+    if have["type"] != "replicated":
+        raise OperationError(
+            f"pool {pool}: is {have['type']}, kvceph wants replicated and Ceph cannot change a "
+            "pool's type; fix: migrate and delete the pool by hand, or use another pool name"
+        )
+
+    new_size = size if size is not None else have["size"]
+    if min_size is not None and min_size > new_size:
+        refusals.append(f"min_size {min_size} exceeds size {new_size}")
+
+    set_min = min_size is not None and min_size != have["min_size"]
+    if set_min and min_size < have["min_size"]:
+        # Lowering first keeps min_size <= size at every step when size also drops.
+        commands.append(ceph("osd", "pool", "set", pool, "min_size", min_size, **t, json=False))
+        set_min = False
+
+    if size is not None and size != have["size"]:
+        if allow_data_movement:
+            commands.append(ceph("osd", "pool", "set", pool, "size", size, **t, json=False))
+        else:
+            refusals.append(
+                f"size {have['size']} -> {size} moves data (backfill); opt in with "
+                f"{OPT_IN_DATA_MOVEMENT}"
+            )
+    if set_min:
+        commands.append(ceph("osd", "pool", "set", pool, "min_size", min_size, **t, json=False))
+
+    target = have["pg_num_target"]
+    if have["autoscale_mode"] == "on":
+        if pg_num != target:
+            notes.append(
+                f"pg_autoscale_mode is on: the autoscaler owns pg_num ({target}, wanted "
+                f"{pg_num}); set pg_autoscale_mode off on the pool to pin it"
+            )
+    elif pg_num > target:
+        if allow_data_movement:
+            commands.append(ceph("osd", "pool", "set", pool, "pg_num", pg_num, **t, json=False))
+        else:
+            refusals.append(
+                f"pg_num {target} -> {pg_num} splits PGs and moves data; opt in with "
+                f"{OPT_IN_DATA_MOVEMENT}"
+            )
+    elif pg_num < target:
+        if allow_pg_decrease:
+            commands.append(ceph("osd", "pool", "set", pool, "pg_num", pg_num, **t, json=False))
+        else:
+            refusals.append(
+                f"pg_num {target} -> {pg_num} merges PGs and moves data; opt in with "
+                f"{OPT_IN_PG_DECREASE}"
+            )
+    if pg_num == target and have["pg_num"] != target:
+        notes.append(f"pg_num {have['pg_num']} is still moving to {target}")
+
+    if application and application not in have["applications"]:
+        if have["applications"]:
+            refusals.append(
+                f"already used by application {', '.join(have['applications'])}; Ceph wants "
+                f"--yes-i-really-mean-it to add {application}: do it by hand if intended"
+            )
+        else:
+            commands.append(
+                ceph("osd", "pool", "application", "enable", pool, application, **t, json=False)
+            )
+
+    if refusals:
+        raise OperationError(f"pool {pool}: refused: {'; '.join(refusals)}")
+    yield from commands
+    if not commands:
+        host.noop(f"pool {pool} is as wanted" + "".join(f"; {n}" for n in notes))
+
+
+def spec_differences(wanted, current, path: str = "") -> list[str]:
+    """Keys of ``wanted`` whose value differs in ``current`` (keys we do not set are ignored)."""
+    if isinstance(wanted, dict):
+        if not isinstance(current, dict):
+            return [path or "."]
+        diffs = []
+        for key, value in wanted.items():
+            diffs += spec_differences(value, current.get(key), f"{path}.{key}" if path else key)
+        return diffs
+    return [] if wanted == current else [path]
+
+
+@operation(is_idempotent=True)
+def service_spec(
+    spec: str,
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+):
+    """
+    Apply an orchestrator service spec (``ceph orch apply -i``) when the service differs.
+
+    + spec: the spec as YAML text (one service)
+    + connect_timeout / command_timeout: seconds for each ``ceph`` call
+
+    Compares only the keys the spec sets against ``ceph orch ls --export``: the orchestrator
+    adds its own defaults, which must not read as drift.
+
+    **Example:**
+
+    .. code:: python
+
+        ceph.service_spec(spec=open("rgw.yaml").read())
+    """
+    t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
+    wanted = yaml.safe_load(spec)
+    service_name = wanted.get("service_name") or (
+        f"{wanted['service_type']}.{wanted['service_id']}"
+    )
+    current = host.get_fact(CephServiceSpec, service_name=service_name, **t)
+    if current is not None:
+        diffs = spec_differences(wanted, current)
+        if not diffs:
+            host.noop(f"service {service_name} already has this spec")
+            return
+    remote = host.get_temp_filename(f"kvceph-spec-{service_name}")
+    yield FileUploadCommand(StringIO(spec), remote)
+    yield ceph("orch", "apply", "-i", remote, **t, json=False)
+    yield StringCommand("rm", "-f", remote)
+
+
+@operation(is_idempotent=True)
+def host_label(
+    ceph_host: str,
+    label: str,
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+):
+    """
+    Put an orchestrator label on a host (placement ``label:`` selects hosts by it).
+
+    + ceph_host: the host's name in ``ceph orch host ls`` (may differ from the inventory name)
+    + label: the label, e.g. ``rgw``
+    + connect_timeout / command_timeout: seconds for each ``ceph`` call
+
+    **Example:**
+
+    .. code:: python
+
+        ceph.host_label(ceph_host="ceph1", label="rgw")
+    """
+    t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
+    hosts = host.get_fact(CephOrchHosts, **t)
+    if hosts is None:
+        raise OperationError("cannot list the orchestrator's hosts")
+    if ceph_host not in hosts:
+        raise OperationError(
+            f"host {ceph_host} is not an orchestrator host (known: {', '.join(sorted(hosts))}); "
+            "fix: add it with `ceph orch host add`, or set kvceph_ceph_hostname on the inventory "
+            "host to its cephadm name"
+        )
+    if label in hosts[ceph_host]:
+        host.noop(f"host {ceph_host} already has label {label}")
+        return
+    yield ceph("orch", "host", "label", "add", ceph_host, label, **t, json=False)
