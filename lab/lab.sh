@@ -1,0 +1,316 @@
+#!/bin/bash
+# kvceph local lab: 4 Debian hosts (real systemd as PID 1) as systemd-nspawn containers on
+# overlayfs, each in its own network namespace on a bridge inside the lab netns "kvlab"
+# (10.213.7.0/24). The root namespace reaches the bridge through veth kvlab0 = 10.213.7.1/24, so
+# pyinfra / pytest / boto3 run unchanged on the controller. Ceph (mon, mgr, 2 memstore OSDs,
+# 2 radosgw, haproxy :80) runs inside ceph1. See lab/README.md.
+#
+# usage: lab.sh up | down | purge | status | replace HOST | stop HOST | start HOST
+#               | ssh HOST [CMD...] | build
+# All state under $KVCEPH_LAB_DIR (default /var/lib/kvceph-lab).
+set -euo pipefail
+LAB=${KVCEPH_LAB_DIR:-/var/lib/kvceph-lab}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+IMG=$LAB/image
+NET=10.213.7
+NS=kvlab            # lab netns holding the bridge
+BR=kvbr0            # bridge inside $NS
+RIF=kvlab0          # root-namespace end of the uplink veth (10.213.7.1/24)
+RIF_PEER=kvlab0-br  # its peer, enslaved to $BR inside $NS
+HOSTS="ceph1 gpu1 gpu2 gaudi1"
+CG=/sys/fs/cgroup
+S3_WAIT=${KVCEPH_LAB_S3_WAIT:-240}
+SSH_WAIT=${KVCEPH_LAB_SSH_WAIT:-60}
+
+ip_of() {
+  case $1 in
+  ceph1) echo $NET.11 ;; gpu1) echo $NET.21 ;; gpu2) echo $NET.22 ;; gaudi1) echo $NET.31 ;;
+  *) echo "unknown lab host: $1 (hosts: $HOSTS)" >&2; return 1 ;;
+  esac
+}
+log() { echo "[lab] $*" >&2; }
+die() { echo "[lab] ERROR: $*" >&2; exit 1; }
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
+
+cg_dirs() {  # cgroup dirs a host's launcher is put in (pure v2 host, or hybrid v1+v2 host)
+  if [ -f $CG/cgroup.controllers ]; then echo $CG/kvlab/$1
+  else echo $CG/unified/kvlab/$1 $CG/systemd/kvlab/$1; fi
+}
+
+need_root() { [ "$(id -u)" = 0 ] || die "must run as root"; }
+
+ensure_host_packages() {
+  local missing=""
+  command -v systemd-nspawn >/dev/null || missing+=" systemd-container"
+  command -v mmdebstrap >/dev/null || missing+=" mmdebstrap"
+  command -v ip >/dev/null || missing+=" iproute2"
+  command -v ssh-keygen >/dev/null || missing+=" openssh-client"
+  command -v curl >/dev/null || missing+=" curl"
+  [ -z "$missing" ] && return 0
+  log "apt-get install$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends $missing >/dev/null 2>&1 ||
+    { apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null &&
+      apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends $missing >/dev/null; }
+}
+
+# ---------------------------------------------------------------- keys
+ensure_client_key() {
+  mkdir -p "$LAB"; chmod 700 "$LAB"
+  [ -f "$LAB/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C kvceph-lab -f "$LAB/id_ed25519"
+}
+new_host_key() {  # new_host_key HOST: (re)generate HOST's ssh host key on the controller
+  local d=$LAB/hostkeys/$1
+  rm -rf "$d"; mkdir -p "$d"
+  ssh-keygen -q -t ed25519 -N '' -C "root@$1" -f "$d/ssh_host_ed25519_key"
+}
+ensure_host_key() { [ -f "$LAB/hostkeys/$1/ssh_host_ed25519_key" ] || new_host_key "$1"; }
+write_known_hosts() {  # one line for the IP and one for the name of every host with a key
+  local h tmp=$LAB/known_hosts.tmp key
+  : >"$tmp"
+  for h in $HOSTS; do
+    [ -f "$LAB/hostkeys/$h/ssh_host_ed25519_key.pub" ] || continue
+    key=$(cut -d' ' -f1,2 "$LAB/hostkeys/$h/ssh_host_ed25519_key.pub")
+    printf '%s %s\n%s %s\n' "$(ip_of "$h")" "$key" "$h" "$key" >>"$tmp"
+  done
+  mv "$tmp" "$LAB/known_hosts"
+}
+
+# ---------------------------------------------------------------- network
+ensure_net() {
+  if ! ip netns list | grep -qw "^$NS"; then
+    ip netns add $NS
+  fi
+  ip -n $NS link set lo up
+  ip -n $NS link show $BR >/dev/null 2>&1 || ip -n $NS link add $BR type bridge
+  ip -n $NS link set $BR up
+  if ! ip link show $RIF >/dev/null 2>&1; then
+    ip -n $NS link del $RIF_PEER 2>/dev/null || true
+    ip link add $RIF type veth peer name $RIF_PEER netns $NS
+  fi
+  ip -n $NS link set $RIF_PEER master $BR up
+  ip addr show dev $RIF | grep -q "inet $NET.1/24" || ip addr add $NET.1/24 dev $RIF
+  ip link set $RIF up
+}
+teardown_net() {
+  ip link del $RIF 2>/dev/null || true
+  ip netns del $NS 2>/dev/null || true
+}
+
+# ---------------------------------------------------------------- hosts
+pid_of() {  # pid of HOST's nspawn launcher if it is running
+  local f=$LAB/hosts/$1/pid p
+  [ -f "$f" ] || return 1
+  p=$(cat "$f")
+  [ "$(cat /proc/"$p"/comm 2>/dev/null)" = systemd-nspawn ] || return 1
+  echo "$p"
+}
+running() { pid_of "$1" >/dev/null; }
+
+inject() {  # inject HOST MERGED: per-host files written into the overlay before boot
+  local h=$1 M=$2 o
+  echo "$h" >"$M/etc/hostname"
+  {
+    printf '127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost ip6-loopback\n' "$h"
+    for o in $HOSTS; do printf '%s %s\n' "$(ip_of "$o")" "$o"; done
+  } >"$M/etc/hosts.kvlab"
+  # keep lines other code (the deploy) added to /etc/hosts on a restarted host
+  [ -f "$M/etc/hosts" ] && grep -v -e '^127\.' -e '^::1 ' -e "^$NET\.[0-9]* [a-z0-9]*$" "$M/etc/hosts" \
+    >>"$M/etc/hosts.kvlab" || true
+  mv "$M/etc/hosts.kvlab" "$M/etc/hosts"
+  install -m600 "$LAB/hostkeys/$h/ssh_host_ed25519_key" "$M/etc/ssh/ssh_host_ed25519_key"
+  install -m644 "$LAB/hostkeys/$h/ssh_host_ed25519_key.pub" "$M/etc/ssh/ssh_host_ed25519_key.pub"
+  install -d -m700 "$M/root/.ssh"
+  install -m600 "$LAB/id_ed25519.pub" "$M/root/.ssh/authorized_keys"
+  for o in e2scrub_reap.service smartmontools.service rbdmap.service lvm2-monitor.service \
+           lvm2-lvmpolld.socket dm-event.socket blk-availability.service; do
+    ln -sfn /dev/null "$M/etc/systemd/system/$o"   # memory/CPU only, nothing to do in a lab host
+  done
+  if [ "$h" = ceph1 ]; then
+    install -m755 "$HERE/ceph/kvlab-ceph-start" "$HERE/ceph/kvlab-ceph-stop" "$M/usr/local/sbin/"
+    install -m644 "$HERE/ceph/kvlab-ceph.service" "$HERE/ceph/kvlab-rgw@.service" "$M/etc/systemd/system/"
+    install -m644 "$HERE/ceph/haproxy.cfg" "$M/etc/haproxy/haproxy.cfg"
+    mkdir -p "$M/etc/systemd/system/multi-user.target.wants"
+    ln -sfn ../kvlab-ceph.service "$M/etc/systemd/system/multi-user.target.wants/kvlab-ceph.service"
+    for o in gw1 gw2; do
+      ln -sfn ../kvlab-rgw@.service "$M/etc/systemd/system/multi-user.target.wants/kvlab-rgw@$o.service"
+    done
+    ln -sfn /lib/systemd/system/haproxy.service "$M/etc/systemd/system/multi-user.target.wants/haproxy.service"
+  fi
+}
+
+start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its overlay upper dir
+  local h=$1 R=$LAB/hosts/$1 M=$LAB/hosts/$1/merged lower=$IMG/base join="" d ip
+  ip=$(ip_of "$h")
+  if running "$h"; then log "$h already running (pid $(pid_of "$h"))"; return 0; fi
+  cleanup_host "$h"   # leftovers of a crashed launcher
+  [ "$h" = ceph1 ] && lower=$IMG/ceph:$IMG/base
+  mkdir -p "$R/upper" "$R/work" "$M"
+  mount -t overlay overlay -o "lowerdir=$lower,upperdir=$R/upper,workdir=$R/work" "$M"
+  ensure_host_key "$h"
+  inject "$h" "$M"
+  ip netns add "kvlab-$h"
+  ip -n "kvlab-$h" link set lo up
+  ip -n $NS link add "kv-$h" type veth peer name eth0 netns "kvlab-$h"
+  ip -n $NS link set "kv-$h" master $BR up
+  ip -n "kvlab-$h" addr add "$ip/24" dev eth0
+  ip -n "kvlab-$h" link set eth0 up
+  for d in $(cg_dirs "$h"); do mkdir -p "$d"; join+="echo \$\$ > $d/cgroup.procs; "; done
+  # fd 9 (our lock) must not leak into the long-running launcher
+  setsid bash -c "$join exec systemd-nspawn -q -b -D $M -M $h --register=no --keep-unit \
+    --network-namespace-path=/run/netns/kvlab-$h --resolv-conf=off --timezone=off --link-journal=no" \
+    >"$R/console.log" 2>&1 </dev/null 9>&- &
+  echo $! >"$R/pid"
+  log "$h booting (pid $!, $ip)"
+}
+
+cleanup_host() {  # unmount, delete netns and cgroup dirs of a host whose launcher is gone
+  local h=$1 M=$LAB/hosts/$1/merged d
+  if mountpoint -q "$M" 2>/dev/null; then umount "$M" 2>/dev/null || umount -l "$M"; fi
+  ip netns del "kvlab-$h" 2>/dev/null || true
+  ip -n $NS link del "kv-$h" 2>/dev/null || true
+  for d in $(cg_dirs "$h"); do [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; done
+  rm -f "$LAB/hosts/$h/pid"
+}
+
+stop_hosts() {  # stop_hosts HOST...: SIGTERM the nspawn launchers (= clean halt), wait, clean up
+  local h p t
+  for h in "$@"; do
+    p=$(pid_of "$h") || continue
+    kill -TERM "$p" 2>/dev/null || true
+  done
+  for h in "$@"; do
+    p=$(pid_of "$h") || { cleanup_host "$h"; continue; }
+    for t in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$p" 2>/dev/null; then log "$h: no clean halt in 30 s, SIGKILL"; kill -KILL "$p" 2>/dev/null || true; sleep 0.5; fi
+    log "$h stopped"
+    cleanup_host "$h"
+  done
+}
+
+ssh_answers() { timeout 1 bash -c "exec 3<>/dev/tcp/$1/22; head -c4 <&3" 2>/dev/null | grep -q SSH; }
+wait_ssh() {  # wait_ssh HOST...
+  local h end=$(($(date +%s) + SSH_WAIT))
+  for h in "$@"; do
+    until ssh_answers "$(ip_of "$h")"; do
+      running "$h" || die "$h: launcher exited; see $LAB/hosts/$h/console.log"
+      [ "$(date +%s)" -lt $end ] || die "$h: sshd not answering after ${SSH_WAIT}s; see $LAB/hosts/$h/console.log"
+      sleep 0.1
+    done
+  done
+}
+s3_answers() { curl -s -m 3 "http://$NET.11:80/" 2>/dev/null | grep -q ListAllMyBucketsResult; }
+wait_s3() {
+  local end=$(($(date +%s) + S3_WAIT)) n=0
+  until s3_answers; do
+    running ceph1 || die "ceph1 is not running"
+    n=$((n + 1))
+    if [ $((n % 10)) = 0 ] && lab_ssh ceph1 systemctl is-failed -q kvlab-ceph 2>/dev/null; then end=0; fi
+    [ "$(date +%s)" -lt $end ] || {
+      lab_ssh ceph1 'systemctl --no-pager status kvlab-ceph kvlab-rgw@gw1 haproxy | tail -40' >&2 || true
+      die "S3 on http://$NET.11:80/ not answering after ${S3_WAIT}s (ceph logs: /var/lib/kvlab-ceph/log in ceph1)"
+    }
+    sleep 0.3
+  done
+}
+
+lab_ssh() {  # lab_ssh HOST [CMD...]
+  local h=$1; shift
+  ssh -i "$LAB/id_ed25519" -o UserKnownHostsFile="$LAB/known_hosts" -o StrictHostKeyChecking=yes \
+    -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR "root@$(ip_of "$h")" "$@"
+}
+
+lock() { mkdir -p "$LAB"; exec 9>"$LAB/.lock"; flock 9; }
+
+build() { ensure_host_packages; "$HERE/image/build.sh" all; }
+
+# ---------------------------------------------------------------- commands
+cmd_up() {
+  local t0 h
+  t0=$(now)
+  build
+  ensure_client_key
+  for h in $HOSTS; do ensure_host_key "$h"; done
+  write_known_hosts
+  ensure_net
+  for h in $HOSTS; do start_host "$h"; done
+  wait_ssh $HOSTS
+  log "sshd answers on all hosts ($(elapsed "$t0") s)"
+  wait_s3
+  summary "$t0"
+}
+
+summary() {
+  cat <<EOF
+== kvceph lab is up in $(elapsed "$1") s  (state: $LAB)
+   ceph1   $NET.11   Ceph Pacific: mon, mgr, 2 memstore OSDs, radosgw :7480/:7481, haproxy :80
+   gpu1    $NET.21
+   gpu2    $NET.22
+   gaudi1  $NET.31
+   S3:     http://$NET.11:80   (rgw_dns_name s3.kvlab: Host: <bucket>.s3.kvlab)
+   ssh:    ssh -i $LAB/id_ed25519 -o UserKnownHostsFile=$LAB/known_hosts root@$NET.11 ceph -s
+           (or: lab/lab.sh ssh ceph1 ceph -s)
+   stop:   lab/lab.sh down
+EOF
+}
+
+cmd_down() {
+  local h
+  # shellcheck disable=SC2086
+  stop_hosts $HOSTS
+  for h in $HOSTS; do cleanup_host "$h"; done
+  rm -rf "$LAB/hosts"          # next `up` boots fresh hosts (host keys are kept)
+  teardown_net
+  for d in $(cg_dirs x); do rmdir "$(dirname "$d")" 2>/dev/null || true; done
+  log "lab is down (cached image kept in $IMG; 'lab.sh purge' removes everything)"
+}
+
+cmd_status() {
+  local h p rc=0
+  for h in $HOSTS; do
+    if p=$(pid_of "$h"); then
+      if ssh_answers "$(ip_of "$h")"; then echo "$h $(ip_of "$h") up (pid $p)"
+      else echo "$h $(ip_of "$h") booting (pid $p, sshd not answering)"; rc=1; fi
+    else echo "$h $(ip_of "$h") down"; rc=1; fi
+  done
+  if s3_answers; then echo "s3 http://$NET.11:80 up"; else echo "s3 http://$NET.11:80 down"; rc=1; fi
+  return $rc
+}
+
+main() {
+  local cmd=${1:-help}; shift || true
+  case $cmd in
+  up) need_root; lock; cmd_up ;;
+  down) need_root; lock; cmd_down ;;
+  purge)
+    need_root; lock; cmd_down
+    case $LAB in /|/var|/var/lib|/root|/tmp|"") die "refusing to delete $LAB" ;; esac
+    exec 9>&-; rm -rf "$LAB"; log "purged $LAB" ;;
+  status) cmd_status ;;
+  build) need_root; lock; build ;;
+  stop)
+    [ $# -ge 1 ] || die "usage: lab.sh stop HOST..."
+    need_root; lock; for h in "$@"; do ip_of "$h" >/dev/null; done; stop_hosts "$@" ;;
+  start)
+    [ $# -ge 1 ] || die "usage: lab.sh start HOST..."
+    need_root; lock; ensure_client_key; ensure_net
+    for h in "$@"; do start_host "$h"; done
+    wait_ssh "$@"
+    for h in "$@"; do [ "$h" = ceph1 ] && wait_s3; done
+    log "started: $*" ;;
+  replace)
+    [ $# -eq 1 ] || die "usage: lab.sh replace HOST"
+    need_root; lock; local h=$1 t0; t0=$(now); ip_of "$h" >/dev/null
+    ensure_client_key; ensure_net
+    stop_hosts "$h"
+    rm -rf "$LAB/hosts/$h"           # blank disk
+    new_host_key "$h"; write_known_hosts
+    start_host "$h"; wait_ssh "$h"
+    [ "$h" = ceph1 ] && wait_s3
+    log "$h replaced: blank disk, new host key (known_hosts updated) in $(elapsed "$t0") s" ;;
+  ssh) [ $# -ge 1 ] || die "usage: lab.sh ssh HOST [CMD...]"; lab_ssh "$@" ;;
+  *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+  esac
+}
+main "$@"
