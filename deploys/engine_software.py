@@ -1,0 +1,160 @@
+"""Stage 3: the service user and the pinned engine (vLLM or the lab engine + LMCache) in a venv.
+
+A replaced node arrives blank, so this stage creates everything the later stages assume. The
+versions it finds decide whether pip runs at all, and a host whose engine version does not
+match its profile is refused: the kv-transfer JSON and the LMCache YAML are version-specific.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import DeployError, deploy
+from pyinfra.operations import files, server
+
+from deploys import render, versions
+from deploys.facts.engine import EngineVersions
+from deploys.operations import engine as engine_ops
+from deploys.settings import EngineProfile, HostSettings
+
+# The real engine. A profile that does not pin it ships an engine that *emulates* vLLM (the
+# lab engine): its vLLM version is the profile's declared vllm_version.
+VLLM = "vllm"
+LMCACHE = "lmcache"
+
+
+def engine_distribution(profile: EngineProfile) -> str:
+    """The distribution that provides the engine: ``vllm`` when pinned, else the one other pin.
+
+    Raises ValueError when the profile does not say it unambiguously.
+    """
+    pins = engine_ops.parse_pins(profile.packages)
+    if VLLM in pins:
+        return VLLM
+    others = [n for n in pins if n != LMCACHE]
+    if len(others) != 1:
+        raise ValueError(
+            f"profile {profile.name!r} pins no vllm and {len(others)} other engine packages "
+            f"({', '.join(others) or 'none'}); pin vllm, or exactly one emulating engine"
+        )
+    return others[0]
+
+
+def engine_vllm_version(
+    profile: EngineProfile, installed: dict[str, str]
+) -> tuple[str | None, str]:
+    """(vLLM version the engine speaks, where that came from) for the installed packages."""
+    dist = engine_distribution(profile)
+    if dist == VLLM:
+        return installed.get(VLLM), "installed vllm"
+    if dist not in installed:
+        return None, f"{dist} not installed"
+    return profile.vllm_version, f"{dist} emulates the profile's vllm_version"
+
+
+def check_versions(me: HostSettings, installed: dict[str, str]) -> str | None:
+    """One-line error when the installed engine does not fit the profile, else None."""
+    profile = me.engine.profile
+    vllm, source = engine_vllm_version(profile, installed)
+    lmc = installed.get(LMCACHE)
+    if vllm is None or lmc is None:
+        missing = [n for n, v in ((engine_distribution(profile), vllm), (LMCACHE, lmc)) if not v]
+        return (
+            f"{me.host}: engine packages missing in {me.engine.venv}: {', '.join(missing)}; "
+            "fix: set kvceph_engine_install True or ship an image that carries them"
+        )
+    if not versions.pair_supported(vllm, lmc):
+        return (
+            f"{me.host}: vLLM {vllm} ({source}) with LMCache {lmc} is not a supported pair; "
+            f"fix: use one of {sorted(versions.SUPPORTED_PAIRS)}"
+        )
+    if versions.minor(vllm) != profile.vllm_minor:
+        return (
+            f"{me.host}: installed vLLM {vllm} ({source}) differs from the profile's "
+            f"vllm_version {profile.vllm_version}: the rendered config would be for the wrong "
+            "version; fix: kvceph_engine_profile.vllm_version or reinstall"
+        )
+    if versions.lmcache_key(lmc) != versions.lmcache_key(profile.lmcache_version):
+        return (
+            f"{me.host}: installed LMCache {lmc} differs from the profile's "
+            f"{profile.lmcache_version}; fix: the profile or reinstall"
+        )
+    return None
+
+
+def wheels(directory: str) -> list[Path]:
+    """The controller's wheelhouse files, sorted; raises DeployError when there are none."""
+    path = Path(directory)
+    found = sorted(path.glob("*.whl")) if path.is_dir() else []
+    if not found:
+        raise DeployError(
+            f"controller: kvceph_engine_wheelhouse = {directory!r}: no *.whl files there; "
+            "fix: build the wheelhouse (pip wheel / pip download) or unset it"
+        )
+    return found
+
+
+@deploy("Engine software")
+def apply(me: HostSettings) -> None:
+    e = me.engine
+    pins = engine_ops.parse_pins(e.profile.packages)
+    engine_distribution(e.profile)  # fail early on an ambiguous profile
+    server.group(name=f"Group {e.service_user}", group=e.service_user, system=True)
+    server.user(
+        name=f"Service user {e.service_user}",
+        user=e.service_user,
+        group=e.service_user,
+        home=e.service_home,
+        shell="/usr/sbin/nologin",
+        system=True,
+        create_home=False,
+    )
+    files.directory(
+        name=f"Service home {e.service_home}",
+        path=e.service_home,
+        user=e.service_user,
+        group=e.service_user,
+        mode="0750",
+    )
+
+    if not e.install:
+        # The image carries the engine: only check it.
+        installed = host.get_fact(EngineVersions, venv=e.venv).get("packages", {})
+        error = check_versions(me, installed)
+        if error:
+            raise DeployError(error)
+        _log_version(me, installed)
+        return
+
+    # The pins are what pip will leave installed, so they are what is checked.
+    error = check_versions(me, pins)
+    if error:
+        raise DeployError(error)
+    _log_version(me, pins)
+
+    find_links = None
+    if e.wheelhouse:
+        find_links = render.WHEELHOUSE
+        files.directory(name="Wheelhouse directory", path=find_links, mode="0755")
+        for wheel in wheels(e.wheelhouse):
+            files.put(
+                name=f"Wheel {wheel.name}",
+                src=str(wheel),
+                dest=f"{find_links}/{wheel.name}",
+                mode="0644",
+            )
+    files.directory(name="Venv parent", path=str(Path(e.venv).parent), mode="0755")
+    engine_ops.venv_packages(
+        name=f"Engine packages in {e.venv}",
+        venv=e.venv,
+        packages=list(e.profile.packages),
+        index_url=None if find_links else e.index_url,
+        find_links=find_links,
+    )
+
+
+def _log_version(me: HostSettings, installed: dict[str, str]) -> None:
+    vllm, source = engine_vllm_version(me.engine.profile, installed)
+    if engine_distribution(me.engine.profile) != VLLM:
+        logger.info("%s: vLLM version %s: %s", me.host, vllm, source)

@@ -1,0 +1,220 @@
+"""Facts about the inference engine on a host: software, accelerators, the running service."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+# Runs in the venv's own python: what *that* interpreter imports is what the service runs.
+_VERSIONS_SCRIPT = (
+    "import sys, importlib.metadata as m\n"
+    "print('python', '.'.join(map(str, sys.version_info[:3])))\n"
+    "for d in m.distributions():\n"
+    "    n = d.metadata['Name']\n"
+    "    n and print('dist', n, d.version)\n"
+)
+
+
+def _norm(name: str) -> str:
+    """PEP 503 normalised distribution name (Lmcache_x -> lmcache-x)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class EngineVersions(FactBase):
+    """
+    Python version and installed distributions of the engine venv.
+
+    Returns ``{"python": "3.11.2", "packages": {"lmcache": "0.5.6", ...}}``; ``python`` is None
+    when the venv does not exist (a blank node).
+    """
+
+    default = dict
+
+    def command(self, venv: str, timeout: int = 60):
+        py = f"{venv}/bin/python"
+        return StringCommand(
+            "if test -x",
+            QuoteString(py),
+            "; then timeout",
+            str(timeout),
+            QuoteString(py),
+            "-c",
+            QuoteString(_VERSIONS_SCRIPT),
+            "; else echo novenv; fi",
+        )
+
+    def process(self, output):
+        python, packages = None, {}
+        for line in output:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "python":
+                python = parts[1]
+            elif len(parts) == 3 and parts[0] == "dist":
+                packages[_norm(parts[1])] = parts[2]
+        return {"python": python, "packages": dict(sorted(packages.items()))}
+
+
+# PCI vendor ids: NVIDIA and Habana Labs (Intel Gaudi).
+PCI_VENDORS = {"0x10de": "nvidia", "0x1da3": "gaudi"}
+
+
+class Accelerators(FactBase):
+    """
+    Accelerators visible on the host: PCI devices by vendor and the vendor tools.
+
+    Returns ``{"nvidia": {"pci_devices": 8, "tool": True}, "gaudi": {...}}``. NVIDIA counts
+    include NVSwitch and audio functions: presence is what is checked, not the count.
+    """
+
+    default = dict
+
+    command = (
+        'for f in /sys/bus/pci/devices/*/vendor; do test -r "$f" && echo pci $(cat "$f"); '
+        "done; for t in nvidia-smi hl-smi; do command -v $t >/dev/null 2>&1 && echo tool $t; "
+        "done; true"
+    )
+
+    def process(self, output):
+        found = {name: {"pci_devices": 0, "tool": False} for name in ("nvidia", "gaudi")}
+        tools = {"nvidia-smi": "nvidia", "hl-smi": "gaudi"}
+        for line in output:
+            parts = line.split()
+            if len(parts) != 2:
+                continue
+            if parts[0] == "pci" and parts[1].lower() in PCI_VENDORS:
+                found[PCI_VENDORS[parts[1].lower()]]["pci_devices"] += 1
+            elif parts[0] == "tool" and parts[1] in tools:
+                found[tools[parts[1]]]["tool"] = True
+        return found
+
+
+def accelerator_present(fact: dict, accelerator: str) -> bool:
+    """The host has at least one device of this accelerator on its PCI bus."""
+    return bool(fact.get(accelerator, {}).get("pci_devices"))
+
+
+class ServiceState(FactBase):
+    """
+    The engine unit as it runs: active state, main PID, whether systemd needs a daemon-reload,
+    and ``KVCEPH_DIGEST`` from the *running process's* environment (``/proc/<pid>/environ``).
+
+    The unit's configured environment (``systemctl show -p Environment``) would only say what
+    the next start will use; the process environment proves what is running now.
+    Returns ``{"active": "active", "enabled": True, "main_pid": 123, "need_reload": False,
+    "digest": "..."}``.
+    """
+
+    def default(self):
+        return {
+            "active": "unknown",
+            "enabled": False,
+            "main_pid": 0,
+            "need_reload": False,
+            "digest": None,
+        }
+
+    def command(self, unit: str = "vllm.service"):
+        u = QuoteString(unit)
+        return StringCommand(
+            "timeout 20 systemctl show",
+            "-p ActiveState -p UnitFileState -p MainPID -p NeedDaemonReload",
+            u,
+            "2>/dev/null; pid=$(timeout 20 systemctl show -p MainPID --value",
+            u,
+            '2>/dev/null); if [ -n "$pid" ] && [ "$pid" != 0 ] && [ -r /proc/$pid/environ ];'
+            " then tr '\\000' '\\n' < /proc/$pid/environ | grep '^KVCEPH_DIGEST=' || true; fi",
+        )
+
+    def process(self, output):
+        state = self.default()
+        for line in output:
+            key, _, value = line.strip().partition("=")
+            if key == "ActiveState":
+                state["active"] = value or "unknown"
+            elif key == "UnitFileState":
+                state["enabled"] = value in ("enabled", "static")
+            elif key == "MainPID" and value.isdigit():
+                state["main_pid"] = int(value)
+            elif key == "NeedDaemonReload":
+                state["need_reload"] = value == "yes"
+            elif key == "KVCEPH_DIGEST":
+                state["digest"] = value or None
+        if state["main_pid"] == 0:
+            # No process, so no running digest, whatever the environment said.
+            state["digest"] = None
+        return state
+
+
+class MemTotal(FactBase):
+    """Host RAM in bytes from /proc/meminfo (MemTotal), or None."""
+
+    command = "grep '^MemTotal:' /proc/meminfo"
+
+    def process(self, output):
+        for line in output:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "MemTotal:" and parts[1].isdigit():
+                unit = parts[2].lower() if len(parts) > 2 else "kb"
+                return int(parts[1]) * (1024 if unit == "kb" else 1)
+        return None
+
+
+_READY_SCRIPT = """
+import json, sys, urllib.request
+port, model, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+base = "http://127.0.0.1:%s" % port
+out = {"health": None, "choices": False, "error": None}
+try:
+    with urllib.request.urlopen(base + "/health", timeout=timeout) as r:
+        out["health"] = r.status
+    body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 8,
+                       "temperature": 0}).encode()
+    req = urllib.request.Request(base + "/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        answer = json.load(r)
+    out["choices"] = bool(answer.get("choices"))
+    if not out["choices"]:
+        out["error"] = "completion has no choices: %.200s" % json.dumps(answer)
+except Exception as exc:
+    if getattr(exc, "code", None) and out["health"] is None:
+        out["health"] = exc.code
+    out["error"] = ("%s: %s" % (type(exc).__name__, exc))[:300]
+print(json.dumps(out))
+"""
+
+
+class EngineReadiness(FactBase):
+    """
+    Read-only readiness probe: ``GET /health`` then a completion of 8 tokens on 127.0.0.1.
+
+    Returns ``{"health": 200, "choices": True, "error": None}``; ``error`` says what failed.
+    """
+
+    def default(self):
+        return {"health": None, "choices": False, "error": "no answer from the probe"}
+
+    def command(self, python: str, port: int, model: str, timeout: int = 60):
+        return StringCommand(
+            "timeout",
+            str(2 * timeout + 10),
+            QuoteString(python),
+            "-c",
+            QuoteString(_READY_SCRIPT),
+            str(port),
+            QuoteString(model),
+            str(timeout),
+            '2>&1 || echo \'{"health": null, "choices": false, "error": "probe failed"}\'',
+        )
+
+    def process(self, output):
+        for line in reversed(output):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    break
+        return {"health": None, "choices": False, "error": " ".join(output)[-300:] or None}

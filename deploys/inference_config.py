@@ -1,0 +1,110 @@
+"""Stage 4: LMCache config, the service user's AWS profile, /etc/hosts for virtual-hosted S3.
+
+Every file's text comes from ``deploys.render`` (pure); this stage only places it, atomically,
+with the owners and modes of docs/design.md "Files on inference hosts".
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.operations import files as pyinfra_files
+
+from deploys import render
+from deploys.facts.engine import MemTotal
+from deploys.operations import files
+from deploys.secrets import Secret
+from deploys.settings import HostSettings
+
+# Share of host RAM that LMCache's pinned CPU buffers may take before we warn.
+PINNED_RAM_WARN_FRACTION = 0.25
+_warned_dropped: set[tuple[str, ...]] = set()
+
+
+def pinned_ram_warning(me: HostSettings, mem_total: int | None) -> str | None:
+    """A warning when max_local_cpu_size x TP would pin too much of the host's RAM."""
+    if not mem_total:
+        return None
+    # LMCache allocates max_local_cpu_size GiB of pinned memory per worker, even with
+    # local_cpu false; there is one worker per tensor-parallel rank.
+    pinned = me.lmcache.max_local_cpu_size * (1 << 30) * me.engine.tensor_parallel_size
+    if pinned <= PINNED_RAM_WARN_FRACTION * mem_total:
+        return None
+    return (
+        f"{me.host}: kvceph_lmcache_max_local_cpu_size {me.lmcache.max_local_cpu_size:g} GB x "
+        f"TP {me.engine.tensor_parallel_size} pins {pinned / (1 << 30):.1f} GiB, over "
+        f"{PINNED_RAM_WARN_FRACTION:.0%} of the host's {mem_total / (1 << 30):.1f} GiB RAM "
+        "(LMCache pins it even with local_cpu false); lower it"
+    )
+
+
+def dropped_keys_warning(me: HostSettings) -> str | None:
+    keys = me.lmcache.dropped_keys
+    if not keys or keys in _warned_dropped:
+        return None
+    _warned_dropped.add(keys)
+    return (
+        f"kvceph_lmcache_extra_config keys {', '.join(keys)} are ignored by LMCache "
+        f"{me.engine.profile.lmcache_version}; they are left out of lmcache.yaml "
+        "(remove them from group_data)"
+    )
+
+
+@deploy("Inference config")
+def apply(me: HostSettings, checked) -> None:
+    e = me.engine
+    user = e.service_user
+    warning = dropped_keys_warning(me)
+    if warning:
+        logger.warning("kvceph: %s", warning)
+    warning = pinned_ram_warning(me, host.get_fact(MemTotal))
+    if warning:
+        logger.warning("kvceph: %s", warning)
+
+    pyinfra_files.directory(
+        name=f"Config directory {render.CONFIG_DIR}",
+        path=render.CONFIG_DIR,
+        user="root",
+        group="root",
+        mode="0755",
+    )
+    files.atomic_file(
+        name=f"LMCache config {render.LMCACHE_PATH}",
+        path=render.LMCACHE_PATH,
+        content=render.lmcache_yaml(me),
+        user="root",
+        group=user,
+        mode="0640",
+    )
+
+    # The directory is 0700 before any file lands in it; the files are written privately.
+    aws = render.aws_dir(me)
+    pyinfra_files.directory(
+        name=f"AWS directory {aws}", path=aws, user=user, group=user, mode="0700"
+    )
+    files.private_file(
+        name=f"AWS credentials {aws}/credentials",
+        path=f"{aws}/credentials",
+        content=Secret(render.aws_credentials(me, checked.credentials)),
+        user=user,
+        group=user,
+        mode="0600",
+    )
+    files.private_file(
+        name=f"AWS config {aws}/config",
+        path=f"{aws}/config",
+        content=render.aws_config(me),
+        user=user,
+        group=user,
+        mode="0600",
+    )
+
+    line = render.hosts_line(me)
+    if line is not None:
+        # Our line only: matched by its trailing marker, replaced in place.
+        pyinfra_files.line(
+            name=f"/etc/hosts entry for {me.s3.bucket_host}",
+            path="/etc/hosts",
+            line=r"^.*# kvceph$",
+            replace=line,
+        )

@@ -1,0 +1,81 @@
+"""Install the pinned engine packages into a dedicated venv."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api.hiddenvalue import HiddenValue
+
+from deploys.facts.engine import EngineVersions, _norm
+
+
+def parse_pins(packages) -> dict[str, str]:
+    """``["vllm==0.33.0", ...]`` -> ``{"vllm": "0.33.0"}``; anything but ``==`` pins is refused."""
+    pins = {}
+    for spec in packages:
+        m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9_.\-]*)\s*==\s*([A-Za-z0-9_.+!\-]+)\s*", spec)
+        if not m:
+            raise ValueError(f"package {spec!r} is not pinned as name==version")
+        pins[_norm(m.group(1))] = m.group(2)
+    return pins
+
+
+def missing_pins(pins: dict[str, str], installed: dict[str, str]) -> list[str]:
+    """The pins the venv does not satisfy, as ``name==version`` (installed version noted)."""
+    out = []
+    for name, version in pins.items():
+        have = installed.get(name)
+        if have != version:
+            out.append(f"{name}=={version} (installed: {have or 'none'})")
+    return out
+
+
+@operation()
+def venv_packages(
+    venv: str,
+    packages: list[str],
+    index_url: str | None = None,
+    find_links: str | None = None,
+    timeout: int = 3600,
+):
+    """
+    Create ``venv`` (``python3 -m venv``) and install exactly the pinned ``packages`` in it.
+
+    + venv: the venv directory
+    + packages: ``name==version`` pins
+    + index_url: a package index to install from (else pip's configured default)
+    + find_links: a directory of wheels on the host; installs with ``--no-index``
+    + timeout: seconds pip may take
+
+    Nothing runs when the venv already has every pin (fact ``EngineVersions``).
+
+    .. code:: python
+
+        engine.venv_packages("/opt/kvceph/venv", ["vllm==0.33.0", "lmcache==0.5.6"])
+    """
+    pins = parse_pins(packages)
+    fact = host.get_fact(EngineVersions, venv=venv)
+    todo = missing_pins(pins, fact.get("packages", {}))
+    if not todo:
+        host.noop(f"{venv} has {', '.join(f'{k}=={v}' for k, v in pins.items())}")
+        return
+    if fact.get("python") is None:
+        yield StringCommand("timeout 300 python3 -m venv", QuoteString(venv))
+    source: list = []
+    if find_links:
+        source = ["--no-index", "--find-links", QuoteString(find_links)]
+    elif index_url:
+        # An index URL may carry a token (https://user:token@host/...): masked in output.
+        url = HiddenValue(index_url) if urlsplit(index_url).password else index_url
+        source = ["--index-url", QuoteString(url)]
+    yield StringCommand(
+        "timeout",
+        str(timeout),
+        QuoteString(f"{venv}/bin/python"),
+        "-m pip install --disable-pip-version-check --no-input --quiet",
+        *source,
+        *(QuoteString(f"{k}=={v}") for k, v in pins.items()),
+    )

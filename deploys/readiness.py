@@ -1,0 +1,24 @@
+"""Stage 6: read-only readiness check: /health and a minimal completion on every engine.
+
+It proves the API path before any cache test, so network faults are not mistaken for cache
+faults. It reports no change; a host that is not ready fails with the reason.
+"""
+
+from __future__ import annotations
+
+from pyinfra.api import deploy
+
+from deploys.operations import service
+from deploys.settings import HostSettings
+
+
+@deploy("Readiness check")
+def apply(me: HostSettings) -> None:
+    e = me.engine
+    service.ready(
+        name=f"Engine answers on port {e.port}",
+        python=f"{e.venv}/bin/python",
+        port=e.port,
+        model=e.model,
+        timeout=60,
+    )

@@ -1,0 +1,273 @@
+"""Pure rendering: settings -> the text of every file kvceph writes on an inference host.
+
+No pyinfra state is touched here, so the stages, ``--dry``, the digest and the tests all see the
+same bytes. Templates in ``templates/`` only substitute; every decision (which keys a version
+reads, how a value is quoted) is made in this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from deploys import versions
+from deploys.settings import HostSettings
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+# Paths from docs/design.md "Files on inference hosts".
+CONFIG_DIR = "/etc/kvceph"
+LMCACHE_PATH = f"{CONFIG_DIR}/lmcache.yaml"
+ENV_PATH = f"{CONFIG_DIR}/vllm.env"
+UNIT_NAME = "vllm.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
+WHEELHOUSE = "/var/cache/kvceph/wheelhouse"
+DIGEST_VAR = "KVCEPH_DIGEST"
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    autoescape=False,
+)
+
+
+def _render(name: str, **values: Any) -> str:
+    return _env.get_template(name).render(**values)
+
+
+def aws_dir(me: HostSettings) -> str:
+    return f"{me.engine.service_home}/.aws"
+
+
+# --- LMCache -----------------------------------------------------------------------------------
+
+
+def lmcache_config(me: HostSettings) -> dict[str, Any]:
+    """The LMCache config as a dict: only keys LMCache ``lmcache_version`` reads."""
+    lmc = me.lmcache
+    lmc_key = versions.lmcache_key(me.engine.profile.lmcache_version)
+    if lmc_key is None:
+        raise ValueError(f"{me.host}: LMCache {me.engine.profile.lmcache_version} unsupported")
+    # s3_region is asserted by the 0.5.6 connector; disable_tls because RGW behind haproxy
+    # speaks plain HTTP and the connector would otherwise open TLS.
+    extra: dict[str, Any] = {"s3_region": me.s3.region}
+    if me.s3.disable_tls:
+        extra["disable_tls"] = True
+    extra.update(dict(lmc.extra_config))
+    unknown = set(extra) - versions.LMCACHE_S3_EXTRA_KEYS[lmc_key]
+    if unknown:
+        raise ValueError(f"{me.host}: extra_config keys {sorted(unknown)} not read by {lmc_key}")
+    return {
+        "chunk_size": lmc.chunk_size,
+        "local_cpu": lmc.local_cpu,
+        "max_local_cpu_size": lmc.max_local_cpu_size,
+        "remote_url": me.s3.remote_url,
+        "save_unfull_chunk": lmc.save_unfull_chunk,
+        "enable_async_loading": lmc.enable_async_loading,
+        "remote_serde": lmc.remote_serde,
+        "blocking_timeout_secs": lmc.blocking_timeout_secs,
+        "pre_caching_hash_algorithm": lmc.hash_algorithm,
+        "extra_config": dict(sorted(extra.items())),
+    }
+
+
+def _yaml_scalar(value: Any) -> str:
+    # JSON scalars are YAML scalars; strings come out double-quoted, so no YAML surprises
+    # (yes/no/on/off, colons) can change their meaning.
+    if not isinstance(value, (str, int, float, bool)):
+        raise ValueError(f"LMCache value {value!r} is not a scalar")
+    return json.dumps(value)
+
+
+def lmcache_yaml(me: HostSettings) -> str:
+    """/etc/kvceph/lmcache.yaml."""
+    config = lmcache_config(me)
+    extra = config.pop("extra_config")
+    return _render(
+        "lmcache.yaml.j2",
+        lmcache_version=me.engine.profile.lmcache_version,
+        top=[(k, _yaml_scalar(v)) for k, v in config.items()],
+        extra=[(k, _yaml_scalar(v)) for k, v in extra.items()],
+    )
+
+
+# --- vLLM command line -------------------------------------------------------------------------
+
+
+def kv_transfer_config(me: HostSettings) -> dict[str, str]:
+    """--kv-transfer-config fields, only those the profile's vLLM version accepts."""
+    vkey = versions.vllm_key(me.engine.profile.vllm_version)
+    if vkey is None:
+        raise ValueError(f"{me.host}: vLLM {me.engine.profile.vllm_version} unsupported")
+    # Never kv_parallel_size: a P2P-era field 0.33 rejects and LMCache never read.
+    config = {
+        "kv_connector": versions.KV_CONNECTOR,
+        "kv_role": me.engine.kv_role,
+        "kv_load_failure_policy": me.engine.kv_load_failure_policy,
+    }
+    extra = set(config) - versions.KV_TRANSFER_FIELDS[vkey]
+    if extra:
+        raise ValueError(f"{me.host}: vLLM {vkey} does not accept {sorted(extra)}")
+    return config
+
+
+def kv_transfer_json(me: HostSettings) -> str:
+    return json.dumps(kv_transfer_config(me), separators=(",", ":"))
+
+
+def exec_start(me: HostSettings) -> list[str]:
+    """The engine's argv (docs/design.md "Engine command line")."""
+    e = me.engine
+    return [
+        f"{e.venv}/bin/{e.profile.executable}",
+        "serve",
+        e.model,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(e.port),
+        "--gpu-memory-utilization",
+        repr(e.gpu_memory_utilization),
+        "--max-model-len",
+        str(e.max_model_len),
+        "--tensor-parallel-size",
+        str(e.tensor_parallel_size),
+        "--kv-transfer-config",
+        kv_transfer_json(me),
+        *e.profile.extra_args,
+    ]
+
+
+_SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_./:=,+@-]+")
+
+
+def systemd_quote(arg: str) -> str:
+    """Quote one ExecStart word so systemd passes it through unchanged.
+
+    systemd unquotes with C escapes inside quotes, expands ``%`` specifiers and ``$VAR``
+    everywhere; so quote, backslash-escape ``\\`` and ``'``, and double ``%`` and ``$``.
+    """
+    if "\n" in arg or "\0" in arg:
+        raise ValueError(f"ExecStart argument {arg!r} contains a newline or NUL")
+    if arg and _SYSTEMD_SAFE.fullmatch(arg):
+        return arg
+    escaped = arg.replace("\\", "\\\\").replace("'", "\\'").replace("%", "%%").replace("$", "$$")
+    return f"'{escaped}'"
+
+
+def exec_start_line(me: HostSettings) -> str:
+    return " ".join(systemd_quote(a) for a in exec_start(me))
+
+
+# --- Environment file, unit, AWS files ---------------------------------------------------------
+
+
+def _env_quote(value: str) -> str:
+    if "\n" in value or "\0" in value:
+        raise ValueError(f"environment value {value!r} contains a newline or NUL")
+    # EnvironmentFile= double quotes: backslash escapes \ " ` $ like a shell would.
+    return '"' + re.sub(r'([\\"`$])', r"\\\1", value) + '"'
+
+
+def environment(me: HostSettings, digest: str | None = None) -> list[tuple[str, str]]:
+    """The engine's environment; ``KVCEPH_DIGEST`` last, only when ``digest`` is given."""
+    e = me.engine
+    env: dict[str, str] = {
+        "LMCACHE_CONFIG_FILE": LMCACHE_PATH,
+        "PYTHONHASHSEED": str(e.python_hash_seed),
+        "AWS_PROFILE": me.s3.profile,
+        # awscrt finds ~/.aws/credentials through HOME: explicit, so it never depends on how
+        # the unit's user is set up.
+        "HOME": e.service_home,
+    }
+    for key, value in (*e.profile.env, *e.extra_env):
+        if key in env or key == DIGEST_VAR:
+            raise ValueError(f"{me.host}: environment {key} is managed by kvceph; remove it")
+        env[key] = value
+    items = list(env.items())
+    if digest is not None:
+        items.append((DIGEST_VAR, digest))
+    return items
+
+
+def env_file(me: HostSettings, digest: str | None = None) -> str:
+    """/etc/kvceph/vllm.env (without the digest line when ``digest`` is None)."""
+    return _render("vllm.env.j2", env=[(k, _env_quote(v)) for k, v in environment(me, digest)])
+
+
+def unit(me: HostSettings) -> str:
+    """/etc/systemd/system/vllm.service."""
+    e = me.engine
+    return _render(
+        "vllm.service.j2",
+        description=f"vLLM {e.profile.vllm_version} + LMCache (kvceph, {e.model})",
+        user=e.service_user,
+        group=e.service_user,
+        env_file=ENV_PATH,
+        home=e.service_home,
+        exec_start=exec_start_line(me),
+        # Loading a 32B model and warming up takes minutes; match the readiness budget.
+        timeout_start=e.health_timeout,
+    )
+
+
+def _ini_value(value: str, what: str) -> str:
+    if value != value.strip() or any(c in value for c in "\r\n"):
+        raise ValueError(f"{what} contains whitespace or a newline")
+    return value
+
+
+def aws_credentials(me: HostSettings, credentials) -> str:
+    """~/.aws/credentials for the service user. Contains the secret: write it 0600 only."""
+    return _render(
+        "aws_credentials.j2",
+        profile=me.s3.profile,
+        access_key=_ini_value(credentials.access_key.reveal(), "access key"),
+        secret_key=_ini_value(credentials.secret_key.reveal(), "secret key"),
+    )
+
+
+def aws_config(me: HostSettings) -> str:
+    """~/.aws/config for the service user (boto3 / AWS CLI tooling; LMCache ignores it)."""
+    return _render(
+        "aws_config.j2",
+        profile=me.s3.profile,
+        region=me.s3.region,
+        endpoint_url=me.s3.endpoint,
+    )
+
+
+def hosts_line(me: HostSettings) -> str | None:
+    """The /etc/hosts line for virtual-hosted addressing, or None with wildcard DNS."""
+    if me.s3.wildcard_dns:
+        return None
+    return f"{me.s3.endpoint_ip} {me.s3.bucket_host} {me.s3.endpoint_host}  # kvceph"
+
+
+def digest(me: HostSettings, credentials) -> str:
+    """sha256 over everything the running engine reads at start.
+
+    It goes into the env file as KVCEPH_DIGEST, so the running process's environment proves
+    which configuration it started with.
+    """
+    h = hashlib.sha256()
+    for part in (
+        unit(me),
+        env_file(me),
+        lmcache_yaml(me),
+        aws_credentials(me, credentials),
+        aws_config(me),
+    ):
+        data = part.encode()
+        # Length-prefixed, so moving text between files changes the digest.
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()

@@ -1,0 +1,74 @@
+"""Stage 5: the engine's env file and systemd unit; restart one host at a time where the
+running configuration digest differs from the desired one.
+
+The digest covers every file the engine reads at start (unit, env, LMCache YAML, AWS files) and
+is put into the env file as KVCEPH_DIGEST; the restart decision compares it with the digest in
+the *running* process's environment, so an interrupted roll resumes and ``--dry`` lists exactly
+the hosts that will restart.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api import DeployError, deploy
+from pyinfra.operations import systemd
+
+from deploys import render
+from deploys.facts.engine import Accelerators, accelerator_present
+from deploys.operations import files, service
+from deploys.settings import HostSettings
+
+
+def accelerator_error(me: HostSettings, fact: dict) -> str | None:
+    """One-line error when the host lacks the accelerator its group promises."""
+    wanted = me.engine.accelerator
+    if accelerator_present(fact, wanted):
+        return None
+    seen = [name for name in fact if accelerator_present(fact, name)] or ["none"]
+    return (
+        f"{me.host}: group promises {wanted} accelerators but the PCI bus shows "
+        f"{', '.join(seen)}; fix: move the host to the right group (gpu/gaudi), or set "
+        "kvceph_accelerator_check False for a lab without accelerators"
+    )
+
+
+@deploy("vLLM service")
+def apply(me: HostSettings, checked) -> None:
+    e = me.engine
+    if e.accelerator_check:
+        error = accelerator_error(me, host.get_fact(Accelerators))
+        if error:
+            raise DeployError(error)
+    else:
+        logger.warning("kvceph: %s: accelerator check skipped (kvceph_accelerator_check)", me.host)
+
+    digest = render.digest(me, checked.credentials)
+    files.atomic_file(
+        name=f"Engine environment {render.ENV_PATH}",
+        path=render.ENV_PATH,
+        content=render.env_file(me, digest),
+        user="root",
+        group=e.service_user,
+        mode="0640",
+    )
+    unit = files.atomic_file(
+        name=f"Unit {render.UNIT_PATH}",
+        path=render.UNIT_PATH,
+        content=render.unit(me),
+        user="root",
+        group="root",
+        mode="0644",
+    )
+    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
+    # A run interrupted between the unit write and the reload leaves systemd stale.
+    service.daemon_reload_if_stale(name="systemd daemon-reload (stale)", unit=render.UNIT_NAME)
+    service.enabled(name=f"Enable {render.UNIT_NAME}", unit=render.UNIT_NAME)
+    service.rolling_restart(
+        name=f"Rolling restart of {render.UNIT_NAME}",
+        digest=digest,
+        port=e.port,
+        python=f"{e.venv}/bin/python",
+        health_timeout=e.health_timeout,
+        unit=render.UNIT_NAME,
+        _serial=True,
+    )

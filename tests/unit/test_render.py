@@ -1,0 +1,410 @@
+"""render: every file for NVIDIA and Gaudi3 x every supported vLLM version, checked by the real
+consumers: LMCache 0.5.6's own config loader and ``systemd-analyze verify``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploys import render, versions
+from deploys import settings as s
+from deploys.secrets import S3Credentials, Secret
+
+CREDS = S3Credentials(Secret("AKIALMCACHE0000"), Secret("s3cr3t/+Key0000"), "test")
+BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
+GROUP = {"nvidia": "gpu", "gaudi": "gaudi"}
+
+
+def host(accelerator="nvidia", vllm="0.33.0", **data):
+    profile = {
+        "vllm_version": vllm,
+        "packages": [f"vllm=={vllm}", "lmcache==0.5.6"],
+    }
+    data = {**BASE, "kvceph_engine_profile": profile, **data}
+    return s.load(data, f"{GROUP[accelerator]}1", (GROUP[accelerator],))
+
+
+MATRIX = [(a, v) for a in ("nvidia", "gaudi") for v in ("0.26.0", "0.33.0")]
+IDS = [f"{a}-vllm{v}" for a, v in MATRIX]
+
+
+def test_matrix_covers_every_supported_vllm():
+    assert {versions.minor(v) for _, v in MATRIX} == set(versions.SUPPORTED_VLLM)
+
+
+# --- LMCache YAML --------------------------------------------------------------------------------
+
+
+def _lmcache_python() -> str | None:
+    path = os.environ.get("KVCEPH_LMCACHE_PYTHON", "/tmp/lmc/bin/python")
+    return path if Path(path).is_file() else None
+
+
+_LOADER = r"""
+import json, logging, sys
+from lmcache.v1.config import LMCacheEngineConfig
+records = []
+class Grab(logging.Handler):
+    def emit(self, record):
+        records.append(record)
+grab = Grab(level=logging.WARNING)
+for name in list(logging.root.manager.loggerDict) + ["lmcache", ""]:
+    logging.getLogger(name).addHandler(grab)
+out = {}
+for path in sys.argv[1:]:
+    records.clear()
+    config = LMCacheEngineConfig.from_file(path)
+    config.validate()
+    out[path] = {
+        "warnings": [r.getMessage() for r in records],
+        "remote_url": config.remote_url,
+        "chunk_size": config.chunk_size,
+        "local_cpu": config.local_cpu,
+        "max_local_cpu_size": config.max_local_cpu_size,
+        "pre_caching_hash_algorithm": config.pre_caching_hash_algorithm,
+        "extra_config": config.extra_config,
+    }
+print(json.dumps(out))
+"""
+
+
+def _s3_adapter_keys(python: str) -> set[str]:
+    """extra_config keys LMCache's S3 adapter reads, from its own source."""
+    src = subprocess.run(
+        [python, "-c", "import lmcache, os; print(os.path.dirname(lmcache.__file__))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    text = (Path(src) / "v1/storage_backend/connector/s3_adapter.py").read_text()
+    return set(re.findall(r'extra_config\.get\("([a-z0-9_]+)"', text))
+
+
+@pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
+def test_lmcache_yaml_loads_cleanly_with_lmcache_own_loader(tmp_path):
+    python = _lmcache_python()
+    paths = {}
+    for (acc, v), name in zip(MATRIX, IDS, strict=True):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(render.lmcache_yaml(host(acc, v)))
+        paths[str(path)] = host(acc, v)
+    done = subprocess.run(
+        [python, "-c", _LOADER, *paths],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    adapter_keys = _s3_adapter_keys(python)
+    assert {"s3_region", "disable_tls"} <= adapter_keys
+    for path, me in paths.items():
+        got = loaded[path]
+        assert got["warnings"] == [], (path, got["warnings"])
+        assert got["remote_url"] == "s3://lmcache.s3.cephlab.com:80"
+        assert got["chunk_size"] == 256 and got["local_cpu"] is False
+        assert got["pre_caching_hash_algorithm"] == "sha256_cbor"
+        extra = got["extra_config"]
+        assert extra["s3_region"] == "default" and extra["disable_tls"] is True
+        assert set(extra) <= adapter_keys, set(extra) - adapter_keys
+        assert "save_chunk_meta" not in extra or extra["save_chunk_meta"] is False
+
+
+def test_lmcache_yaml_has_no_key_the_version_ignores():
+    me = host(kvceph_lmcache_extra_config={"s3_max_io_concurrency": 1024, "s3_num_io_threads": 32})
+    text = render.lmcache_yaml(me)
+    assert "s3_max_io_concurrency" not in text
+    assert "  s3_num_io_threads: 32\n" in text
+
+
+def test_https_endpoint_keeps_tls():
+    me = host(kvceph_s3_endpoint="https://s3.cephlab.com:443")
+    config = render.lmcache_config(me)
+    assert "disable_tls" not in config["extra_config"]
+    assert config["remote_url"] == "s3://lmcache.s3.cephlab.com:443"
+
+
+def test_yaml_strings_are_quoted_so_yaml_cannot_reinterpret_them():
+    import yaml
+
+    me = host(kvceph_s3_region="no")  # YAML 1.1 would read a bare `no` as False
+    loaded = yaml.safe_load(render.lmcache_yaml(me))
+    assert loaded["extra_config"]["s3_region"] == "no"
+
+
+# --- kv-transfer config and ExecStart -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("acc", "vllm"), MATRIX, ids=IDS)
+def test_kv_transfer_json_fields_are_accepted_by_the_version(acc, vllm):
+    me = host(acc, vllm)
+    config = json.loads(render.kv_transfer_json(me))
+    assert set(config) <= versions.KV_TRANSFER_FIELDS[versions.minor(vllm)]
+    assert config == {
+        "kv_connector": "LMCacheConnectorV1",
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+    }
+    assert "kv_parallel_size" not in config
+
+
+def test_kv_transfer_refuses_a_field_the_version_lacks(monkeypatch):
+    monkeypatch.setitem(versions.KV_TRANSFER_FIELDS, "0.33", frozenset({"kv_connector"}))
+    with pytest.raises(ValueError, match="does not accept"):
+        render.kv_transfer_config(host())
+
+
+def _systemd_split(line: str) -> list[str]:
+    """systemd's ExecStart word splitting (quotes + C escapes, %% and $$), for the test."""
+    words, i, n = [], 0, len(line)
+    while i < n:
+        while i < n and line[i] == " ":
+            i += 1
+        if i >= n:
+            break
+        word, quote = [], None
+        while i < n:
+            c = line[i]
+            if quote:
+                if c == "\\":
+                    word.append(line[i + 1])
+                    i += 2
+                    continue
+                if c == quote:
+                    quote = None
+                    i += 1
+                    continue
+            elif c in "'\"":
+                quote = c
+                i += 1
+                continue
+            elif c == " ":
+                break
+            if c in "%$" and i + 1 < n and line[i + 1] == c:
+                i += 1
+            word.append(c)
+            i += 1
+        words.append("".join(word))
+    return words
+
+
+def test_exec_start_matches_the_design():
+    me = host()
+    argv = render.exec_start(me)
+    assert argv[:3] == ["/opt/kvceph/venv/bin/vllm", "serve", "Qwen/Qwen3-32B"]
+    joined = " ".join(argv)
+    for flag in (
+        "--host 0.0.0.0",
+        "--port 8000",
+        "--gpu-memory-utilization 0.55",
+        "--max-model-len 40960",
+        "--tensor-parallel-size 2",
+    ):
+        assert flag in joined
+    assert argv[argv.index("--kv-transfer-config") + 1] == render.kv_transfer_json(me)
+    assert _systemd_split(render.exec_start_line(me)) == argv
+
+
+def test_exec_start_quotes_hostile_arguments_for_systemd():
+    me = host(
+        kvceph_engine_profile={
+            "extra_args": ["--chat-template", "it's 100% $HOME \\n", ";", ""],
+        }
+    )
+    line = render.exec_start_line(me)
+    assert _systemd_split(line) == render.exec_start(me)
+    assert "'it\\'s 100%% $$HOME \\\\n'" in line
+    assert " ';' " in line
+
+
+def test_newline_in_an_argument_is_refused():
+    with pytest.raises(ValueError, match="newline"):
+        render.systemd_quote("a\nb")
+
+
+# --- unit, env, AWS files, digest ------------------------------------------------------------
+
+_SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+
+
+@pytest.fixture(scope="module")
+def systemd_root(tmp_path_factory):
+    """A root with systemd's own units (targets the unit depends on) for `verify --root`."""
+    root = tmp_path_factory.mktemp("root")
+    for lib in ("/usr/lib/systemd/system", "/lib/systemd/system"):
+        if Path(lib).is_dir():
+            shutil.copytree(lib, root / "usr/lib/systemd/system", symlinks=True)
+            break
+    (root / "etc/systemd/system").mkdir(parents=True)
+    return root
+
+
+def _verify(root: Path, me) -> subprocess.CompletedProcess:
+    unit = root / "etc/systemd/system/vllm.service"
+    unit.write_text(render.unit(me))
+    return subprocess.run(
+        [_SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={root}", render.UNIT_PATH],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _stub(root: Path, me) -> Path:
+    exe = root / render.exec_start(me)[0].lstrip("/")
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.mark.skipif(_SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
+@pytest.mark.parametrize(("acc", "vllm"), MATRIX, ids=IDS)
+def test_unit_passes_systemd_analyze_verify(systemd_root, acc, vllm):
+    me = host(acc, vllm)
+    _stub(systemd_root, me)
+    done = _verify(systemd_root, me)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+@pytest.mark.skipif(_SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
+def test_systemd_analyze_check_is_real(systemd_root):
+    # Without the executable, and with a bad directive, verify must complain.
+    me = host(kvceph_venv="/opt/nowhere/venv")
+    assert "not executable" in _verify(systemd_root, me).stderr
+    _stub(systemd_root, me)
+    unit = systemd_root / "etc/systemd/system/vllm.service"
+    unit.write_text(render.unit(me).replace("Restart=on-failure", "Restart=sometimes"))
+    done = subprocess.run(
+        [_SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={systemd_root}", render.UNIT_PATH],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "restart specifier" in done.stderr
+
+
+def test_unit_has_the_service_settings():
+    text = render.unit(host())
+    for line in (
+        "User=vllm",
+        "EnvironmentFile=/etc/kvceph/vllm.env",
+        "LimitMEMLOCK=infinity",
+        "Restart=on-failure",
+        "TimeoutStartSec=900",
+        "WantedBy=multi-user.target",
+    ):
+        assert f"\n{line}\n" in text
+
+
+def _parse_env(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition("=")
+        assert value.startswith('"') and value.endswith('"'), line
+        out[key] = re.sub(r'\\([\\"`$])', r"\1", value[1:-1])
+    return out
+
+
+@pytest.mark.parametrize(("acc", "vllm"), MATRIX, ids=IDS)
+def test_env_file(acc, vllm):
+    me = host(acc, vllm)
+    env = _parse_env(render.env_file(me, "d" * 64))
+    assert env["LMCACHE_CONFIG_FILE"] == "/etc/kvceph/lmcache.yaml"
+    assert env["PYTHONHASHSEED"] == "67"
+    assert env["AWS_PROFILE"] == "lmcache"
+    assert env["HOME"] == "/var/lib/vllm"
+    assert env["KVCEPH_DIGEST"] == "d" * 64
+    assert ("PT_HPU_GPU_MIGRATION" in env) == (acc == "gaudi")
+    assert "VLLM_SKIP_WARMUP" not in env
+    assert "KVCEPH_DIGEST" not in render.env_file(me)
+
+
+def test_env_values_are_quoted_for_systemd():
+    me = host(kvceph_extra_env={"X_VAL": 'a "b" $c \\d'})
+    assert _parse_env(render.env_file(me))["X_VAL"] == 'a "b" $c \\d'
+
+
+def test_env_refuses_overriding_a_managed_variable():
+    me = host(kvceph_extra_env={"PYTHONHASHSEED": "0"})
+    with pytest.raises(ValueError, match="managed by kvceph"):
+        render.env_file(me)
+
+
+def test_aws_files():
+    import configparser
+
+    me = host()
+    creds = configparser.ConfigParser()
+    creds.read_string(render.aws_credentials(me, CREDS))
+    assert creds["lmcache"]["aws_access_key_id"] == "AKIALMCACHE0000"
+    assert creds["lmcache"]["aws_secret_access_key"] == "s3cr3t/+Key0000"
+    config = configparser.ConfigParser()
+    config.read_string(render.aws_config(me))
+    profile = config["profile lmcache"]
+    assert profile["region"] == "default"
+    assert profile["endpoint_url"] == "http://s3.cephlab.com:80"
+    assert profile["response_checksum_validation"] == "when_required"
+    assert "preferred_transfer_client = crt" in profile["s3"]
+    assert "s3cr3t" not in render.aws_config(me)
+
+
+@pytest.mark.skipif(
+    not __import__("importlib").util.find_spec("botocore"), reason="botocore not installed"
+)
+def test_aws_config_is_what_botocore_reads(tmp_path, monkeypatch):
+    import botocore.session
+
+    me = host()
+    (tmp_path / "config").write_text(render.aws_config(me))
+    (tmp_path / "credentials").write_text(render.aws_credentials(me, CREDS))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    session = botocore.session.Session(profile="lmcache")
+    assert session.get_config_variable("region") == "default"
+    assert session.get_scoped_config()["s3"]["preferred_transfer_client"] == "crt"
+    assert session.get_credentials().access_key == "AKIALMCACHE0000"
+
+
+def test_hosts_line():
+    assert render.hosts_line(host()) == "10.0.0.5 lmcache.s3.cephlab.com s3.cephlab.com  # kvceph"
+    assert render.hosts_line(host(kvceph_s3_wildcard_dns=True)) is None
+
+
+def test_digest_covers_every_input_and_is_stable():
+    me = host()
+    d = render.digest(me, CREDS)
+    assert re.fullmatch(r"[0-9a-f]{64}", d)
+    assert render.digest(host(), CREDS) == d
+    other_key = S3Credentials(Secret("AKIALMCACHE0000"), Secret("rotated"), "test")
+    variants = [
+        render.digest(me, other_key),
+        render.digest(host(kvceph_lmcache_chunk_size=512), CREDS),
+        render.digest(host(kvceph_python_hash_seed=1), CREDS),
+        render.digest(host(kvceph_gpu_memory_utilization=0.5), CREDS),
+        render.digest(host(kvceph_s3_endpoint_ip="10.0.0.6"), CREDS) == d,  # /etc/hosts only
+    ]
+    assert all(v != d for v in variants[:4])
+    assert variants[4] is True
+
+
+def test_rendering_never_prints_the_secret(capsys):
+    me = host()
+    render.digest(me, CREDS)
+    assert repr(CREDS.secret_key) == "'***'"
+    assert "s3cr3t" not in capsys.readouterr().out
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
