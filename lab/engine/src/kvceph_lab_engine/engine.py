@@ -170,20 +170,25 @@ class KVEngine:
             break
         return chunks, hits
 
-    def _load(self, chunk: tuple[int, int, int]) -> bool:
-        start, end, h = chunk
-        for key in self.keys_for(h):
-            if self.local_cpu is not None and self.local_cpu.contains(key):
-                continue
-            if self.store is None:
-                return False
-            data = self.store.get(key)
+    def _load(self, chunks: list[tuple[int, int, int]]) -> int:
+        """Fetch the chunks (all GETs in flight at once); how many leading chunks loaded."""
+        wanted: list[tuple[int, str, int]] = []  # (chunk index, key, size)
+        for i, (start, end, h) in enumerate(chunks):
+            for key in self.keys_for(h):
+                if self.local_cpu is not None and self.local_cpu.contains(key):
+                    continue
+                wanted.append((i, key, self.chunk_bytes(end - start)))
+        if wanted and self.store is None:
+            return min(i for i, _, _ in wanted)
+        datas = self.store.get_many([k for _, k, _ in wanted]) if wanted else []
+        bad = len(chunks)
+        for (i, key, size), data in zip(wanted, datas, strict=True):
             if data is None:
-                return False
-            if data != object_payload(key, self.chunk_bytes(end - start)):
+                bad = min(bad, i)
+            elif data != object_payload(key, size):
                 log.error("lmcache: object %s has unexpected content; not using it", key)
-                return False
-        return True
+                bad = min(bad, i)
+        return bad
 
     def prefill(self, req_id: str, tokens: list[int]) -> tuple[PrefillResult, list]:
         """Lookup, load and simulated prefill. Returns the result and the chunks to store."""
@@ -198,23 +203,22 @@ class KVEngine:
             t0 = time.monotonic()
             loaded_to = local_hit
             if usable > local_hit:
-                for chunk in chunks[:hits]:
-                    start, end, _ = chunk
-                    if end <= local_hit:
-                        continue
-                    if not self._load(chunk):
-                        if self.load_failure_policy != "recompute":
-                            raise LoadFailed(
-                                f"request {req_id}: KV load failed for tokens {start}-{end}"
-                            )
-                        log.warning(
-                            "lmcache: request=%s load failed at tokens %d-%d; recomputing",
-                            req_id,
-                            start,
-                            end,
+                todo = [c for c in chunks[:hits] if c[1] > local_hit]
+                ok = self._load(todo)
+                if ok < len(todo):
+                    start, end, _ = todo[ok]
+                    if self.load_failure_policy != "recompute":
+                        raise LoadFailed(
+                            f"request {req_id}: KV load failed for tokens {start}-{end}"
                         )
-                        break
-                    loaded_to = min(end, usable)
+                    log.warning(
+                        "lmcache: request=%s load failed at tokens %d-%d; recomputing",
+                        req_id,
+                        start,
+                        end,
+                    )
+                if ok:
+                    loaded_to = min(todo[ok - 1][1], usable)
             load_seconds = time.monotonic() - t0
             loaded = max(0, loaded_to - local_hit)
             computed = n - local_hit - loaded
@@ -240,18 +244,17 @@ class KVEngine:
 
     # -- store --------------------------------------------------------------------------------
     def save(self, req_id: str, chunks: list) -> int:
-        """PUT the given chunks for every worker; returns chunks fully stored."""
-        stored = 0
-        for start, end, h in chunks:
+        """PUT the given chunks for every worker (all in flight); returns chunks stored."""
+        items: list[tuple[int, str, int]] = []
+        ok = [True] * len(chunks)
+        for i, (start, end, h) in enumerate(chunks):
             size = self.chunk_bytes(end - start)
-            full = end - start == self.hasher.chunk_size
-            ok = True
             for key in self.keys_for(h):
                 if self.local_cpu is not None:
                     self.local_cpu.put(key, size)
                 if self.store is None:
                     continue
-                if not full:
+                if end - start != self.hasher.chunk_size:
                     log.error(
                         "Cannot upload %s: chunk size %s bytes does not match S3 part size "
                         "%s bytes. Partial/unfull chunks are not supported.",
@@ -259,9 +262,13 @@ class KVEngine:
                         size,
                         self.chunk_bytes(self.hasher.chunk_size),
                     )
-                    ok = False
+                    ok[i] = False
                     continue
-                ok = self.store.put(key, object_payload(key, size)) and ok
-            if ok and (self.store is not None or self.local_cpu is not None):
-                stored += 1
-        return stored
+                items.append((i, key, size))
+        if self.store is not None and items:
+            results = self.store.put_many([(k, object_payload(k, n)) for _, k, n in items])
+            for (i, _, _), good in zip(items, results, strict=True):
+                ok[i] = ok[i] and good
+        if self.store is None and self.local_cpu is None:
+            return 0
+        return sum(ok)

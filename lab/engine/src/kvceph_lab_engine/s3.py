@@ -148,7 +148,7 @@ class S3Store:
                 log.info("S3 connection recovered")
                 self.connection_failures = 0
 
-    def _request(self, method: str, key: str, rtype, body: bytes | None = None):
+    def _submit(self, method: str, key: str, rtype, body: bytes | None = None):
         from awscrt.http import HttpHeaders, HttpRequest
 
         headers = HttpHeaders()
@@ -196,12 +196,20 @@ class S3Store:
             region=self.settings.region,
             **kwargs,
         )
+        return got, s3_req
+
+    @staticmethod
+    def _wait(pending):
+        got, s3_req = pending
         exc = None
         try:
             s3_req.finished_future.result()
         except Exception as e:  # awscrt raises on transport errors and non-2xx statuses
             exc = e
         return got, exc
+
+    def _request(self, method: str, key: str, rtype, body: bytes | None = None):
+        return self._wait(self._submit(method, key, rtype, body))
 
     # -- operations ---------------------------------------------------------------------------
     def head(self, key: str) -> int:
@@ -227,26 +235,49 @@ class S3Store:
         return size
 
     def get(self, key: str) -> bytes | None:
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        """Concurrent GETs (LMCache batched_get: all downloads in flight, then gather)."""
         if self.disabled:
-            return None
-        got, exc = self._request("GET", key, self._s3.S3RequestType.GET_OBJECT)
-        if exc is not None or got["status"] not in (200, 206):
-            msg = str(exc) if exc is not None else f"status {got['status']}"
-            if not self._failed(msg):
-                log.error("Failed to download %s from S3: %s", key, msg)
-            return None
-        self._ok()
-        return bytes(got["body"])
+            return [None] * len(keys)
+        pending = [self._submit("GET", k, self._s3.S3RequestType.GET_OBJECT) for k in keys]
+        out: list[bytes | None] = []
+        any_ok = False
+        for key, p in zip(keys, pending, strict=True):
+            got, exc = self._wait(p)
+            if exc is not None or got["status"] not in (200, 206):
+                msg = str(exc) if exc is not None else f"status {got['status']}"
+                if not self._failed(msg):
+                    log.error("Failed to download %s from S3: %s", key, msg)
+                out.append(None)
+            else:
+                any_ok = True
+                out.append(bytes(got["body"]))
+        if any_ok:
+            self._ok()
+        return out
 
     def put(self, key: str, data: bytes) -> bool:
+        return self.put_many([(key, data)])[0]
+
+    def put_many(self, items: list[tuple[str, bytes]]) -> list[bool]:
+        """Concurrent PUTs (LMCache submits every chunk's put to its executor)."""
         if self.disabled:
-            return False
-        got, exc = self._request("PUT", key, self._s3.S3RequestType.PUT_OBJECT, body=data)
-        if exc is not None or got["status"] not in (200, 201):
-            msg = str(exc) if exc is not None else f"status {got['status']}"
-            if not self._failed(msg):
-                log.error("Failed to upload %s to S3: %s", key, msg)
-            return False
-        self.size_cache[key] = len(data)
-        self._ok()
-        return True
+            return [False] * len(items)
+        pending = [
+            self._submit("PUT", k, self._s3.S3RequestType.PUT_OBJECT, body=d) for k, d in items
+        ]
+        out = []
+        for (key, data), p in zip(items, pending, strict=True):
+            got, exc = self._wait(p)
+            if exc is not None or got["status"] not in (200, 201):
+                msg = str(exc) if exc is not None else f"status {got['status']}"
+                if not self._failed(msg):
+                    log.error("Failed to upload %s to S3: %s", key, msg)
+                out.append(False)
+                continue
+            self.size_cache[key] = len(data)
+            self._ok()
+            out.append(True)
+        return out
