@@ -1,0 +1,348 @@
+"""The whole cycle offline: fake OpenAI engines on 127.0.0.1 sharing an in-memory bucket.
+
+The fake engine does what the chain does, in miniature: one token per word, chained chunk
+hashes (salted per engine, to model a PYTHONHASHSEED mismatch), one object per chunk and TP
+worker written after the prefill, a lookup that loads consecutive chunks from the bucket, and
+vLLM's metric names.
+"""
+
+import hashlib
+import json
+import threading
+import time
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from deploys.verification import report as reporting
+from deploys.verification import runner
+from deploys.verification.bookkeeping import ObjectInfo
+
+MODEL = "Qwen/Qwen3-32B"
+CHUNK = 256
+
+
+class FakeBucket:
+    endpoint = "memory://bucket"
+
+    def __init__(self):
+        self.objects: dict[str, ObjectInfo] = {}
+        self.lock = threading.Lock()
+        self.check_error = None
+        self.deleted: list[str] = []
+
+    def put(self, key, size):
+        with self.lock:
+            self.objects[key] = ObjectInfo(key, size, datetime.now(UTC))
+
+    def check(self):
+        return self.check_error
+
+    def list(self, prefix):
+        with self.lock:
+            return {k: o for k, o in self.objects.items() if k.startswith(prefix)}
+
+    def delete(self, keys):
+        with self.lock:
+            for k in keys:
+                self.objects.pop(k, None)
+                self.deleted.append(k)
+        return len(keys)
+
+
+class FakeEngine:
+    def __init__(self, bucket, tp=2, salt="67", model=MODEL, ms_per_token=0.05, ms_per_chunk=0.2):
+        self.bucket, self.tp, self.salt, self.model = bucket, tp, salt, model
+        self.ms_per_token, self.ms_per_chunk = ms_per_token, ms_per_chunk
+        self.writes_ok = True
+        self.health = 200
+        self.stream_error = None
+        self.foreign_writes = 0
+        self.restart()
+
+    def restart(self):
+        self.hits = 0.0
+        self.computed = 0.0
+
+    def keys(self, words):
+        out, h = [], self.salt
+        for i in range(len(words) // CHUNK):
+            h = hashlib.sha256((h + " ".join(words[i * CHUNK : (i + 1) * CHUNK])).encode())
+            h = h.hexdigest()[:16]
+            out.append(
+                [
+                    f"{self.model.replace('/', '_')}@{self.tp}@{w}@{h}@bfloat16"
+                    for w in range(self.tp)
+                ]
+            )
+        return out
+
+    def prefill(self, words):
+        """Returns seconds to the first token; loads/stores like LMCache (full chunks only)."""
+        chunks = self.keys(words)
+        present = self.bucket.list("")
+        hit = 0
+        for keys in chunks:
+            if not all(k in present for k in keys):
+                break
+            hit += 1
+        loaded = hit * CHUNK - (1 if hit * CHUNK == len(words) else 0)
+        self.hits += loaded
+        self.computed += len(words) - loaded
+        if self.writes_ok:
+            for keys in chunks[hit:]:
+                for k in keys:
+                    self.bucket.put(k, CHUNK * 64)
+            for i in range(self.foreign_writes):
+                self.bucket.put(f"{self.model.replace('/', '_')}@{self.tp}@0@f{i:015x}@bfloat16", 1)
+        return ((len(words) - loaded) * self.ms_per_token + hit * self.ms_per_chunk) / 1000
+
+    def metrics(self):
+        base = f'model_name="{self.model}",engine="0"'
+        src = "vllm:prompt_tokens_by_source_total"
+        return (
+            f'{src}{{{base},source="external_kv_transfer"}} {self.hits}\n'
+            f'{src}{{{base},source="local_compute"}} {self.computed}\n'
+        )
+
+
+def _handler(engine):
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, status, body, ctype="application/json"):
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # noqa: N802
+            if self.path == "/health":
+                self._send(engine.health, "")
+            elif self.path == "/v1/models":
+                self._send(200, json.dumps({"data": [{"id": engine.model}]}))
+            elif self.path == "/metrics":
+                self._send(200, engine.metrics(), "text/plain")
+            else:
+                self._send(404, "{}")
+
+        def do_POST(self):  # noqa: N802
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if req["model"] != engine.model:
+                return self._send(404, json.dumps({"error": {"message": "model not found"}}))
+            words = " ".join(m["content"] for m in req["messages"]).split()
+            if not req.get("stream"):
+                body = {"choices": [{"message": {"content": "OK"}}], "usage": {"prompt_tokens": 3}}
+                return self._send(200, json.dumps(body))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+
+            def event(obj):
+                self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+                self.wfile.flush()
+
+            event({"choices": [{"delta": {"role": "assistant", "content": ""}}]})
+            time.sleep(engine.prefill(words))
+            if engine.stream_error:
+                event({"error": {"message": engine.stream_error, "code": 500}})
+                return
+            event({"choices": [{"delta": {"reasoning_content": "hmm"}}]})
+            event({"choices": [{"delta": {"content": "ok"}, "finish_reason": "length"}]})
+            event({"choices": [], "usage": {"prompt_tokens": len(words), "completion_tokens": 2}})
+            self.wfile.write(b"data: [DONE]\n\n")
+
+    return H
+
+
+class FakeControl:
+    def __init__(self, engines):
+        self.engines = engines
+        self.restarts: list[str] = []
+        self.on_restart = None
+
+    def restart(self, host, timeout):
+        self.restarts.append(host)
+        self.engines[host].restart()
+        if self.on_restart:
+            self.on_restart(host, self.restarts.count(host))
+        return None
+
+    def journal_has(self, host, since, text):
+        return not self.engines[host].writes_ok
+
+
+@pytest.fixture
+def lab():
+    bucket = FakeBucket()
+    engines, servers = {}, []
+
+    def add(name, **kw):
+        engine = FakeEngine(bucket, **kw)
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(engine))
+        threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()
+        servers.append(srv)
+        engines[name] = engine
+        return runner.Target(
+            name=name,
+            base_url=f"http://127.0.0.1:{srv.server_address[1]}",
+            model=MODEL,
+            tensor_parallel_size=engine.tp,
+            chunk_size=CHUNK,
+            save_unfull_chunk=False,
+            health_timeout=2,
+            max_model_len=40960,
+        )
+
+    yield bucket, engines, add
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _run(bucket, engines, groups, control=None, **opts):
+    options = runner.Options(
+        document_tokens=1030, s3_timeout=0.2, poll_interval=0.01, request_timeout=10, **opts
+    )
+    control = control or FakeControl(engines)
+    r = runner.Runner(options, bucket, control, log=lambda _m: None)
+    return r.run(groups), control
+
+
+def _by_step(rep):
+    return {(s.host, s.step): s for s in rep.steps}
+
+
+def test_healthy_chain_passes_and_touches_only_its_objects(lab, tmp_path):
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2")
+    g = add("gaudi1", tp=1)
+    # Someone else's chunks under the same prefix, written earlier: must survive.
+    foreign = [f"Qwen_Qwen3-32B@2@{w}@{i:016x}@bfloat16" for w in (0, 1) for i in range(3)]
+    for k in foreign:
+        bucket.objects[k] = ObjectInfo(k, 1, datetime(2026, 1, 1, tzinfo=UTC))
+    rep, control = _run(bucket, engines, [[a, b], [g]])
+    steps = _by_step(rep)
+    assert not rep.failures, rep.failure_lines()
+    cold = steps[("gpu1", "cold")]
+    assert cold.objects == 8 and cold.verdict.status == "pass"  # 1030 // 256 x TP 2
+    assert steps[("gpu1", "warm")].hit_tokens == 1024
+    assert steps[("gpu1", "warm")].verdict.status == "pass"
+    assert steps[("gpu1", "warm")].ttft < cold.ttft
+    assert steps[("gpu2", "cross-node")].hit_tokens == 1024
+    assert steps[("gpu1", "fallback")].verdict.status == "pass"
+    assert steps[("gpu1", "cleanup")].objects == 8
+    assert steps[("gaudi1", "cross-node")].verdict.message.startswith("skipped: one host")
+    assert steps[("gaudi1", "cold")].objects == 4
+    assert control.restarts == ["gpu1", "gpu1", "gaudi1", "gaudi1"]
+    # Deleted: this run's keys only (twice for gpu1: fallback and cleanup), never foreign ones.
+    assert not set(bucket.deleted) & set(foreign)
+    assert set(bucket.objects) == set(foreign)
+    table = reporting.table(rep)
+    assert "gpu2" in table and "cross-node" in table
+    path = reporting.write_json(rep, tmp_path)
+    data = json.loads(path.read_text())
+    assert data["passed"] and data["run_id"] == rep.run_id
+    assert (tmp_path / "verify-latest.json").exists()
+    png, notice = reporting.write_png(rep, tmp_path)
+    assert png or "matplotlib" in notice
+
+
+def test_s3_unreachable_fails_every_cache_step(lab):
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2")
+    engines["gpu1"].writes_ok = False
+    rep, _ = _run(bucket, engines, [[a, b]])
+    steps = _by_step(rep)
+    cold = steps[("gpu1", "cold")].verdict
+    assert cold.failed and "no objects written" in cold.message
+    assert "S3 connection disabled" in cold.message
+    assert "cannot reach RGW" in steps[("gpu1", "warm")].verdict.message
+    assert steps[("gpu2", "cross-node")].verdict.failed
+    fb = steps[("gpu1", "fallback")].verdict
+    assert fb.failed and "created no objects" in fb.message
+    assert not bucket.deleted
+
+
+def test_cross_node_miss_from_a_different_hash_seed(lab):
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2", salt="68")
+    rep, _ = _run(bucket, engines, [[a, b]])
+    steps = _by_step(rep)
+    assert steps[("gpu1", "warm")].verdict.status == "pass"
+    cross = steps[("gpu2", "cross-node")].verdict
+    assert cross.failed and "no cross-node hit on the chunks gpu1 wrote" in cross.message
+    assert [f.step for f in rep.failures] == ["cross-node"]
+
+
+def test_no_speedup_is_reported_as_a_warning(lab):
+    bucket, engines, add = lab
+    a = add("gpu1", ms_per_token=0.01, ms_per_chunk=20)
+    rep, _ = _run(bucket, engines, [[a]])
+    warm = _by_step(rep)[("gpu1", "warm")].verdict
+    assert warm.status == "warn" and "slower than recompute" in warm.message
+    assert not rep.failures
+
+
+def test_fallback_request_failing_mid_stream(lab):
+    bucket, engines, add = lab
+    a = add("gpu1")
+    control = FakeControl(engines)
+
+    def break_second_restart(host, count):
+        if count == 2:
+            engines[host].stream_error = "KV load failed for tokens 0-256"
+
+    control.on_restart = break_second_restart
+    rep, _ = _run(bucket, engines, [[a]], control=control)
+    fb = _by_step(rep)[("gpu1", "fallback")].verdict
+    assert fb.failed and "KV load failed" in fb.message and "recompute" in fb.message
+
+
+def test_count_mismatch_deletes_nothing(lab):
+    bucket, engines, add = lab
+    a = add("gpu1")
+    engines["gpu1"].foreign_writes = 3
+    rep, _ = _run(bucket, engines, [[a]])
+    steps = _by_step(rep)
+    assert steps[("gpu1", "cold")].verdict.status == "warn"
+    fb = steps[("gpu1", "fallback")].verdict
+    assert fb.failed and "11 new objects where 8 were expected" in fb.message
+    assert bucket.deleted == []
+
+
+def test_preflight_failures_skip_the_cycle_loudly(lab):
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2")
+    engines["gpu1"].model = "other/model"
+    engines["gpu2"].health = 503
+    rep, control = _run(bucket, engines, [[a, b]])
+    steps = _by_step(rep)
+    assert "not the configured 'Qwen/Qwen3-32B'" in steps[("gpu1", "preflight")].verdict.message
+    assert "503: the engine died" in steps[("gpu2", "preflight")].verdict.message
+    assert steps[("gpu1", "cold")].verdict.message == "skipped: preflight failed"
+    assert control.restarts == []
+
+
+def test_unreachable_engine_and_s3_check(lab):
+    bucket, engines, add = lab
+    a = add("gpu1")
+    dead = runner.Target("gpu9", "http://127.0.0.1:9", MODEL, 2, CHUNK, False, 0.3, 40960)
+    bucket.check_error = "S3 http://10.213.7.11:80 bucket lmcache: HTTP 403: credentials rejected"
+    rep, _ = _run(bucket, engines, [[a, dead]])
+    steps = _by_step(rep)
+    assert "/health not 200 within 0.3s" in steps[("gpu9", "preflight")].verdict.message
+    assert "HTTP 403" in steps[("controller", "s3")].verdict.message
+    assert steps[("gpu1", "cold")].verdict.message == "skipped: the S3 endpoint check failed"
+
+
+def test_document_too_long_for_the_model(lab):
+    bucket, engines, add = lab
+    a = add("gpu1")
+    short = runner.Target(**{**a.__dict__, "max_model_len": 512})
+    rep, _ = _run(bucket, engines, [[short]])
+    assert "does not fit max_model_len 512" in rep.failure_lines()[0]
