@@ -10,10 +10,10 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 # Runs in the venv's own python: what *that* interpreter imports is what the service runs.
 _VERSIONS_SCRIPT = (
     "import sys, importlib.metadata as m\n"
-    "print('python', '.'.join(map(str, sys.version_info[:3])))\n"
+    'print("python", ".".join(map(str, sys.version_info[:3])))\n'
     "for d in m.distributions():\n"
-    "    n = d.metadata['Name']\n"
-    "    n and print('dist', n, d.version)\n"
+    '    n = d.metadata["Name"]\n'
+    '    n and print("dist", n, d.version)\n'
 )
 
 

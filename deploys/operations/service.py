@@ -23,7 +23,7 @@ while time.monotonic() < deadline:
             last = "HTTP %s" % r.status
     except Exception as exc:
         last = "%s: %s" % (type(exc).__name__, exc)
-    time.sleep(2)
+    time.sleep(max(0.0, min(2.0, deadline - time.monotonic())))
 sys.exit("kvceph: /health on port %s not 200 within %ss (last: %s)" % (port, sys.argv[2], last))
 """
 
@@ -156,3 +156,4 @@ def ready(python: str, port: int, model: str, timeout: int = 60):
     if getattr(host.state, "is_executing", False):
         raise OperationError(f"kvceph: {reason}; fix: journalctl -u vllm.service on {host.name}")
     host.noop(f"checked when executing ({reason} while planning)")
+    yield from ()  # a generator that never yields: readiness changes nothing
