@@ -11,6 +11,7 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
 from deploys import ceph_cli
+from deploys.facts.ceph import CephPools
 from deploys.operations import ceph
 from deploys.settings import HostSettings
 
@@ -49,21 +50,28 @@ def apply(me: HostSettings):
     if warning:
         logger.warning(warning)
 
-    # One budget check for the whole plan: each pool's own op sees only the pools that exist.
-    ceph.pg_budget(
-        name="Check the PG budget of the planned pools",
-        pools=[{"name": p.name, "pg_num": p.pg_num, "size": p.size} for p in me.ceph.pools],
-        **t,
-    )
+    desired = [{"name": p.name, "pg_num": p.pg_num, "size": p.size} for p in me.ceph.pools]
+    # Refusals are decided here too, while operations are still being prepared: with `-y`
+    # pyinfra runs ops as it goes, and a refusal found only at the second pool would come
+    # after the first pool was already changed.
+    ceph.read_pg_budget(desired, t)
+    existing = host.get_fact(CephPools, **t) or {}
     for p in me.ceph.pools:
-        ceph.pool(
-            name=f"Ceph pool {p.name}",
-            pool=p.name,
-            pg_num=p.pg_num,
-            size=p.size,
-            min_size=p.min_size,
-            application=p.application,
-            allow_data_movement=allow_move,
-            allow_pg_decrease=allow_decrease,
-            **t,
-        )
+        ceph.plan_pool(existing.get(p.name), **_pool_args(p, allow_move, allow_decrease))
+
+    # One budget check for the whole plan: each pool's own op sees only the pools that exist.
+    ceph.pg_budget(name="Check the PG budget of the planned pools", pools=desired, **t)
+    for p in me.ceph.pools:
+        ceph.pool(name=f"Ceph pool {p.name}", **_pool_args(p, allow_move, allow_decrease), **t)
+
+
+def _pool_args(p, allow_move: bool, allow_decrease: bool) -> dict:
+    return {
+        "pool": p.name,
+        "pg_num": p.pg_num,
+        "size": p.size,
+        "min_size": p.min_size,
+        "application": p.application,
+        "allow_data_movement": allow_move,
+        "allow_pg_decrease": allow_decrease,
+    }

@@ -23,6 +23,10 @@ OPT_IN_DATA_MOVEMENT = "--data kvceph_allow_data_movement=true"
 OPT_IN_PG_DECREASE = "--data kvceph_allow_pg_decrease=true"
 
 
+class Refused(OperationError):
+    """kvceph will not make this change without an opt-in (or at all); one-line reason."""
+
+
 def _int_config(who: str, option: str, timeouts: dict) -> int:
     raw = host.get_fact(CephConfigValue, who=who, option=option, **timeouts)
     try:
@@ -33,13 +37,14 @@ def _int_config(who: str, option: str, timeouts: dict) -> int:
         ) from None
 
 
-def pg_budget_report(
+def plan_pg_budget(
     pools: dict, desired: list[dict], max_per_osd: int, num_in_osds: int, default_size: int
-) -> tuple[int, int, int, str]:
-    """Project the cluster's PG replicas after ``desired``; (current, projected, limit, detail).
+) -> str:
+    """Check ``desired`` against the monitors' PG limit; a summary line, or Refused.
 
-    Mirrors the monitor's check: sum of pg_num_target x size over all pools, against
-    mon_max_pg_per_osd x max(in OSDs, 3). Pools the autoscaler owns keep their PG count.
+    Mirrors OSDMonitor's check: sum of pg_num_target x size over all pools, against
+    mon_max_pg_per_osd x max(in OSDs, 3). Pools the autoscaler owns keep their PG count. A plan
+    that adds nothing never refuses, even on a cluster already over the limit.
     """
     current = {n: p["pg_num_target"] * p["size"] for n, p in pools.items()}
     projected = dict(current)
@@ -47,15 +52,36 @@ def pg_budget_report(
     for want in desired:
         have = pools.get(want["name"])
         size = want.get("size") or (have["size"] if have else default_size)
-        if have is not None and have["autoscale_mode"] == "on":
-            pg = have["pg_num_target"]
-        else:
-            pg = want["pg_num"]
+        pg = have["pg_num_target"] if have and have["autoscale_mode"] == "on" else want["pg_num"]
         projected[want["name"]] = pg * size
         if projected[want["name"]] != current.get(want["name"]):
             changes.append(f"{want['name']} {pg} PGs x size {size}")
-    limit = max_per_osd * max(num_in_osds, MIN_OSDS_IN_PG_LIMIT)
-    return sum(current.values()), sum(projected.values()), limit, ", ".join(changes)
+    osds = max(num_in_osds, MIN_OSDS_IN_PG_LIMIT)
+    limit, total = max_per_osd * osds, sum(projected.values())
+    arithmetic = f"mon_max_pg_per_osd {max_per_osd} x {osds} OSDs"
+    if total > limit and total > sum(current.values()):
+        raise Refused(
+            f"PG budget: {', '.join(changes)} would bring the cluster to {total} PG replicas, "
+            f"over the monitors' limit {limit} ({arithmetic}; Ceph counts at least 3 OSDs) and "
+            "Ceph would refuse with ERANGE; fix: lower pg_num/size in kvceph_ceph_pools, add "
+            "OSDs, or raise mon_max_pg_per_osd"
+        )
+    return f"PG budget: {total} of {limit} PG replicas ({arithmetic})"
+
+
+def read_pg_budget(desired: list[dict], timeouts: dict) -> str:
+    """plan_pg_budget on the cluster's facts (pools, OSDs, mon_max_pg_per_osd, default size)."""
+    existing = host.get_fact(CephPools, **timeouts)
+    stat = host.get_fact(CephOsdStat, **timeouts)
+    if existing is None or stat is None:
+        raise OperationError("cannot read the pools or OSD count from the cluster")
+    return plan_pg_budget(
+        existing,
+        desired,
+        _int_config("mon", "mon_max_pg_per_osd", timeouts),
+        stat["num_in_osds"],
+        _int_config("mon", "osd_pool_default_size", timeouts),
+    )
 
 
 @operation(is_idempotent=True)
@@ -71,7 +97,8 @@ def pg_budget(
       the cluster's osd_pool_default_size)
     + connect_timeout / command_timeout: seconds for each ``ceph`` call
 
-    Only reads; raises OperationError with the arithmetic when the plan does not fit.
+    Only reads; raises Refused (an OperationError) with the arithmetic when the plan does not
+    fit.
 
     **Example:**
 
@@ -80,26 +107,104 @@ def pg_budget(
         ceph.pg_budget(pools=[{"name": "default.rgw.buckets.data", "pg_num": 2048, "size": 2}])
     """
     t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
-    existing = host.get_fact(CephPools, **t)
-    stat = host.get_fact(CephOsdStat, **t)
-    if existing is None or stat is None:
-        raise OperationError("cannot read the pools or OSD count from the cluster")
-    max_per_osd = _int_config("mon", "mon_max_pg_per_osd", t)
-    default_size = _int_config("mon", "osd_pool_default_size", t)
-    current, projected, limit, changes = pg_budget_report(
-        existing, pools, max_per_osd, stat["num_in_osds"], default_size
-    )
-    osds = max(stat["num_in_osds"], MIN_OSDS_IN_PG_LIMIT)
-    arithmetic = f"mon_max_pg_per_osd {max_per_osd} x {osds} OSDs"
-    if projected > limit and projected > current:
-        raise OperationError(
-            f"PG budget: {changes} would bring the cluster to {projected} PG replicas, over "
-            f"the monitors' limit {limit} ({arithmetic}; Ceph counts at least 3 OSDs) and Ceph "
-            "would refuse with ERANGE; fix: lower pg_num/size in kvceph_ceph_pools, add OSDs, "
-            "or raise mon_max_pg_per_osd"
-        )
-    host.noop(f"PG budget: {projected} of {limit} PG replicas ({arithmetic})")
+    host.noop(read_pg_budget(pools, t))
     yield from ()  # a check: reads facts, never changes the cluster
+
+
+def plan_pool(
+    have: dict | None,
+    pool: str,
+    pg_num: int,
+    size: int | None = None,
+    min_size: int | None = None,
+    application: str | None = None,
+    allow_data_movement: bool = False,
+    allow_pg_decrease: bool = False,
+) -> tuple[list[list], list[str]]:
+    """The ``ceph`` argument lists that bring pool ``have`` (CephPools entry, None: missing)
+    to what is wanted, and notes for the operator. Raises Refused, naming every reason."""
+    if have is None:
+        # `osd pool create` exits 0 with "already exists" on a pool it did not create, so the
+        # decision is the fact, never its exit status. Size goes in at creation: the monitor's
+        # PG check then counts the real size, and no replicas are made only to be dropped.
+        create: list = ["osd", "pool", "create", pool, pg_num, pg_num, "replicated"]
+        if size is not None:
+            create += ["--size", size]
+        steps = [create]
+        if min_size is not None:
+            steps.append(["osd", "pool", "set", pool, "min_size", min_size])
+        if application:
+            steps.append(["osd", "pool", "application", "enable", pool, application])
+        return steps, []
+
+    if have["type"] != "replicated":
+        raise Refused(
+            f"pool {pool}: is {have['type']}, kvceph wants replicated and Ceph cannot change a "
+            "pool's type; fix: migrate and delete the pool by hand, or use another pool name"
+        )
+    refusals: list[str] = []
+    notes: list[str] = []
+    steps: list[list] = []
+
+    new_size = size if size is not None else have["size"]
+    if min_size is not None and min_size > new_size:
+        refusals.append(f"min_size {min_size} exceeds size {new_size}")
+    set_min = min_size is not None and min_size != have["min_size"]
+    if set_min and min_size < have["min_size"]:
+        # Lowering first keeps min_size <= size at every step when size also drops.
+        steps.append(["osd", "pool", "set", pool, "min_size", min_size])
+        set_min = False
+    if size is not None and size != have["size"]:
+        if allow_data_movement:
+            steps.append(["osd", "pool", "set", pool, "size", size])
+        else:
+            refusals.append(
+                f"size {have['size']} -> {size} moves data (backfill); opt in with "
+                f"{OPT_IN_DATA_MOVEMENT}"
+            )
+    if set_min:
+        steps.append(["osd", "pool", "set", pool, "min_size", min_size])
+
+    # pg_num_target, not pg_num: Ceph walks pg_num there in steps, and a pool mid-split is
+    # already converged as far as kvceph is concerned.
+    target = have["pg_num_target"]
+    if have["autoscale_mode"] == "on":
+        if pg_num != target:
+            notes.append(
+                f"pg_autoscale_mode is on: the autoscaler owns pg_num ({target}, wanted "
+                f"{pg_num}); set pg_autoscale_mode off on the pool to pin it"
+            )
+    elif pg_num > target:
+        if allow_data_movement:
+            steps.append(["osd", "pool", "set", pool, "pg_num", pg_num])
+        else:
+            refusals.append(
+                f"pg_num {target} -> {pg_num} splits PGs and moves data; opt in with "
+                f"{OPT_IN_DATA_MOVEMENT}"
+            )
+    elif pg_num < target:
+        if allow_pg_decrease:
+            steps.append(["osd", "pool", "set", pool, "pg_num", pg_num])
+        else:
+            refusals.append(
+                f"pg_num {target} -> {pg_num} merges PGs and moves data; opt in with "
+                f"{OPT_IN_PG_DECREASE}"
+            )
+    if pg_num == target and have["pg_num"] != target:
+        notes.append(f"pg_num {have['pg_num']} is still moving to {target}")
+
+    if application and application not in have["applications"]:
+        if have["applications"]:
+            refusals.append(
+                f"already used by application {', '.join(have['applications'])}; Ceph wants "
+                f"--yes-i-really-mean-it to add {application}: do it by hand if intended"
+            )
+        else:
+            steps.append(["osd", "pool", "application", "enable", pool, application])
+
+    if refusals:
+        raise Refused(f"pool {pool}: refused: {'; '.join(refusals)}")
+    return steps, notes
 
 
 @operation(is_idempotent=True)
@@ -128,7 +233,8 @@ def pool(
     min_size and the application are safe to fix in place. A size change or PG increase moves
     data and needs ``allow_data_movement``; a decrease needs ``allow_pg_decrease``; a pool of
     another type is refused (Ceph cannot convert it). With ``pg_autoscale_mode on`` the
-    autoscaler owns pg_num and this operation says so instead of fighting it.
+    autoscaler owns pg_num and this operation says so instead of fighting it. Refusals raise
+    Refused (an OperationError) and nothing of the pool is changed.
 
     **Example:**
 
@@ -140,94 +246,19 @@ def pool(
     pools = host.get_fact(CephPools, **t)
     if pools is None:
         raise OperationError(f"pool {pool}: cannot read the cluster's pools")
-    have = pools.get(pool)
-
-    if have is None:
-        # `osd pool create` exits 0 with "already exists" on a pool it did not create, so the
-        # decision is this fact, never its exit status. Size goes in at creation: the monitor's
-        # PG check then counts the real size, and no replicas are made only to be dropped.
-        create: list = ["osd", "pool", "create", pool, pg_num, pg_num, "replicated"]
-        if size is not None:
-            create += ["--size", size]
-        yield ceph(*create, **t, json=False)
-        if min_size is not None:
-            yield ceph("osd", "pool", "set", pool, "min_size", min_size, **t, json=False)
-        if application:
-            yield ceph("osd", "pool", "application", "enable", pool, application, **t, json=False)
-        return
-
-    refusals: list[str] = []
-    notes: list[str] = []
-    commands: list[StringCommand] = []
-
-    if have["type"] != "replicated":
-        raise OperationError(
-            f"pool {pool}: is {have['type']}, kvceph wants replicated and Ceph cannot change a "
-            "pool's type; fix: migrate and delete the pool by hand, or use another pool name"
-        )
-
-    new_size = size if size is not None else have["size"]
-    if min_size is not None and min_size > new_size:
-        refusals.append(f"min_size {min_size} exceeds size {new_size}")
-
-    set_min = min_size is not None and min_size != have["min_size"]
-    if set_min and min_size < have["min_size"]:
-        # Lowering first keeps min_size <= size at every step when size also drops.
-        commands.append(ceph("osd", "pool", "set", pool, "min_size", min_size, **t, json=False))
-        set_min = False
-
-    if size is not None and size != have["size"]:
-        if allow_data_movement:
-            commands.append(ceph("osd", "pool", "set", pool, "size", size, **t, json=False))
-        else:
-            refusals.append(
-                f"size {have['size']} -> {size} moves data (backfill); opt in with "
-                f"{OPT_IN_DATA_MOVEMENT}"
-            )
-    if set_min:
-        commands.append(ceph("osd", "pool", "set", pool, "min_size", min_size, **t, json=False))
-
-    target = have["pg_num_target"]
-    if have["autoscale_mode"] == "on":
-        if pg_num != target:
-            notes.append(
-                f"pg_autoscale_mode is on: the autoscaler owns pg_num ({target}, wanted "
-                f"{pg_num}); set pg_autoscale_mode off on the pool to pin it"
-            )
-    elif pg_num > target:
-        if allow_data_movement:
-            commands.append(ceph("osd", "pool", "set", pool, "pg_num", pg_num, **t, json=False))
-        else:
-            refusals.append(
-                f"pg_num {target} -> {pg_num} splits PGs and moves data; opt in with "
-                f"{OPT_IN_DATA_MOVEMENT}"
-            )
-    elif pg_num < target:
-        if allow_pg_decrease:
-            commands.append(ceph("osd", "pool", "set", pool, "pg_num", pg_num, **t, json=False))
-        else:
-            refusals.append(
-                f"pg_num {target} -> {pg_num} merges PGs and moves data; opt in with "
-                f"{OPT_IN_PG_DECREASE}"
-            )
-    if pg_num == target and have["pg_num"] != target:
-        notes.append(f"pg_num {have['pg_num']} is still moving to {target}")
-
-    if application and application not in have["applications"]:
-        if have["applications"]:
-            refusals.append(
-                f"already used by application {', '.join(have['applications'])}; Ceph wants "
-                f"--yes-i-really-mean-it to add {application}: do it by hand if intended"
-            )
-        else:
-            commands.append(
-                ceph("osd", "pool", "application", "enable", pool, application, **t, json=False)
-            )
-
-    if refusals:
-        raise OperationError(f"pool {pool}: refused: {'; '.join(refusals)}")
-    yield from commands
-    if not commands:
+    steps, notes = plan_pool(
+        pools.get(pool),
+        pool,
+        pg_num,
+        size,
+        min_size,
+        application,
+        allow_data_movement,
+        allow_pg_decrease,
+    )
+    for args in steps:
+        yield ceph(*args, **t, json=False)
+    if not steps:
         host.noop(f"pool {pool} is as wanted" + "".join(f"; {n}" for n in notes))
 
 

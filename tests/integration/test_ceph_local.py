@@ -1,0 +1,167 @@
+"""The Ceph pools and RGW service stages, run for real by pyinfra's @local connector.
+
+Needs a reachable Ceph cluster whose admin config is in CEPH_CONF, e.g. the throwaway one:
+    MON_PORT=3310 RGW_PORT=7410 ceph-single-node.sh /tmp/kvceph-ceph-pools
+    CEPH_CONF=/tmp/kvceph-ceph-pools/ceph.conf .venv/bin/pytest -m integration \
+        tests/integration/test_ceph_local.py
+Pools are created under a per-run prefix and deleted afterwards (mon_allow_pool_delete).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PYINFRA = Path(sys.executable).parent / "pyinfra"
+DEPLOY = """
+import json, os, types
+from pyinfra import host
+from deploys import settings, {module}
+data = json.loads(os.environ["KVCEPH_IT_DATA"])
+me = settings.load(data, host.name, ["ceph_admin", "rgw"])
+checked = types.SimpleNamespace(hosts={{host.name: me}})
+{call}
+"""
+
+pytestmark = pytest.mark.integration
+
+
+def _ceph(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["timeout", "30", "ceph", "--connect-timeout", "5", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not shutil.which("ceph"):
+        pytest.skip("no ceph CLI (make deps installs ceph-common)")
+    if not os.environ.get("CEPH_CONF"):
+        pytest.skip("CEPH_CONF not set: start a cluster with ceph-single-node.sh")
+    if _ceph("health", check=False).returncode != 0:
+        pytest.skip(f"Ceph at {os.environ['CEPH_CONF']} does not answer")
+    prefix = f"kvit-{uuid.uuid4().hex[:6]}"
+    yield prefix
+    for pool in json.loads(_ceph("osd", "pool", "ls", "-f", "json").stdout):
+        if pool.startswith(prefix):
+            _ceph("osd", "pool", "rm", pool, pool, "--yes-i-really-really-mean-it", check=False)
+
+
+def _pyinfra(tmp_path: Path, module: str, call: str, data: dict, *flags: str):
+    deploy = tmp_path / f"deploy_{module}.py"
+    deploy.write_text(DEPLOY.format(module=module, call=call))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), KVCEPH_IT_DATA=json.dumps(data))
+    env["PYINFRA_PROGRESS"] = "off"
+    return subprocess.run(
+        [str(PYINFRA), *flags, "@local", str(deploy)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # pyinfra logs to stderr; one stream keeps the order
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+
+
+def _totals(out: str) -> list[str]:
+    """Grand total row of pyinfra's results: hosts, success (changed), error, no change."""
+    line = next(x for x in out.splitlines() if x.strip().startswith("Grand total"))
+    return line.split()[2:]
+
+
+def _pools(prefix: str) -> dict:
+    return {
+        p["pool_name"]: p
+        for p in json.loads(_ceph("osd", "pool", "ls", "detail", "-f", "json").stdout)
+        if p["pool_name"].startswith(prefix)
+    }
+
+
+def _data(prefix: str, data_pg: int = 32, **extra) -> dict:
+    return {
+        "kvceph_s3_endpoint_ip": "127.0.0.1",
+        "kvceph_ceph_command_timeout": 30,
+        "kvceph_ceph_pools": [
+            {"name": f"{prefix}.data", "pg_num": data_pg, "size": 2, "min_size": 1},
+            {"name": f"{prefix}.index", "pg_num": 8},
+        ],
+        **extra,
+    }
+
+
+POOLS = "ceph_pools.apply(me)"
+
+
+def test_pools_created_then_converged(cluster, tmp_path):
+    first = _pyinfra(tmp_path, "ceph_pools", POOLS, _data(cluster), "-y")
+    assert first.returncode == 0, first.stdout
+    pools = _pools(cluster)
+    data = pools[f"{cluster}.data"]
+    assert (data["pg_num_target"], data["size"], data["min_size"]) == (32, 2, 1)
+    assert list(data["application_metadata"]) == ["rgw"]
+    assert pools[f"{cluster}.index"]["pg_num_target"] == 8
+    assert "min_size 1" in first.stdout  # the once-per-run warning
+
+    second = _pyinfra(tmp_path, "ceph_pools", POOLS, _data(cluster), "-y")
+    assert second.returncode == 0, second.stdout
+    assert _totals(second.stdout) == ["3", "-", "-", "3"], second.stdout
+
+
+def test_drift_is_fixed_safely(cluster, tmp_path):
+    assert _pyinfra(tmp_path, "ceph_pools", POOLS, _data(cluster), "-y").returncode == 0
+    pool = f"{cluster}.data"
+    _ceph("osd", "pool", "set", pool, "min_size", "2")
+    _ceph("osd", "pool", "application", "disable", pool, "rgw", "--yes-i-really-mean-it")
+    run = _pyinfra(tmp_path, "ceph_pools", POOLS, _data(cluster), "-y")
+    assert run.returncode == 0, run.stdout
+    data = _pools(cluster)[pool]
+    assert data["min_size"] == 1 and list(data["application_metadata"]) == ["rgw"]
+
+
+def test_pg_decrease_refused_before_anything_changes(cluster, tmp_path):
+    assert _pyinfra(tmp_path, "ceph_pools", POOLS, _data(cluster), "-y").returncode == 0
+    data = _data(cluster, data_pg=16)
+    data["kvceph_ceph_pools"].insert(0, {"name": f"{cluster}.new", "pg_num": 8})
+    run = _pyinfra(tmp_path, "ceph_pools", POOLS, data, "-y")
+    assert run.returncode != 0
+    assert "refused: pg_num 32 -> 16 merges PGs" in run.stdout
+    assert f"{cluster}.new" not in _pools(cluster)  # nothing ran, not even the other pool
+
+
+def test_pg_budget_refused_instead_of_erange(cluster, tmp_path):
+    before = _ceph("config", "get", "mon", "mon_max_pg_per_osd").stdout.strip()
+    _ceph("config", "set", "global", "mon_max_pg_per_osd", "64")
+    try:
+        run = _pyinfra(tmp_path, "ceph_pools", POOLS, _data(cluster, data_pg=1024), "--dry")
+    finally:
+        _ceph("config", "set", "global", "mon_max_pg_per_osd", before)
+    out = run.stdout
+    assert run.returncode != 0
+    assert "PG budget:" in out and "ERANGE" in out and "Error ERANGE" not in out
+
+
+def test_rgw_external_without_orchestrator_is_skipped(cluster, tmp_path):
+    data = _data(cluster, kvceph_rgw_managed_by="external")
+    run = _pyinfra(tmp_path, "rgw_service", "rgw_service.apply(me, checked)", data, "-y")
+    assert run.returncode == 0, run.stdout
+    assert "RGW service skipped" in run.stdout
+
+
+def test_rgw_cephadm_without_orchestrator_fails_clearly(cluster, tmp_path):
+    if _ceph("orch", "status", check=False).returncode == 0:
+        pytest.skip("this cluster has an orchestrator")
+    data = _data(cluster, kvceph_rgw_managed_by="cephadm")
+    run = _pyinfra(tmp_path, "rgw_service", "rgw_service.apply(me, checked)", data, "-y")
+    assert run.returncode != 0
+    assert "no orchestrator answers `ceph orch status`" in run.stdout
