@@ -1,0 +1,212 @@
+"""The real "S3 tier" stage through pyinfra's @local connector against a local Ceph Pacific.
+
+Needs ceph, radosgw-admin, radosgw and python3-boto3 on this machine. By default it starts a
+throwaway single-node cluster with ``ceph-single-node.sh`` (``$KVCEPH_CEPH_SINGLE_NODE``,
+default /work/shared/recipes/ceph-single-node.sh) on ``$KVCEPH_S3_TEST_MON_PORT`` (3320) and
+``$KVCEPH_S3_TEST_RGW_PORT`` (7420) and purges it afterwards; set ``$KVCEPH_S3_TEST_CEPH_CONF``
+to use a running cluster instead (its RGW on the same port variable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+PYINFRA = str(Path(sys.executable).parent / "pyinfra")
+DEPLOY = str(Path(__file__).resolve().parent / "s3_local_deploy.py")
+RECIPE = os.environ.get("KVCEPH_CEPH_SINGLE_NODE", "/work/shared/recipes/ceph-single-node.sh")
+MON_PORT = os.environ.get("KVCEPH_S3_TEST_MON_PORT", "3320")
+RGW_PORT = os.environ.get("KVCEPH_S3_TEST_RGW_PORT", "7420")
+
+
+@pytest.fixture(scope="module")
+def ceph_conf(tmp_path_factory):
+    for tool in ("ceph", "radosgw-admin", "radosgw"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed (apt-get install ceph-mon ceph-mgr ceph-osd ...)")
+    pytest.importorskip("boto3")
+    given = os.environ.get("KVCEPH_S3_TEST_CEPH_CONF")
+    if given:
+        yield given
+        return
+    if not Path(RECIPE).is_file():
+        pytest.skip(f"{RECIPE} missing: set KVCEPH_CEPH_SINGLE_NODE or KVCEPH_S3_TEST_CEPH_CONF")
+    data = tmp_path_factory.mktemp("ceph")
+    env = {**os.environ, "MON_PORT": MON_PORT, "RGW_PORT": RGW_PORT}
+    subprocess.run([RECIPE, str(data)], env=env, check=True, capture_output=True, timeout=300)
+    try:
+        yield str(data / "ceph.conf")
+    finally:
+        stop = str(Path(RECIPE).with_name("ceph-single-node-stop.sh"))
+        subprocess.run([stop, str(data), "--purge"], check=False, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def world(ceph_conf, tmp_path_factory):
+    """Inventory, keys and names for this test (unique, so a kept cluster can be reused)."""
+    root = tmp_path_factory.mktemp("s3tier")
+    name = f"kvceph-it-{secrets.token_hex(3)}"
+    inventory = root / "inventory.py"
+    data = {
+        "kvceph_ceph_pools": [],
+        "kvceph_ceph_connect_timeout": 5,
+        "kvceph_ceph_command_timeout": 60,
+        "kvceph_rgw_managed_by": "external",
+        "kvceph_rgw_dns_name": "s3.kvceph-test",
+        "kvceph_s3_endpoint": f"http://s3.kvceph-test:{RGW_PORT}",
+        "kvceph_s3_admin_endpoint": f"http://127.0.0.1:{RGW_PORT}",
+        "kvceph_s3_endpoint_ip": "127.0.0.1",
+        "kvceph_s3_bucket": name,
+        "kvceph_s3_user": name,
+        "kvceph_s3_expiration_days": 3,
+        "kvceph_s3_quota_max_size_gb": 1,
+    }
+    inventory.write_text(f"ceph_admin = [('@local', {data!r})]\n")
+    return {
+        "root": root,
+        "inventory": str(inventory),
+        "name": name,
+        "access": "KVIT" + secrets.token_hex(8).upper(),
+        "secret": secrets.token_urlsafe(24),
+        "ceph_conf": ceph_conf,
+    }
+
+
+def run_stage(world, secret=None):
+    env = {
+        **os.environ,
+        "CEPH_CONF": world["ceph_conf"],
+        "PYTHONPATH": str(REPO),
+        "KVCEPH_S3_TEST_ROOT": str(world["root"]),
+        "KVCEPH_S3_ACCESS_KEY": world["access"],
+        "KVCEPH_S3_SECRET_KEY": secret or world["secret"],
+    }
+    proc = subprocess.run(
+        [PYINFRA, "-y", "-vv", "--json", world["inventory"], DEPLOY],
+        cwd=world["root"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    start = proc.stdout.find("{")
+    results = json.loads(proc.stdout[start:]) if start >= 0 else {}
+    ops = results.get("results", {}).get("operations", [])
+    changed = [op["name"] for op in ops if op["success"]]
+    return proc.returncode, changed, proc.stdout + proc.stderr
+
+
+def s3(world):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{RGW_PORT}",
+        region_name="default",
+        aws_access_key_id=world["access"],
+        aws_secret_access_key=world["secret"],
+        config=Config(
+            s3={"addressing_style": "path"},
+            connect_timeout=5,
+            read_timeout=30,
+            retries={"max_attempts": 2},
+        ),
+    )
+
+
+def rules_by_id(client, bucket):
+    rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    return {r["ID"]: r for r in rules}
+
+
+def test_converges_then_no_change_then_keeps_foreign_rules(world):
+    rc, changed, output = run_stage(world)
+    assert rc == 0, output[-4000:]
+    assert any("RGW user" in name for name in changed), changed
+    assert any("Lifecycle" in name for name in changed), changed
+    assert world["secret"] not in output
+    if any("rgw_dns_name" in name for name in changed):
+        assert "RGW is managed externally" in output
+
+    rc, changed, output = run_stage(world)
+    assert rc == 0, output[-4000:]
+    assert changed == [], f"second run changed {changed}"
+
+    client, bucket = s3(world), world["name"]
+    assert bucket in [b["Name"] for b in client.list_buckets()["Buckets"]]
+    rules = rules_by_id(client, bucket)
+    assert rules["kvceph-expire"]["Expiration"] == {"Days": 3}
+    assert rules["kvceph-expire-abort-multipart"]["AbortIncompleteMultipartUpload"] == {
+        "DaysAfterInitiation": 1
+    }
+
+    # Someone else adds a rule: the stage neither removes nor rewrites it.
+    foreign = {
+        "ID": "team-logs",
+        "Filter": {"Prefix": "logs/"},
+        "Status": "Enabled",
+        "Expiration": {"Days": 30},
+    }
+    client.put_bucket_lifecycle_configuration(
+        Bucket=bucket, LifecycleConfiguration={"Rules": [*rules.values(), foreign]}
+    )
+    rc, changed, output = run_stage(world)
+    assert rc == 0 and changed == [], (changed, output[-4000:])
+    assert set(rules_by_id(client, bucket)) == {
+        "kvceph-expire",
+        "kvceph-expire-abort-multipart",
+        "team-logs",
+    }
+
+    env = {**os.environ, "CEPH_CONF": world["ceph_conf"]}
+    info = subprocess.run(
+        ["timeout", "60", "radosgw-admin", "user", "info", f"--uid={bucket}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    quota = json.loads(info.stdout)["bucket_quota"]
+    assert quota["enabled"] and quota["max_size"] == 1024**3
+    dns = subprocess.run(
+        [
+            "timeout",
+            "30",
+            "ceph",
+            "--connect-timeout=10",
+            "config",
+            "get",
+            "client.rgw",
+            "rgw_dns_name",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert dns.stdout.strip() == "s3.kvceph-test"
+    ini = world["root"] / "admin" / "s3-admin.ini"
+    assert oct(ini.stat().st_mode & 0o777) == "0o600"
+    assert oct(ini.parent.stat().st_mode & 0o777) == "0o700"
+
+
+def test_different_secret_is_refused_not_replaced(world):
+    wrong = secrets.token_urlsafe(24)
+    rc, _, output = run_stage(world, secret=wrong)
+    assert rc != 0
+    assert f"RGW user {world['name']} exists but holds the configured access key" in output
+    assert "rotation is its own procedure" in output
+    assert wrong not in output and world["secret"] not in output
+    # The user's key is untouched: the original secret still works.
+    s3(world).head_bucket(Bucket=world["name"])
