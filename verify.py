@@ -20,105 +20,11 @@ A failed check fails the pyinfra run (non-zero exit) with one line per check and
 cause. Settings: ``kvceph_verify_*`` (deploys/settings.py VerifySettings).
 """
 
-from pyinfra import host, inventory, logger, state
-from pyinfra.api.command import StringCommand
+from pyinfra import host, inventory, state
 from pyinfra.operations import python
 
 from deploys import preflight
-from deploys.verification import report as reporting
-from deploys.verification import runner
-
-UNIT = "vllm"  # the unit deploys/vllm_service.py installs (docs/design.md)
-
-
-class SshControl:
-    """Restart and journal reads on the inference hosts, over pyinfra's connected hosts."""
-
-    def __init__(self, inv):
-        self.inventory = inv
-
-    def _run(self, name: str, command: str, timeout: int) -> tuple[bool, str]:
-        target = self.inventory.get_host(name)
-        if not target.connected:
-            target.connect(reason="verify", raise_exceptions=False)
-        if not target.connected:
-            return False, f"{name}: not connected"
-        # The operator's sudo choice for this host applies here too (data `_sudo`).
-        ok, output = target.run_shell_command(
-            StringCommand(command),
-            _sudo=bool(target.data.get("_sudo", False)),
-            _timeout=timeout + 15,
-        )
-        return ok, output.stdout or output.stderr
-
-    def restart(self, host_name: str, timeout: int) -> str | None:
-        ok, out = self._run(host_name, f"timeout {int(timeout)} systemctl restart {UNIT}", timeout)
-        return None if ok else f"systemctl restart {UNIT} on {host_name}: {out[-200:]}"
-
-    def journal_has(self, host_name: str, since: float, text: str) -> bool | None:
-        # grep -c prints 0 and exits 1 on no match; `|| true` keeps that a valid answer.
-        cmd = (
-            f"timeout 30 journalctl -u {UNIT} --since @{int(since)} --no-pager -q"
-            f" | grep -c -F '{text}' || true"
-        )
-        ok, out = self._run(host_name, cmd, 30)
-        last = out.strip().splitlines()[-1:] if ok else []
-        return int(last[0]) > 0 if last and last[0].isdigit() else None
-
-
-def _target(h, settings, vs) -> runner.Target:
-    address = h.data.get("ssh_hostname") or h.name
-    if ":" in address and not address.startswith("["):
-        address = f"[{address}]"  # IPv6 literal
-    return runner.Target(
-        name=h.name,
-        base_url=f"{vs.scheme}://{address}:{settings.engine.port}",
-        model=settings.engine.model,
-        tensor_parallel_size=settings.engine.tensor_parallel_size,
-        chunk_size=settings.lmcache.chunk_size,
-        save_unfull_chunk=settings.lmcache.save_unfull_chunk,
-        health_timeout=settings.engine.health_timeout,
-        max_model_len=settings.engine.max_model_len,
-    )
-
-
-def run_cycle(state, host, checked, inv) -> bool:
-    """The whole cycle; False (the operation fails) when a check failed.
-
-    With ``state`` and ``host`` in its signature pyinfra runs it directly and takes its return
-    value as the operation's status: a clean failure, one log line per failed check.
-    """
-    first = next(h for h in checked.hosts.values() if h.is_inference)
-    vs, s3 = first.verify, first.s3
-    groups = [
-        [_target(inv.get_host(name), checked.hosts[name], vs) for name in g.hosts]
-        for g in checked.cache_groups
-    ]
-    bucket = runner.Boto3Bucket(
-        endpoint=vs.s3_endpoint or s3.endpoint,
-        bucket=s3.bucket,
-        region=s3.region,
-        credentials=checked.credentials,
-        timeout=vs.s3_timeout,
-        max_objects=vs.max_listed_objects,
-    )
-    cycle = runner.Runner(
-        runner.Options.from_settings(vs), bucket, SshControl(inv), log=logger.info
-    )
-    result = cycle.run(groups)
-    print(reporting.table(result), flush=True)
-    path = reporting.write_json(result, vs.report_dir)
-    png, notice = reporting.write_png(result, vs.report_dir)
-    logger.info(f"kvceph verify: report {path}" + (f", chart {png}" if png else ""))
-    if notice:
-        logger.warning(f"kvceph verify: {notice}")
-    if result.failures:
-        for line in result.failure_lines():
-            logger.error(f"kvceph verify FAILED: {line}")
-        return False
-    logger.info(f"kvceph verify {result.run_id}: all checks passed")
-    return True
-
+from deploys.verification.controller import run_cycle
 
 checked = preflight.run(state, inventory)
 _first = next((h.host for h in checked.hosts.values() if h.is_inference), None)

@@ -116,7 +116,7 @@ def write_png(report: Report, directory: str | Path) -> tuple[Path | None, str |
     )
     ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
     ax.set_ylabel("TTFT (s)")
-    ax.set_title(f"kvceph verify {report.run_id}: TTFT per step")
+    ax.set_title(f"kvceph verify: TTFT per step\n{report.run_id}", fontsize=10)
     fig.tight_layout()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -81,6 +81,13 @@ class Options:
 class CheckFailed(RuntimeError):
     """A request or wait failed; the message is one line for the report."""
 
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))
+
+
+class RestartFailed(CheckFailed):
+    """The engine did not come back after a restart (unit or health), not a request fault."""
+
 
 class Bucket(Protocol):
     endpoint: str
@@ -330,8 +337,11 @@ class Runner:
     def restart(self, t: Target) -> None:
         error = self.control.restart(t.name, self.o.restart_timeout)
         if error:
-            raise CheckFailed(f"restart failed: {error}")
-        self.wait_health(t)
+            raise RestartFailed(f"restart failed: {error}")
+        try:
+            self.wait_health(t)
+        except CheckFailed as exc:
+            raise RestartFailed(f"after the restart: {exc}") from None
 
     def s3_disabled(self, t: Target, since: float) -> bool | None:
         try:
@@ -526,14 +536,18 @@ class Runner:
         add, o = self.report.add, self.o
         plan = bookkeeping.deletion_plan(created, expected, a.prefix, self.bucket.list(a.prefix))
         deleted, error, hit, got = 0, None, None, None
-        if plan.refused is None:
+        refused = plan.refused
+        if refused is None:
             try:
                 deleted = self.bucket.delete(list(plan.keys))
                 left = set(plan.keys) & set(self.bucket.list(a.prefix))
                 if left:
-                    raise CheckFailed(f"{len(left)} objects still listed after deletion")
-                self.restart(a)
-                got, _, hit = self.ask(a)
+                    refused = f"{len(left)} of the run's objects still listed after deletion"
+                else:
+                    self.restart(a)
+                    got, _, hit = self.ask(a)
+            except RestartFailed as exc:
+                refused = f"{deleted} deleted, but {exc}"
             except CheckFailed as exc:
                 error = str(exc)
         add(
@@ -541,7 +555,7 @@ class Runner:
                 a.name,
                 "fallback",
                 verdicts.fallback(
-                    refused=plan.refused,
+                    refused=refused,
                     deleted=deleted,
                     error=error,
                     hit=hit,

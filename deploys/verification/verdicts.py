@@ -41,6 +41,10 @@ class Verdict:
     status: str
     message: str
 
+    def __post_init__(self):
+        # One line per check in the report, whatever a remote command printed.
+        object.__setattr__(self, "message", " ".join(str(self.message).split()))
+
     @property
     def failed(self) -> bool:
         return self.status == FAIL
@@ -173,7 +177,7 @@ def fallback(
 ) -> Verdict:
     """With the run's objects deleted, a restarted engine recomputes and still answers."""
     if refused:
-        return Verdict(FAIL, f"objects not deleted: {refused}")
+        return Verdict(FAIL, f"fallback not tested: {refused}")
     if error:
         return Verdict(
             FAIL, f"request failed after the objects were deleted: {error}: a missing chunk "

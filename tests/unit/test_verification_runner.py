@@ -346,3 +346,20 @@ def test_document_too_long_for_the_model(lab):
     short = runner.Target(**{**a.__dict__, "max_model_len": 512})
     rep, _ = _run(bucket, engines, [[short]])
     assert "does not fit max_model_len 512" in rep.failure_lines()[0]
+
+
+def test_fallback_restart_failure_is_not_blamed_on_recompute(lab):
+    bucket, engines, add = lab
+    a = add("gpu1")
+
+    class Control(FakeControl):
+        def restart(self, host, timeout):
+            super().restart(host, timeout)
+            return "Job for vllm.service failed" if self.restarts.count(host) == 2 else None
+
+    rep, _ = _run(bucket, engines, [[a]], control=Control(engines))
+    fb = _by_step(rep)[("gpu1", "fallback")].verdict
+    assert fb.failed
+    assert fb.message == (
+        "fallback not tested: 8 deleted, but restart failed: Job for vllm.service failed"
+    )

@@ -91,7 +91,7 @@ def test_fallback_recovers():
 
 
 def test_fallback_failure_modes():
-    assert "objects not deleted: 3 new" in _fb(refused="3 new objects").message
+    assert "fallback not tested: 3 new" in _fb(refused="3 new objects").message
     err = _fb(error="HTTP 500: KV load failed", ttft=None)
     assert err.failed and "kv_load_failure_policy recompute" in err.message
     still = _fb(hit=16384.0)

@@ -1,0 +1,69 @@
+"""pyinfra glue of verify.py: endpoints from the inventory, bounded remote commands."""
+
+from types import SimpleNamespace
+
+from deploys import settings
+from deploys.verification import controller
+
+LAB = {
+    "kvceph_rgw_dns_name": "s3.kvlab",
+    "kvceph_s3_endpoint": "http://s3.kvlab:80",
+    "kvceph_s3_endpoint_ip": "10.213.7.11",
+    "kvceph_vllm_port": 8001,
+}
+
+
+class FakeHost:
+    def __init__(self, name, data, ok=True, lines=()):
+        self.name, self.data, self.connected = name, data, True
+        self.ok, self.lines, self.calls = ok, list(lines), []
+
+    def run_shell_command(self, command, **kwargs):
+        self.calls.append((str(command), kwargs))
+        out = [SimpleNamespace(line=x, buffer_name="stdout") for x in self.lines]
+        return self.ok, SimpleNamespace(output_lines=[x.line for x in out])
+
+
+class FakeInventory:
+    def __init__(self, *hosts):
+        self.hosts = {h.name: h for h in hosts}
+
+    def get_host(self, name):
+        return self.hosts[name]
+
+
+def test_target_uses_inventory_address_port_and_scheme():
+    data = {**LAB, "kvceph_verify_scheme": "https"}
+    hs = settings.load(data, "gpu1", ["gpu"])
+    t = controller.target_for(FakeHost("gpu1", {"ssh_hostname": "10.213.7.21"}), hs, hs.verify)
+    assert t.base_url == "https://10.213.7.21:8001"
+    assert (t.model, t.tensor_parallel_size, t.chunk_size) == ("Qwen/Qwen3-32B", 2, 256)
+    assert t.prefix == "Qwen_Qwen3-32B@2@"
+    v6 = controller.target_for(FakeHost("gpu1", {"ssh_hostname": "fd00::21"}), hs, hs.verify)
+    assert v6.base_url == "https://[fd00::21]:8001"
+    named = controller.target_for(FakeHost("gpu1.lab", {}), hs, hs.verify)
+    assert named.base_url == "https://gpu1.lab:8001"
+
+
+def test_restart_is_bounded_and_reports_output_on_one_line():
+    h = FakeHost("gpu1", {"_sudo": True}, ok=False, lines=["Job failed.", "See journalctl."])
+    err = controller.SshControl(FakeInventory(h)).restart("gpu1", 120)
+    cmd, kwargs = h.calls[0]
+    assert cmd == "timeout 120 systemctl restart vllm"
+    assert kwargs["_sudo"] is True and kwargs["_timeout"] == 135
+    assert err == "systemctl restart vllm on gpu1: Job failed.; See journalctl."
+    ok = FakeHost("gpu2", {}, ok=True)
+    assert controller.SshControl(FakeInventory(ok)).restart("gpu2", 10) is None
+
+
+def test_journal_grep_counts_the_message():
+    h = FakeHost("gpu1", {}, lines=["2"])
+    control = controller.SshControl(FakeInventory(h))
+    assert control.journal_has("gpu1", 1764464400.7, "S3 connection disabled") is True
+    cmd = h.calls[0][0]
+    assert cmd.startswith("timeout 30 journalctl -u vllm --since @1764464400 ")
+    assert "grep -c -F 'S3 connection disabled' || true" in cmd
+    h.lines = ["0"]
+    assert control.journal_has("gpu1", 0, "x") is False
+    h.ok = False
+    assert control.journal_has("gpu1", 0, "x") is None
