@@ -5,6 +5,9 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 export KVCEPH_LAB_DIR ?= /var/lib/kvceph-lab
 export PYINFRA_PROGRESS := off
+# LMCache's own config loader, for the unit tests of the rendered lmcache.yaml (no torch: 123 MB).
+LMCACHE_VENV := $(VENV)/lmcache
+export KVCEPH_LMCACHE_PYTHON ?= $(CURDIR)/$(LMCACHE_VENV)/bin/python
 # The lab's S3 keys: generated once per lab, mode 0600, never committed.
 export KVCEPH_SECRETS_FILE ?= $(KVCEPH_LAB_DIR)/secrets.env
 
@@ -13,7 +16,7 @@ export KVCEPH_SECRETS_FILE ?= $(KVCEPH_LAB_DIR)/secrets.env
 APT_PKGS := debootstrap systemd-container iproute2 openssh-client curl uuid-runtime \
             ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
 
-.PHONY: help deps venv lint unit integration test lab lab-up lab-down deploy verify dry clean
+.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify dry clean
 
 help:
 	@echo "make lab       bring up the local lab, deploy, verify (README quick start)"
@@ -42,17 +45,23 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e lab/engine
 	@touch $@
 
+lmcache-venv: $(LMCACHE_VENV)/.installed
+$(LMCACHE_VENV)/.installed:
+	$(PY) -m venv $(LMCACHE_VENV)
+	$(LMCACHE_VENV)/bin/pip install -q --no-deps lmcache==0.5.6 pyyaml requests urllib3 idna certifi
+	@touch $@
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-unit: venv deps
+unit: venv deps lmcache-venv
 	$(BIN)/pytest -q tests/unit
 
 integration: venv deps
 	$(BIN)/pytest -q -x tests/integration
 
-test: lint venv deps
+test: lint venv deps lmcache-venv
 	$(BIN)/pytest -q tests/unit tests/integration
 
 lab: venv deps lab-up deploy verify

@@ -1,0 +1,164 @@
+"""Stages 3-6 planned against fake facts: which operations they call, with arguments that bind
+to the real operations' signatures, and the refusals that stop a run."""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+from pyinfra.api import DeployError
+
+from deploys import engine_software, inference_config, readiness, render, vllm_service
+from deploys import settings as s
+from deploys.secrets import S3Credentials, Secret
+
+CREDS = S3Credentials(Secret("AKIAPLAN"), Secret("plan-secret-value"), "test")
+CHECKED = SimpleNamespace(credentials=CREDS)
+GLOBAL = {"name", "_serial", "_if", "_sudo"}
+
+
+class Recorder:
+    """Stands in for an operations module; checks every call against the real signature."""
+
+    def __init__(self, module, calls):
+        self.module, self.calls = module, calls
+
+    def __getattr__(self, attr):
+        op = getattr(self.module, attr)
+        if not hasattr(op, "_inner"):
+            return op  # a helper, not an operation
+
+        def call(*args, **kwargs):
+            real = {k: v for k, v in kwargs.items() if k not in GLOBAL}
+            inspect.signature(op._inner).bind(*args, **real)
+            self.calls.append((f"{self.module.__name__.rsplit('.', 1)[-1]}.{attr}", kwargs))
+            return SimpleNamespace(did_change=lambda: True)
+
+        return call
+
+
+class FakeHost:
+    def __init__(self, facts):
+        self.facts = facts
+
+    def get_fact(self, cls, **kwargs):
+        return self.facts[cls.__name__]
+
+
+@pytest.fixture
+def plan(monkeypatch):
+    def run(stage, me, facts, *args):
+        calls: list = []
+        for name, value in list(vars(stage).items()):
+            if inspect.ismodule(value) and value.__name__.startswith(
+                ("pyinfra.operations", "deploys.operations")
+            ):
+                monkeypatch.setattr(stage, name, Recorder(value, calls))
+        monkeypatch.setattr(stage, "host", FakeHost(facts), raising=False)
+        stage.apply._inner(me, *args)
+        return calls
+
+    return run
+
+
+def lab_host(**data):
+    base = {
+        "kvceph_s3_endpoint_ip": "10.0.0.5",
+        "kvceph_accelerator_check": False,
+        "kvceph_engine_profile": {
+            "name": "lab-engine",
+            "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
+            "executable": "kvceph-lab-engine",
+            "vllm_version": "0.33.0",
+        },
+    }
+    return s.load({**base, **data}, "gpu1", ("gpu",))
+
+
+def names(calls):
+    return [c[0] for c in calls]
+
+
+def test_engine_software_from_wheelhouse(plan, tmp_path):
+    (tmp_path / "kvceph_lab_engine-0.1.0-py3-none-any.whl").write_text("")
+    me = lab_host(kvceph_engine_wheelhouse=str(tmp_path))
+    calls = plan(engine_software, me, {})
+    assert names(calls) == [
+        "server.group",
+        "server.user",
+        "files.directory",
+        "files.directory",
+        "files.put",
+        "files.directory",
+        "engine.venv_packages",
+    ]
+    install = calls[-1][1]
+    assert install["find_links"] == render.WHEELHOUSE and install["index_url"] is None
+
+
+def test_engine_software_image_mode_checks_installed_versions(plan):
+    me = s.load({"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_install": False}, "g", ["gpu"])
+    ok = {"EngineVersions": {"packages": {"vllm": "0.33.1", "lmcache": "0.5.6"}}}
+    assert "engine.venv_packages" not in names(plan(engine_software, me, ok))
+    bad = {"EngineVersions": {"packages": {"vllm": "0.26.0", "lmcache": "0.5.6"}}}
+    with pytest.raises(DeployError, match="differs from the profile"):
+        plan(engine_software, me, bad)
+
+
+def test_inference_config_files_and_modes(plan, caplog):
+    me = lab_host(kvceph_lmcache_max_local_cpu_size=100)
+    calls = plan(inference_config, me, {"MemTotal": 64 << 30}, CHECKED)
+    by_name = {c[1]["name"]: c for c in calls}
+    lmc = by_name["LMCache config /etc/kvceph/lmcache.yaml"][1]
+    assert (lmc["user"], lmc["group"], lmc["mode"]) == ("root", "vllm", "0640")
+    creds = by_name["AWS credentials /var/lib/vllm/.aws/credentials"]
+    assert creds[0] == "files.private_file" and creds[1]["mode"] == "0600"
+    assert repr(creds[1]["content"]) == "'***'"  # pyinfra may print args: masked
+    aws_dir = by_name["AWS directory /var/lib/vllm/.aws"][1]
+    assert aws_dir["mode"] == "0700"
+    # The directory exists (0700) before the secret lands in it.
+    order = [c[1]["name"] for c in calls]
+    assert order.index("AWS directory /var/lib/vllm/.aws") < order.index(
+        "AWS credentials /var/lib/vllm/.aws/credentials"
+    )
+    hosts = by_name["/etc/hosts entry for lmcache.s3.cephlab.com"][1]
+    assert hosts["replace"].endswith("# kvceph")
+    assert "pins 200.0 GiB" in caplog.text
+    assert "plan-secret-value" not in caplog.text
+
+
+def test_vllm_service_rolls_serially_with_the_digest(plan, caplog):
+    me = lab_host()
+    calls = plan(vllm_service, me, {}, CHECKED)
+    assert names(calls) == [
+        "files.atomic_file",
+        "files.atomic_file",
+        "systemd.daemon_reload",
+        "service.daemon_reload_if_stale",
+        "service.enabled",
+        "service.rolling_restart",
+    ]
+    env = calls[0][1]["content"]
+    roll = calls[-1][1]
+    assert f'KVCEPH_DIGEST="{roll["digest"]}"' in env
+    assert roll["digest"] == render.digest(me, CREDS)
+    assert roll["_serial"] is True
+    assert "_if" in calls[2][1]
+    assert "accelerator check skipped" in caplog.text
+
+
+def test_vllm_service_refuses_the_wrong_accelerator(plan):
+    me = s.load({"kvceph_s3_endpoint_ip": "10.0.0.5"}, "gaudi1", ["gaudi"])
+    nvidia = {
+        "nvidia": {"pci_devices": 8, "tool": True},
+        "gaudi": {"pci_devices": 0, "tool": False},
+    }
+    with pytest.raises(DeployError, match="group promises gaudi"):
+        plan(vllm_service, me, {"Accelerators": nvidia}, CHECKED)
+
+
+def test_readiness_is_one_read_only_check(plan):
+    calls = plan(readiness, lab_host(), {})
+    assert names(calls) == ["service.ready"]
+    assert calls[0][1]["model"] == "Qwen/Qwen3-32B"
