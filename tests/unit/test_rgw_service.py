@@ -1,0 +1,181 @@
+"""RGW spec choice by Ceph release, rendering, and validation against Pacific's own schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from pyinfra.api import OperationError
+
+from deploys import rgw_service, settings
+from deploys.facts.ceph import version_key
+from deploys.operations.ceph import spec_differences
+
+PACIFIC = {"oldest": "16.2.15", "release": "pacific", "versions": ["16.2.15"]}
+TENTACLE = {"oldest": "20.2.0", "release": "tentacle", "versions": ["20.2.0"]}
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def rgw(**data):
+    base = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
+    return settings.load({**base, **data}, "ceph1", ["ceph_admin", "rgw"]).rgw
+
+
+VIP = {"kvceph_rgw_ingress_virtual_ip": "10.67.67.100/24"}
+
+
+@pytest.mark.parametrize(
+    ("version", "supported"),
+    [
+        ("16.2.15", False),  # Pacific
+        ("19.2.3", False),  # Squid upstream
+        ("20.1.0", False),  # Tentacle release candidate
+        ("20.2.0", True),
+        ("21.1.0", True),
+        ("19.2.0-53.el9cp", False),  # IBM Storage Ceph 8.0
+        ("19.2.1-222.el9cp", True),  # IBM Storage Ceph 8.1
+    ],
+)
+def test_concentrator_support_by_version(version, supported):
+    assert rgw_service.concentrator_supported(version) is supported
+
+
+def test_version_key_orders_downstream_builds():
+    assert version_key("19.2.1-222.el9cp") == (19, 2, 1, 222)
+    assert version_key("16.2.15") < version_key("19.2.1-222.el9cp") < version_key("20.2.0")
+
+
+def test_tentacle_gets_the_seed_spec():
+    specs, notice = rgw_service.plan_specs(rgw(), TENTACLE)
+    assert notice is None
+    assert [yaml.safe_load(s) for s in specs] == [
+        {
+            "service_type": "rgw",
+            "service_id": "standard",
+            "service_name": "rgw.standard",
+            "placement": {"count_per_host": 4, "label": "rgw"},
+            "networks": ["10.67.67.0/24"],
+            "spec": {
+                "rgw_frontend_port": 8080,
+                "concentrator": "haproxy",
+                "concentrator_frontend_port": 80,
+            },
+        }
+    ]
+
+
+def test_tentacle_with_vip_keeps_the_concentrator_and_says_the_vip_is_unused():
+    specs, notice = rgw_service.plan_specs(rgw(**VIP), TENTACLE)
+    assert len(specs) == 1 and "not used" in notice
+
+
+def test_pacific_without_vip_stops_with_the_reason():
+    with pytest.raises(rgw_service.SpecError) as exc:
+        rgw_service.plan_specs(rgw(), PACIFIC)
+    message = str(exc.value)
+    assert "\n" not in message
+    assert "16.2.15 (pacific) has no RGW concentrator" in message
+    assert "kvceph_rgw_ingress_virtual_ip" in message
+
+
+def test_pacific_with_vip_gets_rgw_plus_ingress():
+    specs, notice = rgw_service.plan_specs(rgw(**VIP), PACIFIC)
+    plain, ingress = (yaml.safe_load(s) for s in specs)
+    assert "concentrator" not in plain["spec"]
+    assert ingress == {
+        "service_type": "ingress",
+        "service_id": "rgw.standard",
+        "service_name": "ingress.rgw.standard",
+        "placement": {"label": "rgw"},
+        "spec": {
+            "backend_service": "rgw.standard",
+            "virtual_ip": "10.67.67.100/24",
+            "frontend_port": 80,
+            "monitor_port": rgw_service.INGRESS_MONITOR_PORT,
+        },
+    }
+    assert "ingress service on 10.67.67.100/24" in notice
+
+
+def test_no_concentrator_wanted_gives_the_plain_spec_everywhere():
+    for versions in (PACIFIC, TENTACLE):
+        specs, notice = rgw_service.plan_specs(rgw(kvceph_rgw_concentrator=None), versions)
+        assert len(specs) == 1 and notice is None
+        assert "concentrator" not in yaml.safe_load(specs[0])["spec"]
+
+
+def test_unknown_version_stops():
+    with pytest.raises(rgw_service.SpecError):
+        rgw_service.plan_specs(rgw(**VIP), None)
+
+
+def test_spec_differences_compare_only_our_keys():
+    wanted = {"placement": {"count_per_host": 4, "label": "rgw"}, "spec": {"port": 1}}
+    current = {"placement": {"count_per_host": 4, "label": "rgw"}, "spec": {"port": 1, "x": 2}}
+    assert spec_differences(wanted, {**current, "unmanaged": False}) == []
+    current["placement"]["count_per_host"] = 2
+    assert spec_differences(wanted, current) == ["placement.count_per_host"]
+    assert spec_differences(wanted, {}) == ["placement", "spec"]
+
+
+def test_ceph_hostname():
+    assert rgw_service.ceph_hostname("ceph1", {}) == "ceph1"
+    assert rgw_service.ceph_hostname("ceph1", {"kvceph_ceph_hostname": "node-a"}) == "node-a"
+    with pytest.raises(OperationError, match="kvceph_ceph_hostname"):
+        rgw_service.ceph_hostname("ceph1", {"kvceph_ceph_hostname": "bad name"})
+
+
+# --- Validation by Ceph's own code (Debian's python3-ceph-common, Pacific schema) -------------
+
+_VALIDATE = """
+import json, sys, yaml
+from ceph.deployment.service_spec import ServiceSpec
+out = []
+for text in json.load(sys.stdin):
+    try:
+        spec = ServiceSpec.from_json(yaml.safe_load(text))
+        spec.validate()
+        out.append("ok " + type(spec).__name__)
+    except Exception as exc:
+        out.append("error " + str(exc))
+print(json.dumps(out))
+"""
+
+
+def _pacific_validate(texts: list[str]) -> list[str]:
+    probe = (
+        subprocess.run(
+            [str(SYSTEM_PYTHON), "-c", "import ceph.deployment.service_spec"],
+            capture_output=True,
+            timeout=30,
+        )
+        if SYSTEM_PYTHON.exists()
+        else None
+    )
+    if probe is None or probe.returncode != 0:
+        pytest.skip("needs /usr/bin/python3 with python3-ceph-common (make deps installs it)")
+    run = subprocess.run(
+        [str(SYSTEM_PYTHON), "-c", _VALIDATE],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(run.stdout)
+
+
+def test_pacific_accepts_what_kvceph_sends_it():
+    specs, _ = rgw_service.plan_specs(rgw(**VIP), PACIFIC)
+    plain, _ = rgw_service.plan_specs(rgw(kvceph_rgw_concentrator=None), PACIFIC)
+    assert _pacific_validate(specs + plain) == ["ok RGWSpec", "ok IngressSpec", "ok RGWSpec"]
+
+
+def test_pacific_would_reject_the_concentrator_spec():
+    # Why the release decides: this is the error a Pacific mgr answers `orch apply` with.
+    specs, _ = rgw_service.plan_specs(rgw(), TENTACLE)
+    (result,) = _pacific_validate(specs)
+    assert "unexpected keyword argument 'concentrator'" in result
