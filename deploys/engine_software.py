@@ -151,6 +151,8 @@ def apply(me: HostSettings) -> None:
         packages=list(e.profile.packages),
         index_url=None if find_links else e.index_url,
         find_links=find_links,
+        # An emulating engine needs LMCache only for its config loader, not torch & co.
+        no_deps=[] if engine_distribution(e.profile) == VLLM else [LMCACHE],
     )
 
 

@@ -39,6 +39,7 @@ def venv_packages(
     packages: list[str],
     index_url: str | None = None,
     find_links: str | None = None,
+    no_deps: list[str] | None = None,
     timeout: int = 3600,
 ):
     """
@@ -48,6 +49,7 @@ def venv_packages(
     + packages: ``name==version`` pins
     + index_url: a package index to install from (else pip's configured default)
     + find_links: a directory of wheels on the host; installs with ``--no-index``
+    + no_deps: names among ``packages`` installed with ``--no-deps`` (a second pip call)
     + timeout: seconds pip may take
 
     Nothing runs when the venv already has every pin (fact ``EngineVersions``).
@@ -71,11 +73,23 @@ def venv_packages(
         # An index URL may carry a token (https://user:token@host/...): masked in output.
         url = HiddenValue(index_url) if urlsplit(index_url).password else index_url
         source = ["--index-url", QuoteString(url)]
-    yield StringCommand(
-        "timeout",
-        str(timeout),
-        QuoteString(f"{venv}/bin/python"),
-        "-m pip install --disable-pip-version-check --no-input --quiet",
-        *source,
-        *(QuoteString(f"{k}=={v}") for k, v in pins.items()),
-    )
+    bare = {_norm(n) for n in (no_deps or [])}
+    unknown = bare - set(pins)
+    if unknown:
+        raise ValueError(f"no_deps names {sorted(unknown)} are not among the pinned packages")
+    missing = {item.split("==", 1)[0] for item in todo}
+    for group, flags in (
+        ([n for n in pins if n not in bare], []),
+        ([n for n in pins if n in bare], ["--no-deps"]),
+    ):
+        if not missing & set(group):
+            continue
+        yield StringCommand(
+            "timeout",
+            str(timeout),
+            QuoteString(f"{venv}/bin/python"),
+            "-m pip install --disable-pip-version-check --no-input --quiet",
+            *source,
+            *flags,
+            *(QuoteString(f"{n}=={pins[n]}") for n in group),
+        )

@@ -95,6 +95,7 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
     ]
     install = calls[-1][1]
     assert install["find_links"] == render.WHEELHOUSE and install["index_url"] is None
+    assert install["no_deps"] == ["lmcache"]
 
 
 def test_engine_software_image_mode_checks_installed_versions(plan):
