@@ -648,6 +648,7 @@ class VerifySettings:
     request_timeout: int
     restart_timeout: int
     s3_timeout: int
+    objects_timeout: int  # wait for the cold request's uploads to be listed
     clock_skew: int
     max_listed_objects: int
     cleanup: bool
@@ -668,6 +669,7 @@ def _verify(r: _Reader) -> VerifySettings:
         request_timeout=r.int("kvceph_verify_request_timeout", 600, lo=5, hi=7200),
         restart_timeout=r.int("kvceph_verify_restart_timeout", 180, lo=5, hi=3600),
         s3_timeout=r.int("kvceph_verify_s3_timeout", 30, lo=1, hi=600),
+        objects_timeout=r.int("kvceph_verify_objects_timeout", 120, lo=1, hi=3600),
         clock_skew=r.int("kvceph_verify_clock_skew", 120, lo=0, hi=3600),
         max_listed_objects=r.int("kvceph_verify_max_listed_objects", 200000, lo=1000),
         cleanup=r.bool("kvceph_verify_cleanup", True),

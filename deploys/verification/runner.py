@@ -58,7 +58,8 @@ class Options:
     fallback_tolerance: float = 0.5
     request_timeout: int = 600
     restart_timeout: int = 180
-    s3_timeout: int = 30
+    s3_timeout: float = 30
+    objects_timeout: float = 120
     clock_skew: int = 120
     cleanup: bool = True
     poll_interval: float = 1.0
@@ -73,6 +74,7 @@ class Options:
             request_timeout=vs.request_timeout,
             restart_timeout=vs.restart_timeout,
             s3_timeout=vs.s3_timeout,
+            objects_timeout=vs.objects_timeout,
             clock_skew=vs.clock_skew,
             cleanup=vs.cleanup,
         )
@@ -411,13 +413,13 @@ class Runner:
         return not error
 
     def wait_objects(self, prefix: str, before: dict, since: datetime, expected: int) -> dict:
-        """Poll the listing until the expected count of new objects appears (writes lag)."""
+        """Poll the listing until the expected count of new objects appears (uploads lag)."""
         start = self.mono()
         while True:
             created = bookkeeping.created_since(
                 before, self.bucket.list(prefix), since, self.o.clock_skew
             )
-            if len(created) >= expected or self.mono() - start >= self.o.s3_timeout:
+            if len(created) >= expected or self.mono() - start >= self.o.objects_timeout:
                 return created
             self.sleep(self.o.poll_interval)
 
@@ -577,7 +579,7 @@ class Runner:
         wanted = set(keys)
         while True:
             present = sorted(wanted & set(self.bucket.list(a.prefix)))
-            if len(present) == len(wanted) or self.mono() - start >= self.o.s3_timeout:
+            if len(present) == len(wanted) or self.mono() - start >= self.o.objects_timeout:
                 break
             self.sleep(self.o.poll_interval)
         try:

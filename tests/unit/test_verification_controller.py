@@ -67,3 +67,24 @@ def test_journal_grep_counts_the_message():
     assert control.journal_has("gpu1", 0, "x") is False
     h.ok = False
     assert control.journal_has("gpu1", 0, "x") is None
+
+
+def test_verify_settings_defaults_and_one_line_errors():
+    import pytest
+
+    vs = settings.load(LAB, "gpu1", ["gpu"]).verify
+    assert (vs.scheme, vs.s3_endpoint, vs.document_tokens) == ("http", None, 16384)
+    assert (vs.warm_ratio, vs.report_dir, vs.cleanup) == (1.0, "reports", True)
+    for key, bad, problem in (
+        ("kvceph_verify_scheme", "ftp", "must be one of http, https"),
+        ("kvceph_verify_s3_endpoint", "10.213.7.11:80", "scheme must be http or https"),
+        ("kvceph_verify_warm_ratio", 1.5, "must be a number in (0.0, 1.0]"),
+        ("kvceph_verify_document_tokens", 100, "must be >= 256"),
+        ("kvceph_verify_request_timeout", 0, "must be >= 5"),
+    ):
+        with pytest.raises(settings.SettingsError) as err:
+            settings.load({**LAB, key: bad}, "gpu1", ["gpu"])
+        msg = str(err.value)
+        assert msg.startswith(f"gpu1: {key} = {bad!r}: {problem}") and "\n" not in msg
+    lab = settings.load({**LAB, "kvceph_verify_s3_endpoint": "http://10.213.7.11:80"}, "g", ["gpu"])
+    assert lab.verify.s3_endpoint == "http://10.213.7.11:80"

@@ -206,7 +206,7 @@ def lab():
 
 def _run(bucket, engines, groups, control=None, **opts):
     options = runner.Options(
-        document_tokens=1030, s3_timeout=0.2, poll_interval=0.01, request_timeout=10, **opts
+        document_tokens=1030, objects_timeout=0.2, poll_interval=0.01, request_timeout=10, **opts
     )
     control = control or FakeControl(engines)
     r = runner.Runner(options, bucket, control, log=lambda _m: None)
