@@ -22,6 +22,10 @@ KV_OK = json.dumps(
 )
 
 
+# the Python whose kvceph_lab_engine is tested (e.g. a venv installed from the wheelhouse)
+ENGINE_PYTHON = os.environ.get("KVCEPH_ENGINE_PYTHON", sys.executable)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -52,7 +56,7 @@ class Engine:
 
     def __init__(self, args, env, prefix=(), log_path: Path | None = None):
         self.port = free_port()
-        cmd = [*prefix, sys.executable, "-m", "kvceph_lab_engine", "serve", *args,
+        cmd = [*prefix, ENGINE_PYTHON, "-m", "kvceph_lab_engine", "serve", *args,
                "--host", "127.0.0.1", "--port", str(self.port)]  # fmt: skip
         self.log_path = log_path
         self.log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
-from conftest import KV_OK, free_port, http, metric
+from conftest import ENGINE_PYTHON, KV_OK, free_port, http, metric
 
 BASE = ["--max-model-len", "4096", "--gpu-memory-utilization", "0.55"]
 
 
 def run_cli(args, env, timeout=20):
     port = free_port()
-    cmd = [sys.executable, "-m", "kvceph_lab_engine", *args]
+    cmd = [ENGINE_PYTHON, "-m", "kvceph_lab_engine", *args]
     if args and args[0] == "serve":
         cmd += ["--host", "127.0.0.1", "--port", str(port)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -39,7 +38,7 @@ extra_config:
 
 
 def test_version():
-    r = subprocess.run([sys.executable, "-m", "kvceph_lab_engine", "--version"],
+    r = subprocess.run([ENGINE_PYTHON, "-m", "kvceph_lab_engine", "--version"],
                        capture_output=True, text=True, check=True)  # fmt: skip
     assert "not vLLM" in r.stdout and "0.33.0" in r.stdout
 

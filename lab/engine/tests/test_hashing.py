@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import ENGINE_PYTHON
 
 from kvceph_lab_engine.hashing import ChunkHasher, cbor_dumps, object_name, request_path
 from kvceph_lab_engine.tokenizer import apply_chat_template, tokenize
@@ -38,7 +38,7 @@ def test_keys_match_lmcache_vectors():
     seed = data["pythonhashseed"]
     env = dict(os.environ, PYTHONHASHSEED=seed)  # builtin hash() depends on the process seed
     res = subprocess.run(
-        [sys.executable, "-c", _COMPUTE % seed, str(VECTORS)],
+        [ENGINE_PYTHON, "-c", _COMPUTE % seed, str(VECTORS)],
         env=env,
         capture_output=True,
         text=True,
@@ -60,7 +60,7 @@ def test_builtin_depends_on_pythonhashseed():
     def run(seed):
         env = dict(os.environ, PYTHONHASHSEED=seed)
         return subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+            [ENGINE_PYTHON, "-c", code], env=env, capture_output=True, text=True, check=True
         ).stdout
 
     assert run("67") == run("67")
