@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra import host, logger
+from pyinfra.api import OperationError, deploy
 from pyinfra.operations import files
 
+from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
 from deploys.operations import files as kvfiles
 from deploys.operations import s3
 from deploys.preflight import Preflight
-from deploys.settings import HostSettings, SettingsError
+from deploys.settings import HostSettings
 
 SCRIPT_DIR = "/usr/local/lib/kvceph"
 ADMIN_SCRIPT = f"{SCRIPT_DIR}/s3admin.py"
@@ -42,11 +43,31 @@ def allow_lifecycle_removal(data) -> bool:
     """The operator's opt-in (``--data kvceph_allow_lifecycle_removal=true``), checked."""
     value = data.get(ALLOW_REMOVAL_KEY, False)
     if not isinstance(value, bool):
-        raise SettingsError(
+        raise OperationError(
             f"{host.name}: {ALLOW_REMOVAL_KEY} = {value!r}: must be True or False; "
             f"fix: pass --data {ALLOW_REMOVAL_KEY}=true"
         )
     return value
+
+
+def refusals(me: HostSettings, creds, rules: list[dict], allow_removal: bool, timeout: int):
+    """Every reason to stop before touching anything, read from the cluster's current state.
+
+    pyinfra runs operations as they are called (with ``-y``), so a refusal found only by the
+    user operation would come after rgw_dns_name was already set; this reads the same facts
+    first. The operations repeat the checks, so they stay safe when used on their own.
+    """
+    user = host.get_fact(RgwUser, uid=me.s3.user, timeout=timeout)
+    bucket = host.get_fact(RgwBucket, bucket=me.s3.bucket, timeout=timeout)
+    problems = [
+        s3.user_refusal(user, me.s3.user, creds.access_key, creds.secret_key),
+        s3.bucket_refusal(bucket, me.s3.bucket, me.s3.user),
+    ]
+    if bucket is not None:
+        current = host.get_fact(RgwLifecycle, bucket=me.s3.bucket, timeout=timeout)
+        merge = s3.merge_lifecycle(current, rules, allow_removal=allow_removal)
+        problems.append(s3.lifecycle_refusal(merge, me.s3.bucket, rules))
+    return [p for p in problems if p]
 
 
 @deploy("S3 tier")
@@ -56,6 +77,15 @@ def apply(me: HostSettings, checked: Preflight):
     timeout = ceph.command_timeout if ceph else 60
     connect_timeout = ceph.connect_timeout if ceph else 10
     creds = checked.credentials
+    allow_removal = allow_lifecycle_removal(host.data)
+    rules = s3.lifecycle_rules(
+        me.s3.lifecycle_rule_id, me.s3.expiration_days, me.s3.abort_multipart_days
+    )
+    problems = refusals(me, creds, rules, allow_removal, timeout)
+    if problems:
+        for problem in problems[1:]:
+            logger.error(problem)
+        raise OperationError(problems[0])
 
     s3.rgw_dns_name(
         name=f"rgw_dns_name {me.rgw.dns_name} (virtual-hosted buckets)",
@@ -115,11 +145,9 @@ def apply(me: HostSettings, checked: Preflight):
     s3.bucket_lifecycle(
         name=f"Lifecycle of bucket {me.s3.bucket}",
         bucket_name=me.s3.bucket,
-        rules=s3.lifecycle_rules(
-            me.s3.lifecycle_rule_id, me.s3.expiration_days, me.s3.abort_multipart_days
-        ),
+        rules=rules,
         admin_script=ADMIN_SCRIPT,
         admin_config=ADMIN_CONFIG,
-        allow_removal=allow_lifecycle_removal(host.data),
+        allow_removal=allow_removal,
         timeout=timeout,
     )

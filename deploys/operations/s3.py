@@ -138,6 +138,17 @@ def user(
             QuoteString(display_name),
         )
         return
+    problem = user_refusal(current, uid, access_key, secret_key)
+    if problem:
+        yield _fail(problem)
+        return
+    host.noop(f"RGW user {uid} exists with the configured keys")
+
+
+def user_refusal(current: dict | None, uid: str, access_key: str, secret_key: str) -> str | None:
+    """Why an existing user cannot be used with the configured keys (one line), or None."""
+    if current is None:
+        return None
     wanted = str.__str__(access_key)
     keys = {k["access_key"]: k["secret_sha256"] for k in current.get("keys", [])}
     if wanted not in keys:
@@ -145,9 +156,8 @@ def user(
     elif keys[wanted] != secret_sha256(secret_key):
         problem = "holds the configured access key with a different secret key"
     else:
-        host.noop(f"RGW user {uid} exists with the configured keys")
-        return
-    yield _fail(
+        return None
+    return (
         f"S3 tier: RGW user {uid} exists but {problem}; kvceph does not replace keys in "
         f"place (engines would get 403 and LMCache silently turns S3 off); fix: give kvceph "
         f"the keys the user has, or rotate them - {ROTATION_HINT}"
@@ -193,15 +203,23 @@ def bucket(bucket_name: str, owner: str, admin_script: str, admin_config: str, t
             admin_script, admin_config, timeout, "create-bucket", QuoteString(bucket_name)
         )
         return
-    if current.get("owner") != owner:
-        yield _fail(
-            f"S3 tier: bucket {bucket_name} exists but is owned by RGW user "
-            f"{current.get('owner')}, not {owner}; engines would get 403; "
-            f"fix: choose another kvceph_s3_bucket or "
-            f"move the bucket to {owner} (radosgw-admin bucket link)"
-        )
+    problem = bucket_refusal(current, bucket_name, owner)
+    if problem:
+        yield _fail(problem)
         return
     host.noop(f"bucket {bucket_name} exists, owned by {owner}")
+
+
+def bucket_refusal(current: dict | None, bucket_name: str, owner: str) -> str | None:
+    """Why an existing bucket cannot serve the engines (one line), or None."""
+    if current is None or current.get("owner") == owner:
+        return None
+    return (
+        f"S3 tier: bucket {bucket_name} exists but is owned by RGW user "
+        f"{current.get('owner')}, not {owner}; engines would get 403; "
+        f"fix: choose another kvceph_s3_bucket or move the bucket to {owner} "
+        f"(radosgw-admin bucket link)"
+    )
 
 
 def lifecycle_rules(rule_id: str, expiration_days: int, abort_multipart_days: int) -> list[dict]:
@@ -275,6 +293,18 @@ def merge_lifecycle(
     return merge
 
 
+def lifecycle_refusal(merge: LifecycleMerge, bucket_name: str, rules: list[dict]) -> str | None:
+    """Why the merged lifecycle cannot be written without altering others' rules, or None."""
+    if not merge.changed or not merge.untranslatable:
+        return None
+    return (
+        f"S3 tier: bucket {bucket_name} has lifecycle rule(s) "
+        f"{', '.join(merge.untranslatable)} with fields kvceph cannot reproduce; "
+        f"writing the merged configuration would alter them; "
+        f"fix: add kvceph's rules {', '.join(r['ID'] for r in rules)} by hand"
+    )
+
+
 @operation()
 def bucket_lifecycle(
     bucket_name: str,
@@ -310,13 +340,9 @@ def bucket_lifecycle(
     if not merge.changed:
         host.noop(f"lifecycle of {bucket_name} has rules {', '.join(r['ID'] for r in rules)}")
         return
-    if merge.untranslatable:
-        yield _fail(
-            f"S3 tier: bucket {bucket_name} has lifecycle rule(s) "
-            f"{', '.join(merge.untranslatable)} with fields kvceph cannot reproduce; "
-            f"writing the merged configuration would "
-            f"alter them; fix: add kvceph's rules {', '.join(r['ID'] for r in rules)} by hand"
-        )
+    problem = lifecycle_refusal(merge, bucket_name, rules)
+    if problem:
+        yield _fail(problem)
         return
     what = [
         f"{verb} {', '.join(ids)}"

@@ -1,11 +1,11 @@
 """Lifecycle merge and the S3 tier's pure helpers (offline)."""
 
 import pytest
+from pyinfra.api import OperationError
 
 from deploys import s3_tier
 from deploys.operations.s3 import lifecycle_rules, merge_lifecycle, secret_sha256
 from deploys.secrets import Secret
-from deploys.settings import SettingsError
 
 FOREIGN = {
     "ID": "logs",
@@ -119,5 +119,5 @@ def test_allow_lifecycle_removal(monkeypatch):
     monkeypatch.setattr(s3_tier, "host", FakeHost)
     assert s3_tier.allow_lifecycle_removal({}) is False
     assert s3_tier.allow_lifecycle_removal({"kvceph_allow_lifecycle_removal": True}) is True
-    with pytest.raises(SettingsError, match="must be True or False"):
+    with pytest.raises(OperationError, match="must be True or False"):
         s3_tier.allow_lifecycle_removal({"kvceph_allow_lifecycle_removal": "yes"})
