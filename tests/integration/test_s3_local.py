@@ -203,8 +203,9 @@ def test_converges_then_no_change_then_keeps_foreign_rules(world):
 
 def test_different_secret_is_refused_not_replaced(world):
     wrong = secrets.token_urlsafe(24)
-    rc, _, output = run_stage(world, secret=wrong)
+    rc, changed, output = run_stage(world, secret=wrong)
     assert rc != 0
+    assert changed == [], f"refusal came after {changed}"
     assert f"RGW user {world['name']} exists but holds the configured access key" in output
     assert "rotation is its own procedure" in output
     assert wrong not in output and world["secret"] not in output

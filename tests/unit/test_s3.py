@@ -121,3 +121,39 @@ def test_allow_lifecycle_removal(monkeypatch):
     assert s3_tier.allow_lifecycle_removal({"kvceph_allow_lifecycle_removal": True}) is True
     with pytest.raises(OperationError, match="must be True or False"):
         s3_tier.allow_lifecycle_removal({"kvceph_allow_lifecycle_removal": "yes"})
+
+
+def test_stage_refusals_read_before_any_op(monkeypatch):
+    from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
+    from deploys.operations.s3 import secret_sha256 as sha
+
+    state = {
+        RgwUser: {"keys": [{"access_key": "AK", "secret_sha256": sha("old")}]},
+        RgwBucket: {"bucket": "lmcache", "owner": "other"},
+        RgwLifecycle: [{**FOREIGN, "kvceph_untranslatable": "filter.size"}],
+    }
+
+    class FakeHost:
+        name = "ceph1"
+
+        @staticmethod
+        def get_fact(cls, **kwargs):
+            return state[cls]
+
+    class Me:
+        class s3:  # noqa: N801 - mimics HostSettings.s3
+            user = "lmcache"
+            bucket = "lmcache"
+
+    class Creds:
+        access_key, secret_key = Secret("AK"), Secret("new")
+
+    monkeypatch.setattr(s3_tier, "host", FakeHost)
+    problems = s3_tier.refusals(Me, Creds, OURS, False, 60)
+    assert len(problems) == 3
+    assert "RGW user lmcache exists but holds the configured access key" in problems[0]
+    assert "owned by RGW user other" in problems[1]
+    assert "cannot reproduce" in problems[2]
+    state[RgwUser] = {"keys": [{"access_key": "AK", "secret_sha256": sha("new")}]}
+    state[RgwBucket] = None
+    assert s3_tier.refusals(Me, Creds, OURS, False, 60) == []
