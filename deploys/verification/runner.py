@@ -237,6 +237,20 @@ class Boto3Bucket:
         return None
 
     def list(self, prefix: str) -> dict[str, ObjectInfo]:
+        return self._s3_call(f"list {prefix!r}", self._list, prefix)
+
+    def delete(self, keys: list[str]) -> int:
+        return self._s3_call(f"delete {len(keys)} objects", self._delete, keys)
+
+    def _s3_call(self, what: str, fn, *args):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(*args)
+        except (BotoCoreError, ClientError) as exc:
+            raise CheckFailed(f"S3 {self.endpoint} bucket {self.bucket}: {what}: {exc}") from None
+
+    def _list(self, prefix: str) -> dict[str, ObjectInfo]:
         out: dict[str, ObjectInfo] = {}
         pages = self._client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": 1000}
@@ -251,7 +265,7 @@ class Boto3Bucket:
                 )
         return out
 
-    def delete(self, keys: list[str]) -> int:
+    def _delete(self, keys: list[str]) -> int:
         deleted = 0
         for i in range(0, len(keys), 1000):
             batch = [{"Key": k} for k in keys[i : i + 1000]]
@@ -614,7 +628,13 @@ class Runner:
                 if len(group) == 1
                 else "skipped: the other hosts of this cache group failed preflight"
             )
-            self.cycle(healthy[0], b, no_peer)
+            try:
+                self.cycle(healthy[0], b, no_peer)
+            except CheckFailed as exc:
+                # A bucket listing or deletion failed between steps: stop this group, say where.
+                self.report.add(
+                    StepResult(healthy[0].name, "aborted", Verdict(FAIL, f"cycle aborted: {exc}"))
+                )
         return self.report
 
 

@@ -363,3 +363,31 @@ def test_fallback_restart_failure_is_not_blamed_on_recompute(lab):
     assert fb.message == (
         "fallback not tested: 8 deleted, but restart failed: Job for vllm.service failed"
     )
+
+
+def test_bucket_failure_between_steps_aborts_the_group_with_a_line(lab):
+    bucket, engines, add = lab
+    a = add("gpu1")
+    calls = {"n": 0}
+    real_list = bucket.list
+
+    def flaky(prefix):
+        calls["n"] += bool(prefix)  # the fake engine lists "" for its lookups
+        if calls["n"] > 1:  # the listing before the cold request works, the next one fails
+            raise runner.CheckFailed("S3 memory://bucket: list: connection reset")
+        return real_list(prefix)
+
+    bucket.list = flaky
+    rep, _ = _run(bucket, engines, [[a]])
+    assert rep.failure_lines() == [
+        "gpu1: aborted: cycle aborted: S3 memory://bucket: list: connection reset"
+    ]
+
+
+def test_boto3_bucket_unreachable_endpoint_is_named():
+    creds = type("C", (), {})()
+    creds.access_key = creds.secret_key = type("S", (str,), {"reveal": lambda self: "x"})("x")
+    b = runner.Boto3Bucket("http://127.0.0.1:9", "lmcache", "default", creds, 1, 1000)
+    assert b.check().startswith("S3 http://127.0.0.1:9 unreachable")
+    with pytest.raises(runner.CheckFailed, match=r"S3 http://127.0.0.1:9 bucket lmcache: list"):
+        b.list("Qwen_Qwen3-32B@2@")
