@@ -28,6 +28,9 @@ ip_of() {
   *) echo "unknown lab host: $1 (hosts: $HOSTS)" >&2; return 1 ;;
   esac
 }
+mac_of() {  # fixed MAC per lab IP: ARP caches stay valid when a host is restarted or replaced
+  printf '02:00:0a:d5:07:%02x' "${1##*.}"
+}
 log() { echo "[lab] $*" >&2; }
 die() { echo "[lab] ERROR: $*" >&2; exit 1; }
 now() { date +%s.%N; }
@@ -79,18 +82,16 @@ write_known_hosts() {  # one line for the IP and one for the name of every host 
 
 # ---------------------------------------------------------------- network
 ensure_net() {
-  if ! ip netns list | grep -qw "^$NS"; then
-    ip netns add $NS
-  fi
+  [ -e /run/netns/$NS ] || ip netns add $NS
   ip -n $NS link set lo up
   ip -n $NS link show $BR >/dev/null 2>&1 || ip -n $NS link add $BR type bridge
   ip -n $NS link set $BR up
   if ! ip link show $RIF >/dev/null 2>&1; then
     ip -n $NS link del $RIF_PEER 2>/dev/null || true
-    ip link add $RIF type veth peer name $RIF_PEER netns $NS
+    ip link add $RIF address "$(mac_of $NET.1)" type veth peer name $RIF_PEER netns $NS
   fi
   ip -n $NS link set $RIF_PEER master $BR up
-  ip addr show dev $RIF | grep -q "inet $NET.1/24" || ip addr add $NET.1/24 dev $RIF
+  case " $(ip -br -4 addr show dev $RIF) " in *" $NET.1/24 "*) ;; *) ip addr add $NET.1/24 dev $RIF ;; esac
   ip link set $RIF up
 }
 teardown_net() {
@@ -116,7 +117,7 @@ inject() {  # inject HOST MERGED: per-host files written into the overlay before
     for o in $HOSTS; do printf '%s %s\n' "$(ip_of "$o")" "$o"; done
   } >"$M/etc/hosts.kvlab"
   # keep lines other code (the deploy) added to /etc/hosts on a restarted host
-  [ -f "$M/etc/hosts" ] && grep -v -e '^127\.' -e '^::1 ' -e "^$NET\.[0-9]* [a-z0-9]*$" "$M/etc/hosts" \
+  [ -f "$M/etc/hosts" ] && grep -v -e '^127\.' -e '^::1[[:space:]]' -e "^$NET\.[0-9]* [a-z0-9]*$" "$M/etc/hosts" \
     >>"$M/etc/hosts.kvlab" || true
   mv "$M/etc/hosts.kvlab" "$M/etc/hosts"
   install -m600 "$LAB/hostkeys/$h/ssh_host_ed25519_key" "$M/etc/ssh/ssh_host_ed25519_key"
@@ -124,7 +125,8 @@ inject() {  # inject HOST MERGED: per-host files written into the overlay before
   install -d -m700 "$M/root/.ssh"
   install -m600 "$LAB/id_ed25519.pub" "$M/root/.ssh/authorized_keys"
   for o in e2scrub_reap.service smartmontools.service rbdmap.service lvm2-monitor.service \
-           lvm2-lvmpolld.socket dm-event.socket blk-availability.service; do
+           lvm2-lvmpolld.socket dm-event.socket blk-availability.service radosgw.service \
+           nvmf-autoconnect.service ceph.service; do
     ln -sfn /dev/null "$M/etc/systemd/system/$o"   # memory/CPU only, nothing to do in a lab host
   done
   if [ "$h" = ceph1 ]; then
@@ -152,7 +154,7 @@ start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its ove
   inject "$h" "$M"
   ip netns add "kvlab-$h"
   ip -n "kvlab-$h" link set lo up
-  ip -n $NS link add "kv-$h" type veth peer name eth0 netns "kvlab-$h"
+  ip -n $NS link add "kv-$h" type veth peer name eth0 address "$(mac_of "$ip")" netns "kvlab-$h"
   ip -n $NS link set "kv-$h" master $BR up
   ip -n "kvlab-$h" addr add "$ip/24" dev eth0
   ip -n "kvlab-$h" link set eth0 up
@@ -161,8 +163,14 @@ start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its ove
   setsid bash -c "$join exec systemd-nspawn -q -b -D $M -M $h --register=no --keep-unit \
     --network-namespace-path=/run/netns/kvlab-$h --resolv-conf=off --timezone=off --link-journal=no" \
     >"$R/console.log" 2>&1 </dev/null 9>&- &
-  echo $! >"$R/pid"
-  log "$h booting (pid $!, $ip)"
+  local p=$! t
+  echo $p >"$R/pid"
+  for t in $(seq 1 50); do   # until setsid/bash have exec'd the launcher
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = systemd-nspawn ] && break
+    kill -0 $p 2>/dev/null || break
+    sleep 0.05
+  done
+  log "$h booting (pid $p, $ip)"
 }
 
 cleanup_host() {  # unmount, delete netns and cgroup dirs of a host whose launcher is gone
@@ -189,7 +197,7 @@ stop_hosts() {  # stop_hosts HOST...: SIGTERM the nspawn launchers (= clean halt
   done
 }
 
-ssh_answers() { timeout 1 bash -c "exec 3<>/dev/tcp/$1/22; head -c4 <&3" 2>/dev/null | grep -q SSH; }
+ssh_answers() { [ "$(timeout 1 bash -c "exec 3<>/dev/tcp/$1/22; head -c4 <&3" 2>/dev/null)" = SSH- ]; }
 wait_ssh() {  # wait_ssh HOST...
   local h end=$(($(date +%s) + SSH_WAIT))
   for h in "$@"; do
@@ -200,7 +208,7 @@ wait_ssh() {  # wait_ssh HOST...
     done
   done
 }
-s3_answers() { curl -s -m 3 "http://$NET.11:80/" 2>/dev/null | grep -q ListAllMyBucketsResult; }
+s3_answers() { case $(curl -s -m 3 "http://$NET.11:80/" 2>/dev/null) in *ListAllMyBucketsResult*) ;; *) return 1 ;; esac; }
 wait_s3() {
   local end=$(($(date +%s) + S3_WAIT)) n=0
   until s3_answers; do
