@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 import uuid
@@ -98,6 +99,14 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "kvceph-lab-engine/" + __version__
     app: App  # set on the subclass made by make_server
+
+    def setup(self):
+        super().setup()
+        # small SSE writes must not wait for delayed ACKs (uvicorn sets TCP_NODELAY too)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_HEAD(self):
+        self.do_GET()
 
     def log_message(self, fmt, *args):  # uvicorn-like access log
         log.info('%s - "%s" %s', self.client_address[0], self.requestline, args[1] if args else "")
