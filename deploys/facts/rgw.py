@@ -14,6 +14,8 @@ import json
 from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
+from deploys import ceph_cli
+
 # Runner: argv = timeout, mode, command...; prints one JSON line (null when the subject does
 # not exist) or exits non-zero with radosgw-admin's last error line. Python 3.6 compatible.
 RADOSGW_JSON = r"""
@@ -84,15 +86,14 @@ class RgwDnsName(FactBase):
     requires_command = "ceph"
 
     def command(self, connect_timeout: int = 10, command_timeout: int = 60):
-        return StringCommand(
-            "timeout",
-            str(command_timeout),
-            "ceph",
-            f"--connect-timeout={connect_timeout}",
+        return ceph_cli.ceph(
             "config",
             "get",
             "client.rgw",
             "rgw_dns_name",
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+            json=False,
         )
 
     @staticmethod

@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
+from deploys import ceph_cli
 from deploys.facts.rgw import RgwBucket, RgwDnsName, RgwLifecycle, RgwUser
 
 ROTATION_HINT = "rotation is its own procedure (docs/security.md, 'S3 key rotation')"
 
 
 def _ceph(connect_timeout: int, command_timeout: int, *args) -> StringCommand:
-    return StringCommand(
-        "timeout", str(command_timeout), "ceph", f"--connect-timeout={connect_timeout}", *args
+    return ceph_cli.ceph(
+        *args, connect_timeout=connect_timeout, command_timeout=command_timeout, json=False
     )
 
 
@@ -83,11 +84,11 @@ def rgw_dns_name(
         "set",
         "client.rgw",
         "rgw_dns_name",
-        QuoteString(dns_name),
+        dns_name,
     )
     # RGW reads rgw_dns_name only at start.
     if managed_by == "cephadm":
-        yield _ceph(connect_timeout, command_timeout, "orch", "restart", QuoteString(service_name))
+        yield _ceph(connect_timeout, command_timeout, "orch", "restart", service_name)
     else:
         logger.warning(
             "S3 tier: rgw_dns_name changes from %r to %r; RGW is managed externally, so its "
