@@ -64,7 +64,7 @@ def run(state, inventory) -> Preflight:
     try:
         hosts = {
             h.name: settings.load(h.data, h.name, [g for g in h.groups])
-            for h in inventory.iter_hosts()
+            for h in inventory
         }
         groups = settings.check_inventory(list(hosts.values()))
         creds = secrets.load()

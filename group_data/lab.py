@@ -18,6 +18,8 @@ kvceph_s3_endpoint_ip = "10.213.7.11"
 # The S3 admin writes run on ceph1, where haproxy listens on all addresses.
 kvceph_s3_admin_endpoint = "http://127.0.0.1:80"
 kvceph_s3_quota_max_size_gb = 4
+# verify.py runs on the controller, which reaches haproxy by address (path-style is fine there).
+kvceph_verify_s3_endpoint = "http://10.213.7.11:80"
 
 # No accelerators here: the lab engine stands in for vLLM + LMCache.
 kvceph_accelerator_check = False
