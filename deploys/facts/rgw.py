@@ -57,7 +57,10 @@ print(json.dumps(data, sort_keys=True))
 
 
 def _radosgw_json(timeout: int, mode: str, *args: str) -> StringCommand:
+    # The outer timeout is a backstop; the runner's own one reports which command hung.
     return StringCommand(
+        "timeout",
+        str(timeout + 10),
         "python3",
         "-c",
         QuoteString(RADOSGW_JSON),
