@@ -6,7 +6,7 @@ from io import StringIO
 
 import yaml
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
+from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 
 from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
 from deploys.facts.ceph import (
@@ -308,8 +308,13 @@ def service_spec(
             return
     remote = host.get_temp_filename(f"kvceph-spec-{service_name}")
     yield FileUploadCommand(StringIO(spec), remote)
-    yield ceph("orch", "apply", "-i", remote, **t, json=False)
-    yield StringCommand("rm", "-f", remote)
+    # One command so the temporary file goes even when the orchestrator refuses the spec.
+    yield StringCommand(
+        ceph("orch", "apply", "-i", remote, **t, json=False),
+        "; rc=$?; rm -f",
+        QuoteString(remote),
+        "; exit $rc",
+    )
 
 
 @operation(is_idempotent=True)

@@ -165,3 +165,59 @@ def test_rgw_cephadm_without_orchestrator_fails_clearly(cluster, tmp_path):
     run = _pyinfra(tmp_path, "rgw_service", "rgw_service.apply(me, checked)", data, "-y")
     assert run.returncode != 0
     assert "no orchestrator answers `ceph orch status`" in run.stdout
+
+
+@pytest.fixture
+def test_orchestrator(cluster):
+    """Pacific's test_orchestrator mgr module: real `orch ls/host ls` output, no `orch apply`."""
+    if _ceph("orch", "status", check=False).returncode == 0:
+        pytest.skip("this cluster has a real orchestrator; not replacing it")
+    _ceph("mgr", "module", "enable", "test_orchestrator")
+    _ceph("orch", "set", "backend", "test_orchestrator")
+
+    def load(services: list[dict]) -> None:
+        inventory = [
+            {"name": "ceph1", "addr": "10.213.7.11", "labels": ["rgw"], "devices": []},
+            {"name": "ceph2", "addr": "10.213.7.12", "labels": [], "devices": []},
+        ]
+        status = {"created": "2026-01-01T00:00:00.000000", "running": 1, "size": 1}
+        data = {"inventory": inventory, "daemons": []}
+        data["services"] = [{**s, "status": status} for s in services]
+        subprocess.run(
+            ["timeout", "30", "ceph", "test_orchestrator", "load_data", "-i", "-"],
+            input=json.dumps(data),
+            text=True,
+            check=True,
+        )
+
+    yield load
+    _ceph("orch", "set", "backend", "", check=False)
+    _ceph("mgr", "module", "disable", "test_orchestrator", check=False)
+
+
+def test_rgw_spec_converged_and_drifted(test_orchestrator, cluster, tmp_path):
+    import yaml
+
+    from deploys import rgw_service, settings
+
+    data = _data(
+        cluster, kvceph_rgw_managed_by="cephadm", kvceph_rgw_ingress_virtual_ip="10.67.67.100/24"
+    )
+    specs, _ = rgw_service.plan_specs(
+        settings.load(data, "x", ["ceph_admin", "rgw"]).rgw,
+        {"oldest": "16.2.15", "release": "pacific", "versions": ["16.2.15"]},
+    )
+    specs = [yaml.safe_load(s) for s in specs]
+    call = "rgw_service.apply(me, checked)"
+    flags = ("-y", "--data", "kvceph_ceph_hostname=ceph1")
+
+    test_orchestrator(specs)  # as if applied before: labels and both specs in place
+    run = _pyinfra(tmp_path, "rgw_service", call, data, *flags)
+    assert run.returncode == 0, run.stdout
+    assert _totals(run.stdout) == ["3", "-", "-", "3"], run.stdout
+
+    specs[0]["placement"]["count_per_host"] = 2
+    test_orchestrator(specs)
+    run = _pyinfra(tmp_path, "rgw_service", call, data, *flags)
+    # The drift is sent to the orchestrator; test_orchestrator cannot apply, cephadm would.
+    assert "This Orchestrator does not support `orch apply`" in run.stdout
