@@ -83,7 +83,7 @@ deploy: venv
 	$(BIN)/pyinfra -y inventories/lab.py deploy.py
 
 dry: venv
-	$(BIN)/pyinfra -y --dry inventories/lab.py deploy.py
+	$(BIN)/pyinfra --dry inventories/lab.py deploy.py
 
 verify: venv
 	$(BIN)/pyinfra -y inventories/lab.py verify.py

@@ -73,7 +73,9 @@ def pyinfra(
     timeout: int = 900,
 ) -> Run:
     """Run pyinfra against the lab like an operator would."""
-    cmd = [PYINFRA, "-y", *(["--json"] if json_out else []), *args, inventory, deploy]
+    # -y skips change detection; a --dry plan needs it, so -y only for real runs.
+    yes = [] if "--dry" in args else ["-y"]
+    cmd = [PYINFRA, *yes, *(["--json"] if json_out else []), *args, inventory, deploy]
     started = time.monotonic()
     proc = subprocess.run(
         cmd,
