@@ -17,7 +17,7 @@ import time
 import uuid
 
 import pytest
-from conftest import KV_OK, metric
+from conftest import KV_OK, http, metric
 
 from kvceph_lab_engine.engine import object_payload
 from kvceph_lab_engine.hashing import ChunkHasher, object_name
@@ -86,10 +86,10 @@ def lab_host(tmp_path, engine_env, bucket, start_engine):
     env = dict(engine_env, LMCACHE_CONFIG_FILE=str(cfg), AWS_PROFILE="lmcache", HOME=str(home))
     prefix = ["unshare", "-m", "sh", "-c", f'mount --bind {hosts} /etc/hosts && exec "$@"', "-"]
 
-    def start(tp=2, seed="67", extra=(), **envs):
+    def start(tp=2, seed="67", extra=(), kv=KV_OK, **envs):
         e_env = dict(env, PYTHONHASHSEED=seed, **envs)
         args = ["--max-model-len", "8192", "--tensor-parallel-size", str(tp),
-                "--kv-transfer-config", KV_OK, "--prefill-ms-per-token", "2", *extra]  # fmt: skip
+                "--kv-transfer-config", kv, "--prefill-ms-per-token", "2", *extra]  # fmt: skip
         return start_engine(args, e_env, model=MODEL, prefix=prefix)
 
     return s3, name, start, write_cfg, home
@@ -184,3 +184,9 @@ def test_corrupt_object_recomputed(lab_host):
     e.complete(PROMPT)
     assert metric(e.metrics(), SRC, source="external_kv_transfer", **LAB) == 32
     assert "unexpected content" in e.logs()
+
+    # kv_load_failure_policy "fail" (vLLM's default): the request errors instead
+    e = start(kv=KV_OK.replace("recompute", "fail"))
+    status, text = http("POST", e.url + "/v1/completions",
+                        {"model": MODEL, "prompt": PROMPT, "max_tokens": 1})  # fmt: skip
+    assert status == 500 and "KV load failed" in text

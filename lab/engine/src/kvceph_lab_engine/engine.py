@@ -44,6 +44,7 @@ class PrefillResult:
     prompt_tokens: int
     local_hit: int
     external_hit: int  # tokens LMCache found (lookup), before vLLM's last-token rule
+    claimed: int  # tokens the connector reported to vLLM's scheduler (external hits stat)
     loaded: int  # tokens whose KV came from LMCache (external_kv_transfer)
     computed: int
     load_seconds: float
@@ -233,6 +234,7 @@ class KVEngine:
                 prompt_tokens=n,
                 local_hit=local_hit,
                 external_hit=external_hit,
+                claimed=max(0, usable - local_hit),
                 loaded=loaded,
                 computed=computed,
                 load_seconds=load_seconds,

@@ -53,14 +53,18 @@ class Metrics:
         self.ttft_count = 0
         self.running = 0
 
-    def record_prefill(self, *, prompt: int, local_hit: int, loaded: int, computed: int) -> None:
+    def record_prefill(
+        self, *, prompt: int, local_hit: int, claimed: int, loaded: int, computed: int
+    ) -> None:
+        """vLLM scheduler: connector queries = prompt - local hit, hits = external tokens
+        the connector claimed; by-source counts what was really loaded/computed."""
         with self._lock:
             c = self.counters
             c["vllm:prompt_tokens"] += prompt
             c["vllm:prefix_cache_queries"] += prompt
             c["vllm:prefix_cache_hits"] += local_hit
-            c["vllm:external_prefix_cache_queries"] += prompt
-            c["vllm:external_prefix_cache_hits"] += loaded
+            c["vllm:external_prefix_cache_queries"] += prompt - local_hit
+            c["vllm:external_prefix_cache_hits"] += claimed
             c["vllm:prompt_tokens_cached"] += local_hit + loaded
             self.by_source["local_compute"] += computed
             self.by_source["local_cache_hit"] += local_hit

@@ -211,6 +211,7 @@ class Handler(BaseHTTPRequestHandler):
             app.metrics.record_prefill(
                 prompt=result.prompt_tokens,
                 local_hit=result.local_hit,
+                claimed=result.claimed,
                 loaded=result.loaded,
                 computed=result.computed,
             )
