@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pyinfra import host, logger
+from pyinfra import host, inventory, logger, state
 from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files, server
 
-from deploys import render, versions
+from deploys import preflight, render, settings, versions
 from deploys.facts.engine import EngineVersions
 from deploys.operations import engine as engine_ops
 from deploys.settings import EngineProfile, HostSettings
@@ -83,6 +83,24 @@ def check_versions(me: HostSettings, installed: dict[str, str]) -> str | None:
     return None
 
 
+def python_minor_error(me: HostSettings, checked, get_python) -> str | None:
+    """With LMCache's builtin hash, every host of the cache group must run one Python minor.
+
+    ``get_python(host_name) -> "3.11.2" | None`` reads the EngineVersions fact of that host.
+    """
+    if me.lmcache.hash_algorithm != "builtin":
+        return None
+    group = next((g for g in checked.cache_groups if me.host in g.hosts), None)
+    if group is None:
+        return None
+    pythons = {}
+    for name in group.hosts:
+        version = get_python(name)
+        if version:
+            pythons[name] = versions.minor(version)
+    return settings.python_minor_mismatch(group, "builtin", pythons)
+
+
 def wheels(directory: str) -> list[Path]:
     """The controller's wheelhouse files, sorted; raises DeployError when there are none."""
     path = Path(directory)
@@ -117,6 +135,18 @@ def apply(me: HostSettings) -> None:
         group=e.service_user,
         mode="0750",
     )
+
+    if me.lmcache.hash_algorithm == "builtin":
+        # Python's hash() differs across minors: read every group member's venv Python.
+        checked = preflight.run(state, inventory)
+
+        def python_of(name: str) -> str | None:
+            venv = checked.hosts[name].engine.venv
+            return inventory.get_host(name).get_fact(EngineVersions, venv=venv).get("python")
+
+        error = python_minor_error(me, checked, python_of)
+        if error:
+            raise DeployError(error)
 
     if not e.install:
         # The image carries the engine: only check it.

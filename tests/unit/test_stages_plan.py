@@ -56,6 +56,16 @@ def plan(monkeypatch):
             ):
                 monkeypatch.setattr(stage, name, Recorder(value, calls))
         monkeypatch.setattr(stage, "host", FakeHost(facts), raising=False)
+        if hasattr(stage, "preflight"):
+            checked = SimpleNamespace(
+                credentials=CREDS,
+                hosts={me.host: me},
+                cache_groups=[s.CacheGroup(me.engine.model, 2, (me.host,))],
+            )
+            monkeypatch.setattr(stage.preflight, "run", lambda state, inventory: checked)
+            monkeypatch.setattr(
+                stage, "inventory", SimpleNamespace(get_host=lambda name: FakeHost(facts))
+            )
         stage.apply._inner(me, *args)
         return calls
 
@@ -100,7 +110,9 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
 
 def test_engine_software_image_mode_checks_installed_versions(plan):
     me = s.load({"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_install": False}, "g", ["gpu"])
-    ok = {"EngineVersions": {"packages": {"vllm": "0.33.1", "lmcache": "0.5.6"}}}
+    ok = {
+        "EngineVersions": {"python": "3.12.3", "packages": {"vllm": "0.33.1", "lmcache": "0.5.6"}}
+    }
     assert "engine.venv_packages" not in names(plan(engine_software, me, ok))
     bad = {"EngineVersions": {"packages": {"vllm": "0.26.0", "lmcache": "0.5.6"}}}
     with pytest.raises(DeployError, match="differs from the profile"):
@@ -163,3 +175,26 @@ def test_readiness_is_one_read_only_check(plan):
     calls = plan(readiness, lab_host(), {})
     assert names(calls) == ["service.ready"]
     assert calls[0][1]["model"] == "Qwen/Qwen3-32B"
+
+
+def test_builtin_hash_needs_one_python_minor_per_cache_group():
+    me = s.load(
+        {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_lmcache_hash_algorithm": "builtin"},
+        "a",
+        ["gpu"],
+    )
+    group = s.CacheGroup(me.engine.model, 2, ("a", "b"))
+    checked = SimpleNamespace(cache_groups=[group])
+    pythons = {"a": "3.11.2", "b": "3.12.3"}
+    error = engine_software.python_minor_error(me, checked, pythons.get)
+    assert "Python minors differ (a=3.11, b=3.12)" in error
+    pythons["b"] = "3.11.9"
+    assert engine_software.python_minor_error(me, checked, pythons.get) is None
+    sha = s.load({"kvceph_s3_endpoint_ip": "10.0.0.5"}, "a", ["gpu"])
+    assert engine_software.python_minor_error(sha, checked, {"a": "3.11", "b": "3.12"}.get) is None
+
+
+def test_engine_software_reads_pythons_only_for_builtin_hash(plan):
+    me = lab_host(kvceph_lmcache_hash_algorithm="builtin")
+    facts = {"EngineVersions": {"python": "3.11.2", "packages": {}}}
+    assert "engine.venv_packages" in names(plan(engine_software, me, facts))
