@@ -1,0 +1,402 @@
+"""Scripted host answers for the ``@fake`` inventories (fake_fresh.py, fake_converged.py).
+
+pyinfra's fake connector answers every command with the first ``fake_responses`` entry whose
+key is a substring (or ``re.compile`` pattern) of the command; unmatched commands succeed with
+no output. This module builds those tables for two cluster states:
+
+- ``fresh``: nothing of kvceph exists (RGW's own pools only, no user/bucket, blank inference
+  hosts: no service user, no venv, no files, service not installed);
+- ``converged``: everything as a completed run leaves it; file hashes and the running digest
+  are computed here with ``deploys.render`` from the same settings the deploy reads, so the
+  scenario stays converged when templates or settings change.
+
+Ceph answers reuse the outputs captured from a real Pacific 16.2.15 cluster in
+``tests/facts/*/*.json``; the Ceph version is Tentacle so the cephadm concentrator spec path
+is planned. Every key of a response below names the fact whose command it answers.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from deploys import render, rgw_service, s3_tier, secrets, settings  # noqa: E402
+from deploys.operations import s3  # noqa: E402
+from deploys.operations.files import sha256_text  # noqa: E402
+
+FACTS = REPO / "tests" / "facts"
+
+# Distinctive fake keys: the test asserts the secret appears nowhere in pyinfra's output.
+FAKE_ACCESS_KEY = "KVFAKEACCESSKEY0001"
+FAKE_SECRET_KEY = "kvfake-SECRET-9f3c1e7a-never-print-me"
+
+# Hosts and groups as inventories/lab.py has them (ceph1 admin + rgw; two NVIDIA hosts in one
+# cache group; the Gaudi host on vLLM 0.26 with TP=1: its own cache group).
+GROUPS = {
+    "ceph_admin": ["@fake/ceph1"],
+    "rgw": ["@fake/ceph1"],
+    "gpu": ["@fake/gpu1", "@fake/gpu2"],
+    "gaudi": ["@fake/gaudi1"],
+}
+
+LAB_PROFILE = {
+    "name": "lab-engine",
+    "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
+    "executable": "kvceph-lab-engine",
+    "vllm_version": "0.33.0",
+    "lmcache_version": "0.5.6",
+    "extra_args": ["--vllm-version", "0.33.0"],
+}
+
+# Settings like group_data/lab.py, as host data (host data outranks the repo's group_data,
+# which pyinfra also loads when run from the repo root). Wildcard DNS off: /etc/hosts entry.
+COMMON = {
+    "fake_delay": 0,
+    "fake_delay_jitter": 0,
+    "kvceph_ceph_pools": [
+        {"name": "default.rgw.buckets.data", "pg_num": 32, "size": 1, "min_size": 1},
+        {"name": "default.rgw.buckets.index", "pg_num": 8, "size": 1, "min_size": 1},
+    ],
+    "kvceph_ceph_connect_timeout": 5,
+    "kvceph_rgw_managed_by": "cephadm",
+    "kvceph_rgw_networks": ["10.213.7.0/24"],
+    "kvceph_rgw_dns_name": "s3.kvlab",
+    "kvceph_s3_endpoint": "http://s3.kvlab:80",
+    "kvceph_s3_endpoint_ip": "10.213.7.11",
+    "kvceph_s3_wildcard_dns": False,
+    "kvceph_s3_admin_endpoint": "http://127.0.0.1:80",
+    "kvceph_s3_quota_max_size_gb": 4,
+    "kvceph_engine_wheelhouse": None,
+    "kvceph_engine_profile": LAB_PROFILE,
+    "kvceph_lmcache_max_local_cpu_size": 0.1,
+    "kvceph_health_timeout": 60,
+}
+PER_HOST = {
+    # The orchestrator knows the host by its own name, not the inventory's "@fake/ceph1".
+    "@fake/ceph1": {"kvceph_ceph_hostname": "ceph1"},
+    "@fake/gaudi1": {
+        "kvceph_tensor_parallel_size": 1,
+        "kvceph_engine_profile": {
+            **LAB_PROFILE,
+            "name": "lab-engine-gaudi",
+            "vllm_version": "0.26.0",
+            "extra_args": ["--vllm-version", "0.26.0"],
+        },
+    },
+}
+PCI = {
+    "nvidia": ["pci 0x8086", "pci 0x10de", "pci 0x10de", "tool nvidia-smi"],
+    "gaudi": ["pci 0x8086", "pci 0x1da3", "tool hl-smi"],
+}
+TENTACLE = "ceph version 20.2.0 (69f84cc2651aa259a15bc192ddaabd3baba07489) tentacle (stable)"
+OS_RELEASE_PYTHON = "3.11.2"
+
+
+def export_fake_credentials() -> None:
+    """In the pyinfra process only: the deploy's preflight reads the keys from the environment."""
+    os.environ.setdefault(secrets.ACCESS_ENV, FAKE_ACCESS_KEY)
+    os.environ.setdefault(secrets.SECRET_ENV, FAKE_SECRET_KEY)
+
+
+def credentials() -> secrets.S3Credentials:
+    """The keys the deploy will read: the exported ones, else the fake ones."""
+    env = dict(os.environ)
+    env.setdefault(secrets.ACCESS_ENV, FAKE_ACCESS_KEY)
+    env.setdefault(secrets.SECRET_ENV, FAKE_SECRET_KEY)
+    return secrets.load(environ=env)
+
+
+# --- What the deploy will see as host data ------------------------------------------------------
+
+
+def _group_data_file(name: str) -> dict:
+    # pyinfra execs group_data/<group>.py and keeps its public, non-module names.
+    path = REPO / "group_data" / f"{name}.py"
+    if not path.is_file():
+        return {}
+    scope: dict = {"__file__": str(path)}
+    exec(compile(path.read_text(), str(path), "exec"), scope)
+    return {
+        k: v for k, v in scope.items() if not k.startswith("_") and not isinstance(v, ModuleType)
+    }
+
+
+def host_groups(host: str, scenario: str) -> list[str]:
+    return [g for g, members in GROUPS.items() if host in members] + [scenario]
+
+
+def host_data(host: str) -> dict:
+    """The inventory's own data for one host (fake_responses added by ``inventory``)."""
+    return {**COMMON, **PER_HOST.get(host, {})}
+
+
+def merged_data(host: str, scenario: str) -> dict:
+    """What pyinfra merges: all.py, each group's file in the host's group order, host data."""
+    data = _group_data_file("all")
+    for group in host_groups(host, scenario):
+        data.update(_group_data_file(group))
+    data.update(host_data(host))
+    return data
+
+
+def host_settings(host: str, scenario: str) -> settings.HostSettings:
+    return settings.load(merged_data(host, scenario), host, host_groups(host, scenario))
+
+
+# --- Answers -----------------------------------------------------------------------------------
+
+
+def _captured(fact_dir: str, case: str) -> list[str]:
+    return json.loads((FACTS / fact_dir / f"{case}.json").read_text())["output"]
+
+
+def _stat(path: str, user: str, group: str, mode: str, kind: str = "-") -> list[str]:
+    """``files.File``/``files.Directory`` (GNU stat line); mode like ``rw-r-----``."""
+    return [
+        f"user={user} group={group} mode={kind}{mode} atime=1796000000 mtime=1796000000 "
+        f"ctime=1796000000 size=4096 '{path}'"
+    ]
+
+
+def _mode_string(octal: str) -> str:
+    bits = int(octal, 8)
+    return "".join(c if bits & (1 << (8 - i)) else "-" for i, c in enumerate("rwxrwxrwx"))
+
+
+def _exists(path: str) -> str:
+    # Key of files.File / files.Directory (one command for both; process() checks the type).
+    return f"test -e {path} ||"
+
+
+def _sha256(path: str) -> str:
+    # Key of files.Sha256File.
+    return f"sha256sum {path} 2>"
+
+
+def _file(path: str, content: str, user: str, group: str, mode: str) -> dict:
+    return {
+        _exists(path): _stat(path, user, group, _mode_string(mode)),
+        _sha256(path): [f"{sha256_text(content)}  {path}"],
+    }
+
+
+def _directory(path: str, user: str, group: str, mode: str) -> dict:
+    return {_exists(path): _stat(path, user, group, _mode_string(mode), kind="d")}
+
+
+def _pools_output(me: settings.HostSettings, converged: bool) -> list[str]:
+    """``ceph osd pool ls detail``: RGW's own pools (captured), plus kvceph's when converged."""
+    raw = json.loads("\n".join(_captured("ceph.CephPools", "fresh_cluster")))
+    if converged:
+        template = raw[0]
+        for i, p in enumerate(me.ceph.pools):
+            pool = copy.deepcopy(template)
+            pool.update(
+                pool_id=100 + i,
+                pool_name=p.name,
+                size=p.size,
+                min_size=p.min_size,
+                pg_num=p.pg_num,
+                pg_placement_num=p.pg_num,
+                pg_num_target=p.pg_num,
+                pg_placement_num_target=p.pg_num,
+                pg_num_pending=p.pg_num,
+                application_metadata={p.application: {}},
+            )
+            raw.append(pool)
+    return ["", json.dumps(raw, separators=(",", ":"))]
+
+
+def _lc_rule(rule: dict) -> dict:
+    """One kvceph rule as Pacific's ``radosgw-admin lc get`` dumps it (shape of the captures)."""
+    empty = {"date": "", "days": ""}
+    exp = rule.get("Expiration", {}).get("Days")
+    mp = rule.get("AbortIncompleteMultipartUpload", {}).get("DaysAfterInitiation")
+    return {
+        "dm_expiration": False,
+        "expiration": {"date": "", "days": str(exp)} if exp else empty,
+        "filter": {"obj_tags": {"tagset": {}}, "prefix": ""},
+        "id": rule["ID"],
+        "mp_expiration": {"date": "", "days": str(mp)} if mp else empty,
+        "noncur_expiration": empty,
+        "noncur_transitions": {},
+        "prefix": "",
+        "status": "Enabled",
+        "transitions": {},
+    }
+
+
+def lifecycle_rules(me: settings.HostSettings) -> list[dict]:
+    return s3.lifecycle_rules(
+        me.s3.lifecycle_rule_id, me.s3.expiration_days, me.s3.abort_multipart_days
+    )
+
+
+def ceph_admin_responses(me: settings.HostSettings, converged: bool) -> dict:
+    creds = credentials()
+    t = me.ceph.connect_timeout
+    ceph = f"ceph --connect-timeout {t}"
+    specs, _ = rgw_service.plan_specs(
+        me.rgw, {"oldest": "20.2.0", "release": "tentacle", "versions": ["20.2.0"]}
+    )
+    quota = me.s3.quota_max_size_gb
+    r: dict = {
+        # CephPools, CephOsdStat, CephConfigValue: the PG budget and the pools.
+        f"{ceph} osd pool ls detail": _pools_output(me, converged),
+        f"{ceph} osd stat": _captured("ceph.CephOsdStat", "two_osds"),
+        f"{ceph} config get mon mon_max_pg_per_osd": _captured(
+            "ceph.CephConfigValue", "mon_max_pg_per_osd"
+        ),
+        f"{ceph} config get mon osd_pool_default_size": ["1"],
+        # CephOrchStatus, CephVersions, CephOrchHosts, CephServiceSpec: the RGW service.
+        f"{ceph} orch status": ["", '{"available": true, "backend": "cephadm"}'],
+        f"{ceph} versions": [
+            "",
+            json.dumps({"mon": {TENTACLE: 1}, "osd": {TENTACLE: 2}, "overall": {TENTACLE: 5}}),
+        ],
+        f"{ceph} orch host ls": [
+            json.dumps(
+                [
+                    {
+                        "hostname": "ceph1",
+                        "labels": ["_admin"] + ([me.rgw.label] if converged else []),
+                    }
+                ]
+            )
+        ],
+        # RgwDnsName
+        f"{ceph} config get client.rgw rgw_dns_name": [me.rgw.dns_name if converged else ""],
+    }
+    for spec in specs:
+        wanted = yaml.safe_load(spec)
+        key = f"{ceph} orch ls --service_name {wanted['service_name']} --export"
+        # What the orchestrator exports adds its own defaults; the op compares only our keys.
+        exported = {**wanted, "unmanaged": False, "status": {"running": 1}}
+        r[key] = [json.dumps([exported])] if converged else ["No services reported"]
+
+    # RgwUser / RgwBucket / RgwLifecycle (the runner prints one JSON line; secrets hashed).
+    user = {
+        "user_id": me.s3.user,
+        "display_name": me.s3.user_display_name,
+        "suspended": 0,
+        "keys": [
+            {
+                "access_key": creds.access_key.reveal(),
+                "secret_sha256": s3.secret_sha256(creds.secret_key),
+            }
+        ],
+        "bucket_quota": {
+            "check_on_raw": False,
+            "enabled": True,
+            "max_objects": -1,
+            "max_size": (quota or 0) * 1024**3,
+            "max_size_kb": (quota or 0) * 1024**2,
+        },
+        "user_quota": {"enabled": False, "max_size": -1, "max_objects": -1},
+    }
+    bucket = {"bucket": me.s3.bucket, "owner": me.s3.user, "bucket_quota": {"enabled": False}}
+    rules = [_lc_rule(rule) for rule in lifecycle_rules(me)]
+    r["radosgw-admin user info"] = [json.dumps(user, sort_keys=True) if converged else "null"]
+    r["radosgw-admin bucket stats"] = [json.dumps(bucket) if converged else "null"]
+    r["radosgw-admin lc get"] = [json.dumps(rules) if converged else "null"]
+
+    if converged:
+        r.update(_directory(s3_tier.SCRIPT_DIR, "root", "root", "755"))
+        r.update(
+            _file(s3_tier.ADMIN_SCRIPT, s3_tier.SCRIPT_SOURCE.read_text(), "root", "root", "0755")
+        )
+        r.update(_directory(s3_tier.ADMIN_DIR, "root", "root", "700"))
+        config = s3_tier.admin_config(me, creds.access_key, creds.secret_key)
+        r.update(_file(s3_tier.ADMIN_CONFIG, config, "root", "root", "0600"))
+    return r
+
+
+def inference_responses(me: settings.HostSettings, converged: bool) -> dict:
+    creds = credentials()
+    e = me.engine
+    user = e.service_user
+    r: dict = {
+        # server.Os (server.group/server.user branch on it), server.Which for useradd.
+        "uname -s": ["Linux"],
+        "command -v useradd": ["/usr/sbin/useradd"],
+        "command -v groupadd": ["/usr/sbin/groupadd"],
+        # engine.Accelerators: the PCI bus of the host's group.
+        "/sys/bus/pci/devices/*/vendor": PCI[e.accelerator],
+        # engine.MemTotal: 64 GiB, so the pinned-RAM warning stays quiet.
+        "grep '^MemTotal:' /proc/meminfo": ["MemTotal:       67108864 kB"],
+    }
+    passwd = ["root:x:0:0:root:/root:/bin/bash|root|root||"]
+    etc_group = ["root:x:0:"]
+    if converged:
+        passwd.append(f"{user}:x:999:999::{e.service_home}:/usr/sbin/nologin|{user}|{user}||!")
+        etc_group.append(f"{user}:x:999:")
+    # server.Users / server.Groups
+    r["for i in `cat /etc/passwd"] = passwd
+    r["cat /etc/group"] = etc_group
+
+    pins = dict(p.split("==", 1) for p in e.profile.packages)  # what a finished install reports
+    r[f"if test -x {e.venv}/bin/python"] = (
+        [f"python {OS_RELEASE_PYTHON}"] + [f"dist {n} {v}" for n, v in pins.items()]
+        if converged
+        else _captured("engine.EngineVersions", "blank_node")
+    )
+
+    digest = render.digest(me, creds)
+    # engine.ServiceState: the running process's environment carries the digest it started with.
+    r["systemctl show -p ActiveState"] = (
+        [
+            "ActiveState=active",
+            "UnitFileState=enabled",
+            "MainPID=4242",
+            "NeedDaemonReload=no",
+            f"{render.DIGEST_VAR}={digest}",
+        ]
+        if converged
+        else _captured("engine.ServiceState", "not_installed")
+    )
+    # engine.EngineReadiness
+    r["/v1/completions"] = _captured("engine.EngineReadiness", "ready" if converged else "no_venv")
+
+    hosts_line = render.hosts_line(me)
+    if hosts_line is not None:
+        # files.FindInFile for our /etc/hosts line (matched by its trailing marker).
+        exists = "__pyinfra_exists_/etc/hosts"  # the file exists, no line matches
+        r["-e '^.*# kvceph$' /etc/hosts"] = [hosts_line] if converged else [exists]
+        r[f"-e '^{hosts_line}$' /etc/hosts"] = [exists]
+
+    if converged:
+        aws = render.aws_dir(me)
+        r.update(_directory(e.service_home, user, user, "0750"))
+        r.update(_directory(str(Path(e.venv).parent), "root", "root", "0755"))
+        r.update(_directory(render.CONFIG_DIR, "root", "root", "0755"))
+        r.update(_file(render.LMCACHE_PATH, render.lmcache_yaml(me), "root", user, "0640"))
+        r.update(_directory(aws, user, user, "0700"))
+        r.update(_file(f"{aws}/credentials", render.aws_credentials(me, creds), user, user, "0600"))
+        r.update(_file(f"{aws}/config", render.aws_config(me), user, user, "0600"))
+        r.update(_file(render.ENV_PATH, render.env_file(me, digest), "root", user, "0640"))
+        r.update(_file(render.UNIT_PATH, render.unit(me), "root", "root", "0644"))
+    return r
+
+
+def inventory(scenario: str, converged: bool) -> dict[str, list]:
+    """Group name -> [(host, data)] for an inventory module's globals."""
+    data = {}
+    for host in sorted({h for members in GROUPS.values() for h in members}):
+        me = host_settings(host, scenario)
+        responses: dict = {}
+        if me.is_ceph_admin:
+            responses.update(ceph_admin_responses(me, converged))
+        if me.is_inference:
+            responses.update(inference_responses(me, converged))
+        data[host] = {**host_data(host), "fake_responses": responses}
+    return {g: [(h, data[h]) for h in members] for g, members in GROUPS.items()}

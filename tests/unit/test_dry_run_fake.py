@@ -1,0 +1,213 @@
+"""The whole deploy, planned with ``--dry`` against pyinfra's ``@fake`` connector.
+
+Two cluster states scripted in tests/inventories/fake_facts.py: a fresh one (everything is
+planned) and an already-converged one (nothing is). pyinfra runs as operators run it, from
+the repo root, one subprocess per scenario and output mode, shared through module fixtures.
+No ``-y``: under ``-y`` pyinfra skips change detection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORIES = REPO / "tests" / "inventories"
+PYINFRA = Path(sys.executable).parent / "pyinfra"
+sys.path.insert(0, str(INVENTORIES))
+
+import fake_facts  # noqa: E402
+
+INFERENCE = {"@fake/gpu1", "@fake/gpu2", "@fake/gaudi1"}
+ADMIN = {"@fake/ceph1"}
+STAGES = (
+    "Ceph pools",
+    "RGW service",
+    "S3 tier",
+    "Engine software",
+    "Inference config",
+    "vLLM service",
+    "Readiness check",
+)
+# Read-only operations: they decide or check, and never plan a change.
+CHECKS = {
+    "Ceph pools | Check the PG budget of the planned pools",
+    "vLLM service | systemd daemon-reload (stale)",
+    "Readiness check | Engine answers on port 8000",
+}
+# `_if=unit.did_change`: pyinfra lists any op with `_if` as a conditional change while
+# planning; it runs only where the unit op changes the file.
+RELOAD = "vLLM service | systemd daemon-reload (unit changed)"
+UNIT = "vLLM service | Unit /etc/systemd/system/vllm.service"
+
+FRESH_CHANGES = {
+    "Ceph pools | Ceph pool default.rgw.buckets.data": ADMIN,
+    "Ceph pools | Ceph pool default.rgw.buckets.index": ADMIN,
+    "RGW service | Label ceph1 rgw": ADMIN,
+    "RGW service | Apply the rgw.standard spec": ADMIN,
+    "S3 tier | rgw_dns_name s3.kvlab (virtual-hosted buckets)": ADMIN,
+    "S3 tier | Directory /usr/local/lib/kvceph": ADMIN,
+    "S3 tier | S3 admin helper /usr/local/lib/kvceph/s3admin.py": ADMIN,
+    "S3 tier | Private directory /etc/kvceph/admin": ADMIN,
+    "S3 tier | S3 admin credentials /etc/kvceph/admin/s3-admin.ini": ADMIN,
+    "S3 tier | RGW user lmcache": ADMIN,
+    "S3 tier | Bucket quota 4 GiB for user lmcache": ADMIN,
+    "S3 tier | Bucket lmcache": ADMIN,
+    "S3 tier | Lifecycle of bucket lmcache": ADMIN,
+    "Engine software | Group vllm": INFERENCE,
+    "Engine software | Service user vllm": INFERENCE,
+    "Engine software | Service home /var/lib/vllm": INFERENCE,
+    "Engine software | Venv parent": INFERENCE,
+    "Engine software | Engine packages in /opt/kvceph/venv": INFERENCE,
+    "Inference config | Config directory /etc/kvceph": INFERENCE,
+    "Inference config | LMCache config /etc/kvceph/lmcache.yaml": INFERENCE,
+    "Inference config | AWS directory /var/lib/vllm/.aws": INFERENCE,
+    "Inference config | AWS credentials /var/lib/vllm/.aws/credentials": INFERENCE,
+    "Inference config | AWS config /var/lib/vllm/.aws/config": INFERENCE,
+    "Inference config | /etc/hosts entry for lmcache.s3.kvlab": INFERENCE,
+    "vLLM service | Engine environment /etc/kvceph/vllm.env": INFERENCE,
+    UNIT: INFERENCE,
+    "vLLM service | Enable vllm.service": INFERENCE,
+    "vLLM service | Rolling restart of vllm.service": INFERENCE,
+}
+
+# Commands a fresh host answers with nothing (the path does not exist), so they need no script:
+# files.File / files.Directory / files.Sha256File, and pyinfra's temp-dir probe.
+ABSENT_OK = re.compile(r"^(! \(test -e |test -e \S+ && \( sha256sum |if \[ -n \"\$TMPDIR\" \])")
+_FAKE_CMD = re.compile(r"^ {4}\[pyinfra\.connectors\.fake\] \[fake\] simulating command on (\S+): ")
+_LOG_RECORD = re.compile(r"^( {4}\[[^\]]+\]|-->)")
+
+
+def _pyinfra(scenario: str, *flags: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "KVCEPH_S3_ACCESS_KEY": fake_facts.FAKE_ACCESS_KEY,
+        "KVCEPH_S3_SECRET_KEY": fake_facts.FAKE_SECRET_KEY,
+        "PYINFRA_FAKE_DELAY": "0",
+        "PYINFRA_FAKE_DELAY_JITTER": "0",
+    }
+    cmd = [str(PYINFRA), "--dry", *flags, f"tests/inventories/fake_{scenario}.py", "deploy.py"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"{' '.join(cmd)}: rc {proc.returncode}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def _plan(scenario: str) -> list[dict]:
+    return json.loads(_pyinfra(scenario, "--json").stdout)["plan"]
+
+
+@pytest.fixture(scope="module")
+def fresh_plan():
+    return _plan("fresh")
+
+
+@pytest.fixture(scope="module")
+def converged_plan():
+    return _plan("converged")
+
+
+@pytest.fixture(scope="module")
+def fresh_verbose():
+    proc = _pyinfra("fresh", "-vvv", "--debug", "--diff")
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def converged_verbose():
+    proc = _pyinfra("converged", "-vvv", "--debug", "--diff")
+    return proc.stdout + proc.stderr
+
+
+def _changes(plan: list[dict], key: str = "hosts_with_change") -> dict[str, set[str]]:
+    return {op["name"]: set(op[key]) for op in plan if op[key]}
+
+
+def _commands(output: str) -> list[tuple[str, str]]:
+    """(host, full command) of every command the fake connector answered (from --debug)."""
+    found: list[tuple[str, list[str]]] = []
+    current: list[str] | None = None
+    for line in output.splitlines():
+        m = _FAKE_CMD.match(line)
+        if m:
+            current = [line[m.end() :]]
+            found.append((m.group(1), current))
+        elif _LOG_RECORD.match(line):
+            current = None
+        elif current is not None:
+            current.append(line)  # a multi-line command (a python -c script)
+    return [(h, "\n".join(lines)) for h, lines in found]
+
+
+def _unscripted(output: str, scenario: str, converged: bool) -> list[str]:
+    groups = fake_facts.inventory(f"fake_{scenario}", converged=converged)
+    keys = {h: list(d["fake_responses"]) for members in groups.values() for h, d in members}
+    missing = []
+    for host, cmd in _commands(output):
+        if not any(k.search(cmd) if isinstance(k, re.Pattern) else k in cmd for k in keys[host]):
+            missing.append(f"{host}: {cmd[:160]}")
+    return missing
+
+
+def test_converged_cluster_plans_no_change(converged_plan):
+    assert _changes(converged_plan) == {}
+    # The only conditional op is the reload tied to the unit op, which changes nothing here,
+    # so it is skipped at run time.
+    assert _changes(converged_plan, "hosts_with_conditional_change") == {RELOAD: INFERENCE}
+    assert UNIT not in _changes(converged_plan)
+
+
+def test_fresh_cluster_plans_every_stage(fresh_plan):
+    assert _changes(fresh_plan) == FRESH_CHANGES
+    assert _changes(fresh_plan, "hosts_with_conditional_change") == {RELOAD: INFERENCE}
+    quiet = {op["name"] for op in fresh_plan if not op["hosts_with_change"]}
+    assert quiet == CHECKS | {RELOAD}
+
+
+def test_both_states_plan_the_same_operations(fresh_plan, converged_plan):
+    # The operation list depends on settings only; state decides what each op does.
+    assert [op["name"] for op in fresh_plan] == [op["name"] for op in converged_plan]
+    for op in fresh_plan:
+        assert op["name"].split(" | ", 1)[0] in STAGES, op["name"]
+
+
+def test_fresh_plan_text_reads_by_stage(fresh_verbose):
+    assert "Traceback" not in fresh_verbose
+    table = fresh_verbose.split("--> Detected changes:", 1)[1]
+    for name, hosts in FRESH_CHANGES.items():
+        row = next(line for line in table.splitlines() if line.strip().startswith(name))
+        assert f"{len(hosts)} (" in row, row
+    for stage in STAGES:
+        assert f"    {stage} | " in table
+
+
+def test_secret_never_in_output(fresh_verbose, converged_verbose, fresh_plan, converged_plan):
+    secret = fake_facts.FAKE_SECRET_KEY
+    assert secret not in fresh_verbose
+    assert secret not in converged_verbose
+    assert secret not in json.dumps(fresh_plan) + json.dumps(converged_plan)
+
+
+def test_converged_commands_are_all_scripted(converged_verbose):
+    # An unmatched command answers "" (success): a typo in a key would read as "absent".
+    assert _unscripted(converged_verbose, "converged", converged=True) == []
+
+
+def test_fresh_commands_unscripted_only_for_absent_paths(fresh_verbose):
+    missing = _unscripted(fresh_verbose, "fresh", converged=False)
+    assert missing, "expected absent files to go unscripted"
+    assert [m for m in missing if not ABSENT_OK.match(m.split(": ", 1)[1])] == []
+
+
+def test_scripted_lifecycle_reads_back_as_kvceph_rules():
+    # The converged lc dump must translate to exactly the rules the deploy wants.
+    from deploys.facts.rgw import s3_rule
+
+    me = fake_facts.host_settings("@fake/ceph1", "fake_converged")
+    rules = fake_facts.lifecycle_rules(me)
+    assert [s3_rule(fake_facts._lc_rule(r)) for r in rules] == rules
