@@ -21,6 +21,7 @@ import copy
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -131,26 +132,45 @@ def _group_data_file(name: str) -> dict:
     }
 
 
-def host_groups(host: str, scenario: str) -> list[str]:
-    return [g for g, members in GROUPS.items() if host in members] + [scenario]
+@dataclass(frozen=True)
+class Layout:
+    """One scenario: the inventory file's group name, the cluster state, lab variations."""
 
+    scenario: str  # the inventory file name: pyinfra makes it a group of every host
+    converged: bool
+    extra_rgw: tuple[str, ...] = ()  # more RGW hosts (inventory names "@fake/<cephadm name>")
+    engine_preinstalled: bool = False  # the image ships the engine: kvceph_engine_install False
 
-def host_data(host: str) -> dict:
-    """The inventory's own data for one host (fake_responses added by ``inventory``)."""
-    return {**COMMON, **PER_HOST.get(host, {})}
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        return {**GROUPS, "rgw": GROUPS["rgw"] + list(self.extra_rgw)}
 
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({h for members in self.groups.values() for h in members})
 
-def merged_data(host: str, scenario: str) -> dict:
-    """What pyinfra merges: all.py, each group's file in the host's group order, host data."""
-    data = _group_data_file("all")
-    for group in host_groups(host, scenario):
-        data.update(_group_data_file(group))
-    data.update(host_data(host))
-    return data
+    def host_groups(self, host: str) -> list[str]:
+        return [g for g, members in self.groups.items() if host in members] + [self.scenario]
 
+    def host_data(self, host: str) -> dict:
+        """The inventory's own data for one host (fake_responses added by ``inventory``)."""
+        data = {**COMMON, **PER_HOST.get(host, {})}
+        if host in self.extra_rgw:
+            data["kvceph_ceph_hostname"] = host.split("/", 1)[1]
+        if self.engine_preinstalled:
+            data["kvceph_engine_install"] = False
+        return data
 
-def host_settings(host: str, scenario: str) -> settings.HostSettings:
-    return settings.load(merged_data(host, scenario), host, host_groups(host, scenario))
+    def merged_data(self, host: str) -> dict:
+        """What pyinfra merges: all.py, each group's file in the host's group order, host data."""
+        data = _group_data_file("all")
+        for group in self.host_groups(host):
+            data.update(_group_data_file(group))
+        data.update(self.host_data(host))
+        return data
+
+    def host_settings(self, host: str) -> settings.HostSettings:
+        return settings.load(self.merged_data(host), host, self.host_groups(host))
 
 
 # --- Answers -----------------------------------------------------------------------------------
@@ -242,7 +262,8 @@ def lifecycle_rules(me: settings.HostSettings) -> list[dict]:
     )
 
 
-def ceph_admin_responses(me: settings.HostSettings, converged: bool) -> dict:
+def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
+    converged = layout.converged
     creds = credentials()
     t = me.ceph.connect_timeout
     ceph = f"ceph --connect-timeout {t}"
@@ -250,6 +271,10 @@ def ceph_admin_responses(me: settings.HostSettings, converged: bool) -> dict:
         me.rgw, {"oldest": "20.2.0", "release": "tentacle", "versions": ["20.2.0"]}
     )
     quota = me.s3.quota_max_size_gb
+    labels = [me.rgw.label] if converged else []
+    orch_hosts = [{"hostname": "ceph1", "labels": ["_admin", *labels]}] + [
+        {"hostname": h.split("/", 1)[1], "labels": labels} for h in layout.extra_rgw
+    ]
     r: dict = {
         # CephPools, CephOsdStat, CephConfigValue: the PG budget and the pools.
         f"{ceph} osd pool ls detail": _pools_output(me, converged),
@@ -264,16 +289,7 @@ def ceph_admin_responses(me: settings.HostSettings, converged: bool) -> dict:
             "",
             json.dumps({"mon": {TENTACLE: 1}, "osd": {TENTACLE: 2}, "overall": {TENTACLE: 5}}),
         ],
-        f"{ceph} orch host ls": [
-            json.dumps(
-                [
-                    {
-                        "hostname": "ceph1",
-                        "labels": ["_admin"] + ([me.rgw.label] if converged else []),
-                    }
-                ]
-            )
-        ],
+        f"{ceph} orch host ls": [json.dumps(orch_hosts)],
         # RgwDnsName
         f"{ceph} config get client.rgw rgw_dns_name": [me.rgw.dns_name if converged else ""],
     }
@@ -321,7 +337,8 @@ def ceph_admin_responses(me: settings.HostSettings, converged: bool) -> dict:
     return r
 
 
-def inference_responses(me: settings.HostSettings, converged: bool) -> dict:
+def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
+    converged = layout.converged
     creds = credentials()
     e = me.engine
     user = e.service_user
@@ -347,7 +364,7 @@ def inference_responses(me: settings.HostSettings, converged: bool) -> dict:
     pins = dict(p.split("==", 1) for p in e.profile.packages)  # what a finished install reports
     r[f"if test -x {e.venv}/bin/python"] = (
         [f"python {OS_RELEASE_PYTHON}"] + [f"dist {n} {v}" for n, v in pins.items()]
-        if converged
+        if converged or layout.engine_preinstalled
         else _captured("engine.EngineVersions", "blank_node")
     )
 
@@ -388,15 +405,15 @@ def inference_responses(me: settings.HostSettings, converged: bool) -> dict:
     return r
 
 
-def inventory(scenario: str, converged: bool) -> dict[str, list]:
+def inventory(layout: Layout) -> dict[str, list]:
     """Group name -> [(host, data)] for an inventory module's globals."""
     data = {}
-    for host in sorted({h for members in GROUPS.values() for h in members}):
-        me = host_settings(host, scenario)
+    for host in layout.hosts:
+        me = layout.host_settings(host)
         responses: dict = {}
         if me.is_ceph_admin:
-            responses.update(ceph_admin_responses(me, converged))
+            responses.update(ceph_admin_responses(me, layout))
         if me.is_inference:
-            responses.update(inference_responses(me, converged))
-        data[host] = {**host_data(host), "fake_responses": responses}
-    return {g: [(h, data[h]) for h in members] for g, members in GROUPS.items()}
+            responses.update(inference_responses(me, layout))
+        data[host] = {**layout.host_data(host), "fake_responses": responses}
+    return {g: [(h, data[h]) for h in members] for g, members in layout.groups.items()}

@@ -20,6 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = REPO / "tests" / "inventories"
 PYINFRA = Path(sys.executable).parent / "pyinfra"
+# A candidate deploy file can be checked before it replaces deploy.py.
+DEPLOY = os.environ.get("KVCEPH_DRY_RUN_DEPLOY", "deploy.py")
 sys.path.insert(0, str(INVENTORIES))
 
 import fake_facts  # noqa: E402
@@ -92,7 +94,7 @@ def _pyinfra(scenario: str, *flags: str) -> subprocess.CompletedProcess:
         "PYINFRA_FAKE_DELAY": "0",
         "PYINFRA_FAKE_DELAY_JITTER": "0",
     }
-    cmd = [str(PYINFRA), "--dry", *flags, f"tests/inventories/fake_{scenario}.py", "deploy.py"]
+    cmd = [str(PYINFRA), "--dry", *flags, f"tests/inventories/fake_{scenario}.py", DEPLOY]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"{' '.join(cmd)}: rc {proc.returncode}\n{proc.stderr[-3000:]}"
     return proc
@@ -144,8 +146,8 @@ def _commands(output: str) -> list[tuple[str, str]]:
     return [(h, "\n".join(lines)) for h, lines in found]
 
 
-def _unscripted(output: str, scenario: str, converged: bool) -> list[str]:
-    groups = fake_facts.inventory(f"fake_{scenario}", converged=converged)
+def _unscripted(output: str, layout: fake_facts.Layout) -> list[str]:
+    groups = fake_facts.inventory(layout)
     keys = {h: list(d["fake_responses"]) for members in groups.values() for h, d in members}
     missing = []
     for host, cmd in _commands(output):
@@ -162,18 +164,49 @@ def test_converged_cluster_plans_no_change(converged_plan):
     assert UNIT not in _changes(converged_plan)
 
 
+def _stage(name: str) -> str | None:
+    stage = name.split(" | ", 1)[0] if " | " in name else None
+    return stage if stage in STAGES else None
+
+
 def test_fresh_cluster_plans_every_stage(fresh_plan):
     assert _changes(fresh_plan) == FRESH_CHANGES
     assert _changes(fresh_plan, "hosts_with_conditional_change") == {RELOAD: INFERENCE}
     quiet = {op["name"] for op in fresh_plan if not op["hosts_with_change"]}
-    assert quiet == CHECKS | {RELOAD}
+    # Besides the checks, only an op outside the stages (an ordering barrier) may plan nothing.
+    assert CHECKS | {RELOAD} <= quiet
+    assert all(_stage(name) is None for name in quiet - CHECKS - {RELOAD})
 
 
 def test_both_states_plan_the_same_operations(fresh_plan, converged_plan):
     # The operation list depends on settings only; state decides what each op does.
     assert [op["name"] for op in fresh_plan] == [op["name"] for op in converged_plan]
-    for op in fresh_plan:
-        assert op["name"].split(" | ", 1)[0] in STAGES, op["name"]
+    assert {_stage(op["name"]) for op in fresh_plan} >= set(STAGES)
+
+
+def _restart_before_s3_ready(plan: list[dict]) -> list[str]:
+    """Ceph-admin operations that pyinfra would run after the first engine restart."""
+    names = [op["name"] for op in plan]
+    restart = names.index("vLLM service | Rolling restart of vllm.service")
+    return [n for n in names[restart:] if _stage(n) in ("Ceph pools", "RGW service", "S3 tier")]
+
+
+def test_s3_tier_is_ready_before_engines_restart(fresh_plan):
+    # pyinfra runs one operation at a time across hosts, in the plan's order. Engines that
+    # start before their RGW user and bucket exist get 403/404 and LMCache turns S3 off.
+    assert _restart_before_s3_ready(fresh_plan) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="deploy.py: pyinfra orders ops level by level along each host's own chain, so a "
+    "longer Ceph-admin chain (one label op per RGW host) than the inference chain (engine "
+    "preinstalled) restarts engines before the bucket exists; fix: a barrier op every host "
+    "calls from one line of deploy.py between the Ceph-admin and the inference stages",
+)
+def test_s3_tier_is_ready_before_engines_restart_with_several_rgw_hosts():
+    plan = json.loads(_pyinfra("rgw_hosts", "--json").stdout)["plan"]
+    assert _restart_before_s3_ready(plan) == []
 
 
 def test_fresh_plan_text_reads_by_stage(fresh_verbose):
@@ -195,11 +228,11 @@ def test_secret_never_in_output(fresh_verbose, converged_verbose, fresh_plan, co
 
 def test_converged_commands_are_all_scripted(converged_verbose):
     # An unmatched command answers "" (success): a typo in a key would read as "absent".
-    assert _unscripted(converged_verbose, "converged", converged=True) == []
+    assert _unscripted(converged_verbose, fake_facts.Layout("fake_converged", converged=True)) == []
 
 
 def test_fresh_commands_unscripted_only_for_absent_paths(fresh_verbose):
-    missing = _unscripted(fresh_verbose, "fresh", converged=False)
+    missing = _unscripted(fresh_verbose, fake_facts.Layout("fake_fresh", converged=False))
     assert missing, "expected absent files to go unscripted"
     assert [m for m in missing if not ABSENT_OK.match(m.split(": ", 1)[1])] == []
 
@@ -208,6 +241,6 @@ def test_scripted_lifecycle_reads_back_as_kvceph_rules():
     # The converged lc dump must translate to exactly the rules the deploy wants.
     from deploys.facts.rgw import s3_rule
 
-    me = fake_facts.host_settings("@fake/ceph1", "fake_converged")
+    me = fake_facts.Layout("fake_converged", converged=True).host_settings("@fake/ceph1")
     rules = fake_facts.lifecycle_rules(me)
     assert [s3_rule(fake_facts._lc_rule(r)) for r in rules] == rules
