@@ -5,8 +5,8 @@
 # pyinfra / pytest / boto3 run unchanged on the controller. Ceph (mon, mgr, 2 memstore OSDs,
 # 2 radosgw, haproxy :80) runs inside ceph1. See lab/README.md.
 #
-# usage: lab.sh up | down | purge | status | replace HOST | stop HOST | start HOST
-#               | ssh HOST [CMD...] | build
+# usage: lab.sh up | down | purge | status | replace HOST | stop HOST... | start HOST...
+#               | kill HOST... | ssh HOST [CMD...] | build
 # All state under $KVCEPH_LAB_DIR (default /var/lib/kvceph-lab).
 set -euo pipefail
 LAB=${KVCEPH_LAB_DIR:-/var/lib/kvceph-lab}
@@ -183,16 +183,23 @@ cleanup_host() {  # unmount, delete netns and cgroup dirs of a host whose launch
 }
 
 stop_hosts() {  # stop_hosts HOST...: SIGTERM the nspawn launchers (= clean halt), wait, clean up
-  local h p t
+  local h p t sig=${STOP_SIGNAL:-TERM}
+  declare -A pids=()
   for h in "$@"; do
     p=$(pid_of "$h") || continue
-    kill -TERM "$p" 2>/dev/null || true
+    pids[$h]=$p
+    kill -"$sig" "$p" 2>/dev/null || true
   done
   for h in "$@"; do
-    p=$(pid_of "$h") || { cleanup_host "$h"; continue; }
-    for t in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$p" 2>/dev/null; then log "$h: no clean halt in 30 s, SIGKILL"; kill -KILL "$p" 2>/dev/null || true; sleep 0.5; fi
-    log "$h stopped"
+    p=${pids[$h]:-}
+    if [ -n "$p" ]; then
+      for t in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+      if kill -0 "$p" 2>/dev/null; then
+        log "$h: no clean halt in 30 s, SIGKILL"; kill -KILL "$p" 2>/dev/null || true
+        for t in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+      fi
+      log "$h stopped ($sig)"
+    fi
     cleanup_host "$h"
   done
 }
@@ -217,7 +224,7 @@ wait_s3() {
     if [ $((n % 10)) = 0 ] && lab_ssh ceph1 systemctl is-failed -q kvlab-ceph 2>/dev/null; then end=0; fi
     [ "$(date +%s)" -lt $end ] || {
       lab_ssh ceph1 'systemctl --no-pager status kvlab-ceph kvlab-rgw@gw1 haproxy | tail -40' >&2 || true
-      die "S3 on http://$NET.11:80/ not answering after ${S3_WAIT}s (ceph logs: /var/lib/kvlab-ceph/log in ceph1)"
+      die "S3 on http://$NET.11:80/ not answering (kvlab-ceph failed or ${S3_WAIT}s passed; ceph logs: /var/lib/kvlab-ceph/log in ceph1)"
     }
     sleep 0.3
   done
@@ -300,6 +307,9 @@ main() {
   stop)
     [ $# -ge 1 ] || die "usage: lab.sh stop HOST..."
     need_root; lock; for h in "$@"; do ip_of "$h" >/dev/null; done; stop_hosts "$@" ;;
+  kill)   # power cut: SIGKILL the launcher (kernel kills every process of the host at once)
+    [ $# -ge 1 ] || die "usage: lab.sh kill HOST..."
+    need_root; lock; for h in "$@"; do ip_of "$h" >/dev/null; done; STOP_SIGNAL=KILL stop_hosts "$@" ;;
   start)
     [ $# -ge 1 ] || die "usage: lab.sh start HOST..."
     need_root; lock; ensure_client_key; ensure_net
