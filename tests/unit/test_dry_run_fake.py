@@ -206,6 +206,17 @@ def test_both_states_plan_the_same_operations(fresh_plan, converged_plan):
     assert {_stage(op["name"]) for op in fresh_plan} >= set(STAGES)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="deploy.py: pyinfra interleaves the Ceph-admin host's stages with the inference "
+    "hosts' (op k of one host's chain runs beside op k of the other's), so the plan does not "
+    "read stage by stage; fix: the same barrier op as for the restart ordering",
+)
+def test_fresh_plan_lists_stages_in_procedure_order(fresh_plan):
+    order = [STAGES.index(_stage(op["name"])) for op in fresh_plan if _stage(op["name"])]
+    assert order == sorted(order)
+
+
 def _restart_before_s3_ready(plan: list[dict]) -> list[str]:
     """Ceph-admin operations that pyinfra would run after the first engine restart."""
     names = [op["name"] for op in plan]
