@@ -16,6 +16,7 @@ The full cold -> warm -> cold proof is verify.py (it restarts engines and writes
 from pyinfra import host, inventory, state
 
 from deploys import preflight
+from deploys.operations.run import barrier
 
 checked = preflight.run(state, inventory)
 me = checked.hosts[host.name]
@@ -26,6 +27,10 @@ if me.is_ceph_admin:
     ceph_pools.apply(me)
     rgw_service.apply(me, checked)
     s3_tier.apply(me, checked)
+
+# Engines must not start before their user, bucket and DNS name exist (LMCache turns S3 off
+# for good after connection errors), so every host waits here for the Ceph stages.
+barrier(name="Ceph and S3 tier ready", what="pools, RGW and S3 tier converged")
 
 if me.is_inference:
     from deploys import engine_software, inference_config, readiness, vllm_service

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import DeployError, deploy
-from pyinfra.operations import systemd
 
 from deploys import render
 from deploys.facts.engine import Accelerators, accelerator_present
@@ -59,7 +58,7 @@ def apply(me: HostSettings, checked) -> None:
         group="root",
         mode="0644",
     )
-    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
+    service.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
     # A run interrupted between the unit write and the reload leaves systemd stale.
     service.daemon_reload_if_stale(name="systemd daemon-reload (stale)", unit=render.UNIT_NAME)
     service.enabled(name=f"Enable {render.UNIT_NAME}", unit=render.UNIT_NAME)

@@ -206,12 +206,6 @@ def test_both_states_plan_the_same_operations(fresh_plan, converged_plan):
     assert {_stage(op["name"]) for op in fresh_plan} >= set(STAGES)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deploy.py: pyinfra interleaves the Ceph-admin host's stages with the inference "
-    "hosts' (op k of one host's chain runs beside op k of the other's), so the plan does not "
-    "read stage by stage; fix: the same barrier op as for the restart ordering",
-)
 def test_fresh_plan_lists_stages_in_procedure_order(fresh_plan):
     order = [STAGES.index(_stage(op["name"])) for op in fresh_plan if _stage(op["name"])]
     assert order == sorted(order)
@@ -230,13 +224,6 @@ def test_s3_tier_is_ready_before_engines_restart(fresh_plan):
     assert _restart_before_s3_ready(fresh_plan) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deploy.py: pyinfra orders ops level by level along each host's own chain, so a "
-    "longer Ceph-admin chain (one label op per RGW host) than the inference chain (engine "
-    "preinstalled) restarts engines before the bucket exists; fix: a barrier op every host "
-    "calls from one line of deploy.py between the Ceph-admin and the inference stages",
-)
 def test_s3_tier_is_ready_before_engines_restart_with_several_rgw_hosts():
     plan = json.loads(_pyinfra("rgw_hosts", "--dry", "--json").stdout)["plan"]
     assert _restart_before_s3_ready(plan) == []
@@ -295,16 +282,6 @@ def _unbounded(output: str) -> set[str]:
     }
 
 
-def test_daemon_commands_are_bounded_except_the_known_one(fresh_executed):
-    assert _unbounded(fresh_executed) <= {"systemctl daemon-reload"}
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="deploys/vllm_service.py uses pyinfra's systemd.daemon_reload, which runs a bare "
-    "`systemctl daemon-reload` (no timeout); fix: yield 'timeout 120 systemctl daemon-reload' "
-    "from a kvceph op (as service.daemon_reload_if_stale does) with _if=unit.did_change",
-)
 def test_daemon_commands_are_all_bounded(fresh_executed):
     assert _unbounded(fresh_executed) == set()
 

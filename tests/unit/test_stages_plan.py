@@ -147,7 +147,7 @@ def test_vllm_service_rolls_serially_with_the_digest(plan, caplog):
     assert names(calls) == [
         "files.atomic_file",
         "files.atomic_file",
-        "systemd.daemon_reload",
+        "service.daemon_reload",
         "service.daemon_reload_if_stale",
         "service.enabled",
         "service.rolling_restart",
