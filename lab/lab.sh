@@ -182,24 +182,40 @@ cleanup_host() {  # unmount, delete netns and cgroup dirs of a host whose launch
   rm -f "$LAB/hosts/$h/pid"
 }
 
+cg_pids() {  # every process of HOST (launcher + container), from its cgroup tree
+  local d; d=$(cg_dirs "$1" | cut -d' ' -f1)
+  [ -d "$d" ] && find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null || true
+}
+kill_cgroup() {  # kill_cgroup HOST: SIGKILL every process of HOST (power cut), wait until gone
+  local p t
+  for t in $(seq 1 50); do
+    p=$(cg_pids "$1")
+    [ -z "$p" ] && return 0
+    # shellcheck disable=SC2086
+    kill -KILL $p 2>/dev/null || true
+    sleep 0.1
+  done
+  log "$1: processes left in its cgroup: $(cg_pids "$1" | tr '\n' ' ')"
+}
+
 stop_hosts() {  # stop_hosts HOST...: SIGTERM the nspawn launchers (= clean halt), wait, clean up
+  # STOP_SIGNAL=KILL: power cut. SIGKILL to the launcher alone would orphan the container (its
+  # init survives, reparented to PID 1), so every process in the host's cgroup gets SIGKILL.
   local h p t sig=${STOP_SIGNAL:-TERM}
   declare -A pids=()
   for h in "$@"; do
     p=$(pid_of "$h") || continue
     pids[$h]=$p
-    kill -"$sig" "$p" 2>/dev/null || true
+    if [ "$sig" = KILL ]; then kill_cgroup "$h"; else kill -TERM "$p" 2>/dev/null || true; fi
   done
   for h in "$@"; do
     p=${pids[$h]:-}
     if [ -n "$p" ]; then
       for t in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-      if kill -0 "$p" 2>/dev/null; then
-        log "$h: no clean halt in 30 s, SIGKILL"; kill -KILL "$p" 2>/dev/null || true
-        for t in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-      fi
+      kill -0 "$p" 2>/dev/null && log "$h: no clean halt in 30 s, SIGKILL"
       log "$h stopped ($sig)"
     fi
+    kill_cgroup "$h"   # normally nothing is left; never leave a container behind
     cleanup_host "$h"
   done
 }
