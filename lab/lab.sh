@@ -129,7 +129,9 @@ inject() {  # inject HOST MERGED: per-host files written into the overlay before
            nvmf-autoconnect.service ceph.service; do
     ln -sfn /dev/null "$M/etc/systemd/system/$o"   # memory/CPU only, nothing to do in a lab host
   done
-  if [ "$h" = ceph1 ]; then
+  # Ceph files only on a blank disk: after stop/start, keep what the deploy may have changed
+  if [ "$h" = ceph1 ] && [ ! -f "$M/etc/kvlab-ceph.injected" ]; then
+    touch "$M/etc/kvlab-ceph.injected"
     install -m755 "$HERE/ceph/kvlab-ceph-start" "$HERE/ceph/kvlab-ceph-stop" "$M/usr/local/sbin/"
     install -m644 "$HERE/ceph/kvlab-ceph.service" "$HERE/ceph/kvlab-rgw@.service" "$M/etc/systemd/system/"
     install -m644 "$HERE/ceph/haproxy.cfg" "$M/etc/haproxy/haproxy.cfg"
