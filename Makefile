@@ -10,10 +10,11 @@ LMCACHE_VENV := $(VENV)/lmcache
 export KVCEPH_LMCACHE_PYTHON ?= $(CURDIR)/$(LMCACHE_VENV)/bin/python
 # The lab's S3 keys: generated once per lab, mode 0600, never committed.
 export KVCEPH_SECRETS_FILE ?= $(KVCEPH_LAB_DIR)/secrets.env
+WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
 
-# System packages: the lab (nspawn hosts, debootstrap), Ceph for fact fixtures and spec
+# System packages: the lab (nspawn hosts, mmdebstrap), Ceph for fact fixtures and spec
 # validation (python3-ceph-common), systemd-analyze for unit checks.
-APT_PKGS := debootstrap systemd-container iproute2 openssh-client curl uuid-runtime \
+APT_PKGS := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime \
             ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
 
 .PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify dry clean
@@ -67,8 +68,13 @@ test: lint venv deps lmcache-venv
 lab: venv deps lab-up deploy verify
 	@echo "lab is up: reports in reports/, stop it with: make lab-down"
 
-lab-up: venv deps $(KVCEPH_SECRETS_FILE)
+lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
 	lab/lab.sh up
+
+# The lab engine and its dependencies as wheels: lab hosts have no route to any index.
+$(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.toml | grep -v /tests/)
+	rm -rf $(WHEELHOUSE) && lab/engine/build-wheelhouse.sh $(WHEELHOUSE) >/dev/null
+	@touch $@
 
 $(KVCEPH_SECRETS_FILE):
 	@mkdir -p $(dir $@)

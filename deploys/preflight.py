@@ -10,11 +10,15 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from gevent.lock import BoundedSemaphore
 from pyinfra import logger
+from pyinfra.api.exceptions import PyinfraError
 
 from deploys import lock, secrets, settings
 
 _CACHE: dict[int, Preflight] = {}
+# pyinfra loads deploy.py for all hosts concurrently (gevent); the first one does the checks.
+_ONCE = BoundedSemaphore()
 
 
 @dataclass(frozen=True)
@@ -28,11 +32,14 @@ class Preflight:
         return next(h for h in self.hosts.values() if h.is_ceph_admin)
 
 
+class PreflightError(PyinfraError):
+    """A problem found before any host is touched; pyinfra prints it as one line."""
+
+
 def _stop(message: str) -> None:
-    # One line, no traceback: the operator reads what to fix. Exit code 2 like a usage error.
-    sys.stderr.write(f"kvceph: {message}\n")
-    sys.stderr.flush()
-    raise SystemExit(2)
+    # pyinfra re-raises its own errors from deploy files without a traceback:
+    # "--> pyinfra error in deploy.py line N: kvceph: <host>: <key> = ...; fix: ..."
+    raise PreflightError(f"kvceph: {message}")
 
 
 def _dry_run() -> bool:
@@ -57,15 +64,17 @@ def _take_lock(inventory, checked: Preflight) -> None:
 
 
 def run(state, inventory) -> Preflight:
-    """Validate every host's settings and the cross-host invariants (cached per run)."""
-    cached = _CACHE.get(id(state))
-    if cached is not None:
+    """Validate every host's settings and the cross-host invariants (once per run)."""
+    with _ONCE:
+        cached = _CACHE.get(id(state))
+        if cached is None:
+            cached = _CACHE[id(state)] = _check(inventory)
         return cached
+
+
+def _check(inventory) -> Preflight:
     try:
-        hosts = {
-            h.name: settings.load(h.data, h.name, [g for g in h.groups])
-            for h in inventory
-        }
+        hosts = {h.name: settings.load(h.data, h.name, [g for g in h.groups]) for h in inventory}
         groups = settings.check_inventory(list(hosts.values()))
         creds = secrets.load()
     except (settings.SettingsError, secrets.SecretsError) as exc:
@@ -76,5 +85,4 @@ def run(state, inventory) -> Preflight:
         )
     result = Preflight(hosts, groups, creds)
     _take_lock(inventory, result)
-    _CACHE[id(state)] = result
     return result
