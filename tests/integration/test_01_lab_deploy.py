@@ -1,0 +1,146 @@
+"""The operator's checklist on the lab: converge, converge again, look at what landed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import HOSTS, INFERENCE, pyinfra, s3_client, secrets, ssh
+from lab_client import completion, external_hits, long_prompt, wait_health
+
+POOLS = {"default.rgw.buckets.data": (32, 1, 1), "default.rgw.buckets.index": (8, 1, 1)}
+
+
+def test_converge_from_empty_succeeds(converged):
+    assert converged.errors() == []
+    changed_hosts = {h for _, h in converged.changed()}
+    assert changed_hosts == set(HOSTS), converged.changed()
+
+
+def test_second_run_reports_no_change(converged):
+    again = pyinfra()
+    assert again.rc == 0, again.output[-4000:]
+    assert again.ops(), "no operations were reported"
+    assert again.changed() == []
+    assert again.errors() == []
+
+
+@pytest.mark.parametrize("host", INFERENCE)
+def test_files_content_owner_and_mode(converged, host):
+    stat = ssh(
+        host,
+        "stat -c '%n %U:%G %a' /etc/kvceph/lmcache.yaml /etc/kvceph/vllm.env /var/lib/vllm/.aws "
+        "/var/lib/vllm/.aws/credentials /var/lib/vllm/.aws/config /etc/systemd/system/vllm.service",
+    ).stdout.split("\n")
+    assert stat[:6] == [
+        "/etc/kvceph/lmcache.yaml root:vllm 640",
+        "/etc/kvceph/vllm.env root:vllm 640",
+        "/var/lib/vllm/.aws vllm:vllm 700",
+        "/var/lib/vllm/.aws/credentials vllm:vllm 600",
+        "/var/lib/vllm/.aws/config vllm:vllm 600",
+        "/etc/systemd/system/vllm.service root:root 644",
+    ]
+    config = yaml.safe_load(ssh(host, "cat /etc/kvceph/lmcache.yaml").stdout)
+    assert config["remote_url"] == "s3://lmcache.s3.kvlab:80"
+    assert config["chunk_size"] == 256
+    assert config["extra_config"]["s3_region"] == "default"
+    assert config["extra_config"]["disable_tls"] is True
+    assert "s3_max_io_concurrency" not in config["extra_config"]
+    creds = ssh(host, "cat /var/lib/vllm/.aws/credentials").stdout
+    assert secrets()["KVCEPH_S3_SECRET_KEY"] in creds
+    assert "lmcache.s3.kvlab" in ssh(host, "grep kvceph /etc/hosts").stdout
+    # No temp file of the atomic writes is left behind.
+    assert (
+        ssh(
+            host, "ls -a /etc/kvceph /var/lib/vllm/.aws | grep -c kvceph-tmp", check=False
+        ).stdout.strip()
+        == "0"
+    )
+
+
+@pytest.mark.parametrize("host", INFERENCE)
+def test_units_active_with_the_deployed_digest(converged, host):
+    assert ssh(host, "systemctl is-active vllm.service").stdout.strip() == "active"
+    pid = ssh(host, "systemctl show -p MainPID --value vllm.service").stdout.strip()
+    environ = ssh(host, f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout
+    assert "KVCEPH_DIGEST=" in environ
+    assert "PYTHONHASHSEED=67" in environ
+    assert "LMCACHE_CONFIG_FILE=/etc/kvceph/lmcache.yaml" in environ
+
+
+@pytest.mark.parametrize("pool", sorted(POOLS))
+def test_ceph_pools_have_the_configured_parameters(converged, pool):
+    got = json.loads(ssh("ceph1", f"ceph osd pool get {pool} all -f json").stdout)
+    assert (got["pg_num"], got["size"], got["min_size"]) == POOLS[pool]
+    apps = json.loads(ssh("ceph1", f"ceph osd pool application get {pool} -f json").stdout)
+    assert "rgw" in apps
+
+
+def test_s3_user_bucket_and_lifecycle(converged):
+    info = json.loads(ssh("ceph1", "radosgw-admin user info --uid=lmcache").stdout)
+    assert [k["access_key"] for k in info["keys"]] == [secrets()["KVCEPH_S3_ACCESS_KEY"]]
+    s3 = s3_client()
+    s3.head_bucket(Bucket="lmcache")
+    rules = {r["ID"]: r for r in s3.get_bucket_lifecycle_configuration(Bucket="lmcache")["Rules"]}
+    assert rules["kvceph-expire"]["Expiration"]["Days"] == 7
+    assert any("AbortIncompleteMultipartUpload" in r for r in rules.values())
+
+
+def _restart_window(host: str) -> tuple[int, int]:
+    """(when the old engine stopped, when the new one started), kernel-monotonic µs.
+
+    The lab's hosts share one kernel, so these clocks compare across hosts.
+    """
+    out = ssh(
+        host,
+        "systemctl show vllm.service -p InactiveEnterTimestampMonotonic "
+        "-p ExecMainStartTimestampMonotonic --value",
+    ).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def _main_pids() -> dict[str, str]:
+    return {
+        h: ssh(h, "systemctl show -p MainPID --value vllm.service").stdout.strip()
+        for h in INFERENCE
+    }
+
+
+def test_restarts_only_after_a_config_change_one_host_at_a_time(converged):
+    before = _main_pids()
+    assert pyinfra().changed() == []
+    assert _main_pids() == before, "a converged run restarted an engine"
+
+    changed = pyinfra("--data", "kvceph_lmcache_blocking_timeout_secs=101")
+    assert changed.rc == 0, changed.output[-4000:]
+    after = _main_pids()
+    assert all(after[h] != before[h] for h in INFERENCE), (before, after)
+    windows = sorted(_restart_window(h) for h in INFERENCE)
+    for (_, started), (next_stopped, _) in zip(windows, windows[1:], strict=False):
+        assert next_stopped > started, f"two engines were down at once: {windows}"
+
+    back = pyinfra()  # back to the committed settings: restarts again, then converged
+    assert back.rc == 0
+    assert pyinfra().changed() == []
+
+
+def test_cache_survives_restart_and_crosses_nodes(converged):
+    s3 = s3_client()
+    before = {o["Key"] for o in s3.list_objects_v2(Bucket="lmcache").get("Contents", [])}
+    prompt = long_prompt(2048)  # 8 full chunks of 256 tokens
+    completion(HOSTS["gpu1"], prompt)
+    after = {o["Key"] for o in s3.list_objects_v2(Bucket="lmcache").get("Contents", [])}
+    new = after - before
+    assert len(new) == 8 * 2, sorted(new)  # TP=2: one object per worker and chunk
+    assert all(k.startswith("Qwen_Qwen3-32B@2@") for k in new)
+
+    ssh("gpu1", "systemctl restart vllm.service")
+    wait_health(HOSTS["gpu1"])
+    hits = external_hits(HOSTS["gpu1"])
+    completion(HOSTS["gpu1"], prompt)
+    assert external_hits(HOSTS["gpu1"]) - hits >= 2047  # all but the last token
+
+    hits = external_hits(HOSTS["gpu2"])
+    completion(HOSTS["gpu2"], prompt)
+    assert external_hits(HOSTS["gpu2"]) - hits >= 2047
