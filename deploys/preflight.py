@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gevent.lock import BoundedSemaphore
 from pyinfra import logger
-from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.exceptions import ConnectError, PyinfraError
 
 from deploys import lock, secrets, settings
 
@@ -53,11 +53,15 @@ def _take_lock(inventory, checked: Preflight) -> None:
         return
     data = admin.data
     try:
+        # With --limit the admin host may be outside the run: the lock still lives there.
+        admin.connect(reason="for the run lock", raise_exceptions=True)
         status = lock.acquire(
             admin,
             stale_after=checked.admin.lock_stale_after,
             break_lock=str(data.get("kvceph_break_lock", "")).lower() in ("1", "true", "yes"),
         )
+    except ConnectError as exc:
+        _stop(f"{admin.name}: cannot connect to take the run lock: {exc}; fix: check SSH to it")
     except lock.LockError as exc:
         _stop(str(exc))
     logger.info("kvceph: run lock on %s: %s", admin.name, status)

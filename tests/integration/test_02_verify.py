@@ -1,0 +1,94 @@
+"""verify.py on the lab: the full cycle passes, and drift after the deploy is caught.
+
+The deploy's own checks refuse a differing hash seed or chunk size inside a cache group, so
+these faults are injected out of band, as an operator's hand edit would be.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import HOSTS, REPO, pyinfra, ssh
+from lab_client import wait_health
+
+
+def verify():
+    return pyinfra(deploy="verify.py", json_out=False, timeout=600)
+
+
+def failed_lines(run) -> list[str]:
+    return [line for line in run.output.splitlines() if "kvceph verify FAILED:" in line]
+
+
+def test_full_cycle_passes_and_writes_the_report(converged):
+    run = verify()
+    assert run.rc == 0, run.output[-5000:]
+    assert "all checks passed" in run.output
+    for step in ("cold", "warm", "cross-node", "fallback"):
+        assert f"gpu1        {step}" in run.output or f"gpu2        {step}" in run.output
+    report = json.loads((REPO / "reports" / "verify-latest.json").read_text())
+    assert report["passed"] is True
+    verdicts = {(s["host"], s["step"]): s["verdict"] for s in report["steps"]}
+    assert verdicts[("gpu1", "cold")] == "pass"
+    assert verdicts[("gpu1", "warm")] == "pass"
+    assert verdicts[("gpu2", "cross-node")] == "pass"
+    assert verdicts[("gaudi1", "cross-node")] == "skip"  # one host in its group: said, not passed
+    # A converged deploy stays converged after the verifier restarted engines.
+    assert pyinfra().changed() == []
+
+
+def _edit_and_restart(host: str, sed: str, path: str) -> None:
+    ssh(host, f"cp -p {path} {path}.kvtest && sed -i '{sed}' {path} && systemctl restart vllm")
+    wait_health(HOSTS[host])
+
+
+def _restore(host: str, path: str) -> None:
+    ssh(host, f"mv -f {path}.kvtest {path} && systemctl restart vllm")
+    wait_health(HOSTS[host])
+
+
+@pytest.fixture
+def gpu2_drift(converged):
+    edits = []
+
+    def drift(sed: str, path: str):
+        _edit_and_restart("gpu2", sed, path)
+        edits.append(path)
+
+    yield drift
+    for path in edits:
+        _restore("gpu2", path)
+
+
+def test_differing_hash_seed_means_no_cross_node_hit(gpu2_drift):
+    gpu2_drift("s/^PYTHONHASHSEED=.*/PYTHONHASHSEED=68/", "/etc/kvceph/vllm.env")
+    run = verify()
+    assert run.rc != 0
+    lines = failed_lines(run)
+    assert any("gpu2: cross-node" in line for line in lines), run.output[-4000:]
+    assert any("PYTHONHASHSEED" in line or "hash" in line for line in lines), lines
+
+
+def test_differing_chunk_size_means_no_cross_node_hit(gpu2_drift):
+    gpu2_drift("s/^chunk_size: .*/chunk_size: 512/", "/etc/kvceph/lmcache.yaml")
+    run = verify()
+    assert run.rc != 0
+    lines = failed_lines(run)
+    assert any("gpu2: cross-node" in line for line in lines), run.output[-4000:]
+    assert any("chunk" in line for line in lines), lines
+
+
+def test_rgw_stopped_is_named_in_preflight(converged):
+    ssh("ceph1", "systemctl stop kvlab-rgw@gw1 kvlab-rgw@gw2")
+    try:
+        run = verify()
+    finally:
+        ssh("ceph1", "systemctl start kvlab-rgw@gw1 kvlab-rgw@gw2")
+    assert run.rc != 0
+    lines = failed_lines(run)
+    assert any("http://10.213.7.11:80" in line for line in lines), run.output[-4000:]
+    # Nothing but the S3 preflight failed: engines were healthy, no cache step ran.
+    assert not any(": cold:" in line or ": warm:" in line for line in lines), lines
+    assert Path(REPO / "reports" / "verify-latest.json").exists()
