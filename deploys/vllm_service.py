@@ -1,10 +1,12 @@
 """Stage 5: the engine's env file and systemd unit; restart one host at a time where the
-running configuration digest differs from the desired one.
+running engine is not the desired configuration.
 
 The digest covers every file the engine reads at start (unit, env, LMCache YAML, AWS files) and
 is put into the env file as KVCEPH_DIGEST; the restart decision compares it with the digest in
 the *running* process's environment, so an interrupted roll resumes and ``--dry`` lists exactly
-the hosts that will restart.
+the hosts that will restart. Out-of-band drift (a hand edit then a hand restart keeps the digest)
+is caught too: the running environment is compared with the desired one, and the config files'
+hashes and modification times with the desired content and the process start.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pyinfra.api import DeployError, deploy
 from deploys import render
 from deploys.facts.engine import Accelerators, accelerator_present
 from deploys.operations import files, service
+from deploys.operations.files import sha256_text
 from deploys.settings import HostSettings
 
 
@@ -42,10 +45,22 @@ def apply(me: HostSettings, checked) -> None:
         logger.warning("kvceph: %s: accelerator check skipped (kvceph_accelerator_check)", me.host)
 
     digest = render.digest(me, checked.credentials)
+    env_text = render.env_file(me, digest)
+    unit_text = render.unit(me)
+    aws = render.aws_dir(me)
+    # Every file the engine reads, as this run leaves it (inference_config writes the first
+    # three): a host whose copy differs, or changed since the start, restarts.
+    desired_files = {
+        render.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
+        f"{aws}/credentials": sha256_text(render.aws_credentials(me, checked.credentials)),
+        f"{aws}/config": sha256_text(render.aws_config(me)),
+        render.ENV_PATH: sha256_text(env_text),
+        render.UNIT_PATH: sha256_text(unit_text),
+    }
     files.atomic_file(
         name=f"Engine environment {render.ENV_PATH}",
         path=render.ENV_PATH,
-        content=render.env_file(me, digest),
+        content=env_text,
         user="root",
         group=e.service_user,
         mode="0640",
@@ -53,7 +68,7 @@ def apply(me: HostSettings, checked) -> None:
     unit = files.atomic_file(
         name=f"Unit {render.UNIT_PATH}",
         path=render.UNIT_PATH,
-        content=render.unit(me),
+        content=unit_text,
         user="root",
         group="root",
         mode="0644",
@@ -69,5 +84,7 @@ def apply(me: HostSettings, checked) -> None:
         python=f"{e.venv}/bin/python",
         health_timeout=e.health_timeout,
         unit=render.UNIT_NAME,
+        environment=dict(render.environment(me, digest)),
+        files=desired_files,
         _serial=True,
     )

@@ -95,6 +95,20 @@ def accelerator_present(fact: dict, accelerator: str) -> bool:
     return bool(fact.get(accelerator, {}).get("pci_devices"))
 
 
+# Environment variables whose values must never reach pyinfra's output: the fact prints a
+# sha256 of their value instead.
+SECRET_ENV_NAME = re.compile(r"KEY|SECRET|TOKEN|PASS|CREDENTIAL", re.IGNORECASE)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SHA256_LINE = re.compile(r"([0-9a-f]{64})  (/.*)")
+
+
+def _alternation(names) -> str:
+    for name in names:
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"environment variable name {name!r} is not an identifier")
+    return "^(" + "|".join(names) + ")="
+
+
 class ServiceState(FactBase):
     """
     The engine unit as it runs: active state, main PID, whether systemd needs a daemon-reload,
@@ -105,6 +119,8 @@ class ServiceState(FactBase):
     Returns ``{"active": "active", "enabled": True, "main_pid": 123, "need_reload": False,
     "digest": "..."}``.
     """
+
+    _RUNNING = '[ -n "$pid" ] && [ "$pid" != 0 ] && [ -r /proc/$pid/environ ]'
 
     def default(self):
         return {
@@ -123,7 +139,7 @@ class ServiceState(FactBase):
             u,
             "2>/dev/null; pid=$(timeout 20 systemctl show -p MainPID --value",
             u,
-            '2>/dev/null); if [ -n "$pid" ] && [ "$pid" != 0 ] && [ -r /proc/$pid/environ ];'
+            f"2>/dev/null); if {self._RUNNING};"
             " then tr '\\000' '\\n' < /proc/$pid/environ | grep '^KVCEPH_DIGEST=' || true; fi",
         )
 
@@ -144,6 +160,92 @@ class ServiceState(FactBase):
         if state["main_pid"] == 0:
             # No process, so no running digest, whatever the environment said.
             state["digest"] = None
+        return state
+
+
+# Environment variables whose values must never reach pyinfra's output: ServiceDrift prints
+# a sha256 of their value instead.
+SECRET_ENV_NAME = re.compile(r"KEY|SECRET|TOKEN|PASS|CREDENTIAL", re.IGNORECASE)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SHA256_LINE = re.compile(r"([0-9a-f]{64})  (/.*)")
+
+
+def _alternation(names) -> str:
+    for name in names:
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"environment variable name {name!r} is not an identifier")
+    return "^(" + "|".join(names) + ")="
+
+
+class ServiceDrift(ServiceState):
+    """
+    ``ServiceState`` plus what decides whether the running engine is the desired one: chosen
+    variables of the running process's environment, and the engine's config files.
+
+    + unit: the systemd unit
+    + env: variable names read from the running process by value (``env``)
+    + secret_env: variable names read as a sha256 of the value only (``env_sha256``)
+    + files: config files to hash (``sha256``; absent files are left out) and to compare with
+      the process start (``newer``: modified after systemd started the main process)
+
+    The start is systemd's ``ExecMainStartTimestamp`` in microseconds (systemd >= 248 prints
+    it with ``--timestamp=us+utc``; older ones give no ``newer``). Not ``/proc/<pid>``'s
+    mtime: that is when the kernel last made the inode, which can be long after the start.
+    Adds ``{"env": {}, "env_sha256": {}, "sha256": {path: hex}, "newer": [path]}``.
+    """
+
+    def default(self):
+        return {**super().default(), "env": {}, "env_sha256": {}, "sha256": {}, "newer": []}
+
+    def command(self, unit: str = "vllm.service", env=(), secret_env=(), files=()):
+        paths = [QuoteString(f) for f in files]
+        parts = [super().command(unit), f"; if {self._RUNNING}; then"]
+        if env:
+            parts += [
+                "tr '\\000' '\\n' < /proc/$pid/environ | grep -E",
+                QuoteString(_alternation(env)),
+                "| sed 's/^/env /';",
+            ]
+        if secret_env:
+            parts += [
+                "tr '\\000' '\\n' < /proc/$pid/environ | grep -E",
+                QuoteString(_alternation(secret_env)),
+                "| while IFS= read -r l; do printf 'envsha256 %s=%s\\n' \"${l%%=*}\""
+                ' "$(printf %s "${l#*=}" | sha256sum | cut -c1-64)"; done;',
+            ]
+        if files:
+            parts += [
+                "t=$(timeout 20 systemctl show -p ExecMainStartTimestamp --timestamp=us+utc"
+                " --value",
+                QuoteString(unit),
+                '2>/dev/null); if [ -n "$t" ] && [ "$t" != n/a ]; then timeout 20 find',
+                *paths,
+                "-maxdepth 0 -newermt \"$t\" -printf 'newer %p\\n' 2>/dev/null; fi;",
+            ]
+        parts.append("true; fi")
+        if files:
+            parts += ["; timeout 20 sha256sum --", *paths, "2>/dev/null"]
+        parts.append("; true")
+        return StringCommand(*parts)
+
+    def process(self, output):
+        state = super().process(output)
+        for raw in output:
+            word, _, rest = raw.partition(" ")
+            if word in ("env", "envsha256") and "=" in rest:
+                # Values keep their spaces: they are compared byte for byte with the desired.
+                key, _, value = rest.partition("=")
+                state["env" if word == "env" else "env_sha256"][key] = value
+                continue
+            sha = _SHA256_LINE.fullmatch(raw.strip())
+            if sha:
+                state["sha256"][sha.group(2)] = sha.group(1)
+            elif word == "newer" and rest.strip():
+                state["newer"].append(rest.strip())
+        if state["main_pid"] == 0:
+            # No process, so nothing running: whatever the environment said is not its.
+            state.update(env={}, env_sha256={}, newer=[])
+        state["newer"].sort()
         return state
 
 

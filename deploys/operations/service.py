@@ -1,11 +1,16 @@
-"""Manage the engine's systemd unit: daemon-reload when stale, rolling restart by digest."""
+"""Manage the engine's systemd unit: daemon-reload when stale, rolling restart on drift."""
 
 from __future__ import annotations
+
+import hashlib
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
-from deploys.facts.engine import EngineReadiness, ServiceState
+from deploys.facts.engine import SECRET_ENV_NAME, EngineReadiness, ServiceDrift, ServiceState
+
+# render.DIGEST_VAR: the variable ServiceState reads as the running digest.
+DIGEST_VAR = "KVCEPH_DIGEST"
 
 # Per pyinfra run (keyed by id(state)): hosts whose restart began / finished. A _serial op
 # still runs on the next host after one fails, so the next host's guard checks these.
@@ -49,6 +54,63 @@ def _roll_done(state, host):
     return True
 
 
+def _sha256(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def _state_kwargs(unit: str, environment, files) -> dict:
+    """ServiceDrift's arguments: secret-looking variables are read back as hashes only."""
+    kwargs: dict = {"unit": unit}
+    # The digest has its own line in ServiceState's part of the command.
+    names = sorted(n for n in environment or {} if n != DIGEST_VAR)
+    plain = tuple(n for n in names if not SECRET_ENV_NAME.search(n))
+    secret = tuple(n for n in names if SECRET_ENV_NAME.search(n))
+    if plain:
+        kwargs["env"] = plain
+    if secret:
+        kwargs["secret_env"] = secret
+    if files:
+        kwargs["files"] = tuple(sorted(files))
+    return kwargs
+
+
+def restart_reasons(current: dict, digest: str, environment=None, files=None) -> list[str]:
+    """Why the running engine is not the desired one ([] when it is); no secret values.
+
+    + current: the ServiceDrift fact read with ``_state_kwargs``
+    + digest: the desired ``KVCEPH_DIGEST``
+    + environment: desired variable -> value (the env file's, ``render.environment``)
+    + files: config file path -> sha256 of its desired content
+    """
+    if current["active"] != "active" or not current["main_pid"]:
+        return [current["active"]]
+    reasons = []
+    if current["digest"] != digest:
+        reasons.append("running digest differs")
+    for name, want in sorted((environment or {}).items()):
+        if name == DIGEST_VAR:
+            continue  # the digest's own reason above
+        if SECRET_ENV_NAME.search(name):
+            if current["env_sha256"].get(name) != _sha256(want):
+                reasons.append(f"running env {name} differs from desired (value not shown)")
+            continue
+        have = current["env"].get(name)
+        if have != want:
+            shown = f"{name} unset" if have is None else f"{name}={have}"
+            reasons.append(f"running env {shown}, desired {want}")
+    for path, want in sorted((files or {}).items()):
+        have = current["sha256"].get(path)
+        if have != want:
+            what = "is absent" if have is None else "differs from desired"
+            reasons.append(f"{path} {what}")
+    # A file rewritten earlier in this run, or edited by hand since the start, while its
+    # content now matches: the process may still run what it read before.
+    for path in current["newer"]:
+        if path in (files or {}):
+            reasons.append(f"{path} changed after the process started")
+    return reasons
+
+
 @operation()
 def rolling_restart(
     digest: str,
@@ -56,35 +118,47 @@ def rolling_restart(
     python: str,
     health_timeout: int,
     unit: str = "vllm.service",
+    environment: dict[str, str] | None = None,
+    files: dict[str, str] | None = None,
 ):
     """
-    Restart the engine when its running configuration digest differs, then wait for /health.
+    Restart the engine when what runs is not the desired configuration, then wait for /health.
 
     + digest: the desired ``KVCEPH_DIGEST`` (``render.digest``)
     + port: the engine's HTTP port on 127.0.0.1
     + python: an interpreter on the host for the health loop (the engine venv's)
     + health_timeout: seconds to wait for ``GET /health`` = 200 after the restart
     + unit: the systemd unit
+    + environment: the env file's variables and values (``render.environment``); a running
+      process whose environment differs restarts (variables systemd adds are not compared)
+    + files: path -> sha256 of the desired content of every file the engine reads; a host
+      restarts when one differs now (it is rewritten in this run) or changed after the start
+
+    The host restarts when it is not active, its running ``KVCEPH_DIGEST`` differs, its running
+    environment differs, or a config file differs or is newer than the process: so a hand edit
+    followed by a hand restart (digest unchanged) is still put back. Planning sees "differs",
+    execution (files already rewritten) sees "newer": both decide the same.
 
     Call it with ``_serial=True``: hosts restart one at a time. When one host does not become
     healthy its op fails, and every later host in the same run fails this op *without*
     restarting (a controller-side guard), so at most one host is down. Rerunning resumes: only
-    hosts whose running digest still differs restart.
+    hosts still not running the desired configuration restart.
 
     .. code:: python
 
         service.rolling_restart(digest, 8000, "/opt/kvceph/venv/bin/python", 900, _serial=True)
     """
-    current = host.get_fact(ServiceState, unit=unit)
-    if current["active"] == "active" and current["digest"] == digest:
+    current = host.get_fact(ServiceDrift, **_state_kwargs(unit, environment, files))
+    reasons = restart_reasons(current, digest, environment, files)
+    if not reasons:
         host.noop(f"{unit} already runs configuration {digest[:12]}")
         return
     running = current["digest"][:12] if current["digest"] else "none"
     logger.info(
-        "%s%s restarts: %s, running digest %s, desired %s",
+        "%s%s restarts: %s; running digest %s, desired %s",
         host.print_prefix,
         unit,
-        current["active"],
+        "; ".join(reasons),
         running,
         digest[:12],
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,9 @@ class Layout:
     converged: bool
     extra_rgw: tuple[str, ...] = ()  # more RGW hosts (inventory names "@fake/<cephadm name>")
     engine_preinstalled: bool = False  # the image ships the engine: kvceph_engine_install False
+    # Out-of-band drift on a converged host, then a hand restart (the digest is unchanged):
+    yaml_drift: tuple[str, ...] = ()  # lmcache.yaml edited to chunk_size 512
+    env_drift: tuple[str, ...] = ()  # vllm.env edited to PYTHONHASHSEED=68
 
     @property
     def groups(self) -> dict[str, list[str]]:
@@ -369,7 +373,29 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
     )
 
     digest = render.digest(me, creds)
-    # engine.ServiceState: the running process's environment carries the digest it started with.
+    aws = render.aws_dir(me)
+    engine_files = {
+        render.LMCACHE_PATH: render.lmcache_yaml(me),
+        f"{aws}/credentials": render.aws_credentials(me, creds),
+        f"{aws}/config": render.aws_config(me),
+        render.ENV_PATH: render.env_file(me, digest),
+        render.UNIT_PATH: render.unit(me),
+    }
+    running_env = dict(render.environment(me, digest))
+    if me.host in layout.yaml_drift:
+        text = engine_files[render.LMCACHE_PATH]
+        drifted = re.sub(r"(?m)^chunk_size: .*$", "chunk_size: 512", text)
+        assert drifted != text, "the drift scenario needs another chunk_size"
+        engine_files[render.LMCACHE_PATH] = drifted
+    if me.host in layout.env_drift:
+        text = engine_files[render.ENV_PATH]
+        drifted = text.replace(f'PYTHONHASHSEED="{e.python_hash_seed}"', 'PYTHONHASHSEED="68"')
+        assert drifted != text, "the drift scenario needs another PYTHONHASHSEED"
+        engine_files[render.ENV_PATH] = drifted
+        running_env["PYTHONHASHSEED"] = "68"
+    # engine.ServiceState: the running process's environment carries the digest and the env
+    # file's variables it started with; every config file holds its desired content and none
+    # changed after the start (no "newer" line).
     r["systemctl show -p ActiveState"] = (
         [
             "ActiveState=active",
@@ -377,6 +403,8 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
             "MainPID=4242",
             "NeedDaemonReload=no",
             f"{render.DIGEST_VAR}={digest}",
+            *(f"env {k}={v}" for k, v in running_env.items()),
+            *(f"{sha256_text(text)}  {path}" for path, text in sorted(engine_files.items())),
         ]
         if converged
         else _captured("engine.ServiceState", "not_installed")
@@ -392,16 +420,19 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         r[f"-e '^{hosts_line}$' /etc/hosts"] = [exists]
 
     if converged:
-        aws = render.aws_dir(me)
         r.update(_directory(e.service_home, user, user, "0750"))
         r.update(_directory(str(Path(e.venv).parent), "root", "root", "0755"))
         r.update(_directory(render.CONFIG_DIR, "root", "root", "0755"))
-        r.update(_file(render.LMCACHE_PATH, render.lmcache_yaml(me), "root", user, "0640"))
+        r.update(
+            _file(render.LMCACHE_PATH, engine_files[render.LMCACHE_PATH], "root", user, "0640")
+        )
         r.update(_directory(aws, user, user, "0700"))
-        r.update(_file(f"{aws}/credentials", render.aws_credentials(me, creds), user, user, "0600"))
-        r.update(_file(f"{aws}/config", render.aws_config(me), user, user, "0600"))
-        r.update(_file(render.ENV_PATH, render.env_file(me, digest), "root", user, "0640"))
-        r.update(_file(render.UNIT_PATH, render.unit(me), "root", "root", "0644"))
+        r.update(
+            _file(f"{aws}/credentials", engine_files[f"{aws}/credentials"], user, user, "0600")
+        )
+        r.update(_file(f"{aws}/config", engine_files[f"{aws}/config"], user, user, "0600"))
+        r.update(_file(render.ENV_PATH, engine_files[render.ENV_PATH], "root", user, "0640"))
+        r.update(_file(render.UNIT_PATH, engine_files[render.UNIT_PATH], "root", "root", "0644"))
     return r
 
 

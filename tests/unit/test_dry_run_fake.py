@@ -200,6 +200,27 @@ def test_fresh_cluster_plans_every_stage(fresh_plan):
     assert all(_stage(name) is None for name in quiet - CHECKS - {RELOAD})
 
 
+def test_out_of_band_drift_plans_a_restart_and_says_why():
+    # Hand edits then hand restarts: both engines still carry the desired digest.
+    proc = _pyinfra("drift", "--dry", "-v")
+    output = proc.stdout + proc.stderr
+    plan = json.loads(_pyinfra("drift", "--dry", "--json").stdout)["plan"]
+    assert _changes(plan) == {
+        "Inference config | LMCache config /etc/kvceph/lmcache.yaml": {"@fake/gaudi1"},
+        "vLLM service | Engine environment /etc/kvceph/vllm.env": {"@fake/gpu2"},
+        "vLLM service | Rolling restart of vllm.service": {"@fake/gaudi1", "@fake/gpu2"},
+    }
+    restarts = re.findall(r"\[(@fake/\w+)\]\s+vllm.service restarts: (.*?); running digest", output)
+    assert sorted(restarts) == [
+        ("@fake/gaudi1", "/etc/kvceph/lmcache.yaml differs from desired"),
+        (
+            "@fake/gpu2",
+            "running env PYTHONHASHSEED=68, desired 67; /etc/kvceph/vllm.env differs from desired",
+        ),
+    ]
+    assert fake_facts.FAKE_SECRET_KEY not in output
+
+
 def test_both_states_plan_the_same_operations(fresh_plan, converged_plan):
     # The operation list depends on settings only; state decides what each op does.
     assert [op["name"] for op in fresh_plan] == [op["name"] for op in converged_plan]

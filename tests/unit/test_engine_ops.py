@@ -3,11 +3,15 @@ against local stand-ins (this venv, a tiny HTTP server)."""
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import json
+import os
 import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -148,3 +152,111 @@ def test_health_wait_script_succeeds(engine):
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
+
+
+# --- Restart on drift: a hand edit then a hand restart keeps the desired digest --------------
+
+FIXTURES = Path(__file__).resolve().parent.parent / "operations" / "service.rolling_restart"
+
+
+def _drift_case(name):
+    data = json.loads((FIXTURES / f"{name}.json").read_text())
+    ((key, fact),) = data["facts"]["engine.ServiceDrift"].items()
+    return data["kwargs"], key, fact
+
+
+def _reasons(name):
+    kwargs, _, fact = _drift_case(name)
+    return service.restart_reasons(fact, kwargs["digest"], kwargs["environment"], kwargs["files"])
+
+
+def test_reasons_name_the_drift_and_never_a_secret_value():
+    assert _reasons("converged_noop") == []
+    env = _reasons("env_drift")
+    assert env == [
+        "running env HF_TOKEN differs from desired (value not shown)",
+        "running env PYTHONHASHSEED=68, desired 67",
+    ]
+    assert not any("hf-fixture-token" in r or "other" in r for r in env)
+    assert _reasons("file_drift") == ["/etc/kvceph/lmcache.yaml differs from desired"]
+    assert _reasons("file_newer") == ["/etc/kvceph/lmcache.yaml changed after the process started"]
+
+
+def test_reasons_when_stopped_or_unset():
+    kwargs, _, fact = _drift_case("converged_noop")
+    stopped = {**fact, "active": "inactive", "main_pid": 0}
+    assert service.restart_reasons(stopped, kwargs["digest"], kwargs["environment"]) == ["inactive"]
+    unset = {**fact, "env": {k: v for k, v in fact["env"].items() if k != "HOME"}}
+    assert service.restart_reasons(unset, kwargs["digest"], kwargs["environment"]) == [
+        "running env HOME unset, desired /var/lib/vllm"
+    ]
+    assert service.restart_reasons(fact, "b" * 64) == ["running digest differs"]
+
+
+def test_rolling_restart_logs_why(caplog):
+    kwargs, key, fact = _drift_case("env_drift")
+    state = FakeState()
+    host = create_host(state, facts={"engine.ServiceDrift": {key: fact}})
+    with caplog.at_level("INFO"), ctx_state.use(state), ctx_host.use(host):
+        commands = list(service.rolling_restart._inner(**kwargs))
+    assert any("systemctl restart vllm.service" in str(c) for c in commands)
+    assert "restarts: running env HF_TOKEN differs" in caplog.text
+    assert "running env PYTHONHASHSEED=68, desired 67; running digest aaaaaaaaaaaa" in caplog.text
+    assert "hf-fixture-token" not in caplog.text
+
+
+_FAKE_SYSTEMCTL = """#!/bin/sh
+case "$*" in
+  *"-p MainPID --value"*) echo "$FAKE_PID" ;;
+  *ExecMainStartTimestamp*) echo "$FAKE_START" ;;
+  *ActiveState*) printf 'ActiveState=active\\nUnitFileState=enabled\\nMainPID=%s\\n' "$FAKE_PID"
+                 echo NeedDaemonReload=no ;;
+esac
+"""
+
+
+def test_service_drift_command_reads_a_real_process(tmp_path, monkeypatch):
+    """The whole shell command against a live process and real files (systemctl faked)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(_FAKE_SYSTEMCTL)
+    (bin_dir / "systemctl").chmod(0o755)
+    start = datetime.datetime(2026, 11, 30, 1, 20, 49, 123456, tzinfo=datetime.UTC)
+    before, after, absent = tmp_path / "before.yaml", tmp_path / "after env", tmp_path / "none"
+    before.write_text("chunk_size: 256\n")
+    after.write_text("A=1\n")
+    # Microseconds matter: a deploy writes the file just before it restarts the unit.
+    os.utime(before, (start.timestamp() - 0.001,) * 2)
+    os.utime(after, (start.timestamp() + 0.001,) * 2)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONHASHSEED": "68",
+        "KVCEPH_DIGEST": "d" * 64,
+        "HF_TOKEN": "tok-never-print",
+        "SPACED": " a b ",
+    }
+    proc = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        monkeypatch.setenv("PATH", env["PATH"])
+        monkeypatch.setenv("FAKE_PID", str(proc.pid))
+        monkeypatch.setenv("FAKE_START", start.strftime("%a %Y-%m-%d %H:%M:%S.%f UTC"))
+        fact = facts.ServiceDrift()
+        files = (str(before), str(after), str(absent))
+        cmd = fact.command(
+            "vllm.service",
+            env=("PYTHONHASHSEED", "SPACED", "MISSING"),
+            secret_env=("HF_TOKEN",),
+            files=files,
+        )
+        output = _sh(cmd)
+    finally:
+        proc.kill()
+        proc.wait()
+    got = fact.process(output)
+    assert "tok-never-print" not in "\n".join(output)
+    assert got["main_pid"] == proc.pid and got["digest"] == "d" * 64
+    assert got["env"] == {"PYTHONHASHSEED": "68", "SPACED": " a b "}
+    assert got["env_sha256"] == {"HF_TOKEN": hashlib.sha256(b"tok-never-print").hexdigest()}
+    assert got["newer"] == [str(after)]
+    assert set(got["sha256"]) == {str(before), str(after)}
+    assert got["sha256"][str(before)] == hashlib.sha256(b"chunk_size: 256\n").hexdigest()

@@ -11,6 +11,7 @@ from pyinfra.api import DeployError
 
 from deploys import engine_software, inference_config, readiness, render, vllm_service
 from deploys import settings as s
+from deploys.operations.files import sha256_text
 from deploys.secrets import S3Credentials, Secret
 
 CREDS = S3Credentials(Secret("AKIAPLAN"), Secret("plan-secret-value"), "test")
@@ -157,6 +158,16 @@ def test_vllm_service_rolls_serially_with_the_digest(plan, caplog):
     assert f'KVCEPH_DIGEST="{roll["digest"]}"' in env
     assert roll["digest"] == render.digest(me, CREDS)
     assert roll["_serial"] is True
+    # Drift is judged against what this run writes: env values, and file hashes only.
+    assert roll["environment"] == dict(render.environment(me, roll["digest"]))
+    aws = render.aws_dir(me)
+    assert roll["files"] == {
+        render.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
+        f"{aws}/credentials": sha256_text(render.aws_credentials(me, CREDS)),
+        f"{aws}/config": sha256_text(render.aws_config(me)),
+        render.ENV_PATH: sha256_text(env),
+        render.UNIT_PATH: sha256_text(render.unit(me)),
+    }
     assert "_if" in calls[2][1]
     assert "accelerator check skipped" in caplog.text
 

@@ -1,0 +1,19 @@
+# The whole deploy against pyinfra's @fake connector: a converged cluster where two engines
+# drifted out of band and were restarted by hand, so they still carry the desired digest:
+# gaudi1's lmcache.yaml says chunk_size 512, gpu2's vllm.env PYTHONHASHSEED=68.
+#   pyinfra --dry tests/inventories/fake_drift.py deploy.py
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fake_facts  # noqa: E402
+
+fake_facts.export_fake_credentials()
+_LAYOUT = fake_facts.Layout(
+    "fake_drift", converged=True, yaml_drift=("@fake/gaudi1",), env_drift=("@fake/gpu2",)
+)
+_groups = fake_facts.inventory(_LAYOUT)
+ceph_admin = _groups["ceph_admin"]
+rgw = _groups["rgw"]
+gpu = _groups["gpu"]
+gaudi = _groups["gaudi"]
