@@ -40,26 +40,24 @@ def test_full_cycle_passes_and_writes_the_report(converged):
 
 
 def _edit_and_restart(host: str, sed: str, path: str) -> None:
-    ssh(host, f"cp -p {path} {path}.kvtest && sed -i '{sed}' {path} && systemctl restart vllm")
+    ssh(host, f"sed -i '{sed}' {path} && systemctl restart vllm")
     wait_health(HOSTS[host])
 
 
-def _restore(host: str, path: str) -> None:
-    ssh(host, f"mv -f {path}.kvtest {path} && systemctl restart vllm")
-    wait_health(HOSTS[host])
+def _main_pid(host: str) -> str:
+    return ssh(host, "systemctl show -p MainPID --value vllm.service").stdout.strip()
 
 
 @pytest.fixture
 def gpu2_drift(converged):
-    edits = []
-
-    def drift(sed: str, path: str):
-        _edit_and_restart("gpu2", sed, path)
-        edits.append(path)
-
-    yield drift
-    for path in edits:
-        _restore("gpu2", path)
+    """Hand-edit gpu2 and restart it; afterwards the deploy must repair it (restart included)."""
+    yield lambda sed, path: _edit_and_restart("gpu2", sed, path)
+    drifted_pid = _main_pid("gpu2")
+    repair = pyinfra()
+    assert repair.rc == 0, repair.output[-4000:]
+    assert {h for _, h in repair.changed()} == {"gpu2"}
+    assert _main_pid("gpu2") != drifted_pid, "the deploy left the drifted engine running"
+    assert pyinfra().changed() == []
 
 
 def test_differing_hash_seed_means_no_cross_node_hit(gpu2_drift):
