@@ -3,7 +3,8 @@ SHELL := /bin/bash
 PY    ?= python3
 VENV  := .venv
 BIN   := $(VENV)/bin
-export KVCEPH_LAB_DIR ?= /var/lib/kvceph-lab
+# KVCEPH_LAB_INSTANCE=N (default 0): the Nth lab beside the others (lab/README.md); N>0 -> its own dir.
+export KVCEPH_LAB_DIR ?= /var/lib/kvceph-lab$(filter-out 0,$(KVCEPH_LAB_INSTANCE))
 export PYINFRA_PROGRESS := off
 # LMCache's own config loader, for the unit tests of the rendered lmcache.yaml (no torch: 123 MB).
 LMCACHE_VENV := $(VENV)/lmcache

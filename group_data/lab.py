@@ -1,7 +1,10 @@
 # Overrides for the built-in local lab (inventories/lab.py). Applied after the per-group files.
 import os
 
-_LAB = os.environ.get("KVCEPH_LAB_DIR", "/var/lib/kvceph-lab")
+# KVCEPH_LAB_INSTANCE=N: the Nth lab beside the others (lab/lab.sh): subnet 10.213.(7+N).0/24.
+_INSTANCE = int(os.environ.get("KVCEPH_LAB_INSTANCE") or 0)
+_CEPH1 = f"10.213.{7 + _INSTANCE}.11"
+_LAB = os.environ.get("KVCEPH_LAB_DIR", f"/var/lib/kvceph-lab{_INSTANCE or ''}")
 
 # Tiny pools: 2 memstore OSDs. The PG-budget refusal is tested by lowering mon_max_pg_per_osd.
 kvceph_ceph_pools = [
@@ -14,12 +17,12 @@ kvceph_ceph_connect_timeout = 5
 kvceph_rgw_managed_by = "external"
 kvceph_rgw_dns_name = "s3.kvlab"
 kvceph_s3_endpoint = "http://s3.kvlab:80"
-kvceph_s3_endpoint_ip = "10.213.7.11"
+kvceph_s3_endpoint_ip = _CEPH1
 # The S3 admin writes run on ceph1, where haproxy listens on all addresses.
 kvceph_s3_admin_endpoint = "http://127.0.0.1:80"
 kvceph_s3_quota_max_size_gb = 4
 # verify.py runs on the controller, which reaches haproxy by address (path-style is fine there).
-kvceph_verify_s3_endpoint = "http://10.213.7.11:80"
+kvceph_verify_s3_endpoint = f"http://{_CEPH1}:80"
 
 # No accelerators here: the lab engine stands in for vLLM + LMCache.
 kvceph_accelerator_check = False

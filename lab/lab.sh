@@ -8,15 +8,21 @@
 # usage: lab.sh up | down | purge | status | replace HOST | stop HOST... | start HOST...
 #               | kill HOST... | ssh HOST [CMD...] | build
 # All state under $KVCEPH_LAB_DIR (default /var/lib/kvceph-lab).
+# KVCEPH_LAB_INSTANCE=N (default 0) runs a separate lab beside the others: subnet 10.213.(7+N),
+# netns/link/cgroup names and state dir suffixed with N (instance 0 keeps the plain names).
 set -euo pipefail
-LAB=${KVCEPH_LAB_DIR:-/var/lib/kvceph-lab}
+INST=${KVCEPH_LAB_INSTANCE:-0}
+case $INST in [0-9] | [1-9][0-9]) ;; *) echo "[lab] ERROR: KVCEPH_LAB_INSTANCE=$INST: want 0..99" >&2; exit 2 ;; esac
+SFX=${INST#0}       # "" for instance 0: today's names, unchanged
+LAB=${KVCEPH_LAB_DIR:-/var/lib/kvceph-lab$SFX}
+export KVCEPH_LAB_DIR=$LAB  # image/build.sh builds into the same dir
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 IMG=$LAB/image
-NET=10.213.7
-NS=kvlab            # lab netns holding the bridge
-BR=kvbr0            # bridge inside $NS
-RIF=kvlab0          # root-namespace end of the uplink veth (10.213.7.1/24)
-RIF_PEER=kvlab0-br  # its peer, enslaved to $BR inside $NS
+NET=10.213.$((7 + INST))
+NS=kvlab$SFX           # lab netns holding the bridge
+BR=kvbr$INST           # bridge inside $NS
+RIF=kvlab$INST         # root-namespace end of the uplink veth ($NET.1/24)
+RIF_PEER=kvlab$INST-br # its peer, enslaved to $BR inside $NS
 HOSTS="ceph1 gpu1 gpu2 gaudi1"
 CG=/sys/fs/cgroup
 S3_WAIT=${KVCEPH_LAB_S3_WAIT:-240}
@@ -29,7 +35,7 @@ ip_of() {
   esac
 }
 mac_of() {  # fixed MAC per lab IP: ARP caches stay valid when a host is restarted or replaced
-  printf '02:00:0a:d5:07:%02x' "${1##*.}"
+  printf '02:00:0a:d5:%02x:%02x' $((7 + INST)) "${1##*.}"
 }
 log() { echo "[lab] $*" >&2; }
 die() { echo "[lab] ERROR: $*" >&2; exit 1; }
@@ -37,8 +43,8 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
 
 cg_dirs() {  # cgroup dirs a host's launcher is put in (pure v2 host, or hybrid v1+v2 host)
-  if [ -f $CG/cgroup.controllers ]; then echo $CG/kvlab/$1
-  else echo $CG/unified/kvlab/$1 $CG/systemd/kvlab/$1; fi
+  if [ -f $CG/cgroup.controllers ]; then echo $CG/kvlab$SFX/$1
+  else echo $CG/unified/kvlab$SFX/$1 $CG/systemd/kvlab$SFX/$1; fi
 }
 
 need_root() { [ "$(id -u)" = 0 ] || die "must run as root"; }
@@ -154,16 +160,16 @@ start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its ove
   mount -t overlay overlay -o "lowerdir=$lower,upperdir=$R/upper,workdir=$R/work" "$M"
   ensure_host_key "$h"
   inject "$h" "$M"
-  ip netns add "kvlab-$h"
-  ip -n "kvlab-$h" link set lo up
-  ip -n $NS link add "kv-$h" type veth peer name eth0 address "$(mac_of "$ip")" netns "kvlab-$h"
+  ip netns add "$NS-$h"
+  ip -n "$NS-$h" link set lo up
+  ip -n $NS link add "kv-$h" type veth peer name eth0 address "$(mac_of "$ip")" netns "$NS-$h"
   ip -n $NS link set "kv-$h" master $BR up
-  ip -n "kvlab-$h" addr add "$ip/24" dev eth0
-  ip -n "kvlab-$h" link set eth0 up
+  ip -n "$NS-$h" addr add "$ip/24" dev eth0
+  ip -n "$NS-$h" link set eth0 up
   for d in $(cg_dirs "$h"); do mkdir -p "$d"; join+="echo \$\$ > $d/cgroup.procs; "; done
   # fd 9 (our lock) must not leak into the long-running launcher
   setsid bash -c "$join exec systemd-nspawn -q -b -D $M -M $h --register=no --keep-unit \
-    --network-namespace-path=/run/netns/kvlab-$h --resolv-conf=off --timezone=off --link-journal=no" \
+    --network-namespace-path=/run/netns/$NS-$h --resolv-conf=off --timezone=off --link-journal=no" \
     >"$R/console.log" 2>&1 </dev/null 9>&- &
   local p=$! t
   echo $p >"$R/pid"
@@ -178,7 +184,7 @@ start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its ove
 cleanup_host() {  # unmount, delete netns and cgroup dirs of a host whose launcher is gone
   local h=$1 M=$LAB/hosts/$1/merged d
   if mountpoint -q "$M" 2>/dev/null; then umount "$M" 2>/dev/null || umount -l "$M"; fi
-  ip netns del "kvlab-$h" 2>/dev/null || true
+  ip netns del "$NS-$h" 2>/dev/null || true
   ip -n $NS link del "kv-$h" 2>/dev/null || true
   for d in $(cg_dirs "$h"); do [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; done
   rm -f "$LAB/hosts/$h/pid"
@@ -283,8 +289,8 @@ summary() {
    gaudi1  $NET.31
    S3:     http://$NET.11:80   (rgw_dns_name s3.kvlab: Host: <bucket>.s3.kvlab)
    ssh:    ssh -i $LAB/id_ed25519 -o UserKnownHostsFile=$LAB/known_hosts root@$NET.11 ceph -s
-           (or: lab/lab.sh ssh ceph1 ceph -s)
-   stop:   lab/lab.sh down
+           (or: ${SFX:+KVCEPH_LAB_INSTANCE=$INST }lab/lab.sh ssh ceph1 ceph -s)
+   stop:   ${SFX:+KVCEPH_LAB_INSTANCE=$INST }lab/lab.sh down
 EOF
 }
 

@@ -3,7 +3,9 @@
 # virtual-host addressing from an inference host, host-to-host networking, python venv/ensurepip.
 # Leaves nothing behind (temporary S3 user, bucket and /etc/hosts line are removed).
 set -euo pipefail
-LAB=${KVCEPH_LAB_DIR:-/var/lib/kvceph-lab}
+INST=${KVCEPH_LAB_INSTANCE:-0}  # see lab.sh
+LAB=${KVCEPH_LAB_DIR:-/var/lib/kvceph-lab${INST#0}}
+NET=10.213.$((7 + INST))
 HERE=$(cd "$(dirname "$0")" && pwd)
 lab_ssh() {
   local ip=$1; shift
@@ -11,19 +13,19 @@ lab_ssh() {
     -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR "root@$ip" "$@"
 }
 ok() { echo "ok   $*"; }
-CEPH1=10.213.7.11 GPU1=10.213.7.21
+CEPH1=$NET.11 GPU1=$NET.21
 B=kvlab-smoke-$$ AK=KVLABSMOKE$$ SK=smoke-secret-$$
 
 "$HERE/lab.sh" status >/dev/null || { "$HERE/lab.sh" status; exit 1; }
-for ip in 10.213.7.11 10.213.7.21 10.213.7.22 10.213.7.31; do
+for ip in $NET.11 $NET.21 $NET.22 $NET.31; do
   [ "$(lab_ssh $ip hostname)" != "" ]
 done; ok "strict-host-key SSH to all 4 hosts"
 lab_ssh $CEPH1 'ceph --connect-timeout 5 health' | grep -q HEALTH_OK && ok "ceph health HEALTH_OK"
 lab_ssh $CEPH1 'ceph config get client.rgw.gw1 rgw_dns_name' | grep -qx s3.kvlab && ok "rgw_dns_name = s3.kvlab"
 lab_ssh $CEPH1 'curl -sf http://127.0.0.1:7480/ >/dev/null && curl -sf http://127.0.0.1:7481/ >/dev/null' &&
   ok "both radosgw answer (7480, 7481)"
-lab_ssh $GPU1 'ping -c1 -W2 10.213.7.31 >/dev/null && ping -c1 -W2 10.213.7.1 >/dev/null && ping -c1 -W2 ceph1 >/dev/null' &&
-  ok "gpu1 reaches gaudi1, ceph1 and 10.213.7.1"
+lab_ssh $GPU1 "ping -c1 -W2 $NET.31 >/dev/null && ping -c1 -W2 $NET.1 >/dev/null && ping -c1 -W2 ceph1 >/dev/null" &&
+  ok "gpu1 reaches gaudi1, ceph1 and $NET.1"
 lab_ssh $GPU1 'python3 -m venv /tmp/kvlab-smoke-venv && /tmp/kvlab-smoke-venv/bin/python -m pip --version >/dev/null &&
   /tmp/kvlab-smoke-venv/bin/python -c "import sys; assert sys.version_info[:2] == (3, 11)"; rm -rf /tmp/kvlab-smoke-venv' &&
   ok "python3.11 venv + pip on gpu1"

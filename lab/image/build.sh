@@ -5,7 +5,8 @@
 # usage: build.sh [base|ceph|all]     (all = default; each step is skipped when its stamp matches)
 # A layer is rebuilt when its stamp (version + package list) changes; `lab.sh purge` removes all.
 set -euo pipefail
-LAB=${KVCEPH_LAB_DIR:-/var/lib/kvceph-lab}
+_inst=${KVCEPH_LAB_INSTANCE:-0}  # same default dir as lab.sh: instance N>0 -> /var/lib/kvceph-labN
+LAB=${KVCEPH_LAB_DIR:-/var/lib/kvceph-lab${_inst#0}}
 IMG=$LAB/image
 MIRROR=${KVCEPH_LAB_MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${KVCEPH_LAB_SECURITY_MIRROR:-http://deb.debian.org/debian-security}

@@ -18,17 +18,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LAB_DIR = Path(os.environ.get("KVCEPH_LAB_DIR", "/var/lib/kvceph-lab"))
+# KVCEPH_LAB_INSTANCE=N: the Nth lab beside the others (lab/lab.sh): subnet 10.213.(7+N).0/24.
+_INSTANCE = int(os.environ.get("KVCEPH_LAB_INSTANCE") or 0)
+_NET = f"10.213.{7 + _INSTANCE}"
+LAB_DIR = Path(os.environ.get("KVCEPH_LAB_DIR", f"/var/lib/kvceph-lab{_INSTANCE or ''}"))
 SECRETS = Path(os.environ.get("KVCEPH_SECRETS_FILE", LAB_DIR / "secrets.env"))
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 HOSTS = {
-    "ceph1": "10.213.7.11",
-    "gpu1": "10.213.7.21",
-    "gpu2": "10.213.7.22",
-    "gaudi1": "10.213.7.31",
+    "ceph1": f"{_NET}.11",
+    "gpu1": f"{_NET}.21",
+    "gpu2": f"{_NET}.22",
+    "gaudi1": f"{_NET}.31",
 }
 INFERENCE = ("gpu1", "gpu2", "gaudi1")
-S3_ADMIN_URL = "http://10.213.7.11:80"
+S3_ADMIN_URL = f"http://{_NET}.11:80"
 
 
 def pytest_collection_modifyitems(config, items):
