@@ -25,6 +25,10 @@ ADMIN_DIR = "/etc/kvceph/admin"
 ADMIN_CONFIG = f"{ADMIN_DIR}/s3-admin.ini"
 SCRIPT_SOURCE = Path(__file__).resolve().parent / "remote" / "s3admin.py"
 ALLOW_REMOVAL_KEY = "kvceph_allow_lifecycle_removal"
+# RGW reachability: seconds per HTTP try, tries, seconds between them (about 20 s at most).
+RGW_PROBE_TIMEOUT = 5
+RGW_PROBE_TRIES = 3
+RGW_PROBE_DELAY = 2
 
 
 def admin_config(me: HostSettings, access_key, secret_key) -> str:
@@ -80,6 +84,14 @@ def apply(me: HostSettings, checked: Preflight):
     allow_removal = allow_lifecycle_removal(host.data)
     rules = s3.lifecycle_rules(
         me.s3.lifecycle_rule_id, me.s3.expiration_days, me.s3.abort_multipart_days
+    )
+    # First, before any refusal read or write: RGW must answer HTTP (RADOS reads do not tell).
+    s3.rgw_reachable(
+        name=f"RGW answers at {me.s3.admin_endpoint}",
+        endpoint=me.s3.admin_endpoint,
+        timeout=RGW_PROBE_TIMEOUT,
+        tries=RGW_PROBE_TRIES,
+        delay=RGW_PROBE_DELAY,
     )
     problems = refusals(me, creds, rules, allow_removal, timeout)
     if problems:

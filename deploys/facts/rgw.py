@@ -262,3 +262,76 @@ class RgwLifecycle(FactBase):
         if not isinstance(rules, list):
             raise FactProcessError("radosgw-admin lc get: unexpected output shape")
         return [s3_rule(r) for r in rules]
+
+
+# Runner: argv = url, timeout, tries, delay; one line per failed try, then "reachable <code>"
+# or "unreachable". Any HTTP answer from RGW counts (anonymous GET / is 200 or 403); a proxy's
+# own 502/503/504 page (haproxy: "No server is available") does not. Python 3.6 compatible.
+HTTP_PROBE = r"""
+import re, sys, time, urllib.error, urllib.request
+url, t, tries, delay = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+for i in range(1, tries + 1):
+    try:
+        code, body = urllib.request.urlopen(url, timeout=t).getcode(), ""
+    except urllib.error.HTTPError as e:
+        code, body = e.code, e.read(1024).decode("utf-8", "replace")
+    except Exception as e:
+        code, body = None, str(getattr(e, "reason", e) or type(e).__name__)
+    if code is not None and (code not in (502, 503, 504) or "<Error>" in body):
+        print("reachable %d" % code)
+        sys.exit(0)
+    if code is not None:
+        text = " ".join(re.sub(r"<[^>]+>", " ", body).split())
+        body = "HTTP %d from a proxy, not RGW: %s" % (code, text[:120] or "no body")
+    print("try %d/%d: %s" % (i, tries, " ".join(body.split())))
+    if i < tries:
+        time.sleep(delay)
+print("unreachable")
+""".strip()
+_PROBE_FAILED = "kvceph-probe-failed"
+
+
+class RgwReachable(FactBase):
+    """
+    Whether an S3 endpoint answers HTTP from this host, with every failed try.
+
+    RGW reads through ``radosgw-admin`` go through RADOS and keep working while RGW is down;
+    this is the check that the engines' path (HTTP) works. Returns
+    ``{"reachable": False, "status": None, "attempts": ["try 1/3: [Errno 111] Connection
+    refused", ...]}`` (``status``: the HTTP code when reachable).
+    """
+
+    def command(self, endpoint: str, timeout: int = 5, tries: int = 3, delay: int = 2):
+        bound = tries * (timeout + delay) + 5
+        return StringCommand(
+            "timeout",
+            str(bound),
+            "python3",
+            "-c",
+            QuoteString(HTTP_PROBE),
+            QuoteString(endpoint),
+            str(timeout),
+            str(tries),
+            str(delay),
+            "2>&1",
+            "||",
+            "echo",
+            f"{_PROBE_FAILED}=$?",
+        )
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        lines = [line.strip() for line in output if line.strip()]
+        attempts = [line for line in lines if line.startswith("try ")]
+        last = lines[-1] if lines else ""
+        if last.startswith("reachable "):
+            return {"reachable": True, "status": int(last.split()[1]), "attempts": attempts}
+        if last.startswith(_PROBE_FAILED):
+            rc = last.split("=", 1)[1]
+            why = "probe timed out" if rc == "124" else f"probe failed (exit {rc})"
+            other = [line for line in lines[:-1] if not line.startswith("try ")]
+            attempts.append(f"{why}: {other[-1]}" if other else why)
+        return {"reachable": False, "status": None, "attempts": attempts}

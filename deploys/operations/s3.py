@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass, field
 
 from pyinfra import host, logger
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
 from deploys import ceph_cli
-from deploys.facts.rgw import RgwBucket, RgwDnsName, RgwLifecycle, RgwUser
+from deploys.facts.rgw import RgwBucket, RgwDnsName, RgwLifecycle, RgwReachable, RgwUser
 
 ROTATION_HINT = "rotation is its own procedure (docs/security.md, 'S3 key rotation')"
 
@@ -48,6 +48,48 @@ def _fail(message: str) -> StringCommand:
     # summary and in --dry's plan, and it stops this host before later S3 steps.
     logger.warning(message)
     return StringCommand("echo", QuoteString(message), ">&2", "&&", "exit", "1")
+
+
+def unreachable_message(endpoint: str, host_name: str, probe: dict | None) -> str | None:
+    """The one line that stops the S3 tier when RGW does not answer HTTP, or None."""
+    if probe and probe.get("reachable"):
+        return None
+    attempts = (probe or {}).get("attempts") or []
+    reason = attempts[-1].split(": ", 1)[-1] if attempts else "no answer from the probe"
+    return (
+        f"S3 tier: cannot reach RGW at {endpoint} from {host_name}: {reason}; "
+        "fix: start RGW / check the endpoint"
+    )
+
+
+@operation(is_idempotent=True)
+def rgw_reachable(endpoint: str, timeout: int = 5, tries: int = 3, delay: int = 2):
+    """
+    Check that RGW answers HTTP at ``endpoint`` from this host; fail the run if it does not.
+
+    + endpoint: S3 endpoint URL as this host reaches it (``kvceph_s3_admin_endpoint``)
+    + timeout: seconds per HTTP try
+    + tries: HTTP tries before giving up
+    + delay: seconds between tries
+
+    Only reads. ``radosgw-admin`` reads go through RADOS and succeed with RGW stopped, so
+    without this a converged tier would report no change while the engines' S3 path is down.
+    Every failed try is logged; the failure raises OperationError with one line.
+
+    .. code:: python
+
+        s3.rgw_reachable(endpoint="http://127.0.0.1:80")
+    """
+    probe = host.get_fact(
+        RgwReachable, endpoint=endpoint, timeout=timeout, tries=tries, delay=delay
+    )
+    for attempt in (probe or {}).get("attempts") or []:
+        logger.warning("S3 tier: RGW at %s from %s: %s", endpoint, host.name, attempt)
+    problem = unreachable_message(endpoint, host.name, probe)
+    if problem:
+        raise OperationError(problem)
+    host.noop(f"RGW answers at {endpoint} (HTTP {probe['status']})")
+    yield from ()  # a check: reads a fact, never changes anything
 
 
 @operation()

@@ -144,6 +144,8 @@ class Layout:
     # Out-of-band drift on a converged host, then a hand restart (the digest is unchanged):
     yaml_drift: tuple[str, ...] = ()  # lmcache.yaml edited to chunk_size 512
     env_drift: tuple[str, ...] = ()  # vllm.env edited to PYTHONHASHSEED=68
+    rgw_down: bool = False  # RGW stopped: haproxy answers 503 "No server is available"
+    mon_down: bool = False  # no mon answers: every ceph call times out (exit 1)
 
     @property
     def groups(self) -> dict[str, list[str]]:
@@ -326,6 +328,18 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
     }
     bucket = {"bucket": me.s3.bucket, "owner": me.s3.user, "bucket_quota": {"enabled": False}}
     rules = [_lc_rule(rule) for rule in lifecycle_rules(me)]
+    # RgwReachable: RGW answers HTTP at the admin endpoint (anonymous GET / -> 200).
+    probe = (s3_tier.RGW_PROBE_TIMEOUT, s3_tier.RGW_PROBE_TRIES, s3_tier.RGW_PROBE_DELAY)
+    r[f"{me.s3.admin_endpoint} {' '.join(map(str, probe))} 2>&1"] = (
+        [
+            f"try {i}/{s3_tier.RGW_PROBE_TRIES}: HTTP 503 from a proxy, not RGW: "
+            "503 Service Unavailable No server is available to handle this request."
+            for i in range(1, s3_tier.RGW_PROBE_TRIES + 1)
+        ]
+        + ["unreachable"]
+        if layout.rgw_down
+        else ["reachable 200"]
+    )
     r["radosgw-admin user info"] = [json.dumps(user, sort_keys=True) if converged else "null"]
     r["radosgw-admin bucket stats"] = [json.dumps(bucket) if converged else "null"]
     r["radosgw-admin lc get"] = [json.dumps(rules) if converged else "null"]

@@ -40,6 +40,7 @@ STAGES = (
 # Read-only operations: they decide or check, and never plan a change.
 CHECKS = {
     "Ceph pools | Check the PG budget of the planned pools",
+    "S3 tier | RGW answers at http://127.0.0.1:80",
     "vLLM service | systemd daemon-reload (stale)",
     "Readiness check | Engine answers on port 8000",
 }
