@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pyinfra import host, inventory, logger, state
 from pyinfra.api import DeployError, deploy
-from pyinfra.operations import files, server
+from pyinfra.operations import files
 
 from deploys import preflight, render, settings, versions
 from deploys.facts.engine import EngineVersions
@@ -118,15 +118,8 @@ def apply(me: HostSettings) -> None:
     e = me.engine
     pins = engine_ops.parse_pins(e.profile.packages)
     engine_distribution(e.profile)  # fail early on an ambiguous profile
-    server.group(name=f"Group {e.service_user}", group=e.service_user, system=True)
-    server.user(
-        name=f"Service user {e.service_user}",
-        user=e.service_user,
-        group=e.service_user,
-        home=e.service_home,
-        shell="/usr/sbin/nologin",
-        system=True,
-        create_home=False,
+    engine_ops.service_account(
+        name=f"Service account {e.service_user}", user=e.service_user, home=e.service_home
     )
     files.directory(
         name=f"Service home {e.service_home}",

@@ -7,7 +7,9 @@ from urllib.parse import urlsplit
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api.exceptions import OperationError
 from pyinfra.api.hiddenvalue import HiddenValue
+from pyinfra.facts.server import Groups, Users
 
 from deploys.facts.engine import EngineVersions, _norm
 
@@ -93,3 +95,36 @@ def venv_packages(
             *flags,
             *(QuoteString(f"{n}=={pins[n]}") for n in group),
         )
+
+
+@operation()
+def service_account(user: str, home: str, shell: str = "/usr/sbin/nologin"):
+    """
+    A system user and its own group for the engine (home directory made separately).
+
+    + user: account and group name
+    + home: its home directory (``HOME`` of the unit; holds ``.aws``)
+    + shell: login shell
+
+    pyinfra's ``server.user``/``server.group`` read the ``Os`` fact and crash on ``None`` when
+    a host drops mid-run, which aborts the whole run; this fails only the lost host.
+    """
+    groups = host.get_fact(Groups)
+    users = host.get_fact(Users)
+    if groups is None or users is None:
+        raise OperationError(f"cannot read users/groups on {host.name} (host unreachable?)")
+    if user not in groups:
+        yield StringCommand("groupadd", "--system", QuoteString(user))
+    current = users.get(user)
+    if current is None:
+        yield StringCommand(
+            "useradd", "--system", "--gid", QuoteString(user), "--home-dir", QuoteString(home),
+            "--no-create-home", "--shell", QuoteString(shell), QuoteString(user),
+        )  # fmt: skip
+    elif (current.get("group"), current.get("home"), current.get("shell")) != (user, home, shell):
+        yield StringCommand(
+            "usermod", "--gid", QuoteString(user), "--home", QuoteString(home),
+            "--shell", QuoteString(shell), QuoteString(user),
+        )  # fmt: skip
+    elif user in groups:
+        host.noop(f"service account {user} exists")

@@ -96,8 +96,7 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
     me = lab_host(kvceph_engine_wheelhouse=str(tmp_path))
     calls = plan(engine_software, me, {})
     assert names(calls) == [
-        "server.group",
-        "server.user",
+        "engine.service_account",
         "files.directory",
         "files.directory",
         "files.put",
