@@ -11,7 +11,7 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
 from deploys import ceph_cli
-from deploys.facts.ceph import CephPools
+from deploys.facts.ceph import CephPools, CephReachable
 from deploys.operations import ceph
 from deploys.settings import HostSettings
 
@@ -41,9 +41,26 @@ def min_size_one_warning(me: HostSettings) -> str | None:
     )
 
 
+def unreachable_message(host_name: str, connect_timeout: int, probe: dict | None) -> str | None:
+    """The one line that stops the Ceph stages when no mon answers, or None."""
+    if probe and probe.get("reachable"):
+        return None
+    error = (probe or {}).get("error") or "no answer"
+    return (
+        f"Ceph pools: the cluster is unreachable from {host_name} within {connect_timeout}s "
+        f"(ceph --connect-timeout): {error}; fix: check the mons"
+    )
+
+
 @deploy("Ceph pools")
 def apply(me: HostSettings):
     t = ceph_cli.timeouts(me.ceph)
+    # Read first, while preparing: a failed fact makes pyinfra prompt and print a traceback.
+    problem = unreachable_message(
+        host.name, me.ceph.connect_timeout, host.get_fact(CephReachable, **t)
+    )
+    if problem:
+        raise OperationError(problem)
     allow_move = opt_in(host.data, ALLOW_DATA_MOVEMENT)
     allow_decrease = opt_in(host.data, ALLOW_PG_DECREASE)
     warning = min_size_one_warning(me)

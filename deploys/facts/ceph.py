@@ -237,3 +237,51 @@ class CephServiceSpec(FactBase):
             return None
         specs = json.loads(text)
         return specs[0] if specs else None
+
+
+_CEPH_FAILED = "kvceph-ceph-failed"
+
+
+class CephReachable(FactBase):
+    """
+    Whether a mon answers ``ceph health`` within the connect timeout.
+
+    Never fails itself (a failed fact stops pyinfra with a prompt and a traceback): returns
+    ``{"reachable": False, "rc": 1, "error": "[errno 110] RADOS timed out (error connecting to
+    the cluster)"}`` or ``{"reachable": True, "rc": 0, "error": None, "health": "HEALTH_OK"}``.
+    """
+
+    @staticmethod
+    def default():
+        return None
+
+    def command(
+        self,
+        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+        command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+    ):
+        return StringCommand(
+            ceph(
+                "health",
+                connect_timeout=connect_timeout,
+                command_timeout=command_timeout,
+                json=False,
+            ),
+            "2>&1",
+            "||",
+            "echo",
+            f"{_CEPH_FAILED}=$?",
+        )
+
+    def process(self, output):
+        lines = [line.strip() for line in output if line.strip()]
+        if not lines or not lines[-1].startswith(_CEPH_FAILED):
+            return {"reachable": True, "rc": 0, "error": None, "health": " ".join(lines[:1])}
+        rc = int(lines[-1].split("=", 1)[1] or 1)
+        said = lines[:-1]
+        # ceph logs monclient lines before the one that says why; prefer that one.
+        errno = [line for line in said if line.startswith("[errno")]
+        error = (errno or said or [f"exit status {rc}"])[0]
+        if rc in (124, 137):
+            error = f"no answer, killed by timeout (exit {rc})" + (f": {error}" if said else "")
+        return {"reachable": False, "rc": rc, "error": error}

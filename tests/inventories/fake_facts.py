@@ -37,6 +37,7 @@ from deploys.operations import s3  # noqa: E402
 from deploys.operations.files import sha256_text  # noqa: E402
 
 FACTS = REPO / "tests" / "facts"
+MON_TIMEOUT = "[errno 110] RADOS timed out (error connecting to the cluster)"
 
 # Distinctive fake keys: the test asserts the secret appears nowhere in pyinfra's output.
 FAKE_ACCESS_KEY = "KVFAKEACCESSKEY0001"
@@ -299,6 +300,8 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
         # RgwDnsName
         f"{ceph} config get client.rgw rgw_dns_name": [me.rgw.dns_name if converged else ""],
     }
+    # CephReachable (its `|| echo` turns a failure into output)
+    r[f"{ceph} health 2>&1"] = ["HEALTH_OK"]
     for spec in specs:
         wanted = yaml.safe_load(spec)
         key = f"{ceph} orch ls --service_name {wanted['service_name']} --export"
@@ -344,6 +347,11 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
     r["radosgw-admin bucket stats"] = [json.dumps(bucket) if converged else "null"]
     r["radosgw-admin lc get"] = [json.dumps(rules) if converged else "null"]
 
+    if layout.mon_down:
+        # No mon answers: `ceph --connect-timeout N ...` prints this on stderr and exits 1.
+        failed = {"stdout": [], "stderr": [MON_TIMEOUT], "success": False}
+        probe = {f"{ceph} health 2>&1": [MON_TIMEOUT, "kvceph-ceph-failed=1"]}
+        r = {**probe, ceph: failed, **{k: v for k, v in r.items() if not k.startswith(ceph)}}
     if converged:
         r.update(_directory(s3_tier.SCRIPT_DIR, "root", "root", "755"))
         r.update(
