@@ -11,7 +11,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files as pyinfra_files
 
 from deploys import render
-from deploys.facts.engine import MemTotal
+from deploys.facts.engine import CacheKeyInUse, MemTotal, cache_key_from_argv
 from deploys.operations import files
 from deploys.secrets import Secret
 from deploys.settings import HostSettings
@@ -50,6 +50,54 @@ def dropped_keys_warning(me: HostSettings) -> str | None:
     )
 
 
+# Cache-key settings: (name in the engine's files, the inventory key that sets it).
+_CACHE_KEY_SETTINGS = (
+    ("chunk_size", "kvceph_lmcache_chunk_size"),
+    ("pre_caching_hash_algorithm", "kvceph_lmcache_hash_algorithm"),
+    ("PYTHONHASHSEED", "kvceph_python_hash_seed"),
+    ("kv_dtype", "kvceph_kv_dtype"),
+    ("model", "kvceph_model"),
+    ("tensor_parallel_size", "kvceph_tensor_parallel_size"),
+)
+
+
+def desired_cache_key(me: HostSettings) -> dict[str, str]:
+    """The cache-key settings this run writes, in CacheKeyInUse's shape (all str)."""
+    config = render.lmcache_config(me)
+    return {
+        "chunk_size": str(config["chunk_size"]),
+        "pre_caching_hash_algorithm": str(config["pre_caching_hash_algorithm"]),
+        "PYTHONHASHSEED": dict(render.environment(me))["PYTHONHASHSEED"],
+        **cache_key_from_argv(render.exec_start(me)),
+    }
+
+
+def cache_key_changes(current: dict | None, me: HostSettings) -> list[str]:
+    """
+    One warning per cache-key setting that differs from what the host's engine runs with.
+
+    ``current`` is the CacheKeyInUse fact ({} on a blank host: no warning). A setting the
+    current files do not show (e.g. kv dtype never passed) is not compared.
+    """
+    if not current:
+        return []
+    wanted = desired_cache_key(me)
+    # The cache that becomes unreachable is the one the running engine wrote.
+    model = current.get("model", me.engine.model)
+    group = f"{model} TP={current.get('tensor_parallel_size', me.engine.tensor_parallel_size)}"
+    warnings = []
+    for name, key in _CACHE_KEY_SETTINGS:
+        old, new = current.get(name), wanted.get(name)
+        if old is None or new is None or old == new:
+            continue
+        warnings.append(
+            f"kvceph: {me.host}: cache key setting {key} changes {old} -> {new}: the KV cache "
+            f"already in bucket {me.s3.bucket} becomes unreachable for cache group {group} "
+            f"(its objects age out via the lifecycle rule, {me.s3.expiration_days} days)"
+        )
+    return warnings
+
+
 @deploy("Inference config")
 def apply(me: HostSettings, checked) -> None:
     e = me.engine
@@ -60,6 +108,11 @@ def apply(me: HostSettings, checked) -> None:
     warning = pinned_ram_warning(me, host.get_fact(MemTotal))
     if warning:
         logger.warning("kvceph: %s", warning)
+    in_use = host.get_fact(
+        CacheKeyInUse, lmcache=render.LMCACHE_PATH, env=render.ENV_PATH, unit=render.UNIT_PATH
+    )
+    for warning in cache_key_changes(in_use, me):
+        logger.warning(warning)
 
     pyinfra_files.directory(
         name=f"Config directory {render.CONFIG_DIR}",

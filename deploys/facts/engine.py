@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
@@ -320,3 +321,78 @@ class EngineReadiness(FactBase):
                 except ValueError:
                     break
         return {"health": None, "choices": False, "error": " ".join(output)[-300:] or None}
+
+
+# Lines of the engine's files that carry a cache-key setting (docs/design.md "Cache keys").
+_CACHE_KEY_LINES = r"^(chunk_size|pre_caching_hash_algorithm):|^PYTHONHASHSEED=|^ExecStart="
+_CACHE_KEY_FLAGS = {
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "--kv-cache-dtype": "kv_dtype",
+}
+
+
+def _unquote(value: str) -> str:
+    # lmcache.yaml values are JSON scalars, vllm.env values shell-like double-quoted.
+    try:
+        words = shlex.split(value)
+    except ValueError:
+        return value.strip()
+    return " ".join(words)
+
+
+def cache_key_from_argv(argv: list[str]) -> dict[str, str]:
+    """model, tensor_parallel_size and kv_dtype (when passed) from the engine's argv."""
+    found: dict[str, str] = {}
+    if "serve" in argv and argv.index("serve") + 1 < len(argv):
+        found["model"] = argv[argv.index("serve") + 1]
+    for i, word in enumerate(argv[:-1]):
+        if word in _CACHE_KEY_FLAGS:
+            found[_CACHE_KEY_FLAGS[word]] = argv[i + 1]
+    for word in argv:
+        flag, _, value = word.partition("=")
+        if value and flag in _CACHE_KEY_FLAGS:
+            found[_CACHE_KEY_FLAGS[flag]] = value
+    return found
+
+
+class CacheKeyInUse(FactBase):
+    """
+    The cache-key settings of the engine installed on the host, as its files say (all str).
+
+    Reads /etc/kvceph/lmcache.yaml, /etc/kvceph/vllm.env and the unit's ExecStart; ``{}`` on
+    a blank host:
+
+    .. code:: python
+
+        {"chunk_size": "256", "pre_caching_hash_algorithm": "sha256_cbor",
+         "PYTHONHASHSEED": "67", "model": "Qwen/Qwen3-32B", "tensor_parallel_size": "2"}
+    """
+
+    default = dict
+
+    def command(self, lmcache: str, env: str, unit: str):
+        return StringCommand(
+            "for f in",
+            QuoteString(lmcache),
+            QuoteString(env),
+            QuoteString(unit),
+            '; do test -r "$f" && grep -E',
+            QuoteString(_CACHE_KEY_LINES),
+            '"$f"; done; true',
+        )
+
+    def process(self, output):
+        found: dict[str, str] = {}
+        for line in output:
+            if line.startswith("ExecStart="):
+                try:
+                    argv = shlex.split(line[len("ExecStart=") :])
+                except ValueError:
+                    continue
+                found.update(cache_key_from_argv(argv))
+            elif line.startswith("PYTHONHASHSEED="):
+                found["PYTHONHASHSEED"] = _unquote(line.split("=", 1)[1])
+            elif ":" in line:
+                key, value = line.split(":", 1)
+                found[key.strip()] = _unquote(value)
+        return found

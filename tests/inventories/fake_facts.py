@@ -415,6 +415,20 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         assert drifted != text, "the drift scenario needs another PYTHONHASHSEED"
         engine_files[render.ENV_PATH] = drifted
         running_env["PYTHONHASHSEED"] = "68"
+    # engine.CacheKeyInUse: the cache-key lines of the engine's files (none on a blank host).
+    key_lines = re.compile(
+        r"^(chunk_size|pre_caching_hash_algorithm):|^PYTHONHASHSEED=|^ExecStart="
+    )
+    r["grep -E '^(chunk_size|pre_caching_hash_algorithm):"] = (
+        [
+            line
+            for path in (render.LMCACHE_PATH, render.ENV_PATH, render.UNIT_PATH)
+            for line in engine_files[path].splitlines()
+            if key_lines.match(line)
+        ]
+        if converged
+        else []
+    )
     # engine.ServiceState: the running process's environment carries the digest and the env
     # file's variables it started with; every config file holds its desired content and none
     # changed after the start (no "newer" line).

@@ -121,7 +121,7 @@ def test_engine_software_image_mode_checks_installed_versions(plan):
 
 def test_inference_config_files_and_modes(plan, caplog):
     me = lab_host(kvceph_lmcache_max_local_cpu_size=100)
-    calls = plan(inference_config, me, {"MemTotal": 64 << 30}, CHECKED)
+    calls = plan(inference_config, me, {"MemTotal": 64 << 30, "CacheKeyInUse": {}}, CHECKED)
     by_name = {c[1]["name"]: c for c in calls}
     lmc = by_name["LMCache config /etc/kvceph/lmcache.yaml"][1]
     assert (lmc["user"], lmc["group"], lmc["mode"]) == ("root", "vllm", "0640")
