@@ -8,13 +8,14 @@ here, on the first host's pass, and a problem stops the run before any host is t
 from __future__ import annotations
 
 import sys
+import traceback
 from dataclasses import dataclass
 
 from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
-from deploys import lock, secrets, settings
+from deploys import lock, render, rgw_service, secrets, settings
 
 _CACHE: dict[int, Preflight] = {}
 # pyinfra loads deploy.py for all hosts concurrently (gevent); the first one does the checks.
@@ -76,6 +77,68 @@ def run(state, inventory) -> Preflight:
         return cached
 
 
+# Ceph versions to render the RGW specs for: every template a release could choose (the stage
+# picks one from the cluster's real version).
+_SPEC_VERSIONS = (
+    {"oldest": "16.2.15", "release": "pacific", "versions": ["16.2.15"]},
+    {"oldest": "20.2.0", "release": "tentacle", "versions": ["20.2.0"]},
+)
+
+
+def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
+    """(template, render call) for every file kvceph writes for this host's roles."""
+    calls: list[tuple[str, object]] = []
+    if me.is_inference:
+        calls += [
+            ("lmcache.yaml.j2", lambda: render.lmcache_yaml(me)),
+            ("vllm.env.j2", lambda: render.env_file(me, "0" * 64)),
+            ("vllm.service.j2", lambda: render.unit(me)),
+            ("aws_credentials.j2", lambda: render.aws_credentials(me, creds)),
+            ("aws_config.j2", lambda: render.aws_config(me)),
+        ]
+    if me.is_ceph_admin and me.rgw.managed_by == "cephadm":
+        for v in _SPEC_VERSIONS:
+            calls.append((f"RGW spec for Ceph {v['release']}", _spec_render(me, v)))
+    return calls
+
+
+def _spec_render(me: settings.HostSettings, versions: dict):
+    def call():
+        try:
+            return rgw_service.plan_specs(me.rgw, versions)
+        except rgw_service.SpecError:
+            return None  # a layout this release cannot run: the stage says so, with facts
+
+    return call
+
+
+def _template_of(exc: BaseException, fallback: str) -> str:
+    # jinja2 puts the template's own file in the traceback; syntax errors carry its name.
+    name = getattr(exc, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    frames = [f.filename for f in traceback.extract_tb(exc.__traceback__)]
+    return next((f.rsplit("/", 1)[-1] for f in reversed(frames) if f.endswith(".j2")), fallback)
+
+
+def check_templates(hosts: dict[str, settings.HostSettings], creds) -> None:
+    """Render every template for every host (no facts); the first error stops the run."""
+    for name, me in hosts.items():
+        for label, call in _renders(me, creds):
+            try:
+                call()
+            except Exception as exc:  # noqa: BLE001 - any rendering failure is one line
+                template = _template_of(exc, label)
+                error = " ".join(str(exc).split()) or type(exc).__name__
+                _stop(
+                    f"{name}: template {template}: {type(exc).__name__}: {error}; "
+                    f"fix: correct templates/{template} or the setting it renders"
+                    if template.endswith(".j2")
+                    else f"{name}: template {template}: {type(exc).__name__}: {error}; "
+                    "fix: correct the template or the setting it renders"
+                )
+
+
 def _check(inventory) -> Preflight:
     try:
         hosts = {h.name: settings.load(h.data, h.name, [g for g in h.groups]) for h in inventory}
@@ -87,6 +150,7 @@ def _check(inventory) -> Preflight:
         logger.info(
             "kvceph: cache group %s TP=%d: %s", g.model, g.tensor_parallel_size, ", ".join(g.hosts)
         )
+    check_templates(hosts, creds)
     result = Preflight(hosts, groups, creds)
     _take_lock(inventory, result)
     return result

@@ -65,15 +65,16 @@ def apply(me: HostSettings, checked) -> None:
         group=e.service_user,
         mode="0640",
     )
-    unit = files.atomic_file(
+    files.atomic_file(
         name=f"Unit {render.UNIT_PATH}",
         path=render.UNIT_PATH,
         content=unit_text,
         user="root",
         group="root",
         mode="0644",
+        # In the same operation as the write, so a plan shows the reload exactly when it runs.
+        on_change="timeout 120 systemctl daemon-reload",
     )
-    service.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
     # A run interrupted between the unit write and the reload leaves systemd stale.
     service.daemon_reload_if_stale(name="systemd daemon-reload (stale)", unit=render.UNIT_NAME)
     service.enabled(name=f"Enable {render.UNIT_NAME}", unit=render.UNIT_NAME)

@@ -35,6 +35,7 @@ def atomic_file(
     group: str = "root",
     mode: str = "0644",
     private: bool = False,
+    on_change: str | None = None,
 ):
     """
     Replace a file atomically (temp file in the same directory + rename).
@@ -45,6 +46,8 @@ def atomic_file(
     + group: group of the file
     + mode: octal permissions, e.g. ``"0600"``
     + private: never diff or log the content (secrets); temp file is created with umask 077
+    + on_change: a fixed command run right after the content was replaced (e.g. systemd's
+      daemon-reload): part of this operation, so ``--dry`` plans it exactly when it runs
 
     The parent directory must exist. Example:
 
@@ -84,6 +87,8 @@ def atomic_file(
     yield StringCommand("chown", QuoteString(f"{user}:{group}"), QuoteString(temp))
     yield StringCommand("chmod", mode, QuoteString(temp))
     yield StringCommand("mv", "-f", QuoteString(temp), QuoteString(path))
+    if on_change:
+        yield on_change
 
 
 @operation()

@@ -176,14 +176,6 @@ def rolling_restart(
     yield FunctionCommand(_roll_done, (), {})
 
 
-@operation(is_idempotent=False)
-def daemon_reload():
-    """
-    Reload systemd's unit files, bounded in time (call it with ``_if=<unit op>.did_change``).
-    """
-    yield "timeout 120 systemctl daemon-reload"
-
-
 @operation()
 def daemon_reload_if_stale(unit: str = "vllm.service"):
     """

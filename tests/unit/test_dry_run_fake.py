@@ -46,7 +46,6 @@ CHECKS = {
 }
 # `_if=unit.did_change`: pyinfra lists any op with `_if` as a conditional change while
 # planning; it runs only where the unit op changes the file.
-RELOAD = "vLLM service | systemd daemon-reload (unit changed)"
 UNIT = "vLLM service | Unit /etc/systemd/system/vllm.service"
 
 FRESH_CHANGES = {
@@ -180,10 +179,8 @@ def _unscripted(output: str, layout: fake_facts.Layout) -> list[str]:
 
 def test_converged_cluster_plans_no_change(converged_plan):
     assert _changes(converged_plan) == {}
-    # The only conditional op is the reload tied to the unit op, which changes nothing here,
-    # so it is skipped at run time.
-    assert _changes(converged_plan, "hosts_with_conditional_change") == {RELOAD: INFERENCE}
-    assert UNIT not in _changes(converged_plan)
+    # No conditional (_if) operation either: "zero changes" means zero.
+    assert _changes(converged_plan, "hosts_with_conditional_change") == {}
 
 
 def _stage(name: str) -> str | None:
@@ -193,11 +190,11 @@ def _stage(name: str) -> str | None:
 
 def test_fresh_cluster_plans_every_stage(fresh_plan):
     assert _changes(fresh_plan) == FRESH_CHANGES
-    assert _changes(fresh_plan, "hosts_with_conditional_change") == {RELOAD: INFERENCE}
+    assert _changes(fresh_plan, "hosts_with_conditional_change") == {}
     quiet = {op["name"] for op in fresh_plan if not op["hosts_with_change"]}
     # Besides the checks, only an op outside the stages (an ordering barrier) may plan nothing.
-    assert CHECKS | {RELOAD} <= quiet
-    assert all(_stage(name) is None for name in quiet - CHECKS - {RELOAD})
+    assert CHECKS <= quiet
+    assert all(_stage(name) is None for name in quiet - CHECKS)
 
 
 def test_out_of_band_drift_plans_a_restart_and_says_why():

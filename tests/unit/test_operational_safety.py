@@ -322,3 +322,74 @@ def test_drift_scenario_logs_cache_key_warnings_only_where_changed():
     ]
     rc, out = _run("tests/inventories/fake_converged.py", "--dry")
     assert rc == 0 and "cache key setting" not in out
+
+
+# --- template errors stop the run before any host is touched ------------------------------------
+
+
+def _hosts_and_creds():
+    layout = fake_facts.Layout("fake_fresh", converged=False)
+    return {h: layout.host_settings(h) for h in layout.hosts}, fake_facts.credentials()
+
+
+def _broken_templates(tmp_path, name: str, text: str):
+    import shutil
+
+    from deploys import render
+
+    shutil.copytree(render.TEMPLATES, tmp_path, dirs_exist_ok=True)
+    (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_every_template_renders_for_every_host():
+    from deploys import preflight
+
+    preflight.check_templates(*_hosts_and_creds())
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "error"),
+    [
+        (
+            "lmcache.yaml.j2",
+            "{% for key in top %}\n{{ key }\n",
+            "TemplateSyntaxError: unexpected '}'",
+        ),
+        ("vllm.service.j2", "ExecStart={{ exec_start }} {{ no_such_value }}\n", "UndefinedError"),
+    ],
+)
+def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, name, text, error):
+    import jinja2
+
+    from deploys import preflight, render
+
+    folder = _broken_templates(tmp_path, name, text)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    monkeypatch.setattr(render, "_env", env)
+    with pytest.raises(preflight.PreflightError) as caught:
+        preflight.check_templates(*_hosts_and_creds())
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"kvceph: @fake/gaudi1: template {name}: {error}"), message
+    assert message.endswith(f"; fix: correct templates/{name} or the setting it renders")
+    assert fake_facts.FAKE_SECRET_KEY not in message
+
+
+def test_broken_rgw_spec_template_is_one_preflight_line(monkeypatch, tmp_path):
+    from deploys import preflight, rgw_service
+
+    folder = _broken_templates(tmp_path, "rgw_spec.yaml.j2", "service_id: {{ service_idd }}\n")
+    monkeypatch.setattr(rgw_service, "TEMPLATES", folder)
+    with pytest.raises(preflight.PreflightError) as caught:
+        preflight.check_templates(*_hosts_and_creds())
+    assert str(caught.value) == (
+        "kvceph: @fake/ceph1: template rgw_spec.yaml.j2: UndefinedError: 'service_idd' is "
+        "undefined; fix: correct templates/rgw_spec.yaml.j2 or the setting it renders"
+    )
