@@ -141,7 +141,9 @@ def check_templates(hosts: dict[str, settings.HostSettings], creds) -> None:
 
 def _check(inventory) -> Preflight:
     try:
-        hosts = {h.name: settings.load(h.data, h.name, [g for g in h.groups]) for h in inventory}
+        hosts = {
+            h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inventory
+        }
         groups = settings.check_inventory(list(hosts.values()))
         creds = secrets.load()
     except (settings.SettingsError, secrets.SecretsError) as exc:

@@ -488,3 +488,47 @@ def test_pool_of_another_type_is_refused_even_with_every_opt_in(existing):
             allow_data_movement=True,
             allow_pg_decrease=True,
         )
+
+
+# --- bad inventories: refused before any host is touched -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "line"),
+    [
+        (
+            "both",
+            "kvceph: @fake/gpu1: groups = ['gpu', 'gaudi', 'fake_bad', '@fake']: host is in both "
+            "gpu and gaudi; fix: put it in one group",
+        ),
+        (
+            "no_inference",
+            "kvceph: inventory: gpu + gaudi = []: no inference hosts; fix: add hosts to gpu or "
+            "gaudi",
+        ),
+        (
+            "two_admins",
+            "kvceph: inventory: ceph_admin = ['@fake/ceph1', '@fake/ceph2']: exactly one Ceph "
+            "admin host is needed; fix: put one host in the ceph_admin group",
+        ),
+        (
+            "no_secrets",
+            "kvceph: controller: S3 credentials missing: neither KVCEPH_S3_ACCESS_KEY/"
+            "KVCEPH_S3_SECRET_KEY are set nor /nonexistent/secrets.env exists; fix: export them "
+            "or write /nonexistent/secrets.env (KEY=VALUE, mode 0600)",
+        ),
+    ],
+)
+def test_bad_inventory_is_refused_before_any_host_is_touched(bad, line, monkeypatch):
+    env = {"KVCEPH_FAKE_BAD": bad, "KVCEPH_SECRETS_FILE": "/nonexistent/secrets.env"}
+    if bad == "no_secrets":
+        monkeypatch.delenv("KVCEPH_S3_ACCESS_KEY", raising=False)
+        monkeypatch.delenv("KVCEPH_S3_SECRET_KEY", raising=False)
+        env.update(KVCEPH_S3_ACCESS_KEY="", KVCEPH_S3_SECRET_KEY="")
+    rc, out = _run("tests/inventories/fake_bad.py", "--dry", "-vvv", "--debug", env=env)
+    assert rc != 0
+    errors = [x for x in out.splitlines() if x.startswith("--> ") and "error" in x]
+    assert len(errors) == 1 and errors[0].endswith(line), errors
+    assert "Traceback" not in out
+    assert _commands(out) == []  # the fake connector answered no command: no fact, no op
+    assert "Starting operation" not in out and "Loaded fact" not in out

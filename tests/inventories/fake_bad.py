@@ -1,0 +1,29 @@
+# Inventories the preflight must refuse before touching any host; KVCEPH_FAKE_BAD picks one:
+#   both          a host in gpu and gaudi
+#   no_inference  no host in gpu or gaudi
+#   two_admins    two hosts in ceph_admin
+#   no_secrets    a good inventory, but no S3 keys (the test unsets them)
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fake_facts  # noqa: E402
+
+_bad = os.environ.get("KVCEPH_FAKE_BAD", "")
+_saved = {k: os.environ.pop(k, None) for k in ("KVCEPH_S3_ACCESS_KEY", "KVCEPH_S3_SECRET_KEY")}
+fake_facts.export_fake_credentials()  # the scripted answers are computed with the fake keys
+_groups = fake_facts.inventory(fake_facts.Layout("fake_bad", converged=True))
+if _bad == "no_secrets":
+    for _key in _saved:
+        del os.environ[_key]
+ceph_admin = _groups["ceph_admin"]
+rgw = _groups["rgw"]
+gpu = _groups["gpu"]
+gaudi = _groups["gaudi"]
+if _bad == "both":
+    gaudi = gaudi + gpu[:1]
+elif _bad == "no_inference":
+    gpu, gaudi = [], []
+elif _bad == "two_admins":
+    ceph_admin = ceph_admin + [("@fake/ceph2", dict(ceph_admin[0][1]))]
