@@ -132,7 +132,7 @@ def acquire(host, stale_after: int, break_lock: bool, timeout: float = 15.0) -> 
         decide_on_held(host.name, holder, stale_after, break_lock)
         if attempt == 2:
             break
-        ok, _ = host.run_shell_command(break_script(holder.remote_pid), timeout=30)
+        ok, _ = host.run_shell_command(break_script(holder.remote_pid), _timeout=30)
         if not ok:
             raise LockError(f"{host.name}: could not break the stale lock of {holder.describe()}")
     raise LockError(f"{host.name}: the lock is still held after breaking it; fix: check by hand")
