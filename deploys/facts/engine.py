@@ -323,7 +323,7 @@ class EngineReadiness(FactBase):
         return {"health": None, "choices": False, "error": " ".join(output)[-300:] or None}
 
 
-# Lines of the engine's files that carry a cache-key setting (docs/design.md "Cache keys").
+# Lines of the engine's files that carry a setting LMCache's object keys depend on.
 _CACHE_KEY_LINES = r"^(chunk_size|pre_caching_hash_algorithm):|^PYTHONHASHSEED=|^ExecStart="
 _CACHE_KEY_FLAGS = {
     "--tensor-parallel-size": "tensor_parallel_size",
