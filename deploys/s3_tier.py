@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 from pyinfra.operations import files
 
+from deploys import ceph_cli, rgw_service
+from deploys.facts.ceph import CephServiceSpec, CephVersions
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
+from deploys.operations import ceph as ceph_ops
 from deploys.operations import files as kvfiles
 from deploys.operations import s3
 from deploys.preflight import Preflight
@@ -29,6 +33,7 @@ ALLOW_REMOVAL_KEY = "kvceph_allow_lifecycle_removal"
 RGW_PROBE_TIMEOUT = 5
 RGW_PROBE_TRIES = 3
 RGW_PROBE_DELAY = 2
+RGW_PROBE_TRIES_DEPLOYING = 20  # about 2.5 min for cephadm to (re)start RGW
 
 
 def admin_config(me: HostSettings, access_key, secret_key) -> str:
@@ -74,6 +79,22 @@ def refusals(me: HostSettings, creds, rules: list[dict], allow_removal: bool, ti
     return [p for p in problems if p]
 
 
+def rgw_spec_changes(me: HostSettings, timeouts: dict) -> bool:
+    """Whether the RGW service stage applies a spec in this run (read from the same facts)."""
+    if me.rgw.managed_by != "cephadm":
+        return False
+    try:
+        specs, _ = rgw_service.plan_specs(me.rgw, host.get_fact(CephVersions, **timeouts))
+    except rgw_service.SpecError:
+        return False  # the RGW service stage stops the run first
+    for spec in specs:
+        wanted = yaml.safe_load(spec)
+        current = host.get_fact(CephServiceSpec, service_name=wanted["service_name"], **timeouts)
+        if current is None or ceph_ops.spec_differences(wanted, current):
+            return True
+    return False
+
+
 @deploy("S3 tier")
 def apply(me: HostSettings, checked: Preflight):
     """Give LMCache its bucket: virtual-host name, user with the operator's keys, lifecycle."""
@@ -86,12 +107,16 @@ def apply(me: HostSettings, checked: Preflight):
         me.s3.lifecycle_rule_id, me.s3.expiration_days, me.s3.abort_multipart_days
     )
     # First, before any refusal read or write: RGW must answer HTTP (RADOS reads do not tell).
+    # When this run (re)applies the RGW spec, cephadm (re)starts the daemons just before:
+    # give them longer.
+    deploying = rgw_spec_changes(me, ceph_cli.timeouts(ceph)) if ceph else False
     s3.rgw_reachable(
         name=f"RGW answers at {me.s3.admin_endpoint}",
         endpoint=me.s3.admin_endpoint,
         timeout=RGW_PROBE_TIMEOUT,
-        tries=RGW_PROBE_TRIES,
+        tries=RGW_PROBE_TRIES_DEPLOYING if deploying else RGW_PROBE_TRIES,
         delay=RGW_PROBE_DELAY,
+        deploying=deploying,
     )
     problems = refusals(me, creds, rules, allow_removal, timeout)
     if problems:

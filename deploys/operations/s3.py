@@ -63,7 +63,9 @@ def unreachable_message(endpoint: str, host_name: str, probe: dict | None) -> st
 
 
 @operation(is_idempotent=True)
-def rgw_reachable(endpoint: str, timeout: int = 5, tries: int = 3, delay: int = 2):
+def rgw_reachable(
+    endpoint: str, timeout: int = 5, tries: int = 3, delay: int = 2, deploying: bool = False
+):
     """
     Check that RGW answers HTTP at ``endpoint`` from this host; fail the run if it does not.
 
@@ -71,6 +73,8 @@ def rgw_reachable(endpoint: str, timeout: int = 5, tries: int = 3, delay: int = 
     + timeout: seconds per HTTP try
     + tries: HTTP tries before giving up
     + delay: seconds between tries
+    + deploying: this run applies the RGW service spec first, so while planning (before it
+      is applied) RGW may not answer yet; the check then only fails when the run executes
 
     Only reads. ``radosgw-admin`` reads go through RADOS and succeed with RGW stopped, so
     without this a converged tier would report no change while the engines' S3 path is down.
@@ -86,9 +90,15 @@ def rgw_reachable(endpoint: str, timeout: int = 5, tries: int = 3, delay: int = 
     for attempt in (probe or {}).get("attempts") or []:
         logger.warning("S3 tier: RGW at %s from %s: %s", endpoint, host.name, attempt)
     problem = unreachable_message(endpoint, host.name, probe)
-    if problem:
+    if problem and deploying and not host.state.is_executing:
+        host.noop(
+            f"RGW does not answer at {endpoint} yet; this run applies its service spec first, "
+            "so it is checked again when the run executes"
+        )
+    elif problem:
         raise OperationError(problem)
-    host.noop(f"RGW answers at {endpoint} (HTTP {probe['status']})")
+    else:
+        host.noop(f"RGW answers at {endpoint} (HTTP {probe['status']})")
     yield from ()  # a check: reads a fact, never changes anything
 
 

@@ -156,6 +156,13 @@ def test_rgw_down_dry_run_stops_with_one_line():
     assert out.count("S3 tier: RGW at http://127.0.0.1:80 from @fake/ceph1: try ") == 3
 
 
+def test_rgw_down_while_the_run_deploys_rgw_plans_and_checks_at_execution():
+    # Fresh cluster: the RGW spec is applied by this run, so planning cannot expect an answer.
+    rc, out = _run("tests/inventories/fake_rgw_down.py", "--dry", env={"KVCEPH_FAKE_FRESH": "1"})
+    assert rc == 0, out[-2000:]
+    assert "RGW service | Apply the rgw.standard spec" in out
+
+
 def test_rgw_down_executed_stops_before_any_s3_write():
     # -y on a fresh cluster: ops run at execution time; the probe must fail before the first
     # S3 tier write (rgw_dns_name, s3admin.py, files) and before any engine is touched.
@@ -173,6 +180,8 @@ def test_rgw_down_executed_stops_before_any_s3_write():
     for write in ("config set client.rgw", "s3admin", "/usr/local/lib/kvceph", "systemctl"):
         assert [c for c in commands if write in c] == [], write
     probe = next(i for i, c in enumerate(commands) if "urllib.request" in c)
+    # The run applied the RGW spec first: the probe gives cephadm time to start RGW.
+    assert "http://127.0.0.1:80 5 20 2 2>&1" in commands[probe]
     assert probe == len(commands) - 1 or all("radosgw-admin" in c for c in commands[probe + 1 :])
 
 
