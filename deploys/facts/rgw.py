@@ -268,11 +268,13 @@ class RgwLifecycle(FactBase):
 # or "unreachable". Any HTTP answer from RGW counts (anonymous GET / is 200 or 403); a proxy's
 # own 502/503/504 page (haproxy: "No server is available") does not. Python 3.6 compatible.
 HTTP_PROBE = r"""
-import re, sys, time, urllib.error, urllib.request
+import re, ssl, sys, time, urllib.error, urllib.request
 url, t, tries, delay = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+# Reachability only (no credentials are sent): a lab's self-signed certificate still counts.
+ctx = ssl._create_unverified_context() if url.startswith("https") else None
 for i in range(1, tries + 1):
     try:
-        code, body = urllib.request.urlopen(url, timeout=t).getcode(), ""
+        code, body = urllib.request.urlopen(url, timeout=t, context=ctx).getcode(), ""
     except urllib.error.HTTPError as e:
         code, body = e.code, e.read(1024).decode("utf-8", "replace")
     except Exception as e:
