@@ -96,6 +96,37 @@ def test_host_lost_mid_run_fails_alone_and_leaves_no_half_written_file(converged
     settle()
 
 
+# 2. RGW or Ceph down ----------------------------------------------------------------------------
+
+
+def test_rgw_down_stops_the_s3_tier_with_one_line(converged):
+    before = main_pids()
+    ssh("ceph1", "systemctl stop kvlab-rgw@gw1 kvlab-rgw@gw2")
+    try:
+        run = pyinfra(json_out=False)
+    finally:
+        ssh("ceph1", "systemctl start kvlab-rgw@gw1 kvlab-rgw@gw2")
+    assert run.rc != 0
+    assert "S3 tier: cannot reach RGW at http://127.0.0.1:80 from ceph1" in run.output
+    assert main_pids() == before, "engines were touched although the S3 tier failed"
+    settle()
+
+
+def test_mon_down_is_reported_within_the_connect_timeout(converged):
+    mon = ssh("ceph1", "pidof ceph-mon").stdout.strip()
+    ssh("ceph1", f"kill -STOP {mon}")  # a mon that does not answer (not a refused port)
+    try:
+        started = time.monotonic()
+        run = pyinfra(json_out=False, timeout=300)
+        took = time.monotonic() - started
+    finally:
+        ssh("ceph1", f"kill -CONT {mon}")
+    assert run.rc != 0
+    assert "Ceph pools: the cluster is unreachable from ceph1 within 5s" in run.output
+    assert took < 90, f"fact gathering hung for {took:.0f}s"
+    settle()
+
+
 # 3. Dry run tells the truth ------------------------------------------------------------------
 
 
@@ -113,6 +144,8 @@ def test_dry_run_plans_exactly_what_the_real_run_does(converged):
         (op["name"], h) for op in plan.results["plan"] for h in op["hosts_with_conditional_change"]
     }
     assert any("Rolling restart" in name for name, _ in certain)
+    # chunk_size is part of every object key: the operator is told what the change costs.
+    assert "cache key setting kvceph_lmcache_chunk_size changes 256 -> 512" in plan.output
 
     real = pyinfra(*change)
     assert real.rc == 0, real.output[-4000:]
