@@ -171,12 +171,19 @@ def s3_client():
 
 @pytest.fixture(scope="session")
 def lab():
-    """Bring the lab up once (make lab-up), deploy once, tear it down at the end."""
+    """A fresh lab for the session (down, then up), torn down at the end.
+
+    KVCEPH_KEEP_LAB=1 reuses a running lab and leaves it running (for looking around);
+    the fixture then reports it as not fresh.
+    """
     if shutil.which("systemd-nspawn") is None and os.environ.get("CI") is None:
         pytest.skip("systemd-nspawn missing: run `make deps` (CI installs it)")
+    keep = bool(os.environ.get("KVCEPH_KEEP_LAB"))
+    if not keep:
+        subprocess.run(["make", "-s", "lab-down"], cwd=REPO, check=True, timeout=600)
     subprocess.run(["make", "-s", "lab-up"], cwd=REPO, check=True, timeout=1800)
-    yield HOSTS
-    if not os.environ.get("KVCEPH_KEEP_LAB"):
+    yield {"hosts": HOSTS, "fresh": not keep}
+    if not keep:
         subprocess.run(["make", "-s", "lab-down"], cwd=REPO, check=False, timeout=600)
 
 
