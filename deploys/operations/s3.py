@@ -18,7 +18,12 @@ from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from deploys import ceph_cli
 from deploys.facts.rgw import RgwBucket, RgwDnsName, RgwLifecycle, RgwReachable, RgwUser
 
-ROTATION_HINT = "rotation is its own procedure (docs/security.md, 'S3 key rotation')"
+ROTATION_HINT = "rotate with rotate.py (docs/security.md, 'S3 key rotation')"
+# The operator's command for the last rotation step (an access key is an identifier).
+RETIRE_COMMAND = (
+    "pyinfra -y <inventory> rotate.py --data kvceph_rotation=retire "
+    "--data kvceph_retire_access_key={access_key}"
+)
 
 
 def _ceph(connect_timeout: int, command_timeout: int, *args) -> StringCommand:
@@ -195,6 +200,9 @@ def user(
     if problem:
         yield _fail(problem)
         return
+    notice = other_keys_notice(current, uid, access_key)
+    if notice:
+        logger.warning(notice)
     host.noop(f"RGW user {uid} exists with the configured keys")
 
 
@@ -214,6 +222,24 @@ def user_refusal(current: dict | None, uid: str, access_key: str, secret_key: st
         f"S3 tier: RGW user {uid} exists but {problem}; kvceph does not replace keys in "
         f"place (engines would get 403 and LMCache silently turns S3 off); fix: give kvceph "
         f"the keys the user has, or rotate them - {ROTATION_HINT}"
+    )
+
+
+def other_keys(current: dict | None, access_key: str) -> list[str]:
+    """Access keys of the user other than the configured one (left there by a rotation)."""
+    wanted = str.__str__(access_key)
+    return [k["access_key"] for k in (current or {}).get("keys", []) if k["access_key"] != wanted]
+
+
+def other_keys_notice(current: dict | None, uid: str, access_key: str) -> str | None:
+    """The visible notice for keys a rotation added and has not retired yet, or None."""
+    others = other_keys(current, access_key)
+    if not others:
+        return None
+    retire = "; ".join(RETIRE_COMMAND.format(access_key=k) for k in others)
+    return (
+        f"S3 tier: RGW user {uid} also holds key(s) {', '.join(others)} besides the configured "
+        f"one; retire each once every engine runs the configured key: {retire}"
     )
 
 

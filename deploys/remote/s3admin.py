@@ -12,6 +12,8 @@ safety interlocks. Keys are read from a private INI file, never from the command
 
 Subcommands:
     create-user UID --display-name NAME   create the RGW user with the file's keys
+    add-key UID                           add the file's key pair to an existing user,
+                                          keeping its other keys (S3 key rotation)
     create-bucket NAME                    create the bucket (owned by the file's keys)
     put-lifecycle NAME --rules-json JSON  replace the bucket's lifecycle with these rules
 
@@ -222,6 +224,44 @@ def create_user(config, uid, display_name):
     print(f"created RGW user {uid}")
 
 
+def add_key(config, uid):
+    # `radosgw-admin key create` takes the secret only as --secret-key (visible in
+    # /proc/*/cmdline); the user's own record, read and written back on stdin with the key
+    # appended, adds it with no secret on any command line. RGW indexes the new access key
+    # and drops none: the record keeps every key the user had.
+    access_key, secret_key = config["access_key"], config["secret_key"]
+    rc, out, err = radosgw_admin(["metadata", "get", f"user:{uid}"])
+    if rc:
+        if "No such file or directory" in err:
+            raise Failure(f"RGW user {uid} does not exist; fix: run deploy.py (it creates it)")
+        raise Failure(f"radosgw-admin metadata get user:{uid}: {first_line(err, rc)}") from None
+    try:
+        record = json.loads(out)
+        keys = record["data"]["keys"]
+    except (ValueError, KeyError, TypeError):
+        raise Failure(f"radosgw-admin metadata get user:{uid}: unexpected output") from None
+    for key in keys:
+        if key.get("access_key") != access_key:
+            continue
+        if key.get("secret_key") != secret_key:
+            raise Failure(
+                f"RGW user {uid} holds the access key with a different secret key; "
+                "refusing to replace it (engines using it would get 403)"
+            )
+        print(f"RGW user {uid} already holds the access key")
+        return
+    # The access key is an identifier (it travels in every request's Authorization header).
+    rc, out, err = radosgw_admin(["user", "info", f"--access-key={access_key}"])
+    if rc == 0:
+        owner = json.loads(out).get("user_id", "?")
+        raise Failure(f"the access key is already owned by RGW user {owner}; refusing to add it")
+    keys.append({"user": uid, "access_key": access_key, "secret_key": secret_key})
+    rc, _, err = radosgw_admin(["metadata", "put", f"user:{uid}"], stdin=json.dumps(record))
+    if rc:
+        raise Failure(f"radosgw-admin metadata put user:{uid}: {first_line(err, rc)}") from None
+    print(f"added the access key to RGW user {uid} ({len(keys)} keys)")
+
+
 def first_line(text, rc):
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1].strip() if lines else f"exit status {rc}"
@@ -235,6 +275,8 @@ def parse_args(argv):
     user = sub.add_parser("create-user", help="create the RGW user with the file's keys")
     user.add_argument("uid")
     user.add_argument("--display-name", required=True)
+    add = sub.add_parser("add-key", help="add the file's key pair to an existing user")
+    add.add_argument("uid")
     bucket = sub.add_parser("create-bucket", help="create a bucket")
     bucket.add_argument("bucket")
     lifecycle = sub.add_parser("put-lifecycle", help="replace a bucket's lifecycle rules")
@@ -249,6 +291,8 @@ def main(argv=None):
         config = load_config(args.config)
         if args.command == "create-user":
             create_user(config, args.uid, args.display_name)
+        elif args.command == "add-key":
+            add_key(config, args.uid)
         elif args.command == "create-bucket":
             create_bucket(config, args.bucket)
         else:

@@ -207,7 +207,7 @@ def test_different_secret_is_refused_not_replaced(world):
     assert rc != 0
     assert changed == [], f"refusal came after {changed}"
     assert f"RGW user {world['name']} exists but holds the configured access key" in output
-    assert "rotation is its own procedure" in output
+    assert "rotate with rotate.py" in output
     assert wrong not in output and world["secret"] not in output
     # The user's key is untouched: the original secret still works.
     s3(world).head_bucket(Bucket=world["name"])

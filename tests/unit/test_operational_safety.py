@@ -450,15 +450,35 @@ def test_no_destructive_command_in_any_plan(scenario):
 
 def test_no_destructive_call_in_the_deploy_code():
     # The deploy and its remote helper; deploys/verification/ is verify.py's, which deletes
-    # only the objects its own run created (bookkeeping.py).
+    # only the objects its own run created (bookkeeping.py); the key rotation modules are
+    # rotate.py's, which removes only the old key the operator names (checked below).
     sources = [
         p
         for p in (REPO / "deploys").rglob("*.py")
-        if "verification" not in p.parts and p.name != "verify.py"
+        if "verification" not in p.parts
+        and p.name != "verify.py"
+        and str(p.relative_to(REPO)) not in ROTATION_ONLY
     ] + [REPO / "deploy.py"]
     found = {str(p.relative_to(REPO)): _destructive(p.read_text()) for p in sources}
     assert {k: v for k, v in found.items() if v} == {}
     assert (REPO / "deploys" / "remote" / "s3admin.py") in sources
+
+
+ROTATION_ONLY = ("deploys/rotation.py", "deploys/operations/s3_rotation.py")
+
+
+def test_key_removal_is_reachable_only_from_rotate_py():
+    # Nothing deploy.py can import names the rotation modules; their only destructive verb
+    # is the key removal.
+    names = __import__("re").compile(r"import (.*\b)?rotation\b|s3_rotation|deploys\.rotation")
+    importers = {
+        str(p.relative_to(REPO))
+        for p in [*(REPO / "deploys").rglob("*.py"), REPO / "deploy.py", REPO / "verify.py"]
+        if names.search(p.read_text())
+    }
+    assert importers <= set(ROTATION_ONLY), importers
+    for path in ROTATION_ONLY:
+        assert set(_destructive((REPO / path).read_text())) <= {"key rm"}, path
 
 
 def test_lifecycle_rules_of_others_and_stale_ones_are_kept_without_opt_in():

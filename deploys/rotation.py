@@ -1,0 +1,190 @@
+"""S3 key rotation without an outage (rotate.py): add the new key, roll, retire the old one.
+
+    pyinfra -y <inventory> rotate.py --data kvceph_rotation=add
+    pyinfra -y <inventory> deploy.py                      (engines roll onto the new key)
+    pyinfra -y <inventory> rotate.py --data kvceph_rotation=retire \\
+        --data kvceph_retire_access_key=<OLD ACCESS KEY>
+
+The new keys are the configured ones (``deploys/secrets.py``: KVCEPH_S3_ACCESS_KEY/SECRET in
+the environment or the secrets file); the old key is named only by its access key, an
+identifier; its secret is never needed. Both phases run on the single ``ceph_admin`` host;
+``retire`` first reads every inference host's running engine (ServiceDrift) and removes the
+old key only when each one started with the configured credentials.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pyinfra import host, logger
+from pyinfra.api import OperationError, deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.operations import files
+
+from deploys import render, s3_tier
+from deploys.facts.engine import ServiceDrift
+from deploys.facts.rgw import RgwUser
+from deploys.operations import files as kvfiles
+from deploys.operations import s3_rotation
+from deploys.operations.files import sha256_text
+from deploys.preflight import Preflight, PreflightError
+from deploys.settings import HostSettings
+
+PHASE_KEY = "kvceph_rotation"
+RETIRE_KEY = "kvceph_retire_access_key"
+PHASES = ("add", "retire")
+# RGW access keys are letters and digits; anything else is a typo (or a secret pasted).
+_ACCESS_KEY = re.compile(r"[A-Za-z0-9]{1,128}")
+
+
+def options(data, credentials) -> tuple[str, str | None]:
+    """(phase, old access key) from ``--data``, checked; a problem is one line."""
+    phase = data.get(PHASE_KEY)
+    if phase not in PHASES:
+        raise PreflightError(
+            f"kvceph: {PHASE_KEY} = {phase!r}: must be one of {', '.join(PHASES)}; "
+            f"fix: pass --data {PHASE_KEY}=add (then deploy.py, then retire)"
+        )
+    old = data.get(RETIRE_KEY)
+    if phase == "add":
+        return phase, None
+    if not isinstance(old, str) or not _ACCESS_KEY.fullmatch(old):
+        shown = "unset" if old is None else "not an access key (letters and digits)"
+        raise PreflightError(
+            f"kvceph: {RETIRE_KEY} is {shown}; fix: pass --data {RETIRE_KEY}=<old access key> "
+            "(the access key only, never its secret)"
+        )
+    if old == credentials.access_key.reveal():
+        raise PreflightError(
+            f"kvceph: {RETIRE_KEY} names the configured access key (the one the engines are "
+            "rolled onto); fix: name the OLD access key"
+        )
+    return phase, old
+
+
+def engine_reason(current: dict, digest: str, credentials_path: str, credentials_sha: str):
+    """Why this host's running engine may still hold another key (None: it runs ours).
+
+    + current: the ServiceDrift fact read with ``files=(credentials_path,)``
+    + digest: the desired ``KVCEPH_DIGEST`` computed with the configured (new) keys; it
+      covers the credentials file, so a running digest equal to it proves the process
+      started after the new credentials were written
+    """
+    if current["active"] != "active" or not current["main_pid"]:
+        return f"engine {current['active']}"
+    if current["digest"] != digest:
+        return "engine started before the new keys were deployed"
+    if current["sha256"].get(credentials_path) != credentials_sha:
+        return f"{credentials_path} does not hold the configured keys"
+    if credentials_path in current["newer"]:
+        return f"{credentials_path} changed after the engine started"
+    return None
+
+
+def engines_on_old_key(checked: Preflight, inventory) -> list[str]:
+    """``"<host> (<reason>)"`` for every inference host not yet running the configured key."""
+    pending = []
+    for name, me in checked.hosts.items():
+        if not me.is_inference:
+            continue
+        path = f"{render.aws_dir(me)}/credentials"
+        wanted = sha256_text(render.aws_credentials(me, checked.credentials))
+        try:
+            current = inventory.get_host(name).get_fact(
+                ServiceDrift, unit=render.UNIT_NAME, files=(path,)
+            )
+        except PyinfraError as exc:
+            # An engine we cannot see may be running the old key.
+            pending.append(f"{name} (cannot read its engine: {' '.join(str(exc).split())})")
+            continue
+        reason = engine_reason(current, render.digest(me, checked.credentials), path, wanted)
+        if reason:
+            pending.append(f"{name} ({reason})")
+    return pending
+
+
+@deploy("S3 key rotation: add the configured key")
+def add(me: HostSettings, checked: Preflight):
+    """Give the RGW user the configured key pair beside the old one (both stay valid)."""
+    creds = checked.credentials
+    timeout = me.ceph.command_timeout if me.ceph else 60
+    problem = s3_rotation.add_key_refusal(
+        host.get_fact(RgwUser, uid=me.s3.user, timeout=timeout),
+        me.s3.user,
+        creds.access_key,
+        creds.secret_key,
+    )
+    if problem:
+        raise OperationError(problem)
+    # The same helper and private key file as the S3 tier: the file now holds the new keys,
+    # which the user is about to hold too.
+    files.directory(
+        name=f"Directory {s3_tier.SCRIPT_DIR}",
+        path=s3_tier.SCRIPT_DIR,
+        user="root",
+        group="root",
+        mode="755",
+    )
+    kvfiles.atomic_file(
+        name=f"S3 admin helper {s3_tier.ADMIN_SCRIPT}",
+        path=s3_tier.ADMIN_SCRIPT,
+        content=s3_tier.SCRIPT_SOURCE.read_text(),
+        mode="0755",
+    )
+    files.directory(
+        name=f"Private directory {s3_tier.ADMIN_DIR}",
+        path=s3_tier.ADMIN_DIR,
+        user="root",
+        group="root",
+        mode="700",
+    )
+    kvfiles.private_file(
+        name=f"S3 admin credentials {s3_tier.ADMIN_CONFIG}",
+        path=s3_tier.ADMIN_CONFIG,
+        content=s3_tier.admin_config(me, creds.access_key, creds.secret_key),
+        user="root",
+        group="root",
+        mode="0600",
+    )
+    s3_rotation.user_key(
+        name=f"RGW user {me.s3.user} holds the configured key",
+        uid=me.s3.user,
+        access_key=creds.access_key,
+        secret_key=creds.secret_key,
+        admin_script=s3_tier.ADMIN_SCRIPT,
+        admin_config=s3_tier.ADMIN_CONFIG,
+        timeout=timeout,
+    )
+    logger.info(
+        "kvceph: next: run deploy.py with the same keys (engines restart one by one), then "
+        "rotate.py with %s=retire and %s=<old access key>",
+        PHASE_KEY,
+        RETIRE_KEY,
+    )
+
+
+@deploy("S3 key rotation: retire the old key")
+def retire(me: HostSettings, checked: Preflight, inventory, old_access_key: str):
+    """Remove the old access key once every inference host's engine runs the configured one."""
+    creds = checked.credentials
+    timeout = me.ceph.command_timeout if me.ceph else 60
+    pending = engines_on_old_key(checked, inventory)
+    problem = s3_rotation.retire_refusal(
+        host.get_fact(RgwUser, uid=me.s3.user, timeout=timeout),
+        me.s3.user,
+        old_access_key,
+        creds.access_key,
+        creds.secret_key,
+        pending,
+    )
+    if problem:
+        raise OperationError(problem)
+    s3_rotation.user_key_retired(
+        name=f"RGW user {me.s3.user} no longer holds access key {old_access_key}",
+        uid=me.s3.user,
+        access_key=old_access_key,
+        keep_access_key=creds.access_key,
+        keep_secret_key=creds.secret_key,
+        engines_on_old_key=pending,
+        timeout=timeout,
+    )
