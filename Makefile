@@ -18,7 +18,8 @@ WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
 APT_PKGS := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime \
             ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
 
-.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify dry clean
+.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify dry clean \
+        rotate-add rotate-retire
 
 help:
 	@echo "make lab       bring up the local lab, deploy, verify (README quick start)"
@@ -94,6 +95,16 @@ dry: venv
 
 verify: venv
 	$(BIN)/pyinfra -y inventories/lab.py verify.py
+
+# S3 key rotation (docs/security.md): with the NEW keys configured, rotate-add, then deploy,
+# then rotate-retire OLD=<old access key>.
+rotate-add: venv
+	$(BIN)/pyinfra -y inventories/lab.py rotate.py --data kvceph_rotation=add
+
+rotate-retire: venv
+	@test -n "$(OLD)" || { echo "usage: make rotate-retire OLD=<old access key>" >&2; exit 2; }
+	$(BIN)/pyinfra -y inventories/lab.py rotate.py --data kvceph_rotation=retire \
+	  --data kvceph_retire_access_key=$(OLD)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache reports
