@@ -162,3 +162,111 @@ def test_add_key_refuses_a_replacement_and_a_missing_user(monkeypatch):
 def test_add_key_parses():
     args = s3admin.parse_args(["--config", "c.ini", "add-key", "lmcache"])
     assert (args.command, args.uid) == ("add-key", "lmcache")
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fake_rotate(*data: str) -> tuple[int, str]:
+    """rotate.py planned (--dry, --json) on the @fake converged cluster."""
+    import os
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "inventories"))
+    import fake_facts
+
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "pyinfra"),
+            "--dry",
+            "--json",
+            *(a for d in data for a in ("--data", d)),
+            "tests/inventories/fake_converged.py",
+            "rotate.py",
+        ],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "KVCEPH_S3_ACCESS_KEY": fake_facts.FAKE_ACCESS_KEY,
+            "KVCEPH_S3_SECRET_KEY": fake_facts.FAKE_SECRET_KEY,
+            "PYINFRA_FAKE_DELAY": "0",
+            "PYINFRA_FAKE_DELAY_JITTER": "0",
+            "PYINFRA_PROGRESS": "off",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def planned(output: str) -> list:
+    results = json.loads(output[output.index("{") :].split("\n--> ")[0])
+    return [
+        (op["name"], h)
+        for op in results.get("plan", [])
+        for h in op["hosts_with_change"] + op["hosts_with_conditional_change"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        ("kvceph_rotation=add",),
+        # The fake user holds only the configured key: the old one is already gone, and every
+        # fake engine runs the configured digest, so the engine check passes.
+        ("kvceph_rotation=retire", "kvceph_retire_access_key=OLDACCESS"),
+    ],
+)
+def test_rotate_py_plans_nothing_on_a_converged_cluster(data):
+    rc, out = fake_rotate(*data)
+    assert rc == 0, out[-3000:]
+    assert planned(out) == []
+
+
+def test_rotate_py_refuses_bad_options_before_any_host():
+    rc, out = fake_rotate("kvceph_rotation=retire")
+    assert rc != 0
+    assert "kvceph_retire_access_key is unset" in out
+    assert "Starting operation" not in out
+
+
+def test_engines_on_old_key_names_each_host_not_yet_rolled():
+    from types import SimpleNamespace
+
+    from pyinfra.api.exceptions import ConnectError
+
+    from deploys import render, settings
+    from deploys.operations.files import sha256_text
+
+    data = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
+    hosts = {
+        name: settings.load(data, name, groups)
+        for name, groups in (("ceph1", ["ceph_admin"]), ("gpu1", ["gpu"]), ("gpu2", ["gpu"]))
+    }
+    hosts["gpu3"] = settings.load(data, "gpu3", ["gpu"])
+    checked = SimpleNamespace(hosts=hosts, credentials=NEW)
+    gpu1 = hosts["gpu1"]
+    path = f"{render.aws_dir(gpu1)}/credentials"
+    rolled = drift(
+        digest=render.digest(gpu1, NEW),
+        sha256={path: sha256_text(render.aws_credentials(gpu1, NEW))},
+    )
+    facts = {"gpu1": rolled, "gpu2": drift(digest="0" * 64)}
+
+    class Host:
+        def __init__(self, name):
+            self.name = name
+
+        def get_fact(self, cls, **kwargs):
+            assert kwargs == {"unit": "vllm.service", "files": (path,)}
+            if self.name == "gpu3":
+                raise ConnectError("Could not connect")
+            return facts[self.name]
+
+    inventory = SimpleNamespace(get_host=Host)
+    assert rotation.engines_on_old_key(checked, inventory) == [
+        "gpu2 (engine started before the new keys were deployed)",
+        "gpu3 (cannot read its engine: Could not connect)",
+    ]
