@@ -15,7 +15,9 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
-from deploys import lock, render, rgw_service, secrets, settings
+from deploys import compat, lock, render, rgw_service, secrets, settings
+
+compat.install()
 
 _CACHE: dict[int, Preflight] = {}
 # pyinfra loads deploy.py for all hosts concurrently (gevent); the first one does the checks.

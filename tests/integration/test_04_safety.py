@@ -75,16 +75,17 @@ def test_host_lost_mid_run_fails_alone_and_leaves_no_half_written_file(converged
         out = read_until(proc, "Starting operation: Ceph and S3 tier ready")
         lab_sh("stop", "gpu2")  # power off: its SSH session dies (killing sshd would not)
         rest, _ = proc.communicate(timeout=600)
+        out += rest
     finally:
         if proc.poll() is None:
             proc.kill()
-    out += rest
+        lab_sh("start", "gpu2")
     assert proc.returncode != 0, out[-4000:]
-    gpu2_errors = [line for line in out.splitlines() if "[gpu2]" in line and "Error" in line]
+    assert "An internal exception occurred" not in out, out[-4000:]
+    gpu2_errors = [line for line in out.splitlines() if "[gpu2]" in line and "rror" in line]
     assert gpu2_errors, out[-4000:]
     assert "[gpu1]   Success" in out and "[gaudi1] Success" in out
 
-    lab_sh("start", "gpu2")
     leftovers = ssh("gpu2", "find /etc/kvceph /var/lib/vllm/.aws -name '*.kvceph-tmp'").stdout
     assert leftovers.strip() == "", f"half-written files left: {leftovers}"
     config = yaml.safe_load(ssh("gpu2", "cat /etc/kvceph/lmcache.yaml").stdout)
@@ -230,6 +231,19 @@ def test_pg_decrease_needs_its_own_opt_in(converged):
     assert "kvceph_allow_pg_decrease" in run.output
     assert _pg_num("default.rgw.buckets.data") == 32
     assert main_pids() and pyinfra().changed() == []
+
+
+def test_pg_budget_is_refused_with_an_explanation_not_erange(converged):
+    pools = [{"name": "kvtest-big", "pg_num": 256, "size": 1, "min_size": 1}]
+    ssh("ceph1", "ceph config set global mon_max_pg_per_osd 64")
+    try:
+        run = pyinfra("--data", f"kvceph_ceph_pools={json.dumps(pools)}", json_out=False)
+    finally:
+        ssh("ceph1", "ceph config set global mon_max_pg_per_osd 5000")
+    assert run.rc != 0
+    assert "PG budget: kvtest-big 256 PGs" in run.output, run.output[-3000:]
+    assert "Error ERANGE" not in run.output  # ours, before Ceph would refuse
+    assert "kvtest-big" not in ssh("ceph1", "ceph osd pool ls").stdout
 
 
 def test_pool_type_change_is_always_refused(converged):
