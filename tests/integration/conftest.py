@@ -193,3 +193,109 @@ def converged(lab):
     run = pyinfra()
     assert run.rc == 0, run.output[-6000:]
     return run
+
+
+# --- Local single-node Ceph for the @local tests (test_ceph_local.py, test_s3_local.py) -------
+# One throwaway Pacific cluster on this machine (lab/ceph/single-node.sh), shared by both files,
+# distinct from the lab's ceph1. KVCEPH_LOCAL_CEPH_CONF=<ceph.conf> uses a running cluster instead
+# (its RGW on KVCEPH_LOCAL_CEPH_RGW_PORT; it is neither started nor stopped here).
+
+LOCAL_CEPH_RECIPE = REPO / "lab" / "ceph" / "single-node.sh"
+LOCAL_CEPH_TOOLS = ("ceph", "radosgw-admin", "radosgw", "ceph-mon", "ceph-mgr", "ceph-osd")
+
+
+@dataclass(frozen=True)
+class LocalCeph:
+    """A reachable local cluster: its admin config, RGW port and the recipe's S3 user keys."""
+
+    conf: str
+    rgw_port: int
+    access_key: str
+    secret_key: str
+
+    def env(self) -> dict[str, str]:
+        """os.environ with CEPH_CONF pointing at this cluster, for subprocesses."""
+        return {**os.environ, "CEPH_CONF": self.conf}
+
+
+def _local_ceph_answers(conf: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["timeout", "30", "ceph", "--connect-timeout", "10", "health"],
+        env={**os.environ, "CEPH_CONF": conf},
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def local_ceph(tmp_path_factory):
+    """A single-node Ceph with RGW on 127.0.0.1 for the session, stopped and purged at the end.
+
+    Ports: KVCEPH_LOCAL_CEPH_MON_PORT (3320), KVCEPH_LOCAL_CEPH_RGW_PORT (7420).
+    """
+    given = os.environ.get("KVCEPH_LOCAL_CEPH_CONF")
+    rgw_port = int(os.environ.get("KVCEPH_LOCAL_CEPH_RGW_PORT", "7420"))
+    tools = ("ceph", "radosgw-admin") if given else LOCAL_CEPH_TOOLS
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        why = f"{', '.join(missing)} not installed: run `make deps`"
+        # CI installs the packages: a missing one there is a broken CI, not a reason to skip.
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    if given:
+        health = _local_ceph_answers(given)
+        assert health.returncode == 0, f"KVCEPH_LOCAL_CEPH_CONF={given}: {health.stderr[-2000:]}"
+        yield LocalCeph(
+            given,
+            rgw_port,
+            os.environ.get("S3_ACCESS_KEY", "testaccess"),
+            os.environ.get("S3_SECRET_KEY", "testsecret"),
+        )
+        return
+
+    import secrets as _secrets  # module-level `secrets()` above is the lab's helper
+
+    data = tmp_path_factory.mktemp("local-ceph")
+    ceph = LocalCeph(
+        str(data / "ceph.conf"),
+        rgw_port,
+        "KVLOCAL" + _secrets.token_hex(6).upper(),
+        _secrets.token_urlsafe(24),
+    )
+    env = {
+        **os.environ,
+        "MON_PORT": os.environ.get("KVCEPH_LOCAL_CEPH_MON_PORT", "3320"),
+        "RGW_PORT": str(rgw_port),
+        "S3_ACCESS_KEY": ceph.access_key,
+        "S3_SECRET_KEY": ceph.secret_key,
+    }
+    stop = [str(LOCAL_CEPH_RECIPE.with_name("single-node-stop.sh")), str(data), "--purge"]
+    try:
+        start = subprocess.run(
+            [str(LOCAL_CEPH_RECIPE), str(data)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+        )
+        if start.returncode != 0:
+            logs = (
+                "\n".join(
+                    f"== {log.name}\n{log.read_text(errors='replace')[-1500:]}"
+                    for log in sorted((data / "log").glob("*.log"))
+                )
+                if (data / "log").is_dir()
+                else ""
+            )
+            pytest.fail(f"{LOCAL_CEPH_RECIPE} failed:\n{start.stdout[-3000:]}\n{logs[-6000:]}")
+        health = _local_ceph_answers(ceph.conf)
+        assert health.returncode == 0, f"fresh local Ceph does not answer: {health.stderr}"
+        yield ceph
+    finally:
+        # By pid file, only daemons whose CEPH_CONF is this data dir: never the lab's ceph1.
+        subprocess.run(stop, capture_output=True, text=True, timeout=180, check=False)
+
+
+# --- end of the local single-node Ceph block ---------------------------------------------------

@@ -1,17 +1,15 @@
 """The Ceph pools and RGW service stages, run for real by pyinfra's @local connector.
 
-Needs a reachable Ceph cluster whose admin config is in CEPH_CONF, e.g. the throwaway one:
-    MON_PORT=3310 RGW_PORT=7410 ceph-single-node.sh /tmp/kvceph-ceph-pools
-    CEPH_CONF=/tmp/kvceph-ceph-pools/ceph.conf .venv/bin/pytest -m integration \
-        tests/integration/test_ceph_local.py
-Pools are created under a per-run prefix and deleted afterwards (mon_allow_pool_delete).
+The cluster is conftest.py's ``local_ceph`` (a throwaway single-node Pacific on this machine,
+shared with test_s3_local.py). Pools are created under a per-run prefix (``kvit-``; the S3 test
+creates none of its own) and deleted afterwards (mon_allow_pool_delete); cluster-wide settings a
+test changes are put back in a ``finally``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -43,19 +41,22 @@ def _ceph(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not shutil.which("ceph"):
-        pytest.skip("no ceph CLI (make deps installs ceph-common)")
-    if not os.environ.get("CEPH_CONF"):
-        pytest.skip("CEPH_CONF not set: start a cluster with ceph-single-node.sh")
-    if _ceph("health", check=False).returncode != 0:
-        pytest.skip(f"Ceph at {os.environ['CEPH_CONF']} does not answer")
-    prefix = f"kvit-{uuid.uuid4().hex[:6]}"
-    yield prefix
+def _drop_pools(prefix: str) -> None:
     for pool in json.loads(_ceph("osd", "pool", "ls", "-f", "json").stdout):
         if pool.startswith(prefix):
             _ceph("osd", "pool", "rm", pool, pool, "--yes-i-really-really-mean-it", check=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(local_ceph):
+    """This module's pool prefix; CEPH_CONF points at the local cluster for the module only."""
+    prefix = f"kvit-{uuid.uuid4().hex[:6]}"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CEPH_CONF", local_ceph.conf)
+        try:
+            yield prefix
+        finally:
+            _drop_pools(prefix)
 
 
 def _pyinfra(tmp_path: Path, module: str, call: str, data: dict, *flags: str):
@@ -139,13 +140,25 @@ def test_pg_decrease_refused_before_anything_changes(cluster, tmp_path):
     assert f"{cluster}.new" not in _pools(cluster)  # nothing ran, not even the other pool
 
 
+def _global_option(name: str) -> str | None:
+    """The value set in the mon config db's global section, None when not set there."""
+    dump = json.loads(_ceph("config", "dump", "-f", "json").stdout)
+    return next((o["value"] for o in dump if o["section"] == "global" and o["name"] == name), None)
+
+
 def test_pg_budget_refused_instead_of_erange(cluster, tmp_path):
-    before = _ceph("config", "get", "mon", "mon_max_pg_per_osd").stdout.strip()
+    # Cluster-wide: put back exactly what was there (set or unset), or the S3 test that shares
+    # this cluster would create RGW's pools under a budget of 64.
+    before = _global_option("mon_max_pg_per_osd")
     _ceph("config", "set", "global", "mon_max_pg_per_osd", "64")
     try:
         run = _pyinfra(tmp_path, "ceph_pools", POOLS, _data(cluster, data_pg=1024), "--dry")
     finally:
-        _ceph("config", "set", "global", "mon_max_pg_per_osd", before)
+        if before is None:
+            _ceph("config", "rm", "global", "mon_max_pg_per_osd")
+        else:
+            _ceph("config", "set", "global", "mon_max_pg_per_osd", before)
+    assert _global_option("mon_max_pg_per_osd") == before
     out = run.stdout
     assert run.returncode != 0
     assert "PG budget:" in out and "ERANGE" in out and "Error ERANGE" not in out
@@ -160,6 +173,7 @@ def test_rgw_external_without_orchestrator_is_skipped(cluster, tmp_path):
 
 def test_rgw_cephadm_without_orchestrator_fails_clearly(cluster, tmp_path):
     if _ceph("orch", "status", check=False).returncode == 0:
+        # Only with KVCEPH_LOCAL_CEPH_CONF at a cephadm cluster: the fixture's has none.
         pytest.skip("this cluster has an orchestrator")
     data = _data(cluster, kvceph_rgw_managed_by="cephadm")
     run = _pyinfra(tmp_path, "rgw_service", "rgw_service.apply(me, checked)", data, "-y")
@@ -171,6 +185,7 @@ def test_rgw_cephadm_without_orchestrator_fails_clearly(cluster, tmp_path):
 def test_orchestrator(cluster):
     """Pacific's test_orchestrator mgr module: real `orch ls/host ls` output, no `orch apply`."""
     if _ceph("orch", "status", check=False).returncode == 0:
+        # Only with KVCEPH_LOCAL_CEPH_CONF at a cephadm cluster: the fixture's has none.
         pytest.skip("this cluster has a real orchestrator; not replacing it")
     _ceph("mgr", "module", "enable", "test_orchestrator")
     _ceph("orch", "set", "backend", "test_orchestrator")
@@ -190,9 +205,12 @@ def test_orchestrator(cluster):
             check=True,
         )
 
-    yield load
-    _ceph("orch", "set", "backend", "", check=False)
-    _ceph("mgr", "module", "disable", "test_orchestrator", check=False)
+    try:
+        yield load
+    finally:
+        # Shared cluster: leave no orchestrator behind for the tests that expect none.
+        _ceph("orch", "set", "backend", "", check=False)
+        _ceph("mgr", "module", "disable", "test_orchestrator", check=False)
 
 
 def test_rgw_spec_converged_and_drifted(test_orchestrator, cluster, tmp_path):

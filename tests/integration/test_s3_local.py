@@ -1,10 +1,9 @@
 """The real "S3 tier" stage through pyinfra's @local connector against a local Ceph Pacific.
 
-Needs ceph, radosgw-admin, radosgw and python3-boto3 on this machine. By default it starts a
-throwaway single-node cluster with ``ceph-single-node.sh`` (``$KVCEPH_CEPH_SINGLE_NODE``,
-default /work/shared/recipes/ceph-single-node.sh) on ``$KVCEPH_S3_TEST_MON_PORT`` (3320) and
-``$KVCEPH_S3_TEST_RGW_PORT`` (7420) and purges it afterwards; set ``$KVCEPH_S3_TEST_CEPH_CONF``
-to use a running cluster instead (its RGW on the same port variable).
+The cluster is conftest.py's ``local_ceph`` (a throwaway single-node Pacific on this machine,
+shared with test_ceph_local.py). The RGW user and bucket get a per-run name (``kvceph-it-``),
+distinct from that file's ``kvit-`` pools and from the recipe's ``test`` user; this file
+creates no pools of its own (RGW creates its default ones).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,38 +22,14 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 DEPLOY = str(Path(__file__).resolve().parent / "s3_local_deploy.py")
-RECIPE = os.environ.get("KVCEPH_CEPH_SINGLE_NODE", "/work/shared/recipes/ceph-single-node.sh")
-MON_PORT = os.environ.get("KVCEPH_S3_TEST_MON_PORT", "3320")
-RGW_PORT = os.environ.get("KVCEPH_S3_TEST_RGW_PORT", "7420")
 
 
 @pytest.fixture(scope="module")
-def ceph_conf(tmp_path_factory):
-    for tool in ("ceph", "radosgw-admin", "radosgw"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed (apt-get install ceph-mon ceph-mgr ceph-osd ...)")
-    pytest.importorskip("boto3")
-    given = os.environ.get("KVCEPH_S3_TEST_CEPH_CONF")
-    if given:
-        yield given
-        return
-    if not Path(RECIPE).is_file():
-        pytest.skip(f"{RECIPE} missing: set KVCEPH_CEPH_SINGLE_NODE or KVCEPH_S3_TEST_CEPH_CONF")
-    data = tmp_path_factory.mktemp("ceph")
-    env = {**os.environ, "MON_PORT": MON_PORT, "RGW_PORT": RGW_PORT}
-    subprocess.run([RECIPE, str(data)], env=env, check=True, capture_output=True, timeout=300)
-    try:
-        yield str(data / "ceph.conf")
-    finally:
-        stop = str(Path(RECIPE).with_name("ceph-single-node-stop.sh"))
-        subprocess.run([stop, str(data), "--purge"], check=False, capture_output=True, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def world(ceph_conf, tmp_path_factory):
+def world(local_ceph, tmp_path_factory):
     """Inventory, keys and names for this test (unique, so a kept cluster can be reused)."""
     root = tmp_path_factory.mktemp("s3tier")
     name = f"kvceph-it-{secrets.token_hex(3)}"
+    port = local_ceph.rgw_port
     inventory = root / "inventory.py"
     data = {
         "kvceph_ceph_pools": [],
@@ -63,8 +37,8 @@ def world(ceph_conf, tmp_path_factory):
         "kvceph_ceph_command_timeout": 60,
         "kvceph_rgw_managed_by": "external",
         "kvceph_rgw_dns_name": "s3.kvceph-test",
-        "kvceph_s3_endpoint": f"http://s3.kvceph-test:{RGW_PORT}",
-        "kvceph_s3_admin_endpoint": f"http://127.0.0.1:{RGW_PORT}",
+        "kvceph_s3_endpoint": f"http://s3.kvceph-test:{port}",
+        "kvceph_s3_admin_endpoint": f"http://127.0.0.1:{port}",
         "kvceph_s3_endpoint_ip": "127.0.0.1",
         "kvceph_s3_bucket": name,
         "kvceph_s3_user": name,
@@ -78,7 +52,8 @@ def world(ceph_conf, tmp_path_factory):
         "name": name,
         "access": "KVIT" + secrets.token_hex(8).upper(),
         "secret": secrets.token_urlsafe(24),
-        "ceph_conf": ceph_conf,
+        "ceph_conf": local_ceph.conf,
+        "rgw_port": port,
     }
 
 
@@ -112,7 +87,7 @@ def s3(world):
 
     return boto3.client(
         "s3",
-        endpoint_url=f"http://127.0.0.1:{RGW_PORT}",
+        endpoint_url=f"http://127.0.0.1:{world['rgw_port']}",
         region_name="default",
         aws_access_key_id=world["access"],
         aws_secret_access_key=world["secret"],
