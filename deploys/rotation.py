@@ -19,12 +19,10 @@ import re
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.operations import files
 
 from deploys import render, s3_tier
 from deploys.facts.engine import ServiceDrift
 from deploys.facts.rgw import RgwUser
-from deploys.operations import files as kvfiles
 from deploys.operations import s3_rotation
 from deploys.operations.files import sha256_text
 from deploys.preflight import Preflight, PreflightError
@@ -118,34 +116,7 @@ def add(me: HostSettings, checked: Preflight):
         raise OperationError(problem)
     # The same helper and private key file as the S3 tier: the file now holds the new keys,
     # which the user is about to hold too.
-    files.directory(
-        name=f"Directory {s3_tier.SCRIPT_DIR}",
-        path=s3_tier.SCRIPT_DIR,
-        user="root",
-        group="root",
-        mode="755",
-    )
-    kvfiles.atomic_file(
-        name=f"S3 admin helper {s3_tier.ADMIN_SCRIPT}",
-        path=s3_tier.ADMIN_SCRIPT,
-        content=s3_tier.SCRIPT_SOURCE.read_text(),
-        mode="0755",
-    )
-    files.directory(
-        name=f"Private directory {s3_tier.ADMIN_DIR}",
-        path=s3_tier.ADMIN_DIR,
-        user="root",
-        group="root",
-        mode="700",
-    )
-    kvfiles.private_file(
-        name=f"S3 admin credentials {s3_tier.ADMIN_CONFIG}",
-        path=s3_tier.ADMIN_CONFIG,
-        content=s3_tier.admin_config(me, creds.access_key, creds.secret_key),
-        user="root",
-        group="root",
-        mode="0600",
-    )
+    s3_tier.install_admin_tools(me, creds)
     s3_rotation.user_key(
         name=f"RGW user {me.s3.user} holds the configured key",
         uid=me.s3.user,

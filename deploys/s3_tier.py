@@ -95,6 +95,30 @@ def rgw_spec_changes(me: HostSettings, timeouts: dict) -> bool:
     return False
 
 
+def install_admin_tools(me: HostSettings, creds) -> None:
+    """The S3 admin helper and its private key file on the admin host (S3 tier, rotate.py)."""
+    files.directory(
+        name=f"Directory {SCRIPT_DIR}", path=SCRIPT_DIR, user="root", group="root", mode="755"
+    )
+    kvfiles.atomic_file(
+        name=f"S3 admin helper {ADMIN_SCRIPT}",
+        path=ADMIN_SCRIPT,
+        content=SCRIPT_SOURCE.read_text(),
+        mode="0755",
+    )
+    files.directory(
+        name=f"Private directory {ADMIN_DIR}", path=ADMIN_DIR, user="root", group="root", mode="700"
+    )
+    kvfiles.private_file(
+        name=f"S3 admin credentials {ADMIN_CONFIG}",
+        path=ADMIN_CONFIG,
+        content=admin_config(me, creds.access_key, creds.secret_key),
+        user="root",
+        group="root",
+        mode="0600",
+    )
+
+
 @deploy("S3 tier")
 def apply(me: HostSettings, checked: Preflight):
     """Give LMCache its bucket: virtual-host name, user with the operator's keys, lifecycle."""
@@ -133,26 +157,7 @@ def apply(me: HostSettings, checked: Preflight):
         command_timeout=timeout,
     )
 
-    files.directory(
-        name=f"Directory {SCRIPT_DIR}", path=SCRIPT_DIR, user="root", group="root", mode="755"
-    )
-    kvfiles.atomic_file(
-        name=f"S3 admin helper {ADMIN_SCRIPT}",
-        path=ADMIN_SCRIPT,
-        content=SCRIPT_SOURCE.read_text(),
-        mode="0755",
-    )
-    files.directory(
-        name=f"Private directory {ADMIN_DIR}", path=ADMIN_DIR, user="root", group="root", mode="700"
-    )
-    kvfiles.private_file(
-        name=f"S3 admin credentials {ADMIN_CONFIG}",
-        path=ADMIN_CONFIG,
-        content=admin_config(me, creds.access_key, creds.secret_key),
-        user="root",
-        group="root",
-        mode="0600",
-    )
+    install_admin_tools(me, creds)
 
     s3.user(
         name=f"RGW user {me.s3.user}",
