@@ -96,7 +96,7 @@ def accelerator_present(fact: dict, accelerator: str) -> bool:
     return bool(fact.get(accelerator, {}).get("pci_devices"))
 
 
-# Environment variables whose values must never reach pyinfra's output: the fact prints a
+# Environment variables whose values must never reach pyinfra's output: ServiceDrift prints a
 # sha256 of their value instead.
 SECRET_ENV_NAME = re.compile(r"KEY|SECRET|TOKEN|PASS|CREDENTIAL", re.IGNORECASE)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -162,20 +162,6 @@ class ServiceState(FactBase):
             # No process, so no running digest, whatever the environment said.
             state["digest"] = None
         return state
-
-
-# Environment variables whose values must never reach pyinfra's output: ServiceDrift prints
-# a sha256 of their value instead.
-SECRET_ENV_NAME = re.compile(r"KEY|SECRET|TOKEN|PASS|CREDENTIAL", re.IGNORECASE)
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SHA256_LINE = re.compile(r"([0-9a-f]{64})  (/.*)")
-
-
-def _alternation(names) -> str:
-    for name in names:
-        if not _ENV_NAME.fullmatch(name):
-            raise ValueError(f"environment variable name {name!r} is not an identifier")
-    return "^(" + "|".join(names) + ")="
 
 
 class ServiceDrift(ServiceState):
