@@ -140,6 +140,9 @@ def exec_start(me: HostSettings) -> list[str]:
         str(e.max_model_len),
         "--tensor-parallel-size",
         str(e.tensor_parallel_size),
+        # The KV dtype is part of every LMCache object key: pass it, never leave it to "auto".
+        "--kv-cache-dtype",
+        e.kv_dtype,
         "--kv-transfer-config",
         kv_transfer_json(me),
         *e.profile.extra_args,

@@ -538,7 +538,9 @@ def _engine(r: _Reader, accelerator: str) -> EngineSettings:
         # unless YaRN is configured (no --rope-scaling in 0.33) or the override env is set.
         max_model_len=max_len,
         port=r.port("kvceph_vllm_port", 8000),
-        kv_dtype=r.choice("kvceph_kv_dtype", "bfloat16", ("bfloat16", "float16", "fp8")),
+        # vLLM's --kv-cache-dtype values that both supported versions accept (0.33 has no
+        # float16); Qwen3-32B runs in bf16, so bfloat16 equals vLLM's "auto" there.
+        kv_dtype=r.choice("kvceph_kv_dtype", "bfloat16", ("bfloat16", "fp8")),
         python_hash_seed=r.int("kvceph_python_hash_seed", 67, lo=0, hi=4294967295),
         kv_role=r.choice("kvceph_kv_role", "kv_both", versions.KV_ROLES),
         # recompute: a missing/unreadable chunk falls back to prefill instead of failing requests.

@@ -269,6 +269,7 @@ def test_cache_key_in_use_reads_the_rendered_files():
         "PYTHONHASHSEED": str(me.engine.python_hash_seed),
         "model": me.engine.model,
         "tensor_parallel_size": str(me.engine.tensor_parallel_size),
+        "kv_dtype": me.engine.kv_dtype,
     }
 
 
@@ -311,8 +312,9 @@ def test_cache_key_hash_algorithm_and_kv_dtype_when_passed():
     current = {**_in_use(me), "pre_caching_hash_algorithm": "builtin", "kv_dtype": "fp8"}
     changes = cache_key_changes(current, me)
     assert [c.split(" changes ")[0].rsplit(" ", 1)[1] for c in changes] == [
-        "kvceph_lmcache_hash_algorithm"
-    ]  # kv dtype is not on kvceph's command line: nothing to compare it with
+        "kvceph_lmcache_hash_algorithm",
+        "kvceph_kv_dtype",
+    ]  # --kv-cache-dtype is on kvceph's command line, so a dtype change is seen
     assert cache_key_from_argv(["x", "serve", "m", "--kv-cache-dtype=fp8"]) == {
         "model": "m",
         "kv_dtype": "fp8",

@@ -154,7 +154,7 @@ def test_cache_groups_are_model_and_tp():
     [
         ({"kvceph_python_hash_seed": 68}, "kvceph_python_hash_seed"),
         ({"kvceph_lmcache_chunk_size": 512}, "kvceph_lmcache_chunk_size"),
-        ({"kvceph_kv_dtype": "float16"}, "kvceph_kv_dtype"),
+        ({"kvceph_kv_dtype": "fp8"}, "kvceph_kv_dtype"),
         ({"kvceph_lmcache_hash_algorithm": "builtin"}, "kvceph_lmcache_hash_algorithm"),
         ({"kvceph_s3_bucket": "other"}, "kvceph_s3_bucket"),
     ],
