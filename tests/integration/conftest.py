@@ -149,23 +149,30 @@ def secrets() -> dict[str, str]:
     return dict(line.split("=", 1) for line in SECRETS.read_text().splitlines() if "=" in line)
 
 
-def s3_client():
+def path_style_client(endpoint: str, access_key: str, secret_key: str):
+    """A boto3 S3 client as the tests use it: path-style, bounded timeouts and retries."""
     import boto3
     from botocore.config import Config
 
-    keys = secrets()
     return boto3.client(
         "s3",
-        endpoint_url=S3_ADMIN_URL,
+        endpoint_url=endpoint,
         region_name="default",
-        aws_access_key_id=keys["KVCEPH_S3_ACCESS_KEY"],
-        aws_secret_access_key=keys["KVCEPH_S3_SECRET_KEY"],
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
         config=Config(
             s3={"addressing_style": "path"},
             connect_timeout=5,
             read_timeout=30,
             retries={"max_attempts": 2},
         ),
+    )
+
+
+def s3_client():
+    keys = secrets()
+    return path_style_client(
+        S3_ADMIN_URL, keys["KVCEPH_S3_ACCESS_KEY"], keys["KVCEPH_S3_SECRET_KEY"]
     )
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import path_style_client
 
 pytestmark = pytest.mark.integration
 
@@ -82,21 +83,8 @@ def run_stage(world, secret=None):
 
 
 def s3(world):
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client(
-        "s3",
-        endpoint_url=f"http://127.0.0.1:{world['rgw_port']}",
-        region_name="default",
-        aws_access_key_id=world["access"],
-        aws_secret_access_key=world["secret"],
-        config=Config(
-            s3={"addressing_style": "path"},
-            connect_timeout=5,
-            read_timeout=30,
-            retries={"max_attempts": 2},
-        ),
+    return path_style_client(
+        f"http://127.0.0.1:{world['rgw_port']}", world["access"], world["secret"]
     )
 
 
