@@ -26,8 +26,9 @@ from lab_client import completion, long_prompt
 BUCKET = "lmcache"
 CREDENTIALS = "/var/lib/vllm/.aws/credentials"
 # What an engine logs when S3 refuses it or it gives S3 up (lab engine = LMCache's wording).
-TROUBLE = r"\b403\b|Forbidden|InvalidAccessKeyId|SignatureDoesNotMatch|AccessDenied|"
-TROUBLE += r"Failed to upload|S3 connection disabled"
+# A 403 status, but not the ",403" of a log timestamp's milliseconds (grep -E: no lookbehind).
+TROUBLE = r"(^|[^,0-9])403([^0-9]|$)|Forbidden|InvalidAccessKeyId|SignatureDoesNotMatch|"
+TROUBLE += r"AccessDenied|Failed to upload|Failed to download|S3 connection disabled"
 
 
 def new_keys() -> dict[str, str]:
