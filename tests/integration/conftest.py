@@ -39,6 +39,48 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.integration)
 
 
+# What a person needs to see why a lab test failed, printed with the failure (CI has no shell on
+# the lab afterwards): each host's relevant journal tail and the last verify report.
+JOURNALS = {
+    "ceph1": "kvlab-ceph kvlab-rgw@gw1 kvlab-rgw@gw2 haproxy",
+    **{host: "vllm" for host in INFERENCE},
+}
+REPORTS = REPO / "reports"
+
+
+def lab_diagnostics(lines: int = 40) -> str:
+    """The tail of each lab host's journal for its kvceph units, and the newest verify report."""
+    parts = []
+    for host, units in JOURNALS.items():
+        args = " ".join(f"-u {unit}" for unit in units.split())
+        try:
+            out = ssh(
+                host,
+                f"journalctl {args} -n {lines} --no-pager -o short-precise",
+                check=False,
+                timeout=20,
+            )
+            text = (out.stdout + out.stderr).strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            text = f"(no answer: {type(exc).__name__}: {exc})"
+        parts.append(f"--- {host}: journalctl {args} (last {lines} lines)\n{text}")
+    reports = sorted(REPORTS.glob("verify-*.json"), key=lambda p: p.stat().st_mtime)
+    if reports:
+        parts.append(f"--- last verify report: {reports[-1]}\n{reports[-1].read_text()[-4000:]}")
+    else:
+        parts.append(f"--- no verify report under {REPORTS}")
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    # Only for failures of tests that had a lab; a failed lab start has its own message.
+    if report.failed and call.when == "call" and "lab" in getattr(item, "fixturenames", ()):
+        report.sections.append(("lab journals and last verify report", lab_diagnostics()))
+
+
 @dataclass
 class Run:
     """One pyinfra run: exit code, its JSON results (when asked for), and all output."""

@@ -22,13 +22,10 @@ import time
 
 from conftest import HOSTS, INFERENCE, S3_ADMIN_URL, SECRETS, pyinfra, secrets, ssh
 from lab_client import completion, long_prompt
+from lmcache_log import PREFILTER, trouble
 
 BUCKET = "lmcache"
 CREDENTIALS = "/var/lib/vllm/.aws/credentials"
-# What an engine logs when S3 refuses it or it gives S3 up (lab engine = LMCache's wording).
-# A 403 status, but not the ",403" of a log timestamp's milliseconds (grep -E: no lookbehind).
-TROUBLE = r"(^|[^,0-9])403([^0-9]|$)|Forbidden|InvalidAccessKeyId|SignatureDoesNotMatch|"
-TROUBLE += r"AccessDenied|Failed to upload|Failed to download|S3 connection disabled"
 
 
 def new_keys() -> dict[str, str]:
@@ -103,7 +100,7 @@ class Checker(threading.Thread):
             "systemctl show -p MainPID --value vllm.service; echo ---; "
             f"cat {CREDENTIALS} 2>/dev/null; echo ---; "
             f"journalctl -u vllm.service --since=@{self.since} -o cat --no-pager "
-            f"| grep -E '{TROUBLE}' | head -5; true",
+            f"| grep -E '{PREFILTER}' | head -50; true",
             timeout=30,
         ).stdout
         pid, creds, journal = (out.split("---\n") + ["", ""])[:3]
@@ -114,7 +111,9 @@ class Checker(threading.Thread):
             values = parser[section]
             if "aws_access_key_id" in values:
                 keys = (values["aws_access_key_id"], values["aws_secret_access_key"])
-        return pid.strip(), keys, [line for line in journal.splitlines() if line.strip()]
+        # The remote grep only narrows the lines; LMCache's own message fields decide.
+        found = [f"{why}: {line}" for line in journal.splitlines() if (why := trouble(line))]
+        return pid.strip(), keys, found[:5]
 
     def check_once(self):
         verdicts: dict[tuple[str, str], str | None] = {}
@@ -125,8 +124,8 @@ class Checker(threading.Thread):
             return verdicts[keys]
 
         for host in INFERENCE:
-            pid, keys, trouble = self.look(host)
-            for line in trouble:
+            pid, keys, journal_trouble = self.look(host)
+            for line in journal_trouble:
                 self.problems.append(f"{host}: journal: {line}")
             if keys is None:
                 self.problems.append(f"{host}: {CREDENTIALS} unreadable")
