@@ -165,6 +165,12 @@ def cross_node(
     return Verdict(PASS, f"{hit:.0f} tokens loaded from {writer}'s chunks{speed}")
 
 
+# Below this, a fallback TTFT that differs from cold is scheduling noise (a loaded 2-core
+# controller moves sub-second TTFTs by tens of ms); the fault the check exists for, a wait on
+# missing keys, costs seconds (lmcache blocking_timeout_secs, S3 timeouts).
+FALLBACK_NOISE_S = 0.25
+
+
 def fallback(
     *,
     refused: str | None,
@@ -191,7 +197,7 @@ def fallback(
     if not ttft or not cold_ttft:
         return Verdict(FAIL, "no TTFT measured (no token streamed)")
     r = ttft / cold_ttft
-    if abs(r - 1.0) > tolerance:
+    if abs(r - 1.0) > tolerance and abs(ttft - cold_ttft) > FALLBACK_NOISE_S:
         return Verdict(
             FAIL, f"TTFT {ttft:.3f}s is x{r:.2f} of cold {cold_ttft:.3f}s, beyond "
             f"+-{tolerance:.0%}: the miss path does not behave like a cold prefill "
