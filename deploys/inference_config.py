@@ -10,32 +10,13 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import files as pyinfra_files
 
-from deploys import render
-from deploys.facts.engine import CacheKeyInUse, MemTotal, cache_key_from_argv
+from deploys import kv_sizing, render
+from deploys.facts.engine import CacheKeyInUse, cache_key_from_argv
 from deploys.operations import files
 from deploys.secrets import Secret
 from deploys.settings import HostSettings
 
-# Share of host RAM that LMCache's pinned CPU buffers may take before we warn.
-PINNED_RAM_WARN_FRACTION = 0.25
 _warned_dropped: set[tuple[str, ...]] = set()
-
-
-def pinned_ram_warning(me: HostSettings, mem_total: int | None) -> str | None:
-    """A warning when max_local_cpu_size x TP would pin too much of the host's RAM."""
-    if not mem_total:
-        return None
-    # LMCache allocates max_local_cpu_size GiB of pinned memory per worker, even with
-    # local_cpu false; there is one worker per tensor-parallel rank.
-    pinned = me.lmcache.max_local_cpu_size * (1 << 30) * me.engine.tensor_parallel_size
-    if pinned <= PINNED_RAM_WARN_FRACTION * mem_total:
-        return None
-    return (
-        f"{me.host}: kvceph_lmcache_max_local_cpu_size {me.lmcache.max_local_cpu_size:g} GB x "
-        f"TP {me.engine.tensor_parallel_size} pins {pinned / (1 << 30):.1f} GiB, over "
-        f"{PINNED_RAM_WARN_FRACTION:.0%} of the host's {mem_total / (1 << 30):.1f} GiB RAM "
-        "(LMCache pins it even with local_cpu false); lower it"
-    )
 
 
 def dropped_keys_warning(me: HostSettings) -> str | None:
@@ -105,8 +86,8 @@ def apply(me: HostSettings, checked) -> None:
     warning = dropped_keys_warning(me)
     if warning:
         logger.warning("kvceph: %s", warning)
-    warning = pinned_ram_warning(me, host.get_fact(MemTotal))
-    if warning:
+    # The pinned-RAM rule and the settings that kill an engine were refused by preflight.
+    for warning in kv_sizing.warnings(me):
         logger.warning("kvceph: %s", warning)
     in_use = host.get_fact(
         CacheKeyInUse, lmcache=render.LMCACHE_PATH, env=render.ENV_PATH, unit=render.UNIT_PATH

@@ -7,6 +7,7 @@ here, on the first host's pass, and a problem stops the run before any host is t
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import traceback
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
-from deploys import compat, lock, render, rgw_service, secrets, settings
+from deploys import compat, kv_sizing, lock, render, rgw_service, secrets, settings
+from deploys.facts.engine import MemTotal, ModelConfig
 
 compat.install()
 
@@ -141,6 +143,71 @@ def check_templates(hosts: dict[str, settings.HostSettings], creds) -> None:
                 )
 
 
+def _fact(inventory, name: str, fact, **kwargs):
+    """A fact of a host pyinfra has connected (read-only), or None for one outside the run."""
+    target = inventory.get_host(name)
+    return target.get_fact(fact, **kwargs) if target.connected else None
+
+
+def resolve_kv_sizes(hosts: dict[str, settings.HostSettings], read_config) -> dict:
+    """Hosts serving a model directory get its KV size from the config.json on the host.
+
+    ``read_config(host, path)`` returns the parsed config.json or None. One-line SettingsError
+    when it is missing or its architecture is refused (MLA, hybrid attention).
+    """
+    out = dict(hosts)
+    for name, me in hosts.items():
+        if not me.is_inference or me.lmcache.kv_bytes_per_token is not None:
+            continue
+        model, tp = me.engine.model, me.engine.tensor_parallel_size
+        config = read_config(name, model)
+        fix = "fix: put the model there first, or set kvceph_kv_bytes_per_token"
+        if config is None:
+            raise settings.SettingsError(
+                f"{name}: kvceph_model = {model!r}: no readable {model}/config.json on the host "
+                f"to size the KV cache from; {fix}"
+            )
+        try:
+            shape = kv_sizing.shape_from_config(config)
+        except kv_sizing.SizingError as exc:
+            raise settings.SettingsError(
+                f"{name}: kvceph_model = {model!r}: {exc}: its KV is not layers x heads x "
+                f"head_dim, kvceph does not guess its size; {fix}"
+            ) from None
+        size = kv_sizing.kv_bytes_per_token(shape, me.engine.kv_dtype, tp)
+        lmc = dataclasses.replace(
+            me.lmcache, kv_bytes_per_token=size, kv_source=f"{model}/config.json"
+        )
+        out[name] = dataclasses.replace(me, lmcache=lmc)
+    return out
+
+
+def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
+    """Refuse settings that kill an engine, and a host whose RAM cannot pin its buffers.
+
+    ``mem_total(host)`` is the host's MemTotal in bytes, or None when unknown (not checked).
+    Rule (README): the pinned buffers of all engines on a host <= half of its MemTotal.
+    """
+    for name, me in hosts.items():
+        if not me.is_inference:
+            continue
+        refusal = kv_sizing.refusal_for(me)
+        if refusal:
+            raise settings.SettingsError(refusal)
+        total = mem_total(name)
+        pinned = kv_sizing.pinned_bytes(me)
+        if total and not kv_sizing.pinned_ram_fits(pinned, total):
+            gib = kv_sizing.GIB
+            cpu = kv_sizing.limits(me).max_local_cpu_size
+            raise settings.SettingsError(
+                f"{name}: kvceph_lmcache_max_local_cpu_size = {cpu!r}: {cpu:g} GiB pinned on each "
+                f"of {me.engine.tensor_parallel_size} workers = {pinned / gib:.1f} GiB, over "
+                f"{kv_sizing.PINNED_RAM_FRACTION:.0%} of the host's {total / gib:.1f} GiB RAM "
+                "(LMCache pins it even with local_cpu false); fix: lower kvceph_max_model_len "
+                "or the buffer, or use a host with more RAM"
+            )
+
+
 def _check(inventory) -> Preflight:
     try:
         hosts = {
@@ -148,6 +215,12 @@ def _check(inventory) -> Preflight:
         }
         groups = settings.check_inventory(list(hosts.values()))
         creds = secrets.load()
+        # Read-only facts, after every check that needs none: a model directory's config.json,
+        # then RAM against the pinned buffers.
+        hosts = resolve_kv_sizes(
+            hosts, lambda name, path: _fact(inventory, name, ModelConfig, path=path)
+        )
+        check_sizing(hosts, lambda name: _fact(inventory, name, MemTotal))
     except (settings.SettingsError, secrets.SecretsError) as exc:
         _stop(str(exc))
     for g in groups:

@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from deploys import versions
+from deploys import kv_sizing, versions
 from deploys.settings import HostSettings
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -65,15 +65,19 @@ def lmcache_config(me: HostSettings) -> dict[str, Any]:
     unknown = set(extra) - versions.LMCACHE_S3_EXTRA_KEYS[lmc_key]
     if unknown:
         raise ValueError(f"{me.host}: extra_config keys {sorted(unknown)} not read by {lmc_key}")
+    # Buffer and timeouts fit the longest request (deploys/kv_sizing.py): LMCache's defaults
+    # (5 GB, 3000 ms) never hit after a restart and killed the engine at 30k tokens on an H200.
+    limits = kv_sizing.limits(me)
     return {
         "chunk_size": lmc.chunk_size,
         "local_cpu": lmc.local_cpu,
-        "max_local_cpu_size": lmc.max_local_cpu_size,
+        "max_local_cpu_size": limits.max_local_cpu_size,
         "remote_url": me.s3.remote_url,
         "save_unfull_chunk": lmc.save_unfull_chunk,
         "enable_async_loading": lmc.enable_async_loading,
+        "lookup_timeout_ms": limits.lookup_timeout_ms,
         "remote_serde": lmc.remote_serde,
-        "blocking_timeout_secs": lmc.blocking_timeout_secs,
+        "blocking_timeout_secs": limits.blocking_timeout_secs,
         "pre_caching_hash_algorithm": lmc.hash_algorithm,
         "extra_config": dict(sorted(extra.items())),
     }

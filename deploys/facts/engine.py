@@ -250,6 +250,28 @@ class MemTotal(FactBase):
         return None
 
 
+class ModelConfig(FactBase):
+    """
+    The ``config.json`` of a model directory on the host, parsed; None when absent or not JSON.
+
+    + path: the model directory (``kvceph_model`` when it is an absolute path)
+
+    The KV size of a model served from a directory comes from here (deploys/kv_sizing.py).
+    """
+
+    def command(self, path: str):
+        return StringCommand(
+            "cat", QuoteString(f"{path.rstrip('/')}/config.json"), "2>/dev/null; true"
+        )
+
+    def process(self, output):
+        try:
+            config = json.loads("\n".join(output))
+        except ValueError:
+            return None
+        return config if isinstance(config, dict) else None
+
+
 _READY_SCRIPT = """
 import json, sys, urllib.request
 port, model, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])

@@ -72,6 +72,9 @@ for path in sys.argv[1:]:
         "chunk_size": config.chunk_size,
         "local_cpu": config.local_cpu,
         "max_local_cpu_size": config.max_local_cpu_size,
+        "lookup_timeout_ms": config.lookup_timeout_ms,
+        "blocking_timeout_secs": config.blocking_timeout_secs,
+        "enable_async_loading": config.enable_async_loading,
         "pre_caching_hash_algorithm": config.pre_caching_hash_algorithm,
         "extra_config": config.extra_config,
     }
@@ -117,6 +120,12 @@ def test_lmcache_yaml_loads_cleanly_with_lmcache_own_loader(tmp_path):
         assert got["remote_url"] == "s3://lmcache.s3.cephlab.com:80"
         assert got["chunk_size"] == 256 and got["local_cpu"] is False
         assert got["pre_caching_hash_algorithm"] == "sha256_cbor"
+        # The derived buffer and timeouts arrive as LMCache reads them (not its defaults).
+        want = render.lmcache_config(me)
+        for key in ("max_local_cpu_size", "lookup_timeout_ms", "blocking_timeout_secs"):
+            assert got[key] == want[key], (path, key, got[key], want[key])
+        assert got["enable_async_loading"] is True
+        assert got["lookup_timeout_ms"] != 3000 and got["max_local_cpu_size"] != 5.0
         extra = got["extra_config"]
         assert extra["s3_region"] == me.s3.region and extra["disable_tls"] is True
         assert set(extra) <= adapter_keys, set(extra) - adapter_keys
