@@ -59,13 +59,13 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 unit: venv deps lmcache-venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py
 
 integration: venv deps
 	$(BIN)/pytest -q -x tests/integration
 
 test: lint venv deps lmcache-venv
-	$(BIN)/pytest -q tests/unit tests/integration
+	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py tests/integration
 
 lab: venv deps lab-up deploy verify
 	@echo "lab is up: reports in reports/, stop it with: make lab-down"

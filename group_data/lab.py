@@ -27,13 +27,29 @@ kvceph_verify_s3_endpoint = f"http://{_CEPH1}:80"
 # No accelerators here: the lab engine stands in for vLLM + LMCache.
 kvceph_accelerator_check = False
 kvceph_engine_wheelhouse = f"{_LAB}/wheelhouse"
+# The lab's KV is small (lab/engine/README.md "Sizes and scaling"): 128 bytes per token for the
+# whole "model" (64 per worker at TP 2, 128 on the TP 1 Gaudi host), loaded through a simulated
+# S3 path of 2 MB/s per host. LMCache's buffer and timeouts are derived from these figures by
+# the same code as in production (deploys/kv_sizing.py); the conservative bandwidth is half the
+# simulated one, as 0.7 GB/s is below the ~1.2 GB/s one radosgw delivered on the H200 host.
+LAB_KV_BYTES_PER_TOKEN = 128
+LAB_LOAD_BYTES_PER_S = 2_000_000
+kvceph_kv_bytes_per_token = LAB_KV_BYTES_PER_TOKEN
+kvceph_kv_load_gb_per_s = LAB_LOAD_BYTES_PER_S / 2 / 1e9
+kvceph_prefill_tokens_per_s = 5000  # the lab engine's --prefill-ms-per-token 0.2
 kvceph_engine_profile = {
     "name": "lab-engine",
     "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
     "executable": "kvceph-lab-engine",
     "vllm_version": "0.33.0",
     "lmcache_version": "0.5.6",
-    "extra_args": ["--vllm-version", "0.33.0"],
+    "extra_args": [
+        "--vllm-version",
+        "0.33.0",
+        "--bytes-per-token",
+        str(LAB_KV_BYTES_PER_TOKEN // 2),  # per worker, TP 2
+        "--load-bytes-per-s",
+        str(LAB_LOAD_BYTES_PER_S),
+    ],
 }
-kvceph_lmcache_max_local_cpu_size = 0.1
 kvceph_health_timeout = 60

@@ -38,7 +38,15 @@ gaudi = [
             "executable": "kvceph-lab-engine",
             "vllm_version": "0.26.0",
             "lmcache_version": "0.5.6",
-            "extra_args": ["--vllm-version", "0.26.0"],
+            # TP 1: one worker holds the lab model's whole 128 bytes per token (group_data/lab.py)
+            "extra_args": [
+                "--vllm-version",
+                "0.26.0",
+                "--bytes-per-token",
+                "128",
+                "--load-bytes-per-s",
+                "2000000",
+            ],
         },
     )
 ]

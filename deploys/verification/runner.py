@@ -359,6 +359,17 @@ class Runner:
         except CheckFailed as exc:
             raise RestartFailed(f"after the restart: {exc}") from None
 
+    def lmcache_causes(self, t: Target, since: float) -> tuple[str, ...]:
+        """LMCache's own failure lines in the engine's journal since ``since``, as causes."""
+        found = []
+        for text, cause in verdicts.LMCACHE_LOG_CAUSES:
+            try:
+                if self.control.journal_has(t.name, since, text):
+                    found.append(cause)
+            except Exception:  # noqa: BLE001 - a diagnostic must not hide the verdict
+                pass
+        return tuple(found)
+
     def s3_disabled(self, t: Target, since: float) -> bool | None:
         try:
             return self.control.journal_has(t.name, since, S3_DISABLED)
@@ -498,6 +509,9 @@ class Runner:
                         kv_bytes=kv_bytes,
                         objects=len(created),
                         s3_disabled=self.s3_disabled(a, since_wall) if not hit else None,
+                        causes=self.lmcache_causes(a, since_wall)
+                        if (hit or 0) < expected_hit
+                        else (),
                     ),
                     ttft=warm.ttft,
                     hit_tokens=hit,
@@ -512,7 +526,8 @@ class Runner:
                 )
             )
         except CheckFailed as exc:
-            add(StepResult(a.name, "warm", Verdict(FAIL, str(exc))))
+            causes = "".join(f"; {c}" for c in self.lmcache_causes(a, since_wall))
+            add(StepResult(a.name, "warm", Verdict(FAIL, f"{exc}{causes}")))
 
         if b is None:
             add(
@@ -537,6 +552,9 @@ class Runner:
                             ttft=got.ttft,
                             cold_ttft=cold.ttft,
                             s3_disabled=self.s3_disabled(b, since_wall) if not hit else None,
+                            causes=self.lmcache_causes(b, since_wall)
+                            if (hit or 0) < expected_hit
+                            else (),
                         ),
                         ttft=got.ttft,
                         hit_tokens=hit,
@@ -544,7 +562,8 @@ class Runner:
                     )
                 )
             except CheckFailed as exc:
-                add(StepResult(b.name, "cross-node", Verdict(FAIL, str(exc))))
+                causes = "".join(f"; {c}" for c in self.lmcache_causes(b, since_wall))
+                add(StepResult(b.name, "cross-node", Verdict(FAIL, f"{exc}{causes}")))
 
         self.fallback(a, created, expected, cold.ttft)
 

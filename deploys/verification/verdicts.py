@@ -36,6 +36,26 @@ CAUSE_S3_DISABLED = (
 )
 
 
+# LMCache 0.5.6's own log lines for the two failures an undersized lmcache.yaml caused on a real
+# H200 (../shared/recipes/gpu-real-engine), and what each means.
+LOG_LOOKUP_TIMEOUT = "is still waiting for async lookup"
+LOG_NO_MEMORY = "Failed to allocate memory block"
+LMCACHE_LOG_CAUSES = (
+    (
+        LOG_NO_MEMORY,
+        "the engine logged 'Failed to allocate memory block': LMCache's pinned CPU buffer "
+        "(max_local_cpu_size per worker) is smaller than this request's KV; remove "
+        "kvceph_lmcache_max_local_cpu_size (it is derived from the model) or raise it",
+    ),
+    (
+        LOG_LOOKUP_TIMEOUT,
+        "the engine logged 'is still waiting for async lookup': LMCache's lookup_timeout_ms ran "
+        "out before the chunks arrived, so it reported 0 hits and vLLM recomputed; remove "
+        "kvceph_lmcache_lookup_timeout_ms (derived) or lower kvceph_kv_load_gb_per_s",
+    ),
+)
+
+
 @dataclass(frozen=True)
 class Verdict:
     status: str
@@ -84,7 +104,13 @@ def cold(
     return Verdict(PASS, f"{created} objects written, as expected")
 
 
-def _hit(hit: float | None, expected_hit: int, metric: str | None) -> Verdict | None:
+def _causes(causes: tuple[str, ...]) -> str:
+    return "".join(f"; {c}" for c in causes)
+
+
+def _hit(
+    hit: float | None, expected_hit: int, metric: str | None, causes: tuple[str, ...] = ()
+) -> Verdict | None:
     """The common cache-hit judgement; None when the hit is complete."""
     if hit is None:
         return Verdict(
@@ -95,6 +121,11 @@ def _hit(hit: float | None, expected_hit: int, metric: str | None) -> Verdict | 
     if hit <= 0:
         return None  # the caller words the miss for its step
     if hit < expected_hit:
+        if causes:  # the engine said why: name that, not the generic list
+            return Verdict(
+                FAIL, f"partial hit: {hit:.0f} of {expected_hit} tokens from {metric}"
+                + _causes(causes),
+            )  # fmt: skip
         return Verdict(
             FAIL, f"partial hit: {hit:.0f} of {expected_hit} tokens from {metric}: {CAUSE_LOW_HIT}"
         )
@@ -112,12 +143,18 @@ def warm(
     kv_bytes: int,
     objects: int,
     s3_disabled: bool | None = None,
+    causes: tuple[str, ...] = (),
 ) -> Verdict:
-    """After a restart the document's KV comes from the bucket; TTFT judged against cold."""
-    partial = _hit(hit, expected_hit, metric)
+    """After a restart the document's KV comes from the bucket; TTFT judged against cold.
+
+    ``causes``: what the engine's own log says went wrong (LMCACHE_LOG_CAUSES), if anything.
+    """
+    partial = _hit(hit, expected_hit, metric, causes)
     if partial:
         return partial
     if not hit:
+        if causes:
+            return Verdict(FAIL, f"no tokens loaded from the cache ({metric} +0)" + _causes(causes))
         cause = CAUSE_CHUNK_MISMATCH if objects else CAUSE_UNREACHABLE
         return Verdict(FAIL, f"no tokens loaded from the cache ({metric} +0): {cause}"
                        + _s3_note(s3_disabled))  # fmt: skip
@@ -151,11 +188,16 @@ def cross_node(
     ttft: float | None,
     cold_ttft: float | None,
     s3_disabled: bool | None = None,
+    causes: tuple[str, ...] = (),
 ) -> Verdict:
     """Another host of the same cache group reads what the writer stored."""
-    partial = _hit(hit, expected_hit, metric)
+    partial = _hit(hit, expected_hit, metric, causes)
     if partial:
         return partial
+    if not hit and causes:
+        return Verdict(
+            FAIL, f"no cross-node hit on the chunks {writer} wrote ({metric} +0)" + _causes(causes)
+        )
     if not hit:
         return Verdict(
             FAIL, f"no cross-node hit on the chunks {writer} wrote ({metric} +0): "

@@ -56,6 +56,8 @@ class FakeEngine:
         self.bucket, self.tp, self.salt, self.model = bucket, tp, salt, model
         self.ms_per_token, self.ms_per_chunk = ms_per_token, ms_per_chunk
         self.writes_ok = True
+        self.loads_ok = True  # False: LMCache gave up every load (its journal says why)
+        self.journal: set[str] = set()
         self.health = 200
         self.stream_error = None
         self.foreign_writes = 0
@@ -84,7 +86,7 @@ class FakeEngine:
         present = self.bucket.list("")
         hit = 0
         for keys in chunks:
-            if not all(k in present for k in keys):
+            if not self.loads_ok or not all(k in present for k in keys):
                 break
             hit += 1
         loaded = hit * CHUNK - (1 if hit * CHUNK == len(words) else 0)
@@ -173,7 +175,9 @@ class FakeControl:
         return None
 
     def journal_has(self, host, since, text):
-        return not self.engines[host].writes_ok
+        if text == runner.S3_DISABLED:
+            return not self.engines[host].writes_ok
+        return any(text in line for line in self.engines[host].journal)
 
 
 @pytest.fixture
@@ -277,6 +281,39 @@ def test_cross_node_miss_from_a_different_hash_seed(lab):
     cross = steps[("gpu2", "cross-node")].verdict
     assert cross.failed and "no cross-node hit on the chunks gpu1 wrote" in cross.message
     assert [f.step for f in rep.failures] == ["cross-node"]
+
+
+def test_lmcache_log_lines_name_the_cause_of_a_missed_warm_load(lab):
+    # What an undersized lmcache.yaml did on an H200: chunks written, never loaded back.
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2")
+    control = FakeControl(engines)
+
+    def give_up(host, n):
+        engine = engines[host]
+        engine.loads_ok = False
+        engine.journal = {
+            "LMCache WARNING: Failed to allocate memory block of size 67108864 because no "
+            "memory is available",
+            "LMCache WARNING: Request cmpl-1 is still waiting for async lookup after 3 seconds, "
+            "returning 0 lmcache cached tokens so vllm can recompute",
+        }
+
+    control.on_restart = give_up
+    engines["gpu2"].loads_ok = False
+    engines["gpu2"].journal = {"Request cmpl-2 is still waiting for async lookup after 0 seconds"}
+    rep, _ = _run(bucket, engines, [[a, b]], control=control)
+    steps = _by_step(rep)
+    warm = steps[("gpu1", "warm")].verdict
+    assert warm.failed and "no tokens loaded from the cache" in warm.message
+    assert (
+        "'Failed to allocate memory block'" in warm.message and "max_local_cpu_size" in warm.message
+    )
+    assert "'is still waiting for async lookup'" in warm.message
+    assert "lookup_timeout_ms" in warm.message and "chunk-size mismatch" not in warm.message
+    cross = steps[("gpu2", "cross-node")].verdict
+    assert cross.failed and "lookup_timeout_ms" in cross.message
+    assert "max_local_cpu_size" not in cross.message
 
 
 def test_no_speedup_is_reported_as_a_warning(lab):

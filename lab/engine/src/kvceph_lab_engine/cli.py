@@ -20,6 +20,7 @@ from kvceph_lab_engine import BANNER, __version__
 from kvceph_lab_engine.versions import DEFAULT_VLLM_VERSION, KV_TRANSFER_FIELDS
 
 log = logging.getLogger("kvceph_lab_engine")
+VLLM_WATCHDOG_SECONDS = 5.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--bytes-per-token", type=int, default=64, help="KV bytes per token per worker")
     s.add_argument("--prefill-ms-per-token", type=float, default=0.2)
+    s.add_argument(
+        "--load-bytes-per-s",
+        type=float,
+        default=None,
+        help="simulated S3 load bandwidth of the host (all workers); loads take at least "
+        "bytes / this (default: as fast as RGW answers)",
+    )
     s.add_argument("--kv-dtype", default=None, help="KV dtype in object keys (default bfloat16)")
     return p
 
@@ -90,7 +98,7 @@ def build(args):
     """Validate everything the real pair validates at startup; return (App, info). Raises
     SystemExit-worthy errors as (kind, message) via StartupError."""
     from kvceph_lab_engine import lmcache_config
-    from kvceph_lab_engine.engine import KVEngine, LocalCpuTier
+    from kvceph_lab_engine.engine import KVEngine, LoadLimits, LocalCpuTier
     from kvceph_lab_engine.hashing import ChunkHasher
     from kvceph_lab_engine.metrics import Metrics
     from kvceph_lab_engine.s3 import S3Store, settings_from_extra
@@ -120,6 +128,7 @@ def build(args):
     store = None
     local_cpu = None
     hasher = None
+    limits = LoadLimits(load_bytes_per_s=args.load_bytes_per_s)
     if kv is not None:
         try:
             view = lmcache_config.load()
@@ -146,6 +155,24 @@ def build(args):
             view.pre_caching_hash_algorithm,
             hasher.algorithm,
             view.local_cpu,
+        )
+        # LMCache pins max_local_cpu_size GiB per worker even with local_cpu false: every load
+        # goes through it. lookup_timeout_ms bounds asynchronous loads, blocking_timeout_secs
+        # synchronous ones.
+        limits = LoadLimits(
+            cpu_buffer_bytes=int(view.max_local_cpu_size * (1 << 30)),
+            async_loading=view.enable_async_loading,
+            lookup_timeout_ms=view.lookup_timeout_ms,
+            blocking_timeout_secs=view.blocking_timeout_secs,
+            load_bytes_per_s=args.load_bytes_per_s,
+        )
+        log.info(
+            "LMCache: max_local_cpu_size=%g GiB per worker, enable_async_loading=%s, "
+            "lookup_timeout_ms=%d, blocking_timeout_secs=%d",
+            view.max_local_cpu_size,
+            view.enable_async_loading,
+            view.lookup_timeout_ms,
+            view.blocking_timeout_secs,
         )
         if view.local_cpu:
             local_cpu = LocalCpuTier(int(view.max_local_cpu_size * (1 << 30)))
@@ -182,6 +209,7 @@ def build(args):
         local_cache_tokens=0
         if args.no_enable_prefix_caching
         else max(args.max_model_len * 4, 1 << 16),
+        limits=limits,
     )
     if kv is None:
         engine.kv_role = "none"
@@ -227,13 +255,22 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+
+    def _dead():
+        # vLLM's API server shuts down once its engine core died: at once after a failed plain
+        # request, within its 5 s watchdog after a stream.
+        log.info("Shutting down FastAPI HTTP server.")
+        threading.Timer(VLLM_WATCHDOG_SECONDS, server.shutdown).start()
+
+    app.on_dead = _dead
     log.info("Starting vLLM API server 0 on http://%s:%d (%s)", args.host, args.port, BANNER)
     log.info("Application startup complete.")
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
-    return 0
+    # A dead engine ends the process with an error status (systemd's Restart=on-failure).
+    return 1 if app.engine.dead else 0
 
 
 if __name__ == "__main__":

@@ -5,9 +5,14 @@ Per request (mirrors vLLM's scheduler + LMCacheConnectorV1 in LMCache 0.5.6):
 2. LMCache lookup: chunk keys in prefix order, HEAD every TP worker's object, stop at the
    first miss (local CPU tier first when local_cpu is true);
    if every prompt token hits, vLLM still recomputes the last token;
-3. load the hit chunks beyond the local hit: GET each worker's object (real transfer time),
-   check size + content; a failed load -> recompute (kv_load_failure_policy=recompute)
-   or fail the request ("fail", vLLM's default);
+3. load the hit chunks beyond the local hit: GET each worker's object (real transfer time,
+   no faster than the lab's simulated S3 bandwidth), check size + content; a failed load ->
+   recompute (kv_load_failure_policy=recompute) or fail the request ("fail", vLLM's default).
+   The load is bounded as LMCache bounds it (``LoadLimits``): every chunk needs a block of
+   LMCache's pinned CPU buffer (max_local_cpu_size per worker) and a load larger than the
+   buffer busy-waits for memory; asynchronous loading gives up after lookup_timeout_ms and
+   reports 0 hits (vLLM recomputes), synchronous loading waits blocking_timeout_secs and, when
+   memory never came, vLLM's engine dies (EngineDeadError);
 4. simulated prefill: sleep prefill_ms_per_token x computed tokens;
 5. store: PUT the chunks LMCache did not find (full chunks only unless save_unfull_chunk;
    the S3 connector itself refuses partial chunks), one object per TP worker.
@@ -25,6 +30,8 @@ from dataclasses import dataclass
 from kvceph_lab_engine.hashing import ChunkHasher, object_name
 
 log = logging.getLogger("kvceph_lab_engine.engine")
+# LMCache's own lines, word for word (verify.py recognises them in the journal).
+lmcache_log = logging.getLogger("kvceph_lab_engine.lmcache")
 
 VLLM_BLOCK_SIZE = 16
 
@@ -37,6 +44,31 @@ def object_payload(name: str, size: int) -> bytes:
 
 class LoadFailed(RuntimeError):
     """KV load failed and kv_load_failure_policy is 'fail'."""
+
+
+class EngineDead(RuntimeError):
+    """vLLM's engine core died (EngineDeadError): every later request fails, /health is 503."""
+
+
+# LMCache 0.5.6's busy loop retries a failed allocation every 0.1 s (local_cpu_backend.py).
+ALLOC_RETRY_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class LoadLimits:
+    """What bounds a load: lmcache.yaml's values, and the lab's simulated S3 bandwidth.
+
+    LMCache 0.5.6 defaults: max_local_cpu_size 5 GiB, enable_async_loading false,
+    lookup_timeout_ms 3000, blocking_timeout_secs 10.
+    """
+
+    cpu_buffer_bytes: int = 5 << 30  # per worker: LMCache pins it even with local_cpu false
+    async_loading: bool = False
+    lookup_timeout_ms: int = 3000
+    blocking_timeout_secs: int = 10
+    # Lab only: loads take at least bytes / this (the S3 path of a real host, scaled to the
+    # lab's KV sizes; lab/engine/README.md). None: as fast as the lab's RGW answers.
+    load_bytes_per_s: float | None = None
 
 
 @dataclass
@@ -130,6 +162,7 @@ class KVEngine:
         load_failure_policy: str = "fail",
         kv_role: str = "kv_both",
         local_cache_tokens: int = 1 << 20,
+        limits: LoadLimits | None = None,
     ):
         self.hasher = hasher
         self.tp = tp
@@ -140,7 +173,9 @@ class KVEngine:
         self.load_failure_policy = load_failure_policy
         self.kv_role = kv_role
         self.local = LocalPrefixCache(local_cache_tokens)
+        self.limits = limits or LoadLimits()
         self.gpu = threading.Lock()  # one prefill at a time, like one busy accelerator
+        self.dead: str | None = None  # why the engine core died, once it has
 
     def chunk_bytes(self, ntokens: int) -> int:
         return self.bytes_per_token * ntokens
@@ -191,21 +226,127 @@ class KVEngine:
                 bad = min(bad, i)
         return bad
 
+    def _bytes(self, chunks: list) -> int:
+        """KV bytes of ``chunks`` on one worker."""
+        return sum(self.chunk_bytes(end - start) for start, end, _ in chunks)
+
+    def _fetch(self, todo: list, cancelled: threading.Event) -> int | None:
+        """LMCache's retrieve: a buffer block per chunk, then the GETs; None if cancelled.
+
+        Decided from the same quantities LMCache uses: the chunks' bytes per worker against
+        the pinned buffer (a block that cannot be allocated is retried until cancelled), and
+        the transfer itself (no faster than the simulated bandwidth).
+        """
+        need = self._bytes(todo)
+        if need > self.limits.cpu_buffer_bytes:
+            # The first block that does not fit: LMCache logs it on every retry.
+            block = self.chunk_bytes(self.hasher.chunk_size)
+            while not cancelled.is_set():
+                lmcache_log.warning(
+                    "Failed to allocate memory block of size %d because no memory is available",
+                    block,
+                )
+                cancelled.wait(ALLOC_RETRY_SECONDS)
+            return None
+        t0 = time.monotonic()
+        ok = self._load(todo)
+        rate = self.limits.load_bytes_per_s
+        if rate:
+            cancelled.wait(max(0.0, need * self.tp / rate - (time.monotonic() - t0)))
+        return None if cancelled.is_set() else ok
+
+    def _bounded_load(self, req_id: str, todo: list, started: float, n: int) -> int | None:
+        """Leading chunks of ``todo`` loaded; None when LMCache gave up (0 hits, recompute).
+
+        Raises EngineDead where vLLM's engine died: synchronous loading whose buffer never had
+        room (H200 recipe: 'Retrieved 0 ...' after blocking_timeout_secs, then EngineDeadError).
+        """
+        lim = self.limits
+        cancelled = threading.Event()
+        box: list = []
+        worker = threading.Thread(
+            target=lambda: box.append(self._fetch(todo, cancelled)), daemon=True
+        )
+        worker.start()
+        if lim.async_loading:
+            # The async lookup prefetches every chunk before it answers the scheduler.
+            worker.join(max(0.0, started + lim.lookup_timeout_ms / 1000 - time.monotonic()))
+            if worker.is_alive():
+                cancelled.set()
+                lmcache_log.warning(
+                    "Request %s is still waiting for async lookup after %d seconds, returning 0 "
+                    "lmcache cached tokens so vllm can recompute",
+                    req_id,
+                    lim.lookup_timeout_ms // 1000,
+                )
+                return None
+        else:
+            t0 = time.monotonic()
+            worker.join(lim.blocking_timeout_secs)
+            if worker.is_alive():
+                cancelled.set()
+                worker.join()
+                need = todo[-1][1] - todo[0][0]
+                starved = self._bytes(todo) > lim.cpu_buffer_bytes
+                if not starved:
+                    lmcache_log.warning(
+                        "batched get blocking timeout, trigger cancel the future task"
+                    )
+                lmcache_log.info(
+                    "[req_id=%s] Retrieved 0 out of %d required tokens (from %d total tokens). "
+                    "size: 0.0000 gb, cost %.4f ms, throughput: 0.0000 GB/s;",
+                    req_id,
+                    need,
+                    n,
+                    (time.monotonic() - t0) * 1000,
+                )
+                if starved:
+                    raise EngineDead(
+                        f"request {req_id}: retrieve found no memory in LMCache's CPU buffer "
+                        "within blocking_timeout_secs"
+                    )
+                return 0
+        got = box[0] if box else None
+        if got:
+            size = self._bytes(todo[:got]) * self.tp
+            took = max(time.monotonic() - started, 1e-9)
+            lmcache_log.info(
+                "[req_id=%s] Retrieved %d out of %d required tokens (from %d total tokens). "
+                "size: %.4f gb, cost %.4f ms, throughput: %.4f GB/s;",
+                req_id,
+                todo[got - 1][1] - todo[0][0],
+                todo[-1][1] - todo[0][0],
+                n,
+                size / (1 << 30),
+                took * 1000,
+                size / (1 << 30) / took,
+            )
+        return got or 0
+
     def prefill(self, req_id: str, tokens: list[int]) -> tuple[PrefillResult, list]:
         """Lookup, load and simulated prefill. Returns the result and the chunks to store."""
         n = len(tokens)
         with self.gpu:
+            if self.dead:
+                raise EngineDead(self.dead)
+            t0 = time.monotonic()
             local_hit = self.local.hit_tokens(tokens)
             chunks, hits = self._lookup(tokens)
             external_hit = chunks[hits - 1][1] if hits else 0
             # LMCacheConnectorV1.get_num_new_matched_tokens: full-prompt hit -> recompute the
             # last token; only tokens beyond the local prefix hit are loaded.
             usable = external_hit - 1 if external_hit == n and n > 0 else external_hit
-            t0 = time.monotonic()
             loaded_to = local_hit
             if usable > local_hit:
                 todo = [c for c in chunks[:hits] if c[1] > local_hit]
-                ok = self._load(todo)
+                try:
+                    ok = self._bounded_load(req_id, todo, t0, n)
+                except EngineDead as exc:
+                    self.dead = str(exc)
+                    raise
+                if ok is None:  # the async lookup gave up: LMCache answered 0 hits
+                    external_hit = usable = ok = 0
+                    todo = []
                 if ok < len(todo):
                     start, end, _ = todo[ok]
                     if self.load_failure_policy != "recompute":

@@ -35,6 +35,9 @@ class LMCacheView:
     max_local_cpu_size: float = 5.0
     remote_serde: str | None = "naive"
     extra_config: dict = field(default_factory=dict)
+    enable_async_loading: bool = False
+    lookup_timeout_ms: int = 3000
+    blocking_timeout_secs: int = 10
 
 
 def _quiet_lmcache_torch_warnings() -> None:
@@ -91,6 +94,9 @@ def load(environ: dict[str, str] | None = None) -> LMCacheView:
         max_local_cpu_size=float(cfg.max_local_cpu_size or 0),
         remote_serde=cfg.remote_serde,
         extra_config=dict(extra),
+        enable_async_loading=bool(cfg.enable_async_loading),
+        lookup_timeout_ms=int(cfg.lookup_timeout_ms),
+        blocking_timeout_secs=int(cfg.blocking_timeout_secs),
     )
     if view.chunk_size <= 0:
         raise ConfigError(f"chunk_size must be positive, got {view.chunk_size}")

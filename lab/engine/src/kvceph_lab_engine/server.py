@@ -18,7 +18,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kvceph_lab_engine import BANNER, __version__
-from kvceph_lab_engine.engine import KVEngine, LoadFailed
+from kvceph_lab_engine.engine import EngineDead, KVEngine, LoadFailed
 from kvceph_lab_engine.metrics import Metrics
 from kvceph_lab_engine.tokenizer import apply_chat_template, tokenize
 
@@ -26,6 +26,7 @@ log = logging.getLogger("kvceph_lab_engine.server")
 
 DEFAULT_MAX_TOKENS = 16
 DECODE_SECONDS_PER_TOKEN = 0.001
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
 class ApiError(Exception):
@@ -62,6 +63,17 @@ class App:
         self.metrics = metrics
         self.vllm_version = vllm_version
         self.created = int(time.time())
+        # Called once when the engine core dies (the server then exits, as vLLM's does).
+        self.on_dead = lambda: None
+
+    def engine_died(self, why: str) -> None:
+        log.error(
+            "EngineCore failed: %s (lab engine; on the H200 this was 'torch.AcceleratorError: "
+            "CUDA error: an illegal memory access was encountered')",
+            why,
+        )
+        log.error("vllm.v1.engine.exceptions.EngineDeadError: %s", ENGINE_DEAD)
+        self.on_dead()
 
     def models(self) -> dict:
         return {
@@ -135,7 +147,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
         path = self.path.split("?", 1)[0]
         if path == "/health":
-            self._send(200, b"")
+            # vLLM: 503 once the engine core is dead, until the server has shut down.
+            self._send(503 if self.app.engine.dead else 200, b"")
         elif path == "/ping":
             self._send(200, b"")
         elif path == "/version":
@@ -208,6 +221,24 @@ class Handler(BaseHTTPRequestHandler):
                 result, to_store = app.engine.prefill(rid, tokens)
             except LoadFailed as exc:
                 raise ApiError(500, str(exc), "InternalServerError") from exc
+            except EngineDead as exc:
+                first = not getattr(app, "_dead_reported", False)
+                app._dead_reported = True
+                if first:
+                    app.engine_died(str(exc))
+                error = ApiError(500, ENGINE_DEAD, "InternalServerError")
+                if not stream:
+                    raise error from exc
+                # vLLM has already answered 200 to a stream: the error is the next event.
+                log.error("Error in completion stream generator.")
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self._sse(error.body())
+                self._sse("[DONE]")
+                self._chunk(b"")
+                return
             app.metrics.record_prefill(
                 prompt=result.prompt_tokens,
                 local_hit=result.local_hit,
