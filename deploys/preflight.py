@@ -93,8 +93,9 @@ def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
     """(template, render call) for every file kvceph writes for this host's roles."""
     calls: list[tuple[str, object]] = []
     if me.is_inference:
+        if me.lmcache.kv_bytes_per_token is not None:  # else outside this run, unsized
+            calls.append(("lmcache.yaml.j2", lambda: render.lmcache_yaml(me)))
         calls += [
-            ("lmcache.yaml.j2", lambda: render.lmcache_yaml(me)),
             ("vllm.env.j2", lambda: render.env_file(me, "0" * 64)),
             ("vllm.service.j2", lambda: render.unit(me)),
             ("aws_credentials.j2", lambda: render.aws_credentials(me, creds)),
@@ -143,17 +144,22 @@ def check_templates(hosts: dict[str, settings.HostSettings], creds) -> None:
                 )
 
 
+# A host outside this run (--limit): pyinfra has not connected it, its facts stay unread.
+OUTSIDE_RUN = object()
+
+
 def _fact(inventory, name: str, fact, **kwargs):
-    """A fact of a host pyinfra has connected (read-only), or None for one outside the run."""
+    """A fact of a host pyinfra has connected (read-only), or OUTSIDE_RUN."""
     target = inventory.get_host(name)
-    return target.get_fact(fact, **kwargs) if target.connected else None
+    return target.get_fact(fact, **kwargs) if target.connected else OUTSIDE_RUN
 
 
 def resolve_kv_sizes(hosts: dict[str, settings.HostSettings], read_config) -> dict:
     """Hosts serving a model directory get its KV size from the config.json on the host.
 
-    ``read_config(host, path)`` returns the parsed config.json or None. One-line SettingsError
-    when it is missing or its architecture is refused (MLA, hybrid attention).
+    ``read_config(host, path)`` returns the parsed config.json, None, or OUTSIDE_RUN (left
+    unsized: nothing is rendered or checked for it). One-line SettingsError when it is missing
+    or its architecture is refused (MLA, hybrid attention).
     """
     out = dict(hosts)
     for name, me in hosts.items():
@@ -161,6 +167,8 @@ def resolve_kv_sizes(hosts: dict[str, settings.HostSettings], read_config) -> di
             continue
         model, tp = me.engine.model, me.engine.tensor_parallel_size
         config = read_config(name, model)
+        if config is OUTSIDE_RUN:
+            continue
         fix = "fix: put the model there first, or set kvceph_kv_bytes_per_token"
         if config is None:
             raise settings.SettingsError(
@@ -189,12 +197,13 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
     Rule (README): the pinned buffers of all engines on a host <= half of its MemTotal.
     """
     for name, me in hosts.items():
-        if not me.is_inference:
-            continue
+        if not me.is_inference or me.lmcache.kv_bytes_per_token is None:
+            continue  # not an engine, or outside this run and served from a directory
         refusal = kv_sizing.refusal_for(me)
         if refusal:
             raise settings.SettingsError(refusal)
         total = mem_total(name)
+        total = None if total is OUTSIDE_RUN else total
         pinned = kv_sizing.pinned_bytes(me)
         if total and not kv_sizing.pinned_ram_fits(pinned, total):
             gib = kv_sizing.GIB

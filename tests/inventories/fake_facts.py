@@ -81,7 +81,10 @@ COMMON = {
     "kvceph_s3_quota_max_size_gb": 4,
     "kvceph_engine_wheelhouse": None,
     "kvceph_engine_profile": LAB_PROFILE,
-    "kvceph_lmcache_max_local_cpu_size": 0.1,
+    # The lab's KV size and simulated S3 path; LMCache's buffer and timeouts are derived.
+    "kvceph_kv_bytes_per_token": 128,
+    "kvceph_kv_load_gb_per_s": 0.001,
+    "kvceph_prefill_tokens_per_s": 5000,
     "kvceph_health_timeout": 60,
 }
 PER_HOST = {

@@ -81,3 +81,11 @@ def test_accelerator_mismatch_is_one_line():
     assert "shows nvidia" in error
     assert "\n" not in error
     assert "none" in vs.accelerator_error(host(), _acc())
+
+
+def test_a_model_directory_on_a_host_outside_the_run_is_left_unsized():
+    me = host(kvceph_model="/srv/models/Qwen3-32B")
+    hosts = preflight.resolve_kv_sizes({"gpu1": me}, lambda name, path: preflight.OUTSIDE_RUN)
+    assert hosts["gpu1"].lmcache.kv_bytes_per_token is None
+    preflight.check_sizing(hosts, lambda name: preflight.OUTSIDE_RUN)  # nothing to judge
+    assert "lmcache.yaml.j2" not in [label for label, _ in preflight._renders(hosts["gpu1"], None)]
