@@ -93,7 +93,8 @@ def test_host_lost_mid_run_fails_alone_and_leaves_no_half_written_file(converged
     leftovers = ssh("gpu2", "find /etc/kvceph /var/lib/vllm/.aws -name '*.kvceph-tmp'").stdout
     assert leftovers.strip() == "", f"half-written files left: {leftovers}"
     config = yaml.safe_load(ssh("gpu2", "cat /etc/kvceph/lmcache.yaml").stdout)
-    assert config["blocking_timeout_secs"] in (100, 103)  # old or new, never truncated
+    # old (derived for the lab: 10) or new, never truncated
+    assert config["blocking_timeout_secs"] in (10, 103)
 
     rerun = pyinfra(*CHANGE)
     assert rerun.rc == 0, rerun.output[-4000:]
