@@ -141,3 +141,34 @@ def test_pinned_ram_rule():
     assert k.pinned_ram_fits(32 * k.GIB, 64 * k.GIB)
     assert not k.pinned_ram_fits(32 * k.GIB + 1, 64 * k.GIB)
     assert k.pinned_bytes(host()) == int(6.25 * k.GIB) * 2
+
+
+def _lab_hosts():
+    """gpu1 and gaudi1 as inventories/lab.py and group_data/{all,lab}.py describe them."""
+    import runpy
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    data = {}
+    for name in ("all", "lab"):
+        got = runpy.run_path(str(root / "group_data" / f"{name}.py"))
+        data.update({k: v for k, v in got.items() if k.startswith("kvceph_")})
+    inventory = runpy.run_path(str(root / "inventories" / "lab.py"))
+    gaudi = {k: v for k, v in inventory["gaudi"][0][1].items() if k.startswith("kvceph_")}
+    return [
+        s.load(data, "gpu1", ("gpu", "lab")),
+        s.load({**data, **gaudi}, "gaudi1", ("gaudi", "lab")),
+    ]
+
+
+@pytest.mark.parametrize("which", ["nvidia", "gaudi", "lab-gpu", "lab-gaudi"])
+def test_rendered_values_fit_a_max_length_request_at_the_conservative_bandwidth(which):
+    me = {"nvidia": lambda: host(), "gaudi": lambda: host("gaudi")}.get(which)
+    me = me() if me else _lab_hosts()[which == "lab-gaudi"]
+    sizing, config = k.for_host(me), render.lmcache_config(me)
+    assert sizing.max_tokens >= me.engine.max_model_len
+    assert config["max_local_cpu_size"] * k.GIB >= sizing.request_bytes_per_worker
+    assert config["enable_async_loading"] is True
+    assert config["lookup_timeout_ms"] / 1000 >= sizing.load_seconds
+    assert config["blocking_timeout_secs"] >= sizing.load_seconds
+    assert k.warnings(me) == [] or which == "nvidia"  # only the tier-cannot-pay note there
