@@ -52,7 +52,7 @@ class FakeBucket:
 
 
 class FakeEngine:
-    def __init__(self, bucket, tp=2, salt="67", model=MODEL, ms_per_token=0.05, ms_per_chunk=0.2):
+    def __init__(self, bucket, tp=2, salt="67", model=MODEL, ms_per_token=0.2, ms_per_chunk=0.2):
         self.bucket, self.tp, self.salt, self.model = bucket, tp, salt, model
         self.ms_per_token, self.ms_per_chunk = ms_per_token, ms_per_chunk
         self.writes_ok = True
