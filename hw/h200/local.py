@@ -1,0 +1,245 @@
+"""The verifier's engine control on the H200 machine, which has no systemd and no SSH.
+
+:class:`LocalControl` is the ``Control`` of ``deploys/verification/runner.py`` (``SshControl``
+in verify.py): ``restart`` stops the engine and starts the installed unit's ``ExecStart`` with
+its ``EnvironmentFile`` and ``WorkingDirectory``, as systemd would (but as root: the machine has
+no ``vllm`` user, and no ``LimitNOFILE``/``LimitMEMLOCK``); ``journal_has`` greps the engine's
+log instead of the journal. The engine runs in its own session, so it outlives one command on
+that machine; its pid and log live in the state directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+
+def unit_fields(text: str) -> dict[str, str]:
+    """``Key=value`` lines of a unit file (the last one wins, as systemd reads them)."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith(("#", ";", "[")):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def systemd_split(line: str) -> list[str]:
+    """Split an ExecStart line like systemd: quotes, backslash escapes, ``%%`` and ``$$``."""
+    words, cur, quote, i, started = [], [], None, 0, False
+    while i < len(line):
+        c = line[i]
+        if c == "\\" and i + 1 < len(line):
+            cur.append(line[i + 1])
+            i += 2
+            started = True
+            continue
+        if quote:
+            if c == quote:
+                quote = None
+            else:
+                cur.append(c)
+        elif c in "'\"":
+            quote, started = c, True
+        elif c.isspace():
+            if started:
+                words.append("".join(cur))
+            cur, started = [], False
+        else:
+            cur.append(c)
+            started = True
+        i += 1
+    if started:
+        words.append("".join(cur))
+    return [w.replace("%%", "%").replace("$$", "$") for w in words]
+
+
+def env_file(text: str) -> dict[str, str]:
+    """An EnvironmentFile= as systemd reads kvceph's (``KEY="value"``, backslash escapes)."""
+    env = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"', line.strip())
+        if m:
+            env[m.group(1)] = re.sub(r"\\(.)", r"\1", m.group(2))
+    return env
+
+
+class LocalEngine:
+    """The engine process started from the installed unit, tracked in ``state/engine.json``."""
+
+    def __init__(self, unit_path: str, state: str):
+        self.unit_path, self.state = Path(unit_path), Path(state)
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.info_path = self.state / "engine.json"
+
+    def info(self) -> dict:
+        try:
+            return json.loads(self.info_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def alive(self) -> bool:
+        pid = self.info().get("pid")
+        if not pid:
+            return False
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        # a zombie is not alive: our child that exited but was not reaped
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        except OSError:
+            return False
+
+    def start(self) -> dict:
+        fields = unit_fields(self.unit_path.read_text())
+        argv = systemd_split(fields["ExecStart"])
+        env = {**os.environ, **env_file(Path(fields["EnvironmentFile"]).read_text())}
+        n = self.info().get("n", 0) + 1
+        log = self.state / f"engine.{n}.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=fields.get("WorkingDirectory") or "/",
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        info = {"pid": proc.pid, "n": n, "log": str(log), "started": time.time(), "argv": argv}
+        self.info_path.write_text(json.dumps(info))
+        return info
+
+    def stop(self, timeout: float = 90) -> None:
+        pid = self.info().get("pid")
+        if not pid or not self.alive():
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except OSError:
+            pass
+        end = time.time() + timeout
+        while self.alive() and time.time() < end:
+            _reap(pid)
+            time.sleep(0.5)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _reap(pid)
+        _wait_gpu_free(60)
+
+    def logs_since(self, since: float) -> list[Path]:
+        """Logs of the engine that ran at ``since`` and of every later one."""
+        n = self.info().get("n", 0)
+        return [self.state / f"engine.{i}.log" for i in range(1, n + 1)][
+            max(0, self._index_at(since, n) - 1) :
+        ]
+
+    def _index_at(self, since: float, n: int) -> int:
+        for i in range(n, 0, -1):
+            log = self.state / f"engine.{i}.log"
+            if log.exists() and log.stat().st_ctime <= since:
+                return i
+        return 1
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _wait_gpu_free(timeout: float) -> None:
+    """Until the GPU's memory is released (a new engine profiles what is free)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            used = subprocess.run(
+                ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.split()
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        if not used or int(used[0]) < 2000:
+            return
+        time.sleep(1)
+
+
+_STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\]")
+
+
+class LocalControl:
+    """``Control`` for ``deploys.verification.runner.Runner`` on one local engine."""
+
+    def __init__(self, engine: LocalEngine, log=print):
+        self.engine, self.log = engine, log
+
+    def restart(self, host: str, timeout: int) -> str | None:
+        t = time.time()
+        self.engine.stop()
+        info = self.engine.start()
+        self.log(f"{host}: engine {info['n']} started (stop took {time.time() - t:.1f}s)")
+        time.sleep(2)
+        if not self.engine.alive():
+            return f"the engine exited at once; see {info['log']}"
+        return None
+
+    def journal_has(self, host: str, since: float, text: str) -> bool | None:
+        for log in self.engine.logs_since(since):
+            for line in log.read_text(errors="replace").splitlines():
+                if text not in line:
+                    continue
+                m = _STAMP.search(line)  # LMCache's own lines carry the date and time
+                if m and datetime.fromisoformat(m.group(1)).timestamp() < since - 1:
+                    continue
+                return True
+        return False
+
+
+def wait_health(base_url: str, engine: LocalEngine, seconds: float) -> str:
+    """'up', 'dead' or 'waiting' after at most ``seconds``."""
+    import urllib.request
+
+    end = time.time() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base_url}/health", timeout=5) as r:  # noqa: S310
+                if r.status == 200:
+                    return "up"
+        except OSError:
+            pass
+        if not engine.alive():
+            return "dead"
+        if time.time() >= end:
+            return "waiting"
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    # local.py UNIT STATE start|stop|wait SECONDS [BASE_URL]
+    import sys
+
+    a = sys.argv[1:]
+    eng = LocalEngine(a[0], a[1])
+    if a[2] == "start":
+        print(json.dumps(eng.start()))
+    elif a[2] == "stop":
+        eng.stop()
+    elif a[2] == "alive":
+        sys.exit(0 if eng.alive() else 1)
+    else:
+        state = wait_health(a[4] if len(a) > 4 else "http://127.0.0.1:8000", eng, float(a[3]))
+        print(state)
+        sys.exit({"up": 0, "dead": 2}.get(state, 1))

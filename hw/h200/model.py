@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Write the model directory vLLM serves on the H200: no weights reach that machine, so
+``--load-format dummy`` fills a Qwen3-32B-shaped model (64 layers, 8 KV heads, head_dim 128, bf16:
+262,144 bytes of KV per token) with random weights, and a small tokenizer stands in for Qwen's.
+
+    model.py DIR
+
+The tokenizer is a Unigram model over the verification document's words (one token each, as
+with Qwen's BPE) and single characters, so any text encodes and the verifier's nonce stays
+unique: a word-level vocabulary would map the nonce to [UNK], and every run's document would
+share its chunks with the last run's. Its vocabulary fills all 151,936 ids of the model, so
+every sampled token decodes to text (the verifier's TTFT waits for non-empty text).
+"""
+
+import json
+import string
+import sys
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))
+from deploys.verification import document  # noqa: E402
+
+VOCAB = 151936
+CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 5120,
+    "intermediate_size": 25600,
+    "num_hidden_layers": 64,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": VOCAB,
+    # YaRN x4 over Qwen3's 32768 native window: 131072 tokens
+    "max_position_embeddings": 131072,
+    "rope_scaling": {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 32768,
+    },
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+
+
+def tokenizer() -> Tokenizer:
+    words = sorted(set(document._WORDS) | set(document.QUESTION.replace(".", " ").split()))
+    chars = sorted(set(string.printable) - set(string.whitespace))
+    vocab = [("[UNK]", 0.0), ("<s>", 0.0), ("</s>", 0.0)]
+    vocab += [(w, -1.0) for w in words]
+    vocab += [(c, -8.0) for c in chars if c not in words]
+    vocab += [(f"w{i}", -20.0) for i in range(VOCAB - len(vocab))]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=0, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.Metaspace()
+    return tok
+
+
+def main(out: str) -> None:
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(CONFIG, indent=1))
+    tokenizer().save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "[UNK]",
+                "model_max_length": 131072,
+                "chat_template": TEMPLATE,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,58 @@
+#!/bin/bash
+# Build the shipment for the offline H200 machine, on a Debian bookworm machine that reaches the
+# package registries: the wheels the GPU image lacks (wheels.txt, cp312 manylinux), a minimal Ceph
+# 16.2.15 + haproxy (binaries, plugins and every shared library they load, from Debian packages),
+# one tar split into parts of at most PART_MIB (default 61) MiB, because one transfer to that
+# machine carries at most 64 MiB including the repository.
+#   hw/h200/prepare.sh [OUT]     (default: <repo>/.ship/parts; work files in $BUILD, default /tmp/h200-build)
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
+OUT=${1:-$REPO/.ship/parts}; B=${BUILD:-/tmp/h200-build}; PART_MIB=${PART_MIB:-61}
+PY=${PY:-python3}
+mkdir -p "$B/whl" "$B/deb" "$B/root" "$OUT"
+say() { echo "[prepare] $*"; }
+
+say "wheels -> $B/whl"
+grep -v -E '^\s*(#|$)' "$HERE/wheels.txt" | while read -r req; do
+  name=${req%%==*}; ver=${req##*==}; norm=$(echo "$name" | tr '-' '_')
+  ls "$B/whl/" 2>/dev/null | grep -qi "^${norm}-${ver}-" && continue
+  $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_5_x86_64 \
+    --platform manylinux1_x86_64 --platform any -d "$B/whl" "$req"
+done
+n=$(ls "$B/whl"/*.whl | wc -l); say "$n wheels, $(du -sm "$B/whl" | cut -f1) MiB"
+
+say "Debian packages -> $B/deb"
+(cd "$B/deb" && apt-get download -q $(grep -v -E '^\s*(#|$)' "$HERE/debs.txt") >/dev/null)
+for d in "$B"/deb/*.deb; do dpkg-deb -x "$d" "$B/root"; done
+
+say "minimal Ceph + haproxy"
+M=$B/min; rm -rf "$M"; mkdir -p "$M/usr/bin" "$M/usr/lib/x86_64-linux-gnu" "$M/lib"
+R=$B/root; L=usr/lib/x86_64-linux-gnu
+BINS="ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph-authtool"
+for b in $BINS; do cp -a "$R/usr/bin/$b" "$M/usr/bin/"; done
+cp -a "$R/usr/sbin/haproxy" "$M/usr/bin/"
+cp -a "$R/$L"/lib{rados,radosstriper,rbd,rgw,cephfs}.so* "$M/$L/"
+cp -a "$R/$L/ceph" "$R/$L/rados-classes" "$M/$L/"
+# Every shared library the binaries and plugins load, except the C library itself: the GPU image
+# is another distribution, so ship bookworm's copies next to the binaries (LD_LIBRARY_PATH).
+export LD_LIBRARY_PATH="$R/$L:$R/$L/ceph:$R/lib/x86_64-linux-gnu"
+find "$M" -type f \( -name '*.so*' -o -perm -u+x \) | while read -r f; do ldd "$f" 2>/dev/null || true; done |
+  awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libresolv.so*|libutil.so*) continue ;;
+    esac
+    [ -e "$M/$L/$(basename "$lib")" ] || cp -L "$lib" "$M/lib/"
+  done
+missing=$(find "$M/usr/bin" -type f | while read -r f; do LD_LIBRARY_PATH="$M/$L:$M/$L/ceph:$M/lib" ldd "$f" | grep 'not found' || true; done)
+[ -z "$missing" ] || { echo "missing libraries: $missing"; exit 1; }
+tar -C "$M" -cf - . | xz -T2 -6 > "$B/cephmin.tar.xz"
+say "cephmin.tar.xz $(du -m "$B/cephmin.tar.xz" | cut -f1) MiB"
+
+say "payload -> $OUT/part.NN (<= $PART_MIB MiB each)"
+rm -f "$OUT"/part.*
+tar -C "$B" -cf - whl cephmin.tar.xz | split -b "${PART_MIB}M" -d - "$OUT/part."
+(cd "$OUT" && sha256sum part.* > SHA256SUMS)
+ls -la "$OUT"

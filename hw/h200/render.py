@@ -1,0 +1,117 @@
+"""Render one H200 configuration with kvceph's own code, on the controller.
+
+    .venv/bin/python hw/h200/render.py OUT NAME [key=value ...]
+
+Loads ``hw/h200/h200.py`` the way ``pyinfra`` does (the repository's group_data, then
+``hw/h200/group_data``; ``key=value`` pairs override like ``--data``), checks the settings with
+``deploys/settings.py``, and writes into ``OUT/NAME/`` exactly what ``deploys/render.py`` renders
+for the host: ``lmcache.yaml``, ``vllm.env`` (with its digest), ``vllm.service``, ``credentials``,
+``config``, ``hosts``; plus ``runner.json``, the verifier's target and options for
+``hw/h200/prove.py``. S3 keys come from ``KVCEPH_S3_ACCESS_KEY``/``KVCEPH_S3_SECRET_KEY`` like a
+deploy; unset, a throwaway pair is generated (that RGW lives and dies on an offline machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets as pysecrets
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO))
+
+from pyinfra.api import Config, Inventory, State  # noqa: E402
+from pyinfra.context import ctx_state  # noqa: E402
+from pyinfra_cli.inventory import make_inventory  # noqa: E402
+
+from deploys import render, secrets, settings  # noqa: E402
+from deploys.verification.controller import target_for  # noqa: E402
+from deploys.verification.runner import Options  # noqa: E402
+
+INVENTORY = HERE / "h200.py"
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def load(overrides: dict) -> tuple[object, settings.HostSettings]:
+    """The h200 host and its checked settings, as preflight would build them."""
+    # pyinfra executes inventory and group_data files inside a state context, as its CLI does.
+    with ctx_state.use(State(Inventory(([], {})), Config())):
+        inv = make_inventory(str(INVENTORY), override_data=overrides or None, cwd=str(REPO))
+    hosts = {h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inv}
+    settings.check_inventory(list(hosts.values()))
+    host = inv.get_host("h200")
+    return host, hosts["h200"]
+
+
+def credentials():
+    if not os.environ.get("KVCEPH_S3_ACCESS_KEY"):
+        os.environ["KVCEPH_S3_ACCESS_KEY"] = "H200" + pysecrets.token_hex(8).upper()
+        os.environ["KVCEPH_S3_SECRET_KEY"] = pysecrets.token_urlsafe(30)
+    return secrets.load()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__)
+        return 2
+    out = Path(argv[0]) / argv[1]
+    overrides = {k: _value(v) for k, _, v in (a.partition("=") for a in argv[2:])}
+    host, me = load(overrides)
+    creds = credentials()
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "lmcache.yaml": render.lmcache_yaml(me),
+        "vllm.env": render.env_file(me, render.digest(me, creds)),
+        "vllm.service": render.unit(me),
+        "credentials": render.aws_credentials(me, creds),
+        "config": render.aws_config(me),
+        "hosts": (render.hosts_line(me) or "") + "\n",
+    }
+    for name, text in files.items():
+        (out / name).write_text(text)
+    (out / "credentials").chmod(0o600)
+    target = target_for(host, me, me.verify)
+    runner = {
+        "variant": argv[1],
+        "overrides": overrides,
+        "target": asdict(target),
+        "options": asdict(Options.from_settings(me.verify)),
+        "bucket": {
+            "endpoint": me.verify.s3_endpoint or me.s3.endpoint,
+            "bucket": me.s3.bucket,
+            "region": me.s3.region,
+            "max_objects": me.verify.max_listed_objects,
+            "timeout": me.verify.s3_timeout,
+        },
+        "paths": {
+            "lmcache": render.LMCACHE_PATH,
+            "env": render.ENV_PATH,
+            "unit": render.UNIT_PATH,
+            "aws_dir": render.aws_dir(me),
+        },
+        "lmcache": render.lmcache_config(me),
+        "engine": {
+            "max_model_len": me.engine.max_model_len,
+            "gpu_memory_utilization": me.engine.gpu_memory_utilization,
+            "kv_dtype": me.engine.kv_dtype,
+            "vllm_version": me.engine.profile.vllm_version,
+            "lmcache_version": me.engine.profile.lmcache_version,
+        },
+    }
+    (out / "runner.json").write_text(json.dumps(runner, indent=1, sort_keys=True) + "\n")
+    print(f"rendered {out}: {', '.join(sorted(files))}, runner.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
