@@ -1,15 +1,15 @@
 #!/bin/bash
 # The H200 run, on the GPU machine. Idempotent and resumable: every step leaves a mark in $S, so
 # the same command is repeated (one device call each, back to back) until it prints "ALL DONE".
-#   gpu.sh stage      copy this call's shipment part(s) from $SHIP/parts to /tmp/stage
+#   gpu.sh stage      copy the shipment part(s) this call carried ($SHIP/pN) to /tmp/stage
 #   gpu.sh run        unpack -> kvceph's rendered files -> Ceph + haproxy -> engine -> the
 #                     verifier at 16k and 32k -> cold/warm per length -> the S3 setup cells
 # Results (JSON lines, the verifier's tables/JSON/PNG, versions, filtered logs) are packed into
 # $OUT/h200-results.tgz at every exit.
 set -u
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+export PYTHONUNBUFFERED=1
 HERE=$(cd "$(dirname "$0")" && pwd); CODE=$(cd "$HERE/../.." && pwd)
-SHIP=${SHIP:-$(cd "$CODE/.." && pwd)}        # .ship/: code/ (this tree), parts/, rendered/
+SHIP=${SHIP:-$(cd "$CODE/.." && pwd)}        # .ship/ (ship.sh): code/, rendered/, meta/, pN/
 S=${STATE:-/tmp/h200}; R=$S/results; mkdir -p "$S" "$R"
 STAGE=${STAGE:-/tmp/stage}; SITE=${SITE:-/tmp/site}; CEPH=${CEPH_PREFIX:-/opt/ceph}
 OUTD=${OUT:-/tmp/h200-out}; mkdir -p "$OUTD"
@@ -48,7 +48,7 @@ finish() {
 trap 'log "interrupted"; finish 4' TERM INT
 
 if [ "${1:-run}" = stage ]; then
-  mkdir -p "$STAGE"; cp "$SHIP"/parts/part.* "$SHIP"/parts/SHA256SUMS "$STAGE"/ 2>/dev/null
+  mkdir -p "$STAGE"; cp "$SHIP"/p*/part.* "$SHIP"/meta/SHA256SUMS "$STAGE"/ 2>/dev/null
   ls -la "$STAGE"; df -h / /tmp | tail -2; exit 0
 fi
 
@@ -60,7 +60,7 @@ if ! done_ unpack; then
   cat "$STAGE"/part.* | tar -xf - -C "$STAGE/x" || { log "tar failed"; finish 1; }
   py -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$STAGE/x/cephmin.tar.xz" | tar -xf - -C "$CEPH" || finish 1
   py -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$STAGE"/x/whl/*.whl 2>&1 | grep -v -i warning | tail -3
-  rm -rf "$STAGE/x"
+  rm -rf "$STAGE/x" "$STAGE"/part.*
   { date -u +"date %Y-%m-%dT%H:%M:%SZ"; uname -r; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     py -c 'import importlib.metadata as m, sys; print("python", sys.version.split()[0]); [print(p, m.version(p)) for p in ("vllm","lmcache","torch","awscrt","boto3","transformers","tokenizers")]'
     LD_LIBRARY_PATH=$CEPH/usr/lib/x86_64-linux-gnu:$CEPH/usr/lib/x86_64-linux-gnu/ceph:$CEPH/lib $CEPH/usr/bin/radosgw --version
@@ -94,15 +94,21 @@ fi
 if ! curl -sf -m 3 "http://$S3/" >/dev/null; then
   need 60 "ceph"
   dir=$(df -P -B1G /var/tmp /tmp /root / 2>/dev/null | awk 'NR>1 && $1!="tmpfs" {print $4, $6}' | sort -rn | head -1)
-  free=${dir%% *}; osd_dir=${dir#* }; osd_dir=${osd_dir%/}/h200-osd; per=$(( (free - 10) / 2 )); [ "$per" -gt 40 ] && per=40
-  log "ceph-up: 2 bluestore OSDs of ${per} GiB in $osd_dir ($free GiB free)"
-  CEPH_PREFIX=$CEPH CEPH_DATA=/tmp/ceph OSD_DIR=$osd_dir OSD_STORE=${OSD_STORE:-bluestore} NUM_OSDS=2 OSD_GB=$per \
+  free=${dir%% *}; osd_dir=${dir#* }; osd_dir=${osd_dir%/}/h200-osd; per=$(( (free - 8) / 2 )); [ "$per" -gt 40 ] && per=40
+  store=${OSD_STORE:-bluestore}
+  # 128k tokens of KV are 34.4 GB: below ~44 GiB of disk for the OSDs, keep the objects in RAM
+  [ "$per" -lt 22 ] && store=memstore && per=28
+  echo "$store" > "$S/osd_store"
+  log "ceph-up: 2 $store OSDs of ${per} GiB ($osd_dir: $free GiB free)"
+  CEPH_PREFIX=$CEPH CEPH_DATA=/tmp/ceph OSD_DIR=$osd_dir OSD_STORE=$store NUM_OSDS=2 OSD_GB=$per \
     RGW_COUNT=$RGW_TOTAL S3_PORT=${S3##*:} DNS_NAME=$DNS PY=$PY CREDS=/var/lib/vllm/.aws/credentials \
     timeout 240 bash "$HERE/ceph-up.sh" > "$S/ceph.log" 2>&1; rc=$?
   tail -8 "$S/ceph.log"; cp "$S/ceph.log" "$R/"
   curl -sf -m 3 "http://$S3/" >/dev/null || { log "S3 not up (rc $rc)"; finish 1; }
   py "$HERE/rgwscale.py" /tmp/ceph/run/haproxy.sock 1 "$RGW_TOTAL" | tee -a "$S/progress.log"
 fi
+# measurement variants: with memstore, the -pin32 ones and a 127k document (see ship.sh)
+PIN=""; [ "$(cat "$S/osd_store" 2>/dev/null)" = memstore ] && PIN=-pin32 && L128=126976
 rgw() { py "$HERE/rgwscale.py" /tmp/ceph/run/haproxy.sock "$1" "$RGW_TOTAL" | tee -a "$S/progress.log"; echo "$1" > "$S/rgw"; }
 gc() { LD_LIBRARY_PATH=$CEPH/usr/lib/x86_64-linux-gnu:$CEPH/usr/lib/x86_64-linux-gnu/ceph:$CEPH/lib CEPH_CONF=/tmp/ceph/ceph.conf \
   timeout 120 "$CEPH/usr/bin/radosgw-admin" -n client.rgw.gw1 gc process --include-all >/dev/null 2>&1; }
@@ -121,7 +127,7 @@ ensure_engine
 # ---- 5 the project's verifier, cold -> warm after restart -> fallback, at 16k and 32k
 for n in $L16 $L32; do
   done_ "prove$n" && continue
-  need $(( 150 + n / 200 )) "verifier at $n"
+  need $(( 200 + n / 800 )) "verifier at $n"
   log "verifier at $n tokens"
   py "$HERE/prove.py" "$(rendered base)" "$S" "$R" "$n" 2>&1 | tee -a "$S/prove.log" | grep -v '^\[prove' ; mark "prove$n"
   ensure_engine
@@ -133,6 +139,8 @@ bench() { local lab=$1; shift
   HOME=/var/lib/vllm AWS_PROFILE=lmcache timeout 200 "$PY" "$HERE/getbench.py" "$DNS:${S3##*:}" lmcache "$@" 2>&1 | tail -1 |
     sed "s/^{/{\"label\": \"$lab\", \"rgw\": $(cat "$S/rgw" 2>/dev/null || echo 1), /" | tee -a "$R/rawget.jsonl"; }
 [ -f "$S/rgw" ] || echo 1 > "$S/rgw"
+if [ -n "$PIN" ] && ! done_ pinfiles; then need 300 "pinned-32 variant"; install_files "base$PIN" || finish 1; engine stop; mark pinfiles; fi
+ensure_engine
 for n in $L16 $L32 $L64 $L128; do
   done_ "len$n" && continue
   need $(( 40 + n / 500 )) "length $n"
@@ -145,12 +153,19 @@ if ! done_ bench1; then need 100 "raw GET, 1 radosgw"; bench c256-rgw1 17; bench
 # ---- 7 the same 128k objects through 4 radosgw: warm again, raw GET
 if ! done_ rgw4; then need 120 "4 radosgw"
   rgw 4; M warm "c256-rgw4-$L128-warm" "c256-rgw1-$L128"; bench c256-rgw4 17; bench c256-rgw4-target100 17 100; mark rgw4; fi
-if ! done_ rgw4b; then need 60 "4 radosgw, second warm"
-  M warm "c256-rgw4-$L128-warm2" "c256-rgw1-$L128"; mark rgw4b; fi
 
-# ---- 8 chunk_size 1024 (kvceph re-rendered with --data kvceph_lmcache_chunk_size=1024): restart
+# ---- 8 synchronous loading (rendered with kvceph_lmcache_enable_async_loading=false): restart,
+# the same 128k objects through 4 radosgw
+if [ -n "$PIN" ] && ! done_ syncwarm; then log "synchronous loading not run: kvceph refuses it with the 31.5 GiB buffer of the memstore layout"; mark syncwarm; fi
+if ! done_ syncwarm; then
+  if ! done_ syncfiles; then need 240 "synchronous loading"; install_files sync || finish 1; engine stop; mark syncfiles; fi
+  ensure_engine
+  need 90 "synchronous warm"; M warm "c256sync-rgw4-$L128-warm" "c256-rgw1-$L128"; mark syncwarm
+fi
+
+# ---- 9 chunk_size 1024 (kvceph re-rendered with --data kvceph_lmcache_chunk_size=1024): restart
 if ! done_ c1024files; then need 300 "chunk 1024"
-  install_files c1024 || finish 1; engine stop; mark c1024files; fi
+  install_files "c1024$PIN" || finish 1; engine stop; mark c1024files; fi
 ensure_engine
 if ! done_ c1024cold; then need 200 "chunk 1024 cold"; gc; M cold "c1024-rgw4-$L128" "$L128"; mark c1024cold; fi
 if ! done_ c1024warm; then need 100 "chunk 1024 warm"; M warm "c1024-rgw4-$L128-warm" "c1024-rgw4-$L128"; bench c1024-rgw4 17; mark c1024warm; fi

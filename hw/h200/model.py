@@ -17,8 +17,6 @@ import string
 import sys
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 from deploys.verification import document  # noqa: E402
@@ -53,7 +51,9 @@ CONFIG = {
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 
 
-def tokenizer() -> Tokenizer:
+def tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
     words = sorted(set(document._WORDS) | set(document.QUESTION.replace(".", " ").split()))
     chars = sorted(set(string.printable) - set(string.whitespace))
     vocab = [("[UNK]", 0.0), ("<s>", 0.0), ("</s>", 0.0)]

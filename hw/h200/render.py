@@ -28,9 +28,12 @@ from pyinfra.api import Config, Inventory, State  # noqa: E402
 from pyinfra.context import ctx_state  # noqa: E402
 from pyinfra_cli.inventory import make_inventory  # noqa: E402
 
-from deploys import render, secrets, settings  # noqa: E402
+from deploys import kv_sizing, preflight, render, secrets, settings  # noqa: E402
 from deploys.verification.controller import target_for  # noqa: E402
 from deploys.verification.runner import Options  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+import model  # noqa: E402
 
 INVENTORY = HERE / "h200.py"
 
@@ -49,6 +52,10 @@ def load(overrides: dict) -> tuple[object, settings.HostSettings]:
         inv = make_inventory(str(INVENTORY), override_data=overrides or None, cwd=str(REPO))
     hosts = {h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inv}
     settings.check_inventory(list(hosts.values()))
+    # preflight reads the model directory's config.json from the host; the GPU machine is not
+    # reachable from here, so read the one hw/h200/model.py writes there
+    hosts = preflight.resolve_kv_sizes(hosts, lambda _host, _path: model.CONFIG)
+    preflight.check_sizing(hosts, lambda _host: None)
     host = inv.get_host("h200")
     return host, hosts["h200"]
 
@@ -58,6 +65,19 @@ def credentials():
         os.environ["KVCEPH_S3_ACCESS_KEY"] = "H200" + pysecrets.token_hex(8).upper()
         os.environ["KVCEPH_S3_SECRET_KEY"] = pysecrets.token_urlsafe(30)
     return secrets.load()
+
+
+def _sizing(me) -> dict:
+    s = kv_sizing.for_host(me)
+    return {
+        "kv_bytes_per_token": s.kv_bytes_per_token,
+        "kv_source": me.lmcache.kv_source,
+        "max_tokens": s.max_tokens,
+        "request_bytes": s.request_bytes,
+        "load_gb_per_s": s.load_gb_per_s,
+        "load_seconds": round(s.load_seconds, 1),
+        "prefill_seconds": round(s.prefill_seconds, 1),
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -100,6 +120,7 @@ def main(argv: list[str]) -> int:
             "aws_dir": render.aws_dir(me),
         },
         "lmcache": render.lmcache_config(me),
+        "kv_sizing": _sizing(me),
         "engine": {
             "max_model_len": me.engine.max_model_len,
             "gpu_memory_utilization": me.engine.gpu_memory_utilization,

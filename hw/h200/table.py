@@ -26,6 +26,7 @@ def rows(results: Path) -> list[dict]:
         rgw = int(w["label"].split("-rgw")[1].split("-")[0])
         out.append(
             {
+                "variant": w["variant"],
                 "chunk": w["chunk_size"],
                 "rgw": rgw,
                 "prompt": c.get("prompt_tokens"),

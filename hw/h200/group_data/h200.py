@@ -36,11 +36,5 @@ kvceph_extra_env = {
 }
 kvceph_health_timeout = 600
 
-# LMCache for 131072-token requests: the pinned buffer holds one whole request per worker
-# (131072 x 262,144 B = 34.4 GB) plus headroom.
-kvceph_lmcache_max_local_cpu_size = 40
-# LMCache 0.5.6's async lookup gives up after lookup_timeout_ms (default 3000), which kvceph does
-# not render before the config derivation (issue 10): load synchronously, bounded by
-# blocking_timeout_secs (a 131072-token load at the recipe's 0.7 GB/s takes ~50 s).
-kvceph_lmcache_enable_async_loading = False
-kvceph_lmcache_blocking_timeout_secs = 300
+# LMCache's buffer and timeouts are derived by deploys/kv_sizing.py from the model directory's
+# config.json (hw/h200/model.py writes it) and kvceph_max_model_len: nothing to set here.
