@@ -1,7 +1,7 @@
 #!/bin/bash
 # Lay out what the device calls carry, in DEST/.ship (DEST: the checkout the device tool sends;
 # add /.ship/ to its .git/info/exclude):
-#   .ship/code/       this worktree's files (the scripts run from here on the GPU machine)
+#   .ship/code/       deploys/, templates/ and hw/ of this worktree (run from here on the GPU machine)
 #   .ship/rendered/   kvceph's files for the h200 inventory: base, sync (synchronous loading),
 #                     c1024 (chunk_size 1024), and each with a 31.5 GiB buffer (-pin32),
 #                     rendered with one throwaway S3 key pair
@@ -13,7 +13,7 @@ HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 DEST=${1:?DEST: the checkout that travels}; PARTS=${2:-/tmp/h200-parts}
 PY=${PY:-$REPO/.venv/bin/python}
 S=$DEST/.ship; rm -rf "$S"; mkdir -p "$S/code" "$S/rendered" "$S/meta"
-(cd "$REPO" && git ls-files -co --exclude-standard | tar -cf - -T -) | tar -xf - -C "$S/code"
+(cd "$REPO" && git ls-files -co --exclude-standard deploys templates hw | tar -cf - -T -) | tar -xf - -C "$S/code"
 export KVCEPH_S3_ACCESS_KEY=${KVCEPH_S3_ACCESS_KEY:-H200$(openssl rand -hex 8 | tr a-f A-F)}
 export KVCEPH_S3_SECRET_KEY=${KVCEPH_S3_SECRET_KEY:-$(openssl rand -base64 30 | tr -d '/+=\n')}
 "$PY" "$HERE/render.py" "$S/rendered" base
