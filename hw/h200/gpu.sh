@@ -33,7 +33,7 @@ pack() {
   for lg in "$S"/engine.*.log; do [ -f "$lg" ] || continue
     { echo "== $lg: $(wc -l <"$lg") lines; Failed to allocate: $(grep -c 'Failed to allocate' "$lg"); still waiting: $(grep -c 'still waiting' "$lg")"
       sed 's/\x1b\[[0-9;]*m//g' "$lg" | grep -E 'LMCache (INFO|WARNING|ERROR).*(hit tokens|Retrieved|Stored [0-9]|still waiting|Failed|rror|disabled|config)|Error|error:|Traceback|KV cache|max_model_len|Available KV|backend' \
-        | grep -v 'Discovered API' | cut -c1-400 | tail -150; } > "$R/$(basename "$lg" .log).filtered.txt"
+        | grep -v -E 'Discovered API|Auto-selected backend' | cut -c1-400 | tail -150; } > "$R/$(basename "$lg" .log).filtered.txt"
   done
   [ -d /tmp/ceph/log ] && for f in /tmp/ceph/log/*.log; do tail -30 "$f"; done > "$R/ceph-logs-tail.txt" 2>&1
   cp "$S/progress.log" "$R/" 2>/dev/null

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summary of an H200 run's measurements: one row per warm request, with its cold request and the
-raw GET rate of the same S3 setup.   table.py RESULTS_DIR [--markdown]"""
+raw GET rate of the same S3 setup.   table.py RESULTS_DIR [--markdown | --json]"""
 
 import json
 import sys
@@ -34,7 +34,7 @@ def rows(results: Path) -> list[dict]:
                 "cold_s": w["cold_ttft_s"],
                 "warm_s": w["ttft_s"],
                 "warm/cold": w["warm_over_cold"],
-                "loaded": w["hit_tokens"],
+                "loaded": int(w["hit_tokens"]) if w["hit_tokens"] is not None else None,
                 "expected": w["expected_hit_tokens"],
                 "achieved_GBps": w["achieved_GBps"],
                 "raw_GET_GBps": raw.get((f"c{w['chunk_size']}", rgw)),
@@ -58,7 +58,9 @@ def main(results: str, markdown: bool) -> None:
     if not rs:
         return
     keys = [k for k in rs[0] if k != "label"]
-    if markdown:
+    if "--json" in sys.argv:
+        print(json.dumps(rs, indent=1))
+    elif markdown:
         print("| " + " | ".join(keys) + " |")
         print("|" + "---|" * len(keys))
         for r in rs:
