@@ -71,6 +71,10 @@ lab: venv deps lab-up deploy verify
 	@echo "lab is up: reports in reports/, stop it with: make lab-down"
 
 lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
+	@# Labs made before the API key existed get one (the lab runs with a key by default).
+	@grep -q '^KVCEPH_VLLM_API_KEY=' $(KVCEPH_SECRETS_FILE) || { umask 077; \
+	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')" \
+	  >> $(KVCEPH_SECRETS_FILE); echo "lab API key added to $(KVCEPH_SECRETS_FILE)"; }
 	lab/lab.sh up
 
 # The lab engine and its dependencies as wheels: lab hosts have no route to any index.
@@ -81,8 +85,9 @@ $(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.to
 $(KVCEPH_SECRETS_FILE):
 	@mkdir -p $(dir $@)
 	@umask 077; { echo "KVCEPH_S3_ACCESS_KEY=LAB$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
-	  echo "KVCEPH_S3_SECRET_KEY=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; } > $@
-	@echo "lab S3 keys written to $@ (0600)"
+	  echo "KVCEPH_S3_SECRET_KEY=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; \
+	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')"; } > $@
+	@echo "lab S3 keys and engine API key written to $@ (0600)"
 
 lab-down:
 	lab/lab.sh down

@@ -1,4 +1,5 @@
-"""Stage 4: LMCache config, the service user's AWS profile, /etc/hosts for virtual-hosted S3.
+"""Stage 4: LMCache config, the service user's AWS profile, /etc/hosts for virtual-hosted S3,
+the private CA in the system trust store and a TLS check to the bucket's name.
 
 Every file's text comes from ``deploys.render`` (pure); this stage only places it, atomically,
 with the owners and modes of docs/design.md "Files on inference hosts".
@@ -12,9 +13,12 @@ from pyinfra.operations import files as pyinfra_files
 
 from deploys import kv_sizing, render
 from deploys.facts.engine import CacheKeyInUse, cache_key_from_argv
-from deploys.operations import files
+from deploys.operations import files, tls
 from deploys.secrets import Secret
 from deploys.settings import HostSettings
+
+# Seconds for the TLS check's connection and handshake.
+TLS_TIMEOUT = 10
 
 _warned_dropped: set[tuple[str, ...]] = set()
 
@@ -141,4 +145,19 @@ def apply(me: HostSettings, checked) -> None:
             path="/etc/hosts",
             line=r"^.*# kvceph$",
             replace=line,
+        )
+
+    # LMCache's awscrt trusts the system store, read once at engine start (the CA is in the
+    # digest, so a new CA restarts the engines).
+    if me.security.s3_ca_pem:
+        tls.ca_trusted(name="S3 CA in the system trust store", pem=me.security.s3_ca_pem)
+    if me.s3.scheme == "https":
+        # Before any engine restarts: a certificate LMCache would refuse is one line here, not
+        # a silent fall back to recompute after LMCache turned S3 off.
+        tls.handshake(
+            name=f"TLS to {me.s3.bucket_host}:{me.s3.endpoint_port}",
+            python=f"{e.venv}/bin/python",
+            server=me.s3.bucket_host,
+            port=me.s3.endpoint_port,
+            timeout=TLS_TIMEOUT,
         )

@@ -98,6 +98,7 @@ def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
         calls += [
             ("vllm.env.j2", lambda: render.env_file(me, "0" * 64)),
             ("vllm.service.j2", lambda: render.unit(me)),
+            ("secrets.env.j2", lambda: render.secrets_env_file(creds)),
             ("aws_credentials.j2", lambda: render.aws_credentials(me, creds)),
             ("aws_config.j2", lambda: render.aws_config(me)),
         ]

@@ -1,4 +1,5 @@
-"""Stage 6: read-only readiness check: /health and a minimal completion on every engine.
+"""Stage 6: read-only readiness check: /health and a minimal completion on every engine (with
+the API key when one is set).
 
 It proves the API path before any cache test, so network faults are not mistaken for cache
 faults. It reports no change; a host that is not ready fails with the reason.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
+from deploys import render
 from deploys.operations import service
 from deploys.settings import HostSettings
 
@@ -21,4 +23,5 @@ def apply(me: HostSettings) -> None:
         port=e.port,
         model=e.model,
         timeout=60,
+        secrets=render.SECRETS_PATH,
     )

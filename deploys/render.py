@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from deploys import kv_sizing, versions
+from deploys.secrets import Secret
 from deploys.settings import HostSettings
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -24,9 +25,16 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 CONFIG_DIR = "/etc/kvceph"
 LMCACHE_PATH = f"{CONFIG_DIR}/lmcache.yaml"
 ENV_PATH = f"{CONFIG_DIR}/vllm.env"
+# root:root 0600: systemd reads it before dropping privileges; no other user can.
+SECRETS_PATH = f"{CONFIG_DIR}/secrets.env"
 UNIT_NAME = "vllm.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 WHEELHOUSE = "/var/cache/kvceph/wheelhouse"
+# kvceph's gate in front of every engine route (docs/security.md "Engine API key").
+GUARD_DIR = "/usr/local/lib/kvceph"
+GUARD_MODULE = "kvceph_engine_guard"
+GUARD_PATH = f"{GUARD_DIR}/{GUARD_MODULE}.py"
+GUARD_SOURCE = Path(__file__).resolve().parent / "remote" / "engine_guard.py"
 DIGEST_VAR = "KVCEPH_DIGEST"
 
 _env = jinja2.Environment(
@@ -56,8 +64,8 @@ def lmcache_config(me: HostSettings) -> dict[str, Any]:
     lmc_key = versions.lmcache_key(me.engine.profile.lmcache_version)
     if lmc_key is None:
         raise ValueError(f"{me.host}: LMCache {me.engine.profile.lmcache_version} unsupported")
-    # s3_region is asserted by the 0.5.6 connector; disable_tls because RGW behind haproxy
-    # speaks plain HTTP and the connector would otherwise open TLS.
+    # s3_region is asserted by the 0.5.6 connector; disable_tls follows the endpoint's scheme
+    # (the connector opens TLS unless told not to).
     extra: dict[str, Any] = {"s3_region": me.s3.region}
     if me.s3.disable_tls:
         extra["disable_tls"] = True
@@ -135,7 +143,7 @@ def exec_start(me: HostSettings) -> list[str]:
         "serve",
         e.model,
         "--host",
-        "0.0.0.0",
+        me.security.vllm_bind,
         "--port",
         str(e.port),
         "--gpu-memory-utilization",
@@ -149,6 +157,9 @@ def exec_start(me: HostSettings) -> list[str]:
         e.kv_dtype,
         "--kv-transfer-config",
         kv_transfer_json(me),
+        # vLLM's own key check leaves /invocations, /tokenize, /metrics, ... open: the gate
+        # closes them (it passes everything while no API key is set).
+        *(["--middleware", f"{GUARD_MODULE}.Guard"] if me.security.guard else []),
         *e.profile.extra_args,
     ]
 
@@ -195,6 +206,11 @@ def environment(me: HostSettings, digest: str | None = None) -> list[tuple[str, 
         # the unit's user is set up.
         "HOME": e.service_home,
     }
+    if me.security.guard:
+        env["PYTHONPATH"] = GUARD_DIR
+        # Loopback always: the deploy's own health and readiness checks run on the host.
+        networks = dict.fromkeys(("127.0.0.0/8", "::1/128", *me.security.open_networks))
+        env["KVCEPH_OPEN_NETWORKS"] = ",".join(networks)
     for key, value in (*e.profile.env, *e.extra_env):
         if key in env or key == DIGEST_VAR:
             raise ValueError(f"{me.host}: environment {key} is managed by kvceph; remove it")
@@ -210,6 +226,28 @@ def env_file(me: HostSettings, digest: str | None = None) -> str:
     return _render("vllm.env.j2", env=[(k, _env_quote(v)) for k, v in environment(me, digest)])
 
 
+# Variable names the engine reads each secret from (vLLM: VLLM_API_KEY, huggingface_hub: HF_TOKEN);
+# never --api-key: argv is world-readable under /proc.
+SECRET_VARIABLES = (("vllm_api_key", "VLLM_API_KEY"), ("hf_token", "HF_TOKEN"))
+
+
+def secret_environment(credentials) -> list[tuple[str, Secret]]:
+    """The secrets the engine gets through ``SECRETS_PATH``: (variable, value), set ones only."""
+    found = []
+    for attr, name in SECRET_VARIABLES:
+        value = getattr(credentials, attr, None)
+        if value:
+            # Secret(a Secret) would copy its masked str(): reveal first.
+            found.append((name, Secret(str.__str__(value))))
+    return found
+
+
+def secrets_env_file(credentials) -> Secret:
+    """/etc/kvceph/secrets.env (a Secret: it prints as ***); comments only when none is set."""
+    env = [(k, _env_quote(v.reveal())) for k, v in secret_environment(credentials)]
+    return Secret(_render("secrets.env.j2", env=env))
+
+
 def unit(me: HostSettings) -> str:
     """/etc/systemd/system/vllm.service."""
     e = me.engine
@@ -219,6 +257,7 @@ def unit(me: HostSettings) -> str:
         user=e.service_user,
         group=e.service_user,
         env_file=ENV_PATH,
+        secrets_file=SECRETS_PATH,
         home=e.service_home,
         exec_start=exec_start_line(me),
         # Loading a 32B model and warming up takes minutes; match the readiness budget.
@@ -259,6 +298,11 @@ def hosts_line(me: HostSettings) -> str | None:
     return f"{me.s3.endpoint_ip} {me.s3.bucket_host} {me.s3.endpoint_host}  # kvceph"
 
 
+def guard_module() -> str:
+    """/usr/local/lib/kvceph/kvceph_engine_guard.py: the gate's source, as shipped."""
+    return GUARD_SOURCE.read_text()
+
+
 def digest(me: HostSettings, credentials) -> str:
     """sha256 over everything the running engine reads at start.
 
@@ -272,6 +316,9 @@ def digest(me: HostSettings, credentials) -> str:
         lmcache_yaml(me),
         aws_credentials(me, credentials),
         aws_config(me),
+        secrets_env_file(credentials).reveal(),
+        guard_module() if me.security.guard else "",
+        me.security.s3_ca_pem or "",
     ):
         data = part.encode()
         # Length-prefixed, so moving text between files changes the digest.

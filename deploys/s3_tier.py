@@ -19,7 +19,7 @@ from deploys.facts.ceph import CephServiceSpec, CephVersions
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
 from deploys.operations import ceph as ceph_ops
 from deploys.operations import files as kvfiles
-from deploys.operations import s3
+from deploys.operations import s3, tls
 from deploys.preflight import Preflight
 from deploys.settings import HostSettings
 
@@ -130,6 +130,9 @@ def apply(me: HostSettings, checked: Preflight):
     rules = s3.lifecycle_rules(
         me.s3.lifecycle_rule_id, me.s3.expiration_days, me.s3.abort_multipart_days
     )
+    if me.security.s3_ca_pem:
+        # The admin helper's boto3 verifies RGW's certificate against the system store.
+        tls.ca_trusted(name="S3 CA in the system trust store", pem=me.security.s3_ca_pem)
     # First, before any refusal read or write: RGW must answer HTTP (RADOS reads do not tell).
     # When this run (re)applies the RGW spec, cephadm (re)starts the daemons just before:
     # give them longer.

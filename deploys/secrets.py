@@ -1,6 +1,15 @@
-"""S3 credentials: from the environment or a git-ignored secrets file, never from group_data.
+"""Secrets: from the environment or a git-ignored 0600 file, never from group_data.
 
-The values are wrapped so that an accidental ``print``, ``repr`` or f-string shows ``***``.
+One mechanism for every secret kvceph handles:
+
+  KVCEPH_S3_ACCESS_KEY / KVCEPH_S3_SECRET_KEY   the RGW user's keys (required)
+  KVCEPH_VLLM_API_KEY                          the engines' API key (optional)
+  KVCEPH_HF_TOKEN                              a Hugging Face token for gated models (optional)
+
+Each is looked up in the environment first, then in the secrets file (``$KVCEPH_SECRETS_FILE``,
+default ``./secrets.env``, KEY=VALUE lines, mode 0600). The values are wrapped so that an
+accidental ``print``, ``repr`` or f-string shows ``***``. docs/security.md says where each one
+ends up on the hosts and how to rotate it.
 """
 
 from __future__ import annotations
@@ -14,7 +23,14 @@ ACCESS_ENV, SECRET_ENV, FILE_ENV = (
     "KVCEPH_S3_SECRET_KEY",
     "KVCEPH_SECRETS_FILE",
 )
+API_KEY_ENV, HF_TOKEN_ENV = "KVCEPH_VLLM_API_KEY", "KVCEPH_HF_TOKEN"
+OPTIONAL = (API_KEY_ENV, HF_TOKEN_ENV)
 DEFAULT_FILE = "secrets.env"
+# Where docs and one-line errors send an operator who put a secret somewhere else.
+MECHANISM = (
+    f"export {API_KEY_ENV} / {HF_TOKEN_ENV} / {ACCESS_ENV} / {SECRET_ENV} or put them in "
+    "secrets.env (0600; docs/security.md)"
+)
 
 
 class SecretsError(ValueError):
@@ -38,10 +54,18 @@ class Secret(str):
 
 
 @dataclass(frozen=True)
-class S3Credentials:
+class Secrets:
+    """Every secret of one run. ``vllm_api_key`` and ``hf_token`` are None when not set."""
+
     access_key: Secret
     secret_key: Secret
     source: str
+    vllm_api_key: Secret | None = None
+    hf_token: Secret | None = None
+
+
+# The S3 keys were the first secrets; code that only needs them still says so.
+S3Credentials = Secrets
 
 
 def _read_env_file(path: Path) -> dict[str, str]:
@@ -57,30 +81,39 @@ def _read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
-def load(environ: dict[str, str] | None = None, cwd: str | None = None) -> S3Credentials:
-    """Credentials from env vars, else from the secrets file (``$KVCEPH_SECRETS_FILE``)."""
+def _private_file(path: Path) -> dict[str, str]:
+    if path.stat().st_mode & 0o077:
+        raise SecretsError(f"controller: {path} is readable by group/others; fix: chmod 600 {path}")
+    return _read_env_file(path)
+
+
+def load(environ: dict[str, str] | None = None, cwd: str | None = None) -> Secrets:
+    """Every secret: each from its env var, else from the secrets file ($KVCEPH_SECRETS_FILE)."""
     env = os.environ if environ is None else environ
+    path = Path(env.get(FILE_ENV) or Path(cwd or os.getcwd()) / DEFAULT_FILE)
+    from_file: dict[str, str] | None = _private_file(path) if path.is_file() else None
     source = "environment"
     access, secret = env.get(ACCESS_ENV), env.get(SECRET_ENV)
     if not (access and secret):
-        path = Path(env.get(FILE_ENV) or Path(cwd or os.getcwd()) / DEFAULT_FILE)
-        if not path.is_file():
+        if from_file is None:
             raise SecretsError(
                 f"controller: S3 credentials missing: neither {ACCESS_ENV}/{SECRET_ENV} are set "
                 f"nor {path} exists; fix: export them or write {path} (KEY=VALUE, mode 0600)"
             )
-        if path.stat().st_mode & 0o077:
-            raise SecretsError(
-                f"controller: {path} is readable by group/others; fix: chmod 600 {path}"
-            )
-        values = _read_env_file(path)
-        access, secret, source = values.get(ACCESS_ENV), values.get(SECRET_ENV), str(path)
+        access, secret, source = from_file.get(ACCESS_ENV), from_file.get(SECRET_ENV), str(path)
         if not (access and secret):
             raise SecretsError(
                 f"controller: {path} lacks {ACCESS_ENV} or {SECRET_ENV}; fix: add both lines"
             )
-    for name, value in ((ACCESS_ENV, access), (SECRET_ENV, secret)):
-        if value != value.strip() or any(c.isspace() for c in value):
+    optional = {name: env.get(name) or (from_file or {}).get(name) or None for name in OPTIONAL}
+    for name, value in ((ACCESS_ENV, access), (SECRET_ENV, secret), *optional.items()):
+        if value is not None and (value != value.strip() or any(c.isspace() for c in value)):
             # The seed's "401 from stray whitespace" failure mode, caught before any host.
             raise SecretsError(f"controller: {name} contains whitespace; fix: remove it")
-    return S3Credentials(Secret(access), Secret(secret), source)
+    return Secrets(
+        Secret(access),
+        Secret(secret),
+        source,
+        vllm_api_key=Secret(optional[API_KEY_ENV]) if optional[API_KEY_ENV] else None,
+        hf_token=Secret(optional[HF_TOKEN_ENV]) if optional[HF_TOKEN_ENV] else None,
+    )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from deploys import kv_sizing, versions
+from deploys import kv_sizing, security_settings, versions
 
 INFERENCE_GROUPS = ("gpu", "gaudi")
 ACCELERATOR_OF_GROUP = {"gpu": "nvidia", "gaudi": "gaudi"}
@@ -481,6 +481,7 @@ def _profile(r: _Reader, accelerator: str) -> EngineProfile:
         re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(k)) for k in env
     ):
         raise r.fail(f"{key}.env", env, "must map UPPER_CASE names to values", "fix the names")
+    security_settings.refuse_secret_env(r, f"{key}.env", env)
     return EngineProfile(
         name=str(raw["name"]),
         packages=tuple(str(p) for p in raw["packages"]),
@@ -513,6 +514,7 @@ def _engine(r: _Reader, accelerator: str) -> EngineSettings:
             raise r.fail(
                 "kvceph_extra_env", k, "is not an environment variable name", "use UPPER_CASE"
             )
+    security_settings.refuse_secret_env(r, "kvceph_extra_env", extra_env)
     if accelerator == "gaudi" and str(extra_env.get("PT_HPU_GPU_MIGRATION")) != "1":
         raise r.fail(
             "kvceph_extra_env",
@@ -752,6 +754,7 @@ class HostSettings:
     lmcache: LMCacheSettings | None
     lock_stale_after: int
     verify: VerifySettings | None = None  # None only when built by hand in tests
+    security: security_settings.SecuritySettings = security_settings.DEFAULTS
 
     @property
     def is_inference(self) -> bool:
@@ -766,14 +769,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     """Validate one host's data; raise SettingsError (one line) on the first problem."""
     groups = tuple(groups)
     r = _Reader(data, host)
-    for forbidden in ("kvceph_s3_access_key", "kvceph_s3_secret_key"):
-        if r.raw(forbidden, None) is not None:
-            raise r.fail(
-                forbidden,
-                "***",
-                "secrets must not live in group_data (it is committed)",
-                "export KVCEPH_S3_ACCESS_KEY/KVCEPH_S3_SECRET_KEY or use secrets.env",
-            )
+    security_settings.refuse_secrets_in_data(r)
     inference = [g for g in INFERENCE_GROUPS if g in groups]
     if len(inference) > 1:
         raise r.fail("groups", list(groups), "host is in both gpu and gaudi", "put it in one group")
@@ -793,6 +789,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
         lmcache=lmcache,
         lock_stale_after=r.int("kvceph_lock_stale_after", 3600, lo=60),
         verify=_verify(r),
+        security=security_settings.load(r),
     )
 
 

@@ -16,13 +16,20 @@ kvceph_ceph_connect_timeout = 5
 # radosgw instances and haproxy are started by the lab itself.
 kvceph_rgw_managed_by = "external"
 kvceph_rgw_dns_name = "s3.kvlab"
-kvceph_s3_endpoint = "http://s3.kvlab:80"
+# The lab's haproxy serves S3 over https (:443, a certificate of the lab CA that lab/lab.sh
+# makes) and http (:80). KVCEPH_LAB_S3_SCHEME=http runs the plain-HTTP variant.
+_SCHEME = os.environ.get("KVCEPH_LAB_S3_SCHEME") or "https"
+_PORT = {"https": 443, "http": 80}[_SCHEME]
+kvceph_s3_endpoint = f"{_SCHEME}://s3.kvlab:{_PORT}"
 kvceph_s3_endpoint_ip = _CEPH1
 # The S3 admin writes run on ceph1, where haproxy listens on all addresses.
-kvceph_s3_admin_endpoint = "http://127.0.0.1:80"
+kvceph_s3_admin_endpoint = f"{_SCHEME}://127.0.0.1:{_PORT}"
 kvceph_s3_quota_max_size_gb = 4
-# verify.py runs on the controller, which reaches haproxy by address (path-style is fine there).
-kvceph_verify_s3_endpoint = f"http://{_CEPH1}:80"
+# verify.py runs on the controller, which reaches haproxy by address (path-style is fine there;
+# the certificate names the address too).
+kvceph_verify_s3_endpoint = f"{_SCHEME}://{_CEPH1}:{_PORT}"
+if _SCHEME == "https":
+    kvceph_s3_ca_bundle = f"{_LAB}/tls/ca.pem"
 
 # No accelerators here: the lab engine stands in for vLLM + LMCache.
 kvceph_accelerator_check = False

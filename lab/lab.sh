@@ -3,7 +3,7 @@
 # overlayfs, each in its own network namespace on a bridge inside the lab netns "kvlab"
 # (10.213.7.0/24). The root namespace reaches the bridge through veth kvlab0 = 10.213.7.1/24, so
 # pyinfra / pytest / boto3 run unchanged on the controller. Ceph (mon, mgr, 2 memstore OSDs,
-# 2 radosgw, haproxy :80) runs inside ceph1. See lab/README.md.
+# 2 radosgw, haproxy :80 and :443 with the lab CA's certificate) runs inside ceph1. See lab/README.md.
 #
 # usage: lab.sh up | down | purge | status | replace HOST | stop HOST... | start HOST...
 #               | kill HOST... | ssh HOST [CMD...] | build
@@ -86,6 +86,14 @@ write_known_hosts() {  # one line for the IP and one for the name of every host 
   mv "$tmp" "$LAB/known_hosts"
 }
 
+# ---------------------------------------------------------------- TLS
+# The lab CA and RGW's certificate (lab/tls/make-cert.sh; kept, remade when the names change):
+# the wildcard for virtual-hosted buckets, ceph1's address (verify.py, path-style) and 127.0.0.1
+# (the S3 admin writes on ceph1). group_data/lab.py points kvceph_s3_ca_bundle at ca.pem.
+ensure_tls() {
+  "$HERE/tls/make-cert.sh" "$LAB/tls" s3 DNS:s3.kvlab 'DNS:*.s3.kvlab' "IP:$NET.11" IP:127.0.0.1
+}
+
 # ---------------------------------------------------------------- network
 ensure_net() {
   [ -e /run/netns/$NS ] || ip netns add $NS
@@ -135,6 +143,8 @@ inject() {  # inject HOST MERGED: per-host files written into the overlay before
            nvmf-autoconnect.service ceph.service; do
     ln -sfn /dev/null "$M/etc/systemd/system/$o"   # memory/CPU only, nothing to do in a lab host
   done
+  # haproxy's certificate + key, root-only (haproxy reads it before dropping privileges)
+  [ "$h" = ceph1 ] && install -D -m600 "$LAB/tls/s3.pem" "$M/etc/haproxy/kvlab-s3.pem"
   # Ceph files only on a blank disk: after stop/start, keep what the deploy may have changed
   if [ "$h" = ceph1 ] && [ ! -f "$M/etc/kvlab-ceph.injected" ]; then
     touch "$M/etc/kvlab-ceph.injected"
@@ -270,6 +280,7 @@ cmd_up() {
   t0=$(now)
   build
   ensure_client_key
+  ensure_tls
   for h in $HOSTS; do ensure_host_key "$h"; done
   write_known_hosts
   ensure_net
@@ -287,7 +298,8 @@ summary() {
    gpu1    $NET.21
    gpu2    $NET.22
    gaudi1  $NET.31
-   S3:     http://$NET.11:80   (rgw_dns_name s3.kvlab: Host: <bucket>.s3.kvlab)
+   S3:     https://$NET.11:443 (lab CA $LAB/tls/ca.pem) and http://$NET.11:80
+           (rgw_dns_name s3.kvlab: Host: <bucket>.s3.kvlab)
    ssh:    ssh -i $LAB/id_ed25519 -o UserKnownHostsFile=$LAB/known_hosts root@$NET.11 ceph -s
            (or: ${SFX:+KVCEPH_LAB_INSTANCE=$INST }lab/lab.sh ssh ceph1 ceph -s)
    stop:   ${SFX:+KVCEPH_LAB_INSTANCE=$INST }lab/lab.sh down
@@ -336,7 +348,7 @@ main() {
     need_root; lock; for h in "$@"; do ip_of "$h" >/dev/null; done; STOP_SIGNAL=KILL stop_hosts "$@" ;;
   start)
     [ $# -ge 1 ] || die "usage: lab.sh start HOST..."
-    need_root; lock; ensure_client_key; ensure_net
+    need_root; lock; ensure_client_key; ensure_tls; ensure_net
     for h in "$@"; do start_host "$h"; done
     wait_ssh "$@"
     for h in "$@"; do [ "$h" = ceph1 ] && wait_s3; done
@@ -344,7 +356,7 @@ main() {
   replace)
     [ $# -eq 1 ] || die "usage: lab.sh replace HOST"
     need_root; lock; local h=$1 t0; t0=$(now); ip_of "$h" >/dev/null
-    ensure_client_key; ensure_net
+    ensure_client_key; ensure_tls; ensure_net
     stop_hosts "$h"
     rm -rf "$LAB/hosts/$h"           # blank disk
     new_host_key "$h"; write_known_hosts

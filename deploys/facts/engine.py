@@ -273,17 +273,29 @@ class ModelConfig(FactBase):
 
 
 _READY_SCRIPT = """
-import json, sys, urllib.request
+import json, re, sys, urllib.request
 port, model, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
 base = "http://127.0.0.1:%s" % port
 out = {"health": None, "choices": False, "error": None}
+headers = {"Content-Type": "application/json"}
+# The API key is read here, on the host, from the engine's own secrets file: it never travels
+# through pyinfra's command line or output.
+try:
+    with open(sys.argv[4]) as f:
+        for line in f:
+            if line.startswith("VLLM_API_KEY="):
+                value = line.strip().split("=", 1)[1]
+                if value[:1] == '"' and value[-1:] == '"':
+                    value = re.sub(r'\\\\(.)', r'\\1', value[1:-1])
+                headers["Authorization"] = "Bearer " + value
+except OSError:
+    pass
 try:
     with urllib.request.urlopen(base + "/health", timeout=timeout) as r:
         out["health"] = r.status
     body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 8,
                        "temperature": 0}).encode()
-    req = urllib.request.Request(base + "/v1/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(base + "/v1/completions", data=body, headers=headers)
     with urllib.request.urlopen(req, timeout=timeout) as r:
         answer = json.load(r)
     out["choices"] = bool(answer.get("choices"))
@@ -299,7 +311,8 @@ print(json.dumps(out))
 
 class EngineReadiness(FactBase):
     """
-    Read-only readiness probe: ``GET /health`` then a completion of 8 tokens on 127.0.0.1.
+    Read-only readiness probe: ``GET /health`` then a completion of 8 tokens on 127.0.0.1,
+    with the API key from ``secrets`` (the engine's secrets file, read on the host) when set.
 
     Returns ``{"health": 200, "choices": True, "error": None}``; ``error`` says what failed.
     """
@@ -307,7 +320,9 @@ class EngineReadiness(FactBase):
     def default(self):
         return {"health": None, "choices": False, "error": "no answer from the probe"}
 
-    def command(self, python: str, port: int, model: str, timeout: int = 60):
+    def command(
+        self, python: str, port: int, model: str, timeout: int = 60, secrets: str = "/dev/null"
+    ):
         return StringCommand(
             "timeout",
             str(2 * timeout + 10),
@@ -317,6 +332,7 @@ class EngineReadiness(FactBase):
             str(port),
             QuoteString(model),
             str(timeout),
+            QuoteString(secrets),
             '2>&1 || echo \'{"health": null, "choices": false, "error": "probe failed"}\'',
         )
 

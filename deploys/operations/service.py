@@ -58,13 +58,15 @@ def _sha256(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
-def _state_kwargs(unit: str, environment, files) -> dict:
+def _state_kwargs(unit: str, environment, files, secret_environment=None) -> dict:
     """ServiceDrift's arguments: secret-looking variables are read back as hashes only."""
     kwargs: dict = {"unit": unit}
     # The digest has its own line in ServiceState's part of the command.
     names = sorted(n for n in environment or {} if n != DIGEST_VAR)
     plain = tuple(n for n in names if not SECRET_ENV_NAME.search(n))
-    secret = tuple(n for n in names if SECRET_ENV_NAME.search(n))
+    secret = tuple(
+        sorted({*(n for n in names if SECRET_ENV_NAME.search(n)), *(secret_environment or {})})
+    )
     if plain:
         kwargs["env"] = plain
     if secret:
@@ -74,13 +76,16 @@ def _state_kwargs(unit: str, environment, files) -> dict:
     return kwargs
 
 
-def restart_reasons(current: dict, digest: str, environment=None, files=None) -> list[str]:
+def restart_reasons(
+    current: dict, digest: str, environment=None, files=None, secret_environment=None
+) -> list[str]:
     """Why the running engine is not the desired one ([] when it is); no secret values.
 
     + current: the ServiceDrift fact read with ``_state_kwargs``
     + digest: the desired ``KVCEPH_DIGEST``
     + environment: desired variable -> value (the env file's, ``render.environment``)
     + files: config file path -> sha256 of its desired content
+    + secret_environment: secret variable -> sha256 of its desired value (the secrets file's)
     """
     if current["active"] != "active" or not current["main_pid"]:
         return [current["active"]]
@@ -98,6 +103,9 @@ def restart_reasons(current: dict, digest: str, environment=None, files=None) ->
         if have != want:
             shown = f"{name} unset" if have is None else f"{name}={have}"
             reasons.append(f"running env {shown}, desired {want}")
+    for name, want_sha in sorted((secret_environment or {}).items()):
+        if current["env_sha256"].get(name) != want_sha:
+            reasons.append(f"running env {name} differs from desired (value not shown)")
     for path, want in sorted((files or {}).items()):
         have = current["sha256"].get(path)
         if have != want:
@@ -120,6 +128,7 @@ def rolling_restart(
     unit: str = "vllm.service",
     environment: dict[str, str] | None = None,
     files: dict[str, str] | None = None,
+    secret_environment: dict[str, str] | None = None,
 ):
     """
     Restart the engine when what runs is not the desired configuration, then wait for /health.
@@ -133,6 +142,9 @@ def rolling_restart(
       process whose environment differs restarts (variables systemd adds are not compared)
     + files: path -> sha256 of the desired content of every file the engine reads; a host
       restarts when one differs now (it is rewritten in this run) or changed after the start
+    + secret_environment: secret variable -> sha256 of its desired value (never the value: an
+      operation's arguments can reach pyinfra's debug output); read back from the running
+      process as a sha256 too
 
     The host restarts when it is not active, its running ``KVCEPH_DIGEST`` differs, its running
     environment differs, or a config file differs or is newer than the process: so a hand edit
@@ -148,8 +160,10 @@ def rolling_restart(
 
         service.rolling_restart(digest, 8000, "/opt/kvceph/venv/bin/python", 900, _serial=True)
     """
-    current = host.get_fact(ServiceDrift, **_state_kwargs(unit, environment, files))
-    reasons = restart_reasons(current, digest, environment, files)
+    current = host.get_fact(
+        ServiceDrift, **_state_kwargs(unit, environment, files, secret_environment)
+    )
+    reasons = restart_reasons(current, digest, environment, files, secret_environment)
     if not reasons:
         host.noop(f"{unit} already runs configuration {digest[:12]}")
         return
@@ -206,7 +220,7 @@ def enabled(unit: str = "vllm.service"):
 
 
 @operation()
-def ready(python: str, port: int, model: str, timeout: int = 60):
+def ready(python: str, port: int, model: str, timeout: int = 60, secrets: str = "/dev/null"):
     """
     Read-only readiness check: ``GET /health`` = 200 and a completion of 8 tokens with
     ``choices``. Never changes anything; fails the host with the reason when not ready.
@@ -215,11 +229,15 @@ def ready(python: str, port: int, model: str, timeout: int = 60):
     + port: the engine's HTTP port on 127.0.0.1
     + model: the served model name (the ``serve`` argument)
     + timeout: seconds per HTTP request
+    + secrets: the engine's secrets file; its ``VLLM_API_KEY`` is sent as the bearer token
+      (read on the host, so the key never passes through pyinfra)
 
     The probe runs as a fact, so it is re-read when the operation executes (after the restart
     stage); while planning, a not-ready engine is expected and only noted.
     """
-    probe = host.get_fact(EngineReadiness, python=python, port=port, model=model, timeout=timeout)
+    probe = host.get_fact(
+        EngineReadiness, python=python, port=port, model=model, timeout=timeout, secrets=secrets
+    )
     if probe.get("health") == 200 and probe.get("choices"):
         host.noop(f"engine on port {port} is healthy and answers completions")
         return

@@ -24,6 +24,7 @@ for the bucket subcommands, python3-boto3 (Debian package); radosgw-admin for cr
 import argparse
 import configparser
 import json
+import os
 import subprocess
 import sys
 
@@ -59,6 +60,18 @@ def load_config(path):
     }
 
 
+# The system trust store's bundle (Debian/Ubuntu, RHEL family): kvceph installs a private CA
+# there (kvceph_s3_ca_bundle); botocore would otherwise trust only its own certifi bundle.
+SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+
+
+def trust_bundle(endpoint):
+    """The CA file to verify an https endpoint against (None: botocore's default)."""
+    if not endpoint.startswith("https://"):
+        return None
+    return next((path for path in SYSTEM_BUNDLES if os.path.isfile(path)), None)
+
+
 def s3_client(config):
     import boto3
     from botocore.config import Config
@@ -66,6 +79,7 @@ def s3_client(config):
     return boto3.client(
         "s3",
         endpoint_url=config["endpoint"],
+        verify=trust_bundle(config["endpoint"]),
         region_name=config["region"],
         aws_access_key_id=config["access_key"],
         aws_secret_access_key=config["secret_key"],

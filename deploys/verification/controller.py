@@ -86,9 +86,14 @@ def run_cycle(state, host, checked, inv) -> bool:
         credentials=checked.credentials,
         timeout=vs.s3_timeout,
         max_objects=vs.max_listed_objects,
+        ca_bundle=first.security.s3_ca_bundle,
     )
     cycle = runner.Runner(
-        runner.Options.from_settings(vs), bucket, SshControl(inv), log=logger.info
+        runner.Options.from_settings(vs),
+        bucket,
+        SshControl(inv),
+        http=runner.Http(api_key=checked.credentials.vllm_api_key),
+        log=logger.info,
     )
     result = cycle.run(groups)
     print(reporting.table(result), flush=True)

@@ -111,14 +111,20 @@ class Control(Protocol):
 
 
 class Http:
-    """Bounded HTTP to one engine API (urllib: no extra dependency, honours timeouts)."""
+    """Bounded HTTP to one engine API (urllib: no extra dependency, honours timeouts).
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
+    ``api_key`` (a ``Secret``, or None) is sent as ``Authorization: Bearer`` on every request.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, api_key=None):
         self.clock = clock
+        self._api_key = api_key
 
     def _open(self, url: str, body: dict | None, timeout: float):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
+        if self._api_key:
+            req.add_header("Authorization", "Bearer " + str.__str__(self._api_key))
         if body is not None:
             req.add_header("Content-Type", "application/json")
         return urllib.request.urlopen(req, timeout=timeout)  # noqa: S310 (http/https from settings)
@@ -200,7 +206,14 @@ class Boto3Bucket:
     """The bucket as the controller sees it (path-style, bounded timeouts and retries)."""
 
     def __init__(
-        self, endpoint: str, bucket: str, region: str, credentials, timeout: int, max_objects: int
+        self,
+        endpoint: str,
+        bucket: str,
+        region: str,
+        credentials,
+        timeout: int,
+        max_objects: int,
+        ca_bundle: str | None = None,
     ):
         import boto3
         from botocore.config import Config
@@ -212,6 +225,8 @@ class Boto3Bucket:
             region_name=region,
             aws_access_key_id=credentials.access_key.reveal(),
             aws_secret_access_key=credentials.secret_key.reveal(),
+            # kvceph_s3_ca_bundle: RGW's private CA (None: botocore's own bundle).
+            verify=ca_bundle,
             config=Config(
                 connect_timeout=timeout,
                 read_timeout=timeout,

@@ -29,7 +29,10 @@ CAUSE_LOW_HIT = (
     "later chunk; nodes must share model string, TP, kv dtype, chunk size, hash algorithm, "
     "PYTHONHASHSEED and tokenizer"
 )
-CAUSE_401 = "API returns 401: stray whitespace in the key or a wrong base URL"
+CAUSE_401 = (
+    "API returns 401: the engines require an API key and this run has none or another one "
+    "(KVCEPH_VLLM_API_KEY, docs/security.md), stray whitespace in the key, or a wrong base URL"
+)
 CAUSE_S3_DISABLED = (
     "the engine logged 'S3 connection disabled' (3 connection errors: LMCache stops using S3 "
     "until restart)"

@@ -32,6 +32,10 @@ HOSTS = {
 }
 INFERENCE = ("gpu1", "gpu2", "gaudi1")
 S3_ADMIN_URL = f"http://{_NET}.11:80"
+# The lab's S3 path (group_data/lab.py): https by default, KVCEPH_LAB_S3_SCHEME=http for the
+# plain variant.
+S3_SCHEME = os.environ.get("KVCEPH_LAB_S3_SCHEME") or "https"
+S3_PORT = {"https": 443, "http": 80}[S3_SCHEME]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,26 +6,68 @@ Deliberately not built on deploys.verification: the tests check the product, not
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
+import urllib.error
 import urllib.request
 import uuid
 
 
-def completion(ip: str, prompt: str, max_tokens: int = 4, timeout: float = 120) -> dict:
+def api_key() -> str | None:
+    """The lab's engine API key, from the lab's secrets file (None when the lab has none)."""
+    instance = int(os.environ.get("KVCEPH_LAB_INSTANCE") or 0)
+    lab = os.environ.get("KVCEPH_LAB_DIR", f"/var/lib/kvceph-lab{instance or ''}")
+    path = os.environ.get("KVCEPH_SECRETS_FILE") or f"{lab}/secrets.env"
+    if not os.path.isfile(path):
+        return None
+    for line in open(path).read().splitlines():
+        if line.startswith("KVCEPH_VLLM_API_KEY="):
+            return line.split("=", 1)[1].strip().strip("'\"") or None
+    return None
+
+
+def auth_headers(key: str | None = None) -> dict[str, str]:
+    key = key or api_key()
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def completion(
+    ip: str, prompt: str, max_tokens: int = 4, timeout: float = 120, key: str | None = None
+) -> dict:
     body = json.dumps(
         {"model": "Qwen/Qwen3-32B", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     ).encode()
     req = urllib.request.Request(
-        f"http://{ip}:8000/v1/completions", body, {"Content-Type": "application/json"}
+        f"http://{ip}:8000/v1/completions",
+        body,
+        {"Content-Type": "application/json", **auth_headers(key)},
     )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read())
 
 
+def status(ip: str, method: str, path: str, body: dict | None = None, headers=None) -> int:
+    """The HTTP status of one request to an engine (no raising on 4xx/5xx)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        f"http://{ip}:8000{path}",
+        data,
+        {"Content-Type": "application/json", **(headers or {})},
+        method=method,
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def metric(ip: str, name: str, **labels: str) -> float:
     """Sum of a Prometheus series on the engine, over samples matching the labels."""
-    with urllib.request.urlopen(f"http://{ip}:8000/metrics", timeout=10) as r:
+    req = urllib.request.Request(f"http://{ip}:8000/metrics", headers=auth_headers())
+    with urllib.request.urlopen(req, timeout=10) as r:
         text = r.read().decode()
     total = 0.0
     for line in text.splitlines():
@@ -46,7 +88,8 @@ def wait_health(ip: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"http://{ip}:8000/health", timeout=2) as r:
+            req = urllib.request.Request(f"http://{ip}:8000/health", headers=auth_headers())
+            with urllib.request.urlopen(req, timeout=2) as r:
                 if r.status == 200:
                     return
         except OSError:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from conftest import HOSTS, INFERENCE, pyinfra, s3_client, secrets, ssh
+from conftest import HOSTS, INFERENCE, S3_PORT, S3_SCHEME, pyinfra, s3_client, secrets, ssh
 from lab_client import completion, external_hits, long_prompt, wait_health
 
 POOLS = {"default.rgw.buckets.data": (32, 1, 1), "default.rgw.buckets.index": (8, 1, 1)}
@@ -44,10 +44,11 @@ def test_files_content_owner_and_mode(converged, host):
         "/etc/systemd/system/vllm.service root:root 644",
     ]
     config = yaml.safe_load(ssh(host, "cat /etc/kvceph/lmcache.yaml").stdout)
-    assert config["remote_url"] == "s3://lmcache.s3.kvlab:80"
+    assert config["remote_url"] == f"s3://lmcache.s3.kvlab:{S3_PORT}"
     assert config["chunk_size"] == 256
     assert config["extra_config"]["s3_region"] == "default"
-    assert config["extra_config"]["disable_tls"] is True
+    # disable_tls follows the endpoint's scheme (absent: LMCache opens TLS).
+    assert config["extra_config"].get("disable_tls", False) is (S3_SCHEME == "http")
     assert "s3_max_io_concurrency" not in config["extra_config"]
     creds = ssh(host, "cat /var/lib/vllm/.aws/credentials").stdout
     assert secrets()["KVCEPH_S3_SECRET_KEY"] in creds

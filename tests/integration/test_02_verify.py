@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import HOSTS, REPO, pyinfra, ssh
+from conftest import HOSTS, REPO, S3_PORT, S3_SCHEME, pyinfra, secrets, ssh
 from lab_client import wait_health
 
 
@@ -35,6 +35,12 @@ def test_full_cycle_passes_and_writes_the_report(converged):
     assert verdicts[("gpu1", "warm")] == "pass"
     assert verdicts[("gpu2", "cross-node")] == "pass"
     assert verdicts[("gaudi1", "cross-node")] == "skip"  # one host in its group: said, not passed
+    # verify.py sent the engines' API key (they answer 401 without it) and shows no secret.
+    keys = secrets()
+    assert keys.get("KVCEPH_VLLM_API_KEY"), "the lab runs with an API key"
+    shown = run.output + (REPO / "reports" / "verify-latest.json").read_text()
+    for name in ("KVCEPH_S3_SECRET_KEY", "KVCEPH_VLLM_API_KEY", "KVCEPH_HF_TOKEN"):
+        assert not keys.get(name) or keys[name] not in shown, name
     # A converged deploy stays converged after the verifier restarted engines.
     assert pyinfra().changed() == []
 
@@ -86,7 +92,8 @@ def test_rgw_stopped_is_named_in_preflight(converged):
         ssh("ceph1", "systemctl start kvlab-rgw@gw1 kvlab-rgw@gw2")
     assert run.rc != 0
     lines = failed_lines(run)
-    assert any(f"http://{HOSTS['ceph1']}:80" in line for line in lines), run.output[-4000:]
+    endpoint = f"{S3_SCHEME}://{HOSTS['ceph1']}:{S3_PORT}"
+    assert any(endpoint in line for line in lines), run.output[-4000:]
     # Nothing but the S3 preflight failed: engines were healthy, no cache step ran.
     assert not any(": cold:" in line or ": warm:" in line for line in lines), lines
     assert Path(REPO / "reports" / "verify-latest.json").exists()

@@ -15,6 +15,8 @@ from conftest import (
     INFERENCE,
     PYINFRA,
     REPO,
+    S3_PORT,
+    S3_SCHEME,
     SECRETS,
     lab_sh,
     pyinfra,
@@ -113,7 +115,8 @@ def test_rgw_down_stops_the_s3_tier_with_one_line(converged):
     finally:
         ssh("ceph1", "systemctl start kvlab-rgw@gw1 kvlab-rgw@gw2")
     assert run.rc != 0
-    assert "S3 tier: cannot reach RGW at http://127.0.0.1:80 from ceph1" in run.output
+    endpoint = f"{S3_SCHEME}://127.0.0.1:{S3_PORT}"
+    assert f"S3 tier: cannot reach RGW at {endpoint} from ceph1" in run.output
     assert main_pids() == before, "engines were touched although the S3 tier failed"
     settle()
 

@@ -3,6 +3,8 @@
 #   no_inference  no host in gpu or gaudi
 #   two_admins    two hosts in ceph_admin
 #   no_secrets    a good inventory, but no S3 keys (the test unsets them)
+#   hf_token      an HF token in the inventory's host data
+#   secret_env    a secret-looking name in kvceph_extra_env
 import os
 import sys
 from pathlib import Path
@@ -27,3 +29,10 @@ elif _bad == "no_inference":
     gpu, gaudi = [], []
 elif _bad == "two_admins":
     ceph_admin = ceph_admin + [("@fake/ceph2", dict(ceph_admin[0][1]))]
+elif _bad == "hf_token":
+    gpu = [(gpu[0][0], {**gpu[0][1], "kvceph_hf_token": "hf_fakeINVENTORYtoken0001"}), *gpu[1:]]
+elif _bad == "secret_env":
+    gpu = [
+        (gpu[0][0], {**gpu[0][1], "kvceph_extra_env": {"HF_TOKEN": "hf_fakeEXTRAENVtoken0002"}}),
+        *gpu[1:],
+    ]

@@ -42,6 +42,8 @@ MON_TIMEOUT = "[errno 110] RADOS timed out (error connecting to the cluster)"
 # Distinctive fake keys: the test asserts the secret appears nowhere in pyinfra's output.
 FAKE_ACCESS_KEY = "KVFAKEACCESSKEY0001"
 FAKE_SECRET_KEY = "kvfake-SECRET-9f3c1e7a-never-print-me"
+FAKE_API_KEY = "kvfake-APIKEY-4d2b8e61-never-print-me"
+FAKE_HF_TOKEN = "hf_kvfakeTOKEN7c1a93never0print0me"
 
 # Hosts and groups as inventories/lab.py has them (ceph1 admin + rgw; two NVIDIA hosts in one
 # cache group; the Gaudi host on vLLM 0.26 with TP=1: its own cache group).
@@ -112,6 +114,8 @@ def export_fake_credentials() -> None:
     """In the pyinfra process only: the deploy's preflight reads the keys from the environment."""
     os.environ.setdefault(secrets.ACCESS_ENV, FAKE_ACCESS_KEY)
     os.environ.setdefault(secrets.SECRET_ENV, FAKE_SECRET_KEY)
+    os.environ.setdefault(secrets.API_KEY_ENV, FAKE_API_KEY)
+    os.environ.setdefault(secrets.HF_TOKEN_ENV, FAKE_HF_TOKEN)
 
 
 def credentials() -> secrets.S3Credentials:
@@ -119,6 +123,8 @@ def credentials() -> secrets.S3Credentials:
     env = dict(os.environ)
     env.setdefault(secrets.ACCESS_ENV, FAKE_ACCESS_KEY)
     env.setdefault(secrets.SECRET_ENV, FAKE_SECRET_KEY)
+    env.setdefault(secrets.API_KEY_ENV, FAKE_API_KEY)
+    env.setdefault(secrets.HF_TOKEN_ENV, FAKE_HF_TOKEN)
     return secrets.load(environ=env)
 
 
@@ -405,7 +411,9 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         f"{aws}/credentials": render.aws_credentials(me, creds),
         f"{aws}/config": render.aws_config(me),
         render.ENV_PATH: render.env_file(me, digest),
+        render.SECRETS_PATH: render.secrets_env_file(creds).reveal(),
         render.UNIT_PATH: render.unit(me),
+        render.GUARD_PATH: render.guard_module(),
     }
     running_env = dict(render.environment(me, digest))
     if me.host in layout.yaml_drift:
@@ -444,6 +452,10 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
             "NeedDaemonReload=no",
             f"{render.DIGEST_VAR}={digest}",
             *(f"env {k}={v}" for k, v in running_env.items()),
+            *(
+                f"envsha256 {k}={sha256_text(v.reveal())}"
+                for k, v in render.secret_environment(creds)
+            ),
             *(f"{sha256_text(text)}  {path}" for path, text in sorted(engine_files.items())),
         ]
         if converged
@@ -473,6 +485,11 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         r.update(_file(f"{aws}/config", engine_files[f"{aws}/config"], user, user, "0600"))
         r.update(_file(render.ENV_PATH, engine_files[render.ENV_PATH], "root", user, "0640"))
         r.update(_file(render.UNIT_PATH, engine_files[render.UNIT_PATH], "root", "root", "0644"))
+        r.update(
+            _file(render.SECRETS_PATH, engine_files[render.SECRETS_PATH], "root", "root", "0600")
+        )
+        r.update(_directory(render.GUARD_DIR, "root", "root", "0755"))
+        r.update(_file(render.GUARD_PATH, engine_files[render.GUARD_PATH], "root", "root", "0644"))
     return r
 
 

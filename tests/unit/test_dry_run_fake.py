@@ -73,6 +73,9 @@ FRESH_CHANGES = {
     "Inference config | AWS config /var/lib/vllm/.aws/config": INFERENCE,
     "Inference config | /etc/hosts entry for lmcache.s3.kvlab": INFERENCE,
     "vLLM service | Engine environment /etc/kvceph/vllm.env": INFERENCE,
+    "vLLM service | Engine secrets /etc/kvceph/secrets.env": INFERENCE,
+    "vLLM service | Engine gate directory /usr/local/lib/kvceph": INFERENCE,
+    "vLLM service | Engine gate /usr/local/lib/kvceph/kvceph_engine_guard.py": INFERENCE,
     UNIT: INFERENCE,
     "vLLM service | Enable vllm.service": INFERENCE,
     "vLLM service | Rolling restart of vllm.service": INFERENCE,
@@ -101,6 +104,8 @@ def _pyinfra(scenario: str, *flags: str, rc: int = 0) -> subprocess.CompletedPro
         **os.environ,
         "KVCEPH_S3_ACCESS_KEY": fake_facts.FAKE_ACCESS_KEY,
         "KVCEPH_S3_SECRET_KEY": fake_facts.FAKE_SECRET_KEY,
+        "KVCEPH_VLLM_API_KEY": fake_facts.FAKE_API_KEY,
+        "KVCEPH_HF_TOKEN": fake_facts.FAKE_HF_TOKEN,
         "PYINFRA_FAKE_DELAY": "0",
         "PYINFRA_FAKE_DELAY_JITTER": "0",
     }
@@ -215,7 +220,7 @@ def test_out_of_band_drift_plans_a_restart_and_says_why():
             "running env PYTHONHASHSEED=68, desired 67; /etc/kvceph/vllm.env differs from desired",
         ),
     ]
-    assert fake_facts.FAKE_SECRET_KEY not in output
+    assert _secrets_in(output) == []
 
 
 def test_both_states_plan_the_same_operations(fresh_plan, converged_plan):
@@ -257,11 +262,22 @@ def test_fresh_plan_text_reads_by_stage(fresh_verbose):
         assert f"    {stage} | " in table
 
 
+SECRETS = {
+    "S3 secret key": fake_facts.FAKE_SECRET_KEY,
+    "API key": fake_facts.FAKE_API_KEY,
+    "HF token": fake_facts.FAKE_HF_TOKEN,
+}
+
+
+def _secrets_in(text: str) -> list[str]:
+    return [name for name, value in SECRETS.items() if value in text]
+
+
 def test_secret_never_in_output(fresh_verbose, converged_verbose, fresh_plan, converged_plan):
-    secret = fake_facts.FAKE_SECRET_KEY
-    assert secret not in fresh_verbose
-    assert secret not in converged_verbose
-    assert secret not in json.dumps(fresh_plan) + json.dumps(converged_plan)
+    # deploy.py --dry -vvv --debug --diff, and the JSON plan: no secret value anywhere.
+    assert _secrets_in(fresh_verbose) == []
+    assert _secrets_in(converged_verbose) == []
+    assert _secrets_in(json.dumps(fresh_plan) + json.dumps(converged_plan)) == []
 
 
 def test_converged_commands_are_all_scripted(converged_verbose):
@@ -287,8 +303,8 @@ def test_scripted_lifecycle_reads_back_as_kvceph_rules():
 def test_executed_commands_never_carry_the_keys(fresh_executed):
     commands = [cmd for _, cmd in _commands(fresh_executed)]
     assert any("create-user" in c for c in commands)  # the ops did run
-    assert fake_facts.FAKE_SECRET_KEY not in fresh_executed
-    # Keys travel in files (s3-admin.ini, ~/.aws/credentials), never in argv.
+    assert _secrets_in(fresh_executed) == []
+    # Keys travel in files (s3-admin.ini, ~/.aws/credentials, secrets.env), never in argv.
     assert [c for c in commands if fake_facts.FAKE_ACCESS_KEY in c] == []
 
 
@@ -311,7 +327,11 @@ def test_restart_digest_does_not_depend_on_the_process(fresh_verbose):
     from deploys.secrets import S3Credentials, Secret
 
     creds = S3Credentials(
-        Secret(fake_facts.FAKE_ACCESS_KEY), Secret(fake_facts.FAKE_SECRET_KEY), "test"
+        Secret(fake_facts.FAKE_ACCESS_KEY),
+        Secret(fake_facts.FAKE_SECRET_KEY),
+        "test",
+        vllm_api_key=Secret(fake_facts.FAKE_API_KEY),
+        hf_token=Secret(fake_facts.FAKE_HF_TOKEN),
     )
     layout = fake_facts.Layout("fake_fresh", converged=False)
     for host in sorted(INFERENCE):

@@ -42,7 +42,7 @@ def test_roll_guard_stops_the_roll_after_an_unhealthy_host():
 def _run_ready(probe, executing):
     state = FakeState()
     state.is_executing = executing
-    key = "model=m, port=8000, python=/v/bin/python, timeout=60"
+    key = "model=m, port=8000, python=/v/bin/python, secrets=/dev/null, timeout=60"
     host = create_host(state, facts={"engine.EngineReadiness": {key: probe}})
     with ctx_state.use(state), ctx_host.use(host):
         return list(service.ready._inner(python="/v/bin/python", port=8000, model="m"))

@@ -548,6 +548,21 @@ def test_pool_of_another_type_is_refused_even_with_every_opt_in(existing):
             "KVCEPH_S3_SECRET_KEY are set nor /nonexistent/secrets.env exists; fix: export them "
             "or write /nonexistent/secrets.env (KEY=VALUE, mode 0600)",
         ),
+        (
+            "hf_token",
+            "kvceph: @fake/gpu1: kvceph_hf_token = '***': secrets must not live in group_data or "
+            "the inventory (they are committed); fix: export KVCEPH_VLLM_API_KEY / "
+            "KVCEPH_HF_TOKEN / KVCEPH_S3_ACCESS_KEY / KVCEPH_S3_SECRET_KEY or put them in "
+            "secrets.env (0600; docs/security.md)",
+        ),
+        (
+            "secret_env",
+            "kvceph: @fake/gpu1: kvceph_extra_env = 'HF_TOKEN': looks like a secret "
+            "(KEY/TOKEN/SECRET/PASSWORD/CREDENTIALS in its name) and would be written in clear "
+            "from a committed file; fix: remove it; export KVCEPH_VLLM_API_KEY / KVCEPH_HF_TOKEN "
+            "/ KVCEPH_S3_ACCESS_KEY / KVCEPH_S3_SECRET_KEY or put them in secrets.env (0600; "
+            "docs/security.md)",
+        ),
     ],
 )
 def test_bad_inventory_is_refused_before_any_host_is_touched(bad, line, monkeypatch):
@@ -563,3 +578,4 @@ def test_bad_inventory_is_refused_before_any_host_is_touched(bad, line, monkeypa
     assert "Traceback" not in out
     assert _commands(out) == []  # the fake connector answered no command: no fact, no op
     assert "Starting operation" not in out and "Loaded fact" not in out
+    assert "hf_fake" not in out  # the refused value itself is never shown

@@ -90,6 +90,7 @@ BAD = [
     ((), {"kvceph_s3_endpoint": "http://other.example:80"}, "differs from kvceph_rgw_dns_name"),
     ((), {"kvceph_s3_endpoint_ip": None}, "kvceph_s3_endpoint_ip = None"),
     ((), {"kvceph_s3_access_key": "AKIA"}, "secrets must not live in group_data"),
+    ((), {"kvceph_vllm_bind": "localhost"}, "is not an IP address"),
     ((), {"kvceph_s3_region": " default"}, "whitespace"),
     (("gpu",), {"kvceph_lmcache_chunk_size": 0}, "kvceph_lmcache_chunk_size = 0"),
     (("gpu",), {"kvceph_lmcache_chunk_size": 100}, "multiple of the nvidia KV block size 16"),

@@ -14,7 +14,9 @@ from deploys import settings as s
 from deploys.operations.files import sha256_text
 from deploys.secrets import S3Credentials, Secret
 
-CREDS = S3Credentials(Secret("AKIAPLAN"), Secret("plan-secret-value"), "test")
+CREDS = S3Credentials(
+    Secret("AKIAPLAN"), Secret("plan-secret-value"), "test", vllm_api_key=Secret("plan-api-key")
+)
 CHECKED = SimpleNamespace(credentials=CREDS)
 GLOBAL = {"name", "_serial", "_if", "_sudo"}
 
@@ -147,12 +149,24 @@ def test_vllm_service_rolls_serially_with_the_digest(plan, caplog):
     calls = plan(vllm_service, me, {}, CHECKED)
     assert names(calls) == [
         "files.atomic_file",
+        "files.private_file",
+        "files.directory",
+        "files.atomic_file",
         "files.atomic_file",
         "service.daemon_reload_if_stale",
         "service.enabled",
         "service.rolling_restart",
     ]
     env = calls[0][1]["content"]
+    secrets_file = calls[1][1]
+    # Root only (systemd reads it before dropping privileges); masked if pyinfra prints it.
+    assert (secrets_file["user"], secrets_file["group"], secrets_file["mode"]) == (
+        "root",
+        "root",
+        "0600",
+    )
+    assert repr(secrets_file["content"]) == "'***'"
+    assert 'VLLM_API_KEY="plan-api-key"' in secrets_file["content"].reveal()
     roll = calls[-1][1]
     assert f'KVCEPH_DIGEST="{roll["digest"]}"' in env
     assert roll["digest"] == render.digest(me, CREDS)
@@ -165,9 +179,14 @@ def test_vllm_service_rolls_serially_with_the_digest(plan, caplog):
         f"{aws}/credentials": sha256_text(render.aws_credentials(me, CREDS)),
         f"{aws}/config": sha256_text(render.aws_config(me)),
         render.ENV_PATH: sha256_text(env),
+        render.SECRETS_PATH: sha256_text(secrets_file["content"].reveal()),
         render.UNIT_PATH: sha256_text(render.unit(me)),
+        render.GUARD_PATH: sha256_text(render.guard_module()),
     }
-    assert calls[1][1]["on_change"] == "timeout 120 systemctl daemon-reload"
+    # Secret variables by hash only: operation arguments can reach pyinfra's debug output.
+    assert roll["secret_environment"] == {"VLLM_API_KEY": sha256_text("plan-api-key")}
+    assert "plan-api-key" not in repr(roll)
+    assert calls[4][1]["on_change"] == "timeout 120 systemctl daemon-reload"
     assert "accelerator check skipped" in caplog.text
 
 

@@ -32,9 +32,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http(method: str, url: str, body=None, timeout=30):
+def http(method: str, url: str, body=None, timeout=30, headers=None):
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if data is not None:
         req.add_header("Content-Type", "application/json")
     try:

@@ -2,7 +2,8 @@
 
 Reads from the environment (as vLLM + LMCache do): LMCACHE_CONFIG_FILE, LMCACHE_<KEY>
 overrides, PYTHONHASHSEED (chunk-hash chain seed), AWS_PROFILE / HOME / AWS_* (awscrt default
-credentials chain), and KVCEPH_DIGEST (shown as kvceph_lab_engine_info on /metrics).
+credentials chain), VLLM_API_KEY (the API key, as vLLM reads it; or --api-key) and
+KVCEPH_DIGEST (shown as kvceph_lab_engine_info on /metrics).
 Exit status 1 with the reason on stderr where the real pair refuses to start; 2 for flags
 `vllm serve` does not know.
 """
@@ -47,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--served-model-name", default=None)
     s.add_argument("--dtype", default="auto")
     s.add_argument("--kv-cache-dtype", default="auto")
+    # vLLM: --api-key KEY (repeatable in newer releases), else $VLLM_API_KEY.
+    s.add_argument("--api-key", action="append", default=None)
+    # vLLM: ASGI middleware classes by import path, wrapped around the app (asgi.py).
+    s.add_argument("--middleware", action="append", default=[])
     # accepted and ignored, like harmless vLLM tuning flags
     for flag in ("--block-size", "--max-num-seqs", "--max-num-batched-tokens", "--seed"):
         s.add_argument(flag, type=int, default=None)
@@ -97,7 +102,8 @@ def _refuse(msg: str) -> int:
 def build(args):
     """Validate everything the real pair validates at startup; return (App, info). Raises
     SystemExit-worthy errors as (kind, message) via StartupError."""
-    from kvceph_lab_engine import lmcache_config
+    from kvceph_lab_engine import asgi, lmcache_config
+    from kvceph_lab_engine.auth import ApiKeys
     from kvceph_lab_engine.engine import KVEngine, LoadLimits, LocalCpuTier
     from kvceph_lab_engine.hashing import ChunkHasher
     from kvceph_lab_engine.metrics import Metrics
@@ -222,6 +228,8 @@ def build(args):
         engine=engine,
         metrics=metrics,
         vllm_version=args.vllm_version,
+        api_keys=ApiKeys(args.api_key or [os.environ.get("VLLM_API_KEY", "")]),
+        middleware=asgi.load(args.middleware),
     )
     return app
 

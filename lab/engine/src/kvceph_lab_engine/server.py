@@ -2,7 +2,10 @@
 
 GET /health (200, empty), GET /version, GET /v1/models, GET /metrics,
 POST /v1/completions, POST /v1/chat/completions (stream and non-stream; with
-stream_options.include_usage a last chunk carries `usage` and empty `choices`, as in vLLM).
+stream_options.include_usage a last chunk carries `usage` and empty `choices`, as in vLLM),
+POST /invocations (SageMaker route: a chat when the body has `messages`, else a completion),
+POST /tokenize. With an API key, only vLLM's guarded prefixes need it (auth.py): /invocations
+and /tokenize generate or answer without one, exactly as in vLLM.
 Defaults that differ from vLLM: max_tokens defaults to 16 for chat too (vLLM: the rest of the
 context), output text is filler words; temperature and other sampling fields are ignored.
 """
@@ -17,7 +20,8 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from kvceph_lab_engine import BANNER, __version__
+from kvceph_lab_engine import BANNER, __version__, asgi
+from kvceph_lab_engine.auth import UNAUTHORIZED, ApiKeys
 from kvceph_lab_engine.engine import EngineDead, KVEngine, LoadFailed
 from kvceph_lab_engine.metrics import Metrics
 from kvceph_lab_engine.tokenizer import apply_chat_template, tokenize
@@ -56,7 +60,11 @@ class App:
         engine: KVEngine,
         metrics: Metrics,
         vllm_version: str,
+        api_keys: ApiKeys | None = None,
+        middleware: tuple = (),
     ):
+        self.api_keys = api_keys or ApiKeys([])
+        self.middleware = middleware
         self.model = model
         self.max_model_len = max_model_len
         self.engine = engine
@@ -143,9 +151,19 @@ class Handler(BaseHTTPRequestHandler):
         payload = obj if isinstance(obj, str) else json.dumps(obj)
         self._chunk(f"data: {payload}\n\n".encode())
 
+    def _authorized(self, path: str, body: bytes = b"") -> bool:
+        if not asgi.gate(self.app.middleware, self, path, body):
+            return False
+        if self.app.api_keys.allows(self.command, path, self.headers.get("Authorization")):
+            return True
+        self._json(401, UNAUTHORIZED)
+        return False
+
     # -- routes -------------------------------------------------------------------------------
     def do_GET(self):  # noqa: N802
         path = self.path.split("?", 1)[0]
+        if not self._authorized(path):
+            return
         if path == "/health":
             # vLLM: 503 once the engine core is dead, until the server has shut down.
             self._send(503 if self.app.engine.dead else 200, b"")
@@ -162,15 +180,33 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802
         path = self.path.split("?", 1)[0]
-        if path not in ("/v1/completions", "/v1/chat/completions"):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if not self._authorized(path, body):
+            return
+        if path not in ("/v1/completions", "/v1/chat/completions", "/invocations", "/tokenize"):
             self._json(404, {"detail": "Not Found"})
             return
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            req = json.loads(self.rfile.read(length) or b"{}")
+            req = json.loads(body or b"{}")
             if not isinstance(req, dict):
                 raise ApiError(400, "request body must be a JSON object")
-            self._generate(req, chat=path.endswith("chat/completions"))
+            if path == "/tokenize":
+                tokens = self._prompt_tokens(req, chat="messages" in req)
+                self._json(
+                    200,
+                    {
+                        "count": len(tokens),
+                        "max_model_len": self.app.max_model_len,
+                        "tokens": tokens,
+                        "token_strs": None,
+                    },
+                )
+                return
+            chat = path.endswith("chat/completions") or (
+                path == "/invocations" and "messages" in req
+            )
+            self._generate(req, chat=chat)
         except ApiError as exc:
             self._json(exc.status, exc.body())
         except json.JSONDecodeError as exc:

@@ -1,0 +1,112 @@
+"""Settings of the serving path's security: where engines listen, who reaches /metrics and
+/health, the private CA that signs RGW's certificate.
+
+Kept apart from deploys/settings.py (one module per subject); ``settings.load`` calls
+``load`` here and puts the result in ``HostSettings.security``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploys import secret_names
+from deploys.secrets import MECHANISM
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    vllm_bind: str  # address the engine listens on; 127.0.0.1 behind an operator's own proxy
+    # kvceph's gate (deploys/remote/engine_guard.py): with an API key, every route needs it
+    guard: bool = True
+    # networks that reach /health and /metrics without the key (the rest needs it)
+    open_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+    # the private CA that signs RGW's certificate: path on the controller, and its PEM text
+    s3_ca_bundle: str | None = None
+    s3_ca_pem: str | None = None
+
+
+def refuse_secrets_in_data(r) -> None:
+    """Secrets never live in group_data or the inventory (both are committed)."""
+    for key in secret_names.GROUP_DATA_SECRETS:
+        if r.raw(key, None) is not None:
+            raise r.fail(
+                key,
+                "***",
+                "secrets must not live in group_data or the inventory (they are committed)",
+                MECHANISM,
+            )
+
+
+def refuse_secret_env(r, key: str, names) -> None:
+    """``kvceph_extra_env`` (and a profile's env) carry no secret-looking variable."""
+    for name in names:
+        if secret_names.looks_secret(name):
+            raise r.fail(
+                key,
+                name,
+                "looks like a secret (KEY/TOKEN/SECRET/PASSWORD/CREDENTIALS in its name) and "
+                "would be written in clear from a committed file",
+                f"remove it; {MECHANISM}",
+            )
+
+
+def load(r) -> SecuritySettings:
+    bind = r.str("kvceph_vllm_bind", "0.0.0.0")
+    try:
+        ipaddress.ip_address(bind)
+    except ValueError:
+        raise r.fail(
+            "kvceph_vllm_bind", bind, "is not an IP address", "use 0.0.0.0 or 127.0.0.1"
+        ) from None
+    networks = tuple(r.list("kvceph_vllm_open_networks", list(DEFAULTS.open_networks)))
+    for net in networks:
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except (ValueError, TypeError):
+            raise r.fail(
+                "kvceph_vllm_open_networks", net, "is not a CIDR", "use e.g. 10.67.67.0/24"
+            ) from None
+    bundle = r.opt_str("kvceph_s3_ca_bundle")
+    return SecuritySettings(
+        vllm_bind=bind,
+        guard=r.bool("kvceph_vllm_guard", True),
+        open_networks=networks,
+        s3_ca_bundle=bundle,
+        s3_ca_pem=None if bundle is None else read_ca_bundle(r, bundle),
+    )
+
+
+_PEM_CERT = re.compile(
+    r"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+?-----END CERTIFICATE-----"
+)
+
+
+def read_ca_bundle(r, path: str) -> str:
+    """The CA certificates of ``kvceph_s3_ca_bundle`` (PEM, on the controller), normalised."""
+    key = "kvceph_s3_ca_bundle"
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise r.fail(
+            key, path, f"cannot be read ({exc})", "give a PEM file on the controller"
+        ) from None
+    if "PRIVATE KEY" in text:
+        raise r.fail(
+            key, path, "holds a private key", "give the CA's certificate only, never its key"
+        )
+    certs = _PEM_CERT.findall(text)
+    if not certs:
+        raise r.fail(key, path, "has no PEM certificate", "give the CA certificate(s) in PEM")
+    for cert in certs:
+        try:
+            ssl.PEM_cert_to_DER_cert(cert.replace("\r", ""))
+        except ValueError:
+            raise r.fail(key, path, "holds a broken PEM certificate", "re-export it") from None
+    return "".join(cert.replace("\r", "") + "\n" for cert in certs)
+
+
+DEFAULTS = SecuritySettings(vllm_bind="0.0.0.0")

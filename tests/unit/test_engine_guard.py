@@ -1,0 +1,172 @@
+"""kvceph's engine gate (deploys/remote/engine_guard.py): with an API key, every route needs it,
+except /health and /metrics from the open networks; answered like vLLM (401 Unauthorized)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from deploys import render
+
+sys.path.insert(0, str(render.GUARD_SOURCE.parent))
+from engine_guard import Guard  # noqa: E402
+
+KEY = "sk-gate-test-000111222"
+ENV = {"VLLM_API_KEY": KEY, "KVCEPH_OPEN_NETWORKS": "127.0.0.0/8,::1/128,10.1.0.0/16"}
+
+
+def call(guard_env, method, path, client="192.0.2.7", headers=(), kind="http"):
+    """(reached the app, status sent, body sent) for one request through the gate."""
+    reached, sent = [], []
+
+    async def app(scope, receive, send):
+        reached.append(scope["path"])
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": kind,
+        "method": method,
+        "path": path,
+        "root_path": "",
+        "headers": [(k.encode(), v.encode()) for k, v in headers],
+        "client": (client, 40000),
+    }
+    asyncio.run(Guard(app, environ=guard_env)(scope, None, send))
+    status = next((m.get("status") or m.get("code") for m in sent), None)
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return bool(reached), status, body
+
+
+BEARER = [("Authorization", f"Bearer {KEY}")]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/completions", "/invocations", "/tokenize", "/detokenize", "/classify", "/pooling",
+     "/score", "/rerank", "/collective_rpc", "/version", "/metrics", "/health", "/"],
+)  # fmt: skip
+def test_every_route_needs_the_key_from_outside(path):
+    assert call(ENV, "POST", path) == (False, 401, b'{"error": "Unauthorized"}')
+    assert call(ENV, "POST", path, headers=BEARER)[0] is True
+
+
+@pytest.mark.parametrize("path", ["/health", "/metrics", "/metrics/"])
+@pytest.mark.parametrize("client", ["127.0.0.1", "::1", "10.1.2.3"])
+def test_health_and_metrics_open_to_the_open_networks_only(path, client):
+    assert call(ENV, "GET", path, client=client)[0] is True
+    assert call(ENV, "POST", "/invocations", client=client)[1] == 401
+
+
+def test_wrong_or_malformed_credentials_are_refused():
+    for value in (f"Basic {KEY}", f"Bearer {KEY}x", f"Bearer  {KEY}", KEY, ""):
+        assert call(ENV, "GET", "/v1/models", headers=[("Authorization", value)])[1] == 401
+    assert call(ENV, "GET", "/v1/models", headers=[("authorization", f"bEaReR {KEY}")])[0]
+
+
+def test_cors_preflight_passes_a_bare_options_does_not():
+    preflight = [("Origin", "https://x"), ("Access-Control-Request-Method", "POST")]
+    assert call(ENV, "OPTIONS", "/v1/completions", headers=preflight)[0] is True
+    assert call(ENV, "OPTIONS", "/v1/completions")[1] == 401
+
+
+def test_websocket_without_key_is_closed_with_policy_violation():
+    assert call(ENV, "GET", "/v1/realtime", kind="websocket")[:2] == (False, 1008)
+
+
+def test_without_a_key_the_gate_passes_everything_like_vllm():
+    assert call({"KVCEPH_OPEN_NETWORKS": "127.0.0.0/8"}, "POST", "/invocations")[0] is True
+
+
+# --- with the lab engine, as `vllm serve --middleware kvceph_engine_guard.Guard` runs it ------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _status(url, body=None, key=None) -> int:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.fixture
+def gated_engine(tmp_path):
+    def start(open_networks: str):
+        port = _free_port()
+        guard_dir = tmp_path / "lib"
+        guard_dir.mkdir(exist_ok=True)
+        (guard_dir / f"{render.GUARD_MODULE}.py").write_text(render.guard_module())
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("LMCACHE_", "AWS_"))},
+            "VLLM_API_KEY": KEY,
+            "KVCEPH_OPEN_NETWORKS": open_networks,
+            "PYTHONPATH": str(guard_dir),
+        }
+        log = open(tmp_path / f"engine{port}.log", "w")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kvceph_lab_engine", "serve", "Qwen/Qwen3-32B",
+             "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port),
+             "--middleware", f"{render.GUARD_MODULE}.Guard"],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        procs.append((proc, log))
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / f"engine{port}.log").read_text()
+            try:
+                _status(url + "/v1/models", key=KEY)
+                return url, tmp_path / f"engine{port}.log"
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("engine did not start")
+
+    procs: list = []
+    yield start
+    for proc, log in procs:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+PROMPT = {"model": "Qwen/Qwen3-32B", "prompt": "hi there", "max_tokens": 2}
+
+
+def test_lab_engine_behind_the_gate_closes_vllms_gap(gated_engine):
+    url, log = gated_engine("10.99.0.0/16")  # the test client (127.0.0.1) is not in it
+    assert _status(url + "/v1/completions", PROMPT) == 401
+    assert _status(url + "/invocations", PROMPT) == 401  # open in vLLM, closed by the gate
+    assert _status(url + "/tokenize", PROMPT) == 401
+    assert _status(url + "/metrics") == 401
+    assert _status(url + "/health") == 401
+    assert _status(url + "/v1/completions", PROMPT, key=KEY) == 200
+    assert _status(url + "/metrics", key=KEY) == 200
+    assert KEY not in Path(log).read_text()
+
+
+def test_lab_engine_gate_opens_health_and_metrics_to_the_open_networks(gated_engine):
+    url, _ = gated_engine("127.0.0.0/8")
+    assert _status(url + "/health") == 200
+    assert _status(url + "/metrics") == 200
+    assert _status(url + "/invocations", PROMPT) == 401
