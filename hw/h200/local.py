@@ -19,14 +19,21 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+# deploys/render.py SECRETS_PATH: the engine's secrets (API key, HF token), when any is set.
+SECRETS_PATH = "/etc/kvceph/secrets.env"
 
-def unit_fields(text: str) -> dict[str, str]:
-    """``Key=value`` lines of a unit file (the last one wins, as systemd reads them)."""
-    out = {}
+
+def unit_fields(text: str) -> dict:
+    """``Key=value`` lines of a unit file (the last one wins, as systemd reads them), except
+    ``EnvironmentFile``: a list of every one, in order (systemd reads them all)."""
+    out: dict = {"EnvironmentFile": []}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and not line.startswith(("#", ";", "[")):
-            out[key.strip()] = value.strip()
+            if key.strip() == "EnvironmentFile":
+                out["EnvironmentFile"].append(value.strip())
+            else:
+                out[key.strip()] = value.strip()
     return out
 
 
@@ -101,7 +108,11 @@ class LocalEngine:
     def start(self) -> dict:
         fields = unit_fields(self.unit_path.read_text())
         argv = systemd_split(fields["ExecStart"])
-        env = {**os.environ, **env_file(Path(fields["EnvironmentFile"]).read_text())}
+        env = dict(os.environ)
+        for path in fields["EnvironmentFile"]:
+            # The secrets file exists only where secrets are set (not in every shipment).
+            if Path(path).is_file() or path != SECRETS_PATH:
+                env.update(env_file(Path(path).read_text()))
         n = self.info().get("n", 0) + 1
         log = self.state / f"engine.{n}.log"
         with open(log, "ab") as out:

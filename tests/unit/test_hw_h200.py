@@ -36,7 +36,7 @@ def test_h200_inventory_derives_the_lmcache_config(me):
 def test_local_control_reads_exec_start_like_systemd(me):
     fields = local.unit_fields(render.unit(me))
     assert local.systemd_split(fields["ExecStart"]) == render.exec_start(me)
-    assert fields["EnvironmentFile"] == render.ENV_PATH
+    assert fields["EnvironmentFile"] == [render.ENV_PATH, render.SECRETS_PATH]
 
 
 def test_local_control_reads_the_env_file_like_systemd(me):
