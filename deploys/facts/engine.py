@@ -8,6 +8,8 @@ import shlex
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from deploys.facts.probe_output import last_json_line
+
 # Runs in the venv's own python: what *that* interpreter imports is what the service runs.
 _VERSIONS_SCRIPT = (
     "import sys, importlib.metadata as m\n"
@@ -337,13 +339,9 @@ class EngineReadiness(FactBase):
         )
 
     def process(self, output):
-        for line in reversed(output):
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    break
+        answer = last_json_line(output)
+        if answer is not None:
+            return answer
         return {"health": None, "choices": False, "error": " ".join(output)[-300:] or None}
 
 

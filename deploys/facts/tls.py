@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from pyinfra.api import FactBase, QuoteString, StringCommand
+
+from deploys.facts.probe_output import last_json_line
 
 # Each OS family's own tool and where it takes extra anchors from.
 TRUST_STORES = {
@@ -110,11 +110,7 @@ class TlsHandshake(FactBase):
         )
 
     def process(self, output):
-        for line in reversed(output):
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    break
+        answer = last_json_line(output)
+        if answer is not None:
+            return answer
         return {"ok": False, "problem": " ".join(output)[-300:] or "no answer from the probe"}
