@@ -18,7 +18,7 @@ WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
 APT_PKGS := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime \
             ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
 
-.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify dry clean \
+.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify probe dry clean \
         rotate-add rotate-retire
 
 help:
@@ -100,6 +100,9 @@ dry: venv
 
 verify: venv
 	$(BIN)/pyinfra -y inventories/lab.py verify.py
+
+probe: venv
+	$(BIN)/pyinfra -y inventories/lab.py probe.py
 
 # S3 key rotation (docs/security.md): with the NEW keys configured, rotate-add, then deploy,
 # then rotate-retire OLD=<old access key>.

@@ -268,6 +268,14 @@ def limits(me) -> Limits:
     )
 
 
+def chunk_bytes(me) -> int:
+    """Bytes of one LMCache object of ``me``: chunk_size x KV bytes per token per worker.
+
+    LMCache's S3 connector refuses any other size (``s3_part_size`` = a full chunk).
+    """
+    return me.lmcache.chunk_size * for_host(me).kv_bytes_per_token
+
+
 def pinned_bytes(me) -> int:
     """Pinned RAM of ``me``'s engine: max_local_cpu_size GiB on every worker."""
     return int(limits(me).max_local_cpu_size * GIB) * me.engine.tensor_parallel_size

@@ -740,6 +740,24 @@ def _verify(r: _Reader) -> VerifySettings:
 # END verify settings
 
 
+# --- Cache probe (probe.py) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    tokens: int  # prompt tokens whose chunks each round moves (per worker: tokens // chunk_size)
+    rounds: int
+    timeout: int  # seconds for one host's whole probe
+
+
+def _probe(r: _Reader) -> ProbeSettings:
+    return ProbeSettings(
+        tokens=r.int("kvceph_probe_tokens", 16384, lo=256, hi=1048576),
+        rounds=r.int("kvceph_probe_rounds", 3, lo=1, hi=20),
+        timeout=r.int("kvceph_probe_timeout", 600, lo=10, hi=7200),
+    )
+
+
 # --- Host and inventory ------------------------------------------------------------------------
 
 
@@ -755,6 +773,7 @@ class HostSettings:
     lock_stale_after: int
     verify: VerifySettings | None = None  # None only when built by hand in tests
     security: security_settings.SecuritySettings = security_settings.DEFAULTS
+    probe: ProbeSettings | None = None  # likewise
 
     @property
     def is_inference(self) -> bool:
@@ -790,6 +809,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
         lock_stale_after=r.int("kvceph_lock_stale_after", 3600, lo=60),
         verify=_verify(r),
         security=security_settings.load(r),
+        probe=_probe(r),
     )
 
 

@@ -20,6 +20,7 @@ from deploys import render
 from deploys.facts.engine import Accelerators, accelerator_present
 from deploys.operations import files, service
 from deploys.operations.files import sha256_text
+from deploys.probe.report import last_verdict
 from deploys.settings import HostSettings
 
 
@@ -122,5 +123,7 @@ def apply(me: HostSettings, checked) -> None:
             for name, value in render.secret_environment(checked.credentials)
         },
         files=desired_files,
+        # Whether the S3 tier this engine starts with is worth it, as last measured (probe.py).
+        note=last_verdict(me.verify.report_dir, me.host) if me.verify else None,
         _serial=True,
     )

@@ -129,6 +129,7 @@ def rolling_restart(
     environment: dict[str, str] | None = None,
     files: dict[str, str] | None = None,
     secret_environment: dict[str, str] | None = None,
+    note: str | None = None,
 ):
     """
     Restart the engine when what runs is not the desired configuration, then wait for /health.
@@ -145,6 +146,8 @@ def rolling_restart(
     + secret_environment: secret variable -> sha256 of its desired value (never the value: an
       operation's arguments can reach pyinfra's debug output); read back from the running
       process as a sha256 too
+    + note: a line logged with the restart notice (the deploy passes the host's last cache
+      probe verdict, ``deploys/probe/report.last_verdict``)
 
     The host restarts when it is not active, its running ``KVCEPH_DIGEST`` differs, its running
     environment differs, or a config file differs or is newer than the process: so a hand edit
@@ -176,6 +179,8 @@ def rolling_restart(
         running,
         digest[:12],
     )
+    if note:
+        logger.info("%s%s", host.print_prefix, note)
     yield FunctionCommand(_roll_guard, (unit,), {})
     yield StringCommand("timeout 300 systemctl restart", QuoteString(unit))
     yield StringCommand(

@@ -36,6 +36,10 @@ class SshControl:
         )
         return ok, "; ".join(line for line in output.output_lines if line.strip())
 
+    def run(self, name: str, command: str, timeout: int) -> tuple[bool, str]:
+        """Run ``command`` on host ``name``: (ok, its output lines joined by '; ')."""
+        return self._run(name, command, timeout)
+
     def restart(self, host_name: str, timeout: int) -> str | None:
         ok, out = self._run(host_name, f"timeout {int(timeout)} systemctl restart {UNIT}", timeout)
         return None if ok else f"systemctl restart {UNIT} on {host_name}: {out[-200:]}"

@@ -1,0 +1,145 @@
+"""pyinfra glue for probe.py: run the remote probe on every inference host, one at a time.
+
+One host at a time, so that each host's figures are its own path to RGW, not a share of it
+(the same reason verify.py measures one host at a time). Kept out of probe.py (which pyinfra
+executes per host) so that tests can import it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pyinfra import logger
+
+from deploys import kv_sizing, render
+from deploys.probe import report as reporting
+from deploys.probe import verdicts
+from deploys.verification.controller import SshControl
+
+SCRIPT = Path(__file__).resolve().parent.parent / "remote" / "s3probe.py"
+
+
+def shape_of(me) -> verdicts.Shape:
+    """The host's LMCache object shape, from the same derivation as its lmcache.yaml."""
+    sizing = kv_sizing.for_host(me)
+    return verdicts.Shape(
+        chunk_size=me.lmcache.chunk_size,
+        kv_bytes_per_token=sizing.kv_bytes_per_token,
+        tensor_parallel_size=me.engine.tensor_parallel_size,
+    )
+
+
+def probe_command(me, nonce: str) -> str:
+    """The remote command: the engine venv's python as the service user, keys from its ~/.aws.
+
+    Endpoint, region, TLS and I/O threads are what LMCache reads from the host's lmcache.yaml
+    (``render.lmcache_config``), so the probe takes the path the engine takes.
+    """
+    e, lmc, probe = me.engine, me.lmcache, me.probe
+    config = render.lmcache_config(me)
+    extra = config["extra_config"]
+    chunks = max(1, probe.tokens // lmc.chunk_size)
+    argv = [
+        "timeout",
+        str(probe.timeout),
+        "runuser",
+        "-u",
+        e.service_user,
+        "--",
+        "env",
+        f"HOME={e.service_home}",
+        f"AWS_PROFILE={me.s3.profile}",
+        f"{e.venv}/bin/python",
+        "-c",
+        SCRIPT.read_text(),
+        "--endpoint",
+        config["remote_url"].removeprefix("s3://"),
+        "--region",
+        str(extra["s3_region"]),
+        "--chunk-bytes",
+        str(kv_sizing.chunk_bytes(me)),
+        "--chunks",
+        str(chunks),
+        "--workers",
+        str(e.tensor_parallel_size),
+        "--io-threads",
+        str(int(extra.get("s3_num_io_threads", 64))),
+        "--rounds",
+        str(probe.rounds),
+        "--nonce",
+        nonce,
+    ]
+    # LMCache reads these with bool(): the same here.
+    if bool(extra.get("disable_tls", False)):
+        argv.append("--disable-tls")
+    if bool(extra.get("s3_prefer_http2", True)):
+        argv.append("--prefer-http2")
+    return shlex.join(argv)
+
+
+def parse_output(output: str) -> dict:
+    """The remote probe's JSON (its last line starting with '{'); ValueError when absent."""
+    for line in reversed(output.split("; ")):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise ValueError(output[-300:] or "no output")
+
+
+def run_probe(state, host, checked, inv) -> bool:
+    """Probe every inference host, then print the table and write the report.
+
+    With ``state`` and ``host`` in its signature pyinfra runs it directly and takes its return
+    value as the operation's status: False when a host could not be probed.
+    """
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    ssh = SshControl(inv)
+    inference = [h for h in checked.hosts.values() if h.is_inference]
+    report_dir = inference[0].verify.report_dir
+    verify = reporting.read_json(Path(report_dir) / reporting.VERIFY_LATEST)
+    group_of = {name: g.hosts for g in checked.cache_groups for name in g.hosts}
+    results, ok = [], True
+    for me in inference:
+        nonce = f"{run_id}-{me.host}"
+        logger.info(f"kvceph probe: {me.host}: PUT/GET {me.probe.rounds} rounds (nonce {nonce})")
+        good, out = ssh.run(me.host, probe_command(me, nonce), me.probe.timeout)
+        try:
+            raw = parse_output(out)
+        except ValueError as exc:
+            ok = False
+            error = out.rsplit("; ", 1)[-1][-300:] if not good else f"unreadable output: {exc}"
+            results.append({"host": me.host, "error": error})
+            continue
+        results.append(
+            reporting.host_result(
+                me.host,
+                shape_of(me),
+                raw,
+                me.lmcache.prefill_tokens_per_s,
+                reporting.verify_figures(verify, group_of[me.host]),
+            )
+        )
+    document = {
+        "run_id": run_id,
+        "started": run_id.split("-")[0],
+        "prompt_tokens": list(verdicts.PROMPT_TOKENS),
+        "pays_margin": verdicts.PAYS_MARGIN,
+        "verify_run": (verify or {}).get("run_id"),
+        "hosts": results,
+    }
+    print(reporting.table(results), flush=True)
+    path = reporting.write(document, report_dir)
+    logger.info(f"kvceph probe: report {path}")
+    for r in results:
+        if "error" in r:
+            logger.error(f"kvceph probe FAILED: {r['host']}: {r['error']}")
+        elif r["deleted"] != r["objects"]:
+            ok = False
+            logger.error(
+                f"kvceph probe: {r['host']}: {r['objects'] - r['deleted']} probe objects left "
+                "behind (the bucket's lifecycle expires them)"
+            )
+    return ok

@@ -1,0 +1,276 @@
+"""kvceph cache probe, run on an inference host by probe.py (engine venv's python, as the
+service user, with its HOME and AWS_PROFILE: the keys come from ~/.aws like LMCache's).
+
+Moves objects of the size LMCache writes through the S3 client LMCache 0.5.6's S3Connector
+builds (lmcache/v1/storage_backend/connector/s3_connector.py + s3_adapter.py):
+
+- one awscrt ``S3Client`` per tensor-parallel worker (LMCache runs one connector per worker),
+  each on its own ``EventLoopGroup(s3_num_io_threads)``; region, ``tls_mode`` DISABLED only with
+  ``disable_tls``, an h2/http1.1 ALPN TLS context only with ``s3_prefer_http2``. No
+  ``part_size`` is passed: LMCache sets ``s3_part_size`` = chunk bytes but only uses it to refuse
+  partial chunks, so the CRT picks its own part size, as it does in LMCache;
+- virtual-hosted addressing: ``Host: <remote_url without s3://>``, path ``/<quoted key>``;
+- PUT: ``PUT_OBJECT`` from a memoryview stream, at most 4 in flight per worker (LMCache's
+  ``AsyncPQExecutor`` has 4 workers and each put job awaits its upload);
+- lookup: sequential HEADs per worker (``_batched_async_contains``);
+- GET: every chunk of the request in flight at once (``batched_get``), the body written into
+  a preallocated buffer per chunk (LMCache memmoves into its pinned buffer).
+
+Objects are named ``kvceph-probe-<nonce>@<worker>@<index>``; every one is deleted at the end,
+also after a failure. Prints one JSON document on stdout; exit 1 with one line on stderr when
+nothing could be measured.
+
+    python s3probe.py --endpoint BUCKET.DNS:PORT --region R --chunk-bytes B --chunks K
+        --workers TP --io-threads 64 --rounds 3 --nonce N [--disable-tls] [--prefer-http2]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from urllib.parse import quote
+
+PUTS_IN_FLIGHT = 4  # LMCache 0.5.6 AsyncPQExecutor(max_workers=4)
+
+
+class MemoryViewStream:
+    """LMCache's zero-copy upload stream (s3_connector.MemoryViewStream)."""
+
+    def __init__(self, data):
+        self.mv = memoryview(data).cast("B")
+        self.offset = 0
+
+    def read(self, size=None):
+        if size is None or size < 0:
+            size = len(self.mv) - self.offset
+        end = min(self.offset + size, len(self.mv))
+        out = self.mv[self.offset : end]
+        self.offset = end
+        return out
+
+    def seek(self, offset, whence=0):
+        base = {0: 0, 1: self.offset, 2: len(self.mv)}[whence]
+        self.offset = base + offset
+        return self.offset
+
+    def tell(self):
+        return self.offset
+
+    def __len__(self):
+        return len(self.mv)
+
+
+class Worker:
+    """One TP worker's S3 client, built as S3Connector.__init__ builds it."""
+
+    def __init__(self, args):
+        from awscrt import auth, io, s3
+        from awscrt.io import ClientTlsContext, TlsConnectionOptions, TlsContextOptions
+
+        self.s3 = s3
+        self.endpoint = args.endpoint
+        self.region = args.region
+        elg = io.EventLoopGroup(args.io_threads)
+        bootstrap = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
+        self.credentials = auth.AwsCredentialsProvider.new_default_chain(bootstrap)
+        tls_opts = None
+        if args.prefer_http2:
+            tls_opts = TlsConnectionOptions(ClientTlsContext(TlsContextOptions()))
+            try:
+                tls_opts.set_alpn_list(["h2", "http/1.1"])
+            except Exception:
+                tls_opts = None
+        self.client = s3.S3Client(
+            bootstrap=bootstrap,
+            region=args.region,
+            enable_s3express=False,
+            tls_connection_options=tls_opts,
+            tls_mode=s3.S3RequestTlsMode.DISABLED
+            if args.disable_tls
+            else s3.S3RequestTlsMode.ENABLED,
+        )
+
+    def request(self, method, key, rtype, body=None, sink=None, op=None):
+        """Submit one request; returns (finished_future, status holder)."""
+        from awscrt.http import HttpHeaders, HttpRequest
+
+        headers = HttpHeaders()
+        headers.add("Host", self.endpoint)
+        stream = None
+        if body is not None:
+            stream = MemoryViewStream(body)
+            headers.add("Content-Length", str(len(stream)))
+            headers.add("Content-Type", "application/octet-stream")
+        req = HttpRequest(method, "/" + quote(key.replace("/", "_")), headers, body_stream=stream)
+        got = {"status": None, "error": None}
+
+        def on_headers(status_code, headers, **kwargs):
+            got["status"] = status_code
+
+        def on_body(chunk, offset, **kwargs):
+            sink[offset : offset + len(chunk)] = chunk
+
+        def on_done(error=None, status_code=None, **kwargs):
+            got["error"] = error
+            if status_code is not None:
+                got["status"] = status_code
+
+        kwargs = {"operation_name": op} if op else {}
+        r = self.s3.S3Request(
+            client=self.client,
+            type=rtype,
+            request=req,
+            on_headers=on_headers,
+            on_body=on_body if sink is not None else None,
+            on_done=on_done,
+            credential_provider=self.credentials,
+            region=self.region,
+            **kwargs,
+        )
+        return r.finished_future, got
+
+
+def wait(pending, ok_statuses, what):
+    for fut, got in pending:
+        try:
+            fut.result()
+        except Exception as exc:
+            raise SystemExit(f"{what} failed: {got['status'] or ''} {exc}".strip()) from None
+        if got["status"] not in ok_statuses:
+            raise SystemExit(f"{what} failed: HTTP {got['status']}")
+
+
+def put_all(worker, keys, payload):
+    """At most PUTS_IN_FLIGHT uploads at a time, like LMCache's put executor."""
+    s3 = worker.s3
+    for i in range(0, len(keys), PUTS_IN_FLIGHT):
+        batch = [
+            worker.request("PUT", k, s3.S3RequestType.PUT_OBJECT, body=payload)
+            for k in keys[i : i + PUTS_IN_FLIGHT]
+        ]
+        wait(batch, (200, 201), "PUT")
+
+
+def in_threads(fn, jobs):
+    """Run fn(*job) for every job in parallel (the TP workers are separate processes)."""
+    errors = []
+
+    def run(job):
+        try:
+            fn(*job)
+        except BaseException as exc:  # SystemExit from wait()
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=run, args=(j,)) for j in jobs]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit(errors[0])
+    return time.monotonic() - start
+
+
+def heads(worker, keys, out):
+    s3 = worker.s3
+    for k in keys:
+        t = time.monotonic()
+        wait([worker.request("HEAD", k, s3.S3RequestType.DEFAULT, op="HeadObject")], (200,), "HEAD")
+        out.append(time.monotonic() - t)
+
+
+def get_all(worker, keys, buffers):
+    s3 = worker.s3
+    pending = [
+        worker.request("GET", k, s3.S3RequestType.GET_OBJECT, sink=b)
+        for k, b in zip(keys, buffers, strict=True)
+    ]
+    wait(pending, (200, 206), "GET")
+
+
+def delete_all(worker, keys):
+    """Delete every probe object; returns how many are gone (204 or 404)."""
+    s3 = worker.s3
+    pending = [
+        worker.request("DELETE", k, s3.S3RequestType.DEFAULT, op="DeleteObject") for k in keys
+    ]
+    gone = 0
+    for fut, got in pending:
+        try:
+            fut.result()
+        except Exception:
+            pass
+        gone += got["status"] in (200, 204, 404)
+    return gone
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="s3probe")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--region", required=True)
+    p.add_argument("--chunk-bytes", type=int, required=True)
+    p.add_argument("--chunks", type=int, required=True)
+    p.add_argument("--workers", type=int, required=True)
+    p.add_argument("--io-threads", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--nonce", required=True)
+    p.add_argument("--disable-tls", action="store_true")
+    p.add_argument("--prefer-http2", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv):
+    args = parse(argv)
+    workers = [Worker(args) for _ in range(args.workers)]
+    keys = [
+        [f"kvceph-probe-{args.nonce}@{w}@{i}" for i in range(args.chunks)]
+        for w in range(args.workers)
+    ]
+    # Filler, not KV: RGW stores bytes as given (no compression on this path).
+    payload = (os.urandom(1 << 16) * (args.chunk_bytes // (1 << 16) + 1))[: args.chunk_bytes]
+    buffers = [[bytearray(args.chunk_bytes) for _ in ks] for ks in keys]
+    total = args.chunk_bytes * args.chunks * args.workers
+    up, down, head_s = [], [], []
+    pairs = list(zip(workers, keys, strict=True))
+    try:
+        for _ in range(args.rounds):
+            up.append(in_threads(put_all, [(w, k, payload) for w, k in pairs]))
+            in_threads(heads, [(w, k, head_s) for w, k in pairs])
+            down.append(
+                in_threads(get_all, [(w, k, b) for (w, k), b in zip(pairs, buffers, strict=True)])
+            )
+        if bytes(buffers[0][0][:64]) != payload[:64]:
+            raise SystemExit("GET returned other bytes than were PUT")
+    finally:
+        deleted = sum(delete_all(w, k) for w, k in pairs)
+    print(
+        json.dumps(
+            {
+                "bytes_per_round": total,
+                "objects": args.chunks * args.workers,
+                "deleted": deleted,
+                "put_seconds": up,
+                "get_seconds": down,
+                "head_seconds_median": statistics.median(head_s),
+                "up_gb_per_s": [total / s / 1e9 for s in up],
+                "down_gb_per_s": [total / s / 1e9 for s in down],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(f"s3probe: {exc.code}", file=sys.stderr)
+            sys.exit(1)
+        raise
+    except ImportError as exc:
+        print(f"s3probe: {exc} (the engine venv lacks awscrt?)", file=sys.stderr)
+        sys.exit(1)
