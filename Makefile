@@ -18,7 +18,7 @@ WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
 APT_PKGS := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime \
             ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
 
-.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify probe dry clean \
+.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify probe bench dry clean \
         rotate-add rotate-retire
 
 help:
@@ -103,6 +103,16 @@ verify: venv
 
 probe: venv
 	$(BIN)/pyinfra -y inventories/lab.py probe.py
+
+# Provisioning benchmark (bench/README.md): never part of `make test`. BENCH_HOSTS="2 4 8 16".
+BENCH_HOSTS ?= 2 4 8 16
+bench: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built $(VENV)/ansible/.installed
+	$(BIN)/python bench/run.py --hosts $(BENCH_HOSTS) --repeat 3
+
+$(VENV)/ansible/.installed:
+	$(PY) -m venv $(VENV)/ansible
+	$(VENV)/ansible/bin/pip install -q 'ansible-core>=2.18,<2.20'
+	@touch $@
 
 # S3 key rotation (docs/security.md): with the NEW keys configured, rotate-add, then deploy,
 # then rotate-retire OLD=<old access key>.
