@@ -50,3 +50,9 @@ gaudi = [
         },
     )
 ]
+
+# KVCEPH_LAB_HOSTS=N: the benchmark lab (lab/lab.sh, bench/): ceph1 + gpu1..gpuN, no Gaudi host.
+if os.environ.get("KVCEPH_LAB_HOSTS"):
+    _n = int(os.environ["KVCEPH_LAB_HOSTS"])
+    gpu = [_host(f"gpu{i}", f"{_NET}.{20 + i}") for i in range(1, _n + 1)]
+    gaudi = []

@@ -24,13 +24,20 @@ BR=kvbr$INST           # bridge inside $NS
 RIF=kvlab$INST         # root-namespace end of the uplink veth ($NET.1/24)
 RIF_PEER=kvlab$INST-br # its peer, enslaved to $BR inside $NS
 HOSTS="ceph1 gpu1 gpu2 gaudi1"
+# KVCEPH_LAB_HOSTS=N (1..16): a benchmark lab of ceph1 + N light inference hosts gpu1..gpuN
+# (bench/README.md); inventories/lab.py reads the same variable.
+if [ -n "${KVCEPH_LAB_HOSTS:-}" ]; then
+  case $KVCEPH_LAB_HOSTS in [1-9] | 1[0-6]) ;; *) echo "[lab] ERROR: KVCEPH_LAB_HOSTS=$KVCEPH_LAB_HOSTS: want 1..16" >&2; exit 2 ;; esac
+  HOSTS="ceph1 $(seq -f 'gpu%g' -s ' ' 1 "$KVCEPH_LAB_HOSTS")"
+fi
 CG=/sys/fs/cgroup
 S3_WAIT=${KVCEPH_LAB_S3_WAIT:-240}
 SSH_WAIT=${KVCEPH_LAB_SSH_WAIT:-60}
 
 ip_of() {
   case $1 in
-  ceph1) echo $NET.11 ;; gpu1) echo $NET.21 ;; gpu2) echo $NET.22 ;; gaudi1) echo $NET.31 ;;
+  ceph1) echo $NET.11 ;; gaudi1) echo $NET.31 ;;
+  gpu[1-9] | gpu1[0-6]) echo $NET.$((20 + ${1#gpu})) ;;  # gpu11 would be gaudi1's .31: never both
   *) echo "unknown lab host: $1 (hosts: $HOSTS)" >&2; return 1 ;;
   esac
 }
@@ -69,6 +76,10 @@ ensure_client_key() {
   mkdir -p "$LAB"; chmod 700 "$LAB"
   [ -f "$LAB/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C kvceph-lab -f "$LAB/id_ed25519"
 }
+known_names() {  # HOSTS plus every host that has a key or a disk (gpuN of a bench lab too)
+  { echo $HOSTS | tr ' ' '\n'; ls "$LAB/hostkeys" "$LAB/hosts" 2>/dev/null | grep -v -e : -e '^$'; } |
+    awk '!seen[$0]++' | while read -r h; do ip_of "$h" >/dev/null 2>&1 && echo "$h"; done
+}
 new_host_key() {  # new_host_key HOST: (re)generate HOST's ssh host key on the controller
   local d=$LAB/hostkeys/$1
   rm -rf "$d"; mkdir -p "$d"
@@ -78,7 +89,7 @@ ensure_host_key() { [ -f "$LAB/hostkeys/$1/ssh_host_ed25519_key" ] || new_host_k
 write_known_hosts() {  # one line for the IP and one for the name of every host with a key
   local h tmp=$LAB/known_hosts.tmp key
   : >"$tmp"
-  for h in $HOSTS; do
+  for h in $(known_names); do
     [ -f "$LAB/hostkeys/$h/ssh_host_ed25519_key.pub" ] || continue
     key=$(cut -d' ' -f1,2 "$LAB/hostkeys/$h/ssh_host_ed25519_key.pub")
     printf '%s %s\n%s %s\n' "$(ip_of "$h")" "$key" "$h" "$key" >>"$tmp"
@@ -307,10 +318,11 @@ EOF
 }
 
 cmd_down() {
-  local h
+  local h all
+  all=$(known_names | tr '\n' ' ')
   # shellcheck disable=SC2086
-  stop_hosts $HOSTS
-  for h in $HOSTS; do cleanup_host "$h"; done
+  stop_hosts $all
+  for h in $all; do cleanup_host "$h"; done
   rm -rf "$LAB/hosts"          # next `up` boots fresh hosts (host keys are kept)
   teardown_net
   for d in $(cg_dirs x); do rmdir "$(dirname "$d")" 2>/dev/null || true; done
@@ -363,6 +375,14 @@ main() {
     start_host "$h"; wait_ssh "$h"
     [ "$h" = ceph1 ] && wait_s3
     log "$h replaced: blank disk, new host key (known_hosts updated) in $(elapsed "$t0") s" ;;
+  blank)   # blank disks for several hosts at once (host keys kept): a fleet of new nodes
+    [ $# -ge 1 ] || die "usage: lab.sh blank HOST..."
+    need_root; lock; for h in "$@"; do [ "$h" != ceph1 ] || die "blank: not ceph1"; ip_of "$h" >/dev/null; done
+    ensure_client_key; ensure_net
+    stop_hosts "$@"
+    for h in "$@"; do rm -rf "${LAB:?}/hosts/$h"; start_host "$h"; done
+    wait_ssh "$@"
+    log "blank: $*" ;;
   ssh) [ $# -ge 1 ] || die "usage: lab.sh ssh HOST [CMD...]"; lab_ssh "$@" ;;
   *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
   esac

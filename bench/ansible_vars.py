@@ -1,0 +1,64 @@
+"""The ansible-core peer's variables: every file's content from kvceph's own renderer.
+
+Both tools then write byte-identical files, so the benchmark compares how they place them,
+not what they write. The file holds the S3 keys (the AWS credentials file's text): it is
+written 0600 into the lab's state directory, never into the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+from pathlib import Path
+
+from deploys import render, secrets, settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def lab_host_settings(host: str = "gpu1") -> settings.HostSettings:
+    """The settings kvceph loads for a lab gpu host: group_data all -> gpu -> lab."""
+    data: dict = {}
+    for name in ("all", "gpu", "lab"):
+        path = REPO / "group_data" / f"{name}.py"
+        if path.exists():
+            ns = runpy.run_path(str(path))
+            data.update({k: v for k, v in ns.items() if k.startswith("kvceph_")})
+    return settings.load(data, host, ("gpu", "lab"))
+
+
+def variables(me: settings.HostSettings, credentials) -> dict:
+    """Everything site.yml reads, for one (identical) lab gpu host."""
+    e = me.engine
+    pins = list(e.profile.packages)
+    return {
+        "service_user": e.service_user,
+        "service_home": e.service_home,
+        "venv": e.venv,
+        "port": e.port,
+        "model": e.model,
+        "health_timeout": e.health_timeout,
+        "wheelhouse_dest": render.WHEELHOUSE,
+        "wheels": sorted(str(p) for p in Path(e.wheelhouse).glob("*.whl")),
+        # kvceph installs LMCache with --no-deps beside an emulating engine
+        "engine_packages": [p for p in pins if not p.startswith("lmcache==")],
+        "nodeps_packages": [p for p in pins if p.startswith("lmcache==")],
+        "lmcache_yaml": render.lmcache_yaml(me),
+        "aws_credentials": render.aws_credentials(me, credentials),
+        "aws_config": render.aws_config(me),
+        "hosts_line": render.hosts_line(me),
+        "env_file": render.env_file(me, render.digest(me, credentials)),
+        "unit_file": render.unit(me),
+    }
+
+
+def write(path: Path) -> Path:
+    """Write the vars file (JSON is YAML) with mode 0600."""
+    me = lab_host_settings()
+    text = json.dumps(variables(me, secrets.load()), indent=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
