@@ -53,10 +53,10 @@ def variables(me: settings.HostSettings, credentials) -> dict:
     }
 
 
-def write(path: Path) -> Path:
-    """Write the vars file (JSON is YAML) with mode 0600."""
+def write(path: Path, environ: dict) -> Path:
+    """Write the vars file (JSON is YAML) with mode 0600; keys found through ``environ``."""
     me = lab_host_settings()
-    text = json.dumps(variables(me, secrets.load()), indent=1)
+    text = json.dumps(variables(me, secrets.load(environ)), indent=1)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:

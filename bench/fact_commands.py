@@ -1,7 +1,11 @@
-"""Record the commands behind the facts kvceph reads on one host: a ``--dry`` plan (which runs
-only fact commands) with pyinfra's SSH connector wrapped to note each command sent to HOST.
+"""Record the commands behind the facts kvceph reads on every host: a ``--dry`` plan (which
+runs only fact commands) with pyinfra's SSH connector wrapped to note each command it sends.
 
-    python bench/fact_commands.py HOST OUT.json -- --dry inventories/lab.py deploy.py
+    python bench/fact_commands.py OUT.json -- --dry inventories/lab.py deploy.py
+
+OUT.json maps host -> its distinct commands, in order (a fact read twice is kvceph's cost,
+not the floor's). Commands that are no facts (the run lock's flock channel) are recorded too:
+kvceph needs them before it reads anything.
 """
 
 from __future__ import annotations
@@ -13,15 +17,16 @@ from pyinfra.connectors import ssh
 
 
 def main() -> None:
-    host, out = sys.argv[1], sys.argv[2]
+    out = sys.argv[1]
     sys.argv = ["pyinfra", *sys.argv[sys.argv.index("--") + 1 :]]
-    seen: list[str] = []
+    seen: dict[str, list[str]] = {}
     original = ssh.SSHConnector.run_shell_command
 
     def recording(self, command, *args, **kwargs):
-        if self.host.name == host:
-            raw = command.get_raw_value() if hasattr(command, "get_raw_value") else str(command)
-            seen.append(raw)
+        raw = command.get_raw_value() if hasattr(command, "get_raw_value") else str(command)
+        commands = seen.setdefault(self.host.name, [])
+        if raw not in commands:
+            commands.append(raw)
         return original(self, command, *args, **kwargs)
 
     ssh.SSHConnector.run_shell_command = recording

@@ -137,23 +137,26 @@ def ansible(env: dict, n: int, vars_file: Path) -> tuple[float, int, subprocess.
 # --- the floor ----------------------------------------------------------------------------------
 
 
-def fact_commands(env: dict) -> list[str]:
-    """The commands behind the facts kvceph reads on gpu1 (bench/fact_commands.py)."""
+def fact_commands(env: dict) -> dict[str, list[str]]:
+    """host -> the commands behind the facts kvceph reads there (bench/fact_commands.py)."""
     out = LAB / "bench" / "fact-commands.json"
     script = REPO / "bench" / "fact_commands.py"
     python = REPO / ".venv" / "bin" / "python"
     args = ["--dry", "inventories/lab.py", "deploy.py"]
-    _, proc = run([str(python), str(script), "gpu1", str(out), "--", *args], env)
+    _, proc = run([str(python), str(script), str(out), "--", *args], env)
     must("kvceph fact recording (--dry)", proc)
     commands = json.loads(out.read_text())
-    if not commands:
-        raise SystemExit("no fact commands recorded for gpu1")
+    if not commands.get("gpu1") or not commands.get("ceph1"):
+        raise SystemExit(f"fact recording found no commands for gpu1 or ceph1: {list(commands)}")
     return commands
 
 
-def floor(n: int, commands: list[str]) -> float:
-    """One fresh SSH connection per host in parallel, each running every fact command."""
-    script = "".join(f"sh -c {shlex.quote(c)} >/dev/null 2>&1\n" for c in commands) + "exit 0\n"
+def address(host: str) -> str:
+    return f"{NET}.11" if host == "ceph1" else f"{NET}.{20 + int(host[3:])}"
+
+
+def floor(commands: dict[str, list[str]]) -> float:
+    """One fresh SSH connection per host, all in parallel, each running its fact commands."""
     ssh = [
         "ssh",
         "-i",
@@ -168,14 +171,17 @@ def floor(n: int, commands: list[str]) -> float:
         "ControlMaster=no",
     ]
     start = time.monotonic()
-    procs = [
-        subprocess.Popen([*ssh, f"root@{NET}.{20 + i}", "sh -s"], stdin=subprocess.PIPE, text=True)
-        for i in range(1, n + 1)
-    ]
-    for p in procs:
+    procs = []
+    for host, cmds in commands.items():
+        script = "".join(f"sh -c {shlex.quote(c)} >/dev/null 2>&1\n" for c in cmds) + "exit 0\n"
+        p = subprocess.Popen(
+            [*ssh, f"root@{address(host)}", "sh -s"], stdin=subprocess.PIPE, text=True
+        )
+        procs.append((p, script))
+    for p, script in procs:
         p.communicate(script, timeout=300)
     secs = time.monotonic() - start
-    if any(p.returncode for p in procs):
+    if any(p.returncode for p, _ in procs):
         raise SystemExit("floor: an SSH session failed")
     return secs
 
@@ -190,7 +196,7 @@ def bench_n(n: int, repeat: int, vars_file: Path) -> dict:
     must("lab.sh up", proc)
     _, changed, _ = kvceph(env)
     log(f"N={n}: first converge changed {changed} operations")
-    ansible_vars.write(vars_file)
+    ansible_vars.write(vars_file, env)
     commands = fact_commands(env)
     samples: dict[str, list[float]] = {c: [] for c in CASES}
     loads: dict[str, list[float]] = {c: [] for c in CASES}
@@ -202,7 +208,7 @@ def bench_n(n: int, repeat: int, vars_file: Path) -> dict:
         log(f"N={n} {case}: {secs:.2f} s (load {loads[case][-1]:.1f})")
 
     for _ in range(repeat):
-        sample("floor", floor(n, commands))
+        sample("floor", floor(commands))
     for _ in range(repeat):
         secs, changed, _ = kvceph(env)
         if changed:
@@ -234,7 +240,7 @@ def bench_n(n: int, repeat: int, vars_file: Path) -> dict:
         "loadavg": loads,
         "stats": {c: stats(s) for c, s in samples.items() if s},
         "checks": checks,
-        "fact_commands": len(commands),
+        "fact_commands": {h: len(c) for h, c in commands.items()},
     }
 
 
