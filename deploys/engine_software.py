@@ -159,6 +159,13 @@ def apply(me: HostSettings) -> None:
     find_links = None
     if e.wheelhouse:
         find_links = render.WHEELHOUSE
+        installed = host.get_fact(EngineVersions, venv=e.venv).get("packages", {})
+        if not engine_ops.missing_pins(pins, installed):
+            # The wheels only feed pip: a venv with every pin needs none of them. Checking 2-3
+            # facts per wheel was half of a converged re-run's round trips (bench/README.md).
+            wheels(e.wheelhouse)  # still refuse an empty wheelhouse setting
+            _venv_packages(e, find_links)
+            return
         files.directory(name="Wheelhouse directory", path=find_links, mode="0755")
         for wheel in wheels(e.wheelhouse):
             files.put(
@@ -167,6 +174,11 @@ def apply(me: HostSettings) -> None:
                 dest=f"{find_links}/{wheel.name}",
                 mode="0644",
             )
+    _venv_packages(e, find_links)
+
+
+def _venv_packages(e, find_links) -> None:
+    """The venv and its pinned packages (pip runs only when a pin is missing)."""
     files.directory(name="Venv parent", path=str(Path(e.venv).parent), mode="0755")
     engine_ops.venv_packages(
         name=f"Engine packages in {e.venv}",

@@ -96,7 +96,8 @@ def names(calls):
 def test_engine_software_from_wheelhouse(plan, tmp_path):
     (tmp_path / "kvceph_lab_engine-0.1.0-py3-none-any.whl").write_text("")
     me = lab_host(kvceph_engine_wheelhouse=str(tmp_path))
-    calls = plan(engine_software, me, {})
+    partial = {"EngineVersions": {"packages": {"kvceph-lab-engine": "0.1.0"}}}  # no lmcache
+    calls = plan(engine_software, me, partial)
     assert names(calls) == [
         "engine.service_account",
         "files.directory",
@@ -108,6 +109,15 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
     install = calls[-1][1]
     assert install["find_links"] == render.WHEELHOUSE and install["index_url"] is None
     assert install["no_deps"] == ["lmcache"]
+
+
+def test_engine_software_skips_the_wheels_when_the_venv_has_every_pin(plan, tmp_path):
+    (tmp_path / "kvceph_lab_engine-0.1.0-py3-none-any.whl").write_text("")
+    me = lab_host(kvceph_engine_wheelhouse=str(tmp_path))
+    have = {"EngineVersions": {"packages": {"kvceph-lab-engine": "0.1.0", "lmcache": "0.5.6"}}}
+    calls = plan(engine_software, me, have)
+    assert "files.put" not in names(calls)
+    assert names(calls)[-1] == "engine.venv_packages"  # its own fact says no change
 
 
 def test_engine_software_image_mode_checks_installed_versions(plan):
