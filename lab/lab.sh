@@ -77,8 +77,8 @@ ensure_client_key() {
   [ -f "$LAB/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C kvceph-lab -f "$LAB/id_ed25519"
 }
 known_names() {  # HOSTS plus every host that has a key or a disk (gpuN of a bench lab too)
-  { echo $HOSTS | tr ' ' '\n'; ls "$LAB/hostkeys" "$LAB/hosts" 2>/dev/null | grep -v -e : -e '^$'; } |
-    awk '!seen[$0]++' | while read -r h; do ip_of "$h" >/dev/null 2>&1 && echo "$h"; done
+  { echo $HOSTS | tr ' ' '\n'; ls "$LAB/hostkeys" "$LAB/hosts" 2>/dev/null | grep -v -e : -e '^$' || true; } |
+    awk '!seen[$0]++' | while read -r h; do if ip_of "$h" >/dev/null 2>&1; then echo "$h"; fi; done
 }
 new_host_key() {  # new_host_key HOST: (re)generate HOST's ssh host key on the controller
   local d=$LAB/hostkeys/$1
