@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -67,11 +68,26 @@ def env_for(n: int) -> dict:
     }
 
 
+LAST_CPU = [0.0]  # controller CPU seconds (user + system) of the last command run
+
+
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run(cmd: list[str], env: dict, timeout: int = 1800):
-    """(seconds, completed process) of one command, run from the repository root."""
+    """(seconds, completed process) of one command, run from the repository root.
+
+    The controller's CPU time for it (the tool and its ssh clients; the lab hosts' work is in
+    their own containers, not counted) is left in LAST_CPU.
+    """
+    cpu0 = children_cpu()
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    return time.monotonic() - start, proc
+    secs = time.monotonic() - start
+    LAST_CPU[0] = children_cpu() - cpu0
+    return secs, proc
 
 
 def must(what: str, proc: subprocess.CompletedProcess) -> None:
@@ -200,11 +216,14 @@ def bench_n(n: int, repeat: int, vars_file: Path) -> dict:
     commands = fact_commands(env)
     samples: dict[str, list[float]] = {c: [] for c in CASES}
     loads: dict[str, list[float]] = {c: [] for c in CASES}
+    cpu: dict[str, list[float]] = {c: [] for c in CASES if c != "floor"}
     checks: list[str] = []
 
     def sample(case: str, secs: float) -> None:
         samples[case].append(secs)
         loads[case].append(loadavg())
+        if case in cpu:
+            cpu[case].append(LAST_CPU[0])
         log(f"N={n} {case}: {secs:.2f} s (load {loads[case][-1]:.1f})")
 
     for _ in range(repeat):
@@ -227,18 +246,21 @@ def bench_n(n: int, repeat: int, vars_file: Path) -> dict:
             must("lab.sh blank", proc)
             if case == "converge":
                 secs, _, _ = kvceph(env)
+                sample(case, secs)
             else:
                 secs, _, _ = ansible(env, n, vars_file)
+                sample(case, secs)
                 if i == 0:
                     _, planned, _ = kvceph(env, "--dry")
                     checks.append(f"kvceph plans {planned} changes on peer-converged hosts")
-            sample(case, secs)
     kvceph(env)  # leave the lab converged by kvceph
     return {
         "hosts": n,
         "samples": samples,
         "loadavg": loads,
         "stats": {c: stats(s) for c, s in samples.items() if s},
+        "controller_cpu_s": cpu,
+        "controller_cpu_stats": {c: stats(s) for c, s in cpu.items() if s},
         "checks": checks,
         "fact_commands": {h: len(c) for h, c in commands.items()},
     }
@@ -262,6 +284,19 @@ def ratios(results: list[dict]) -> dict:
         }
     if len(results) > 1:
         lo, hi = results[0], results[-1]
+
+        def overhead(r: dict) -> float:
+            # A no-op runs only fact commands on the hosts, which is what the floor runs: what a
+            # no-op costs beyond the floor is the controller's (planning, round trips, barrier).
+            return r["stats"]["noop"]["median"] - r["stats"]["floor"]["median"]
+
+        out["controller_overhead_noop_s"] = {r["hosts"]: overhead(r) for r in results}
+        out["controller_overhead_growth"] = {
+            f"{hi['hosts']}_over_{lo['hosts']}": overhead(hi) / overhead(lo)
+        }
+        out["converge_per_host_s"] = {
+            r["hosts"]: r["stats"]["converge"]["median"] / r["hosts"] for r in results
+        }
         out["converge_growth"] = {
             f"kvceph_{hi['hosts']}_over_{lo['hosts']}": hi["stats"]["converge"]["median"]
             / lo["stats"]["converge"]["median"],
@@ -272,16 +307,21 @@ def ratios(results: list[dict]) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = [f"{'N':>3}  {'case':<17} {'min s':>7} {'median s':>9} {'max s':>7}  load avg"]
+    lines = [
+        f"{'N':>3}  {'case':<17} {'min s':>7} {'median s':>9} {'max s':>7}  "
+        f"{'ctl cpu s':>9}  load avg"
+    ]
     for r in results:
         for case in CASES:
             st = r["stats"].get(case)
             if not st:
                 continue
             la = r["loadavg"][case]
+            cpu = r.get("controller_cpu_stats", {}).get(case)
+            cpu_s = f"{cpu['median']:>9.2f}" if cpu else f"{'-':>9}"
             lines.append(
                 f"{r['hosts']:>3}  {case:<17} {st['min']:>7.2f} {st['median']:>9.2f} "
-                f"{st['max']:>7.2f}  {min(la):.1f}-{max(la):.1f}"
+                f"{st['max']:>7.2f}  {cpu_s}  {min(la):.1f}-{max(la):.1f}"
             )
     return "\n".join(lines)
 
@@ -337,20 +377,21 @@ def main(argv: list[str]) -> int:
                          ".venv/ansible/bin/pip install ansible-core")  # fmt: skip
     vars_file = LAB / "bench" / "peer-vars.json"
     started = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     results = []
     for n in sorted(args.hosts):
         results.append(bench_n(n, args.repeat, vars_file))
-    doc = {
-        "started": started,
-        "command": "bench/run.py " + shlex.join(argv),
-        "machine": {"cores": os.cpu_count(), "loadavg_end": loadavg()},
-        "versions": versions(),
-        "results": results,
-        "ratios": ratios(results),
-    }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"bench-{started}.json").write_text(json.dumps(doc, indent=2) + "\n")
+        # Written after every host count: a later count that fails leaves the earlier figures.
+        doc = {
+            "started": started,
+            "command": "bench/run.py " + shlex.join(argv),
+            "machine": {"cores": os.cpu_count(), "loadavg_end": loadavg()},
+            "versions": versions(),
+            "results": results,
+            "ratios": ratios(results),
+        }
+        (out / f"bench-{started}.json").write_text(json.dumps(doc, indent=2) + "\n")
     png(results, out / f"bench-{started}.png")
     print(table(results))
     print(json.dumps(doc["ratios"], indent=2))
