@@ -33,29 +33,15 @@ def shape_of(me) -> verdicts.Shape:
     )
 
 
-def probe_command(me, nonce: str) -> str:
-    """The remote command: the engine venv's python as the service user, keys from its ~/.aws.
-
-    Endpoint, region, TLS and I/O threads are what LMCache reads from the host's lmcache.yaml
-    (``render.lmcache_config``), so the probe takes the path the engine takes.
-    """
+def probe_args(me, nonce: str) -> list[str]:
+    """s3probe.py's arguments for this host: endpoint, region, TLS and I/O threads as LMCache
+    reads them from the host's lmcache.yaml (``render.lmcache_config``), object size from the
+    same derivation, so the probe takes the path the engine takes."""
     e, lmc, probe = me.engine, me.lmcache, me.probe
     config = render.lmcache_config(me)
     extra = config["extra_config"]
     chunks = max(1, probe.tokens // lmc.chunk_size)
     argv = [
-        "timeout",
-        str(probe.timeout),
-        "runuser",
-        "-u",
-        e.service_user,
-        "--",
-        "env",
-        f"HOME={e.service_home}",
-        f"AWS_PROFILE={me.s3.profile}",
-        f"{e.venv}/bin/python",
-        "-c",
-        SCRIPT.read_text(),
         "--endpoint",
         config["remote_url"].removeprefix("s3://"),
         "--region",
@@ -78,7 +64,17 @@ def probe_command(me, nonce: str) -> str:
         argv.append("--disable-tls")
     if bool(extra.get("s3_prefer_http2", True)):
         argv.append("--prefer-http2")
-    return shlex.join(argv)
+    return argv
+
+
+def probe_command(me, nonce: str) -> str:
+    """The remote command: the engine venv's python as the service user, keys from its ~/.aws."""
+    e = me.engine
+    head = ["timeout", str(me.probe.timeout), "runuser", "-u", e.service_user, "--", "env"]
+    head += [f"HOME={e.service_home}", f"AWS_PROFILE={me.s3.profile}"]
+    return shlex.join(
+        [*head, f"{e.venv}/bin/python", "-c", SCRIPT.read_text(), *probe_args(me, nonce)]
+    )
 
 
 def parse_output(output: str) -> dict:

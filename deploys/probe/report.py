@@ -63,6 +63,13 @@ def host_result(
         rate, source = prefill_setting, "kvceph_prefill_tokens_per_s"
     judged = v.judge(shape, measured, rate)
     load = verify["load_gb_per_s"]
+    # What the engine got out of the same tier in the last verify run: on the H200 LMCache's
+    # loads reached 0.54-0.61 of the raw GET rate, so the link's verdict alone was one class too
+    # hopeful there (hw/h200/results/2026-12-01-probe). Judged on that rate as well when known.
+    engine = None
+    if load:
+        engine_rate = v.Measured(measured.up_gb_per_s, load, measured.head_seconds)
+        engine = v.overall(v.judge(shape, engine_rate, rate))
     return {
         "host": host,
         "chunk_bytes": shape.chunk_bytes,
@@ -91,6 +98,7 @@ def host_result(
             for p in judged
         ],
         "verdict": v.overall(judged),
+        "engine_verdict": engine,
         "verify_load_gb_per_s": load,
         "verify_load_ratio": load / measured.down_gb_per_s if load else None,
     }
@@ -106,7 +114,7 @@ def table(results: list[dict]) -> str:
     """host, up/down GB/s, HEAD ms, prefill rate, break-even per prompt, verify ratio, verdict."""
     head = ["host", "up GB/s", "down GB/s", "HEAD ms", "prefill tok/s"]
     head += [f"b-e {t // 1024}k GB/s" for t in v.PROMPT_TOKENS]
-    head += ["verify load GB/s", "verify/probe", "verdict"]
+    head += ["verify load GB/s", "verify/probe", "verdict (link; at verify's load rate)"]
     rows = []
     for r in results:
         if r.get("error"):
@@ -125,7 +133,8 @@ def table(results: list[dict]) -> str:
         ]
         ratio = r["verify_load_ratio"]
         row += [_gb(r["verify_load_gb_per_s"]), "-" if ratio is None else f"{ratio:.3f}"]
-        row.append(r["verdict"])
+        engine = r.get("engine_verdict")
+        row.append(r["verdict"] + (f"; {engine}" if engine else ""))
         rows.append(row)
     widths = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head) - 1)]
     lines = [
@@ -159,7 +168,9 @@ def last_verdict(directory: str | Path, host: str) -> str | None:
         )
     if entry.get("error"):
         return f"last cache probe ({doc['run_id']}) failed on {host}: {entry['error']}"
+    engine = entry.get("engine_verdict")
     return (
         f"last cache probe ({doc['run_id']}): {host} loads {_gb(entry['down_gb_per_s'])} GB/s "
         f"from S3: {entry['verdict']}"
+        + (f"; at the engine's measured load rate: {engine}" if engine else "")
     )

@@ -29,6 +29,7 @@ from pyinfra.context import ctx_state  # noqa: E402
 from pyinfra_cli.inventory import make_inventory  # noqa: E402
 
 from deploys import kv_sizing, preflight, render, secrets, settings  # noqa: E402
+from deploys.probe.controller import probe_args, shape_of  # noqa: E402
 from deploys.verification.controller import target_for  # noqa: E402
 from deploys.verification.runner import Options  # noqa: E402
 
@@ -130,7 +131,14 @@ def main(argv: list[str]) -> int:
         },
     }
     (out / "runner.json").write_text(json.dumps(runner, indent=1, sort_keys=True) + "\n")
-    print(f"rendered {out}: {', '.join(sorted(files))}, runner.json")
+    # probe.py's remote arguments for this host (hw/h200/probe.sh runs them; NONCE replaced there)
+    probe = {
+        "args": probe_args(me, "NONCE"),
+        "shape": asdict(shape_of(me)),
+        "prefill_setting": me.lmcache.prefill_tokens_per_s,
+    }
+    (out / "probe.json").write_text(json.dumps(probe, indent=1) + "\n")
+    print(f"rendered {out}: {', '.join(sorted(files))}, runner.json, probe.json")
     return 0
 
 

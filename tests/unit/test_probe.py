@@ -128,8 +128,15 @@ def test_host_result_uses_medians_and_falls_back_to_the_setting():
     assert unmeasured["verify_load_ratio"] is None
     # 2,000 tok/s needs 0.52 GB/s: 1 GB/s pays at every length (HEADs of 1 ms are small).
     assert unmeasured["verdict"] == "8k pays, 32k pays, 128k pays"
+    assert unmeasured["engine_verdict"] is None
+    # verify loaded at 1.3 MB/s: at the engine's rate the cache is slower than recompute.
+    assert (
+        r["engine_verdict"] == "8k slower than recompute, 32k slower than recompute, "
+        "128k slower than recompute"
+    )
     text = report.table([r, unmeasured, {"host": "gpu3", "error": "connection refused"}])
     assert "ERROR: connection refused" in text and "verify/probe" in text
+    assert "; 8k slower than recompute" in text
 
 
 def test_deploy_line_is_the_last_verdict_or_says_how_to_get_one(tmp_path):
