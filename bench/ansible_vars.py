@@ -13,6 +13,7 @@ import runpy
 from pathlib import Path
 
 from deploys import render, secrets, settings
+from deploys.operations import tls
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,6 +50,16 @@ def variables(me: settings.HostSettings, credentials) -> dict:
         "aws_config": render.aws_config(me),
         "hosts_line": render.hosts_line(me),
         "env_file": render.env_file(me, render.digest(me, credentials)),
+        "secrets_path": render.SECRETS_PATH,
+        "secrets_env": render.secrets_env_file(credentials).reveal(),
+        "api_key": credentials.vllm_api_key.reveal() if credentials.vllm_api_key else "",
+        "guard": me.security.guard,
+        "guard_dir": render.GUARD_DIR,
+        "guard_path": render.GUARD_PATH,
+        "guard_module": render.guard_module(),
+        # Debian's trust store, as deploys/operations/tls.ca_trusted places it
+        "ca_anchor": f"/usr/local/share/ca-certificates/{tls.ANCHOR_NAME}",
+        "ca_pem": me.security.s3_ca_pem or "",
         "unit_file": render.unit(me),
     }
 
