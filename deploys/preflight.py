@@ -166,21 +166,22 @@ def resolve_kv_sizes(hosts: dict[str, settings.HostSettings], read_config) -> di
     for name, me in hosts.items():
         if not me.is_inference or me.lmcache.kv_bytes_per_token is not None:
             continue
-        model, tp = me.engine.model, me.engine.tensor_parallel_size
+        model, tp = me.engine.serve_model, me.engine.tensor_parallel_size
+        key = _model_key(me)
         config = read_config(name, model)
         if config is OUTSIDE_RUN:
             continue
         fix = "fix: put the model there first, or set kvceph_kv_bytes_per_token"
         if config is None:
             raise settings.SettingsError(
-                f"{name}: kvceph_model = {model!r}: no readable {model}/config.json on the host "
+                f"{name}: {key} = {model!r}: no readable {model}/config.json on the host "
                 f"to size the KV cache from; {fix}"
             )
         try:
             shape = kv_sizing.shape_from_config(config)
         except kv_sizing.SizingError as exc:
             raise settings.SettingsError(
-                f"{name}: kvceph_model = {model!r}: {exc}: its KV is not layers x heads x "
+                f"{name}: {key} = {model!r}: {exc}: its KV is not layers x heads x "
                 f"head_dim, kvceph does not guess its size; {fix}"
             ) from None
         size = kv_sizing.kv_bytes_per_token(shape, me.engine.kv_dtype, tp)
@@ -189,6 +190,28 @@ def resolve_kv_sizes(hosts: dict[str, settings.HostSettings], read_config) -> di
         )
         out[name] = dataclasses.replace(me, lmcache=lmc)
     return out
+
+
+def _model_key(me: settings.HostSettings) -> str:
+    return "kvceph_model_path" if me.engine.source.source == "path" else "kvceph_model"
+
+
+def check_model_directories(hosts: dict[str, settings.HostSettings], read_config) -> None:
+    """An engine served from a directory on the host never starts where it lacks config.json.
+
+    ``read_config(host, path)`` as for ``resolve_kv_sizes``; a mirrored model is checked after
+    its pull, against the mirror's manifest.
+    """
+    for name, me in hosts.items():
+        if not me.is_inference or me.engine.source.source != "path":
+            continue
+        path = me.engine.serve_model
+        config = read_config(name, path)
+        if config is None:
+            raise settings.SettingsError(
+                f"{name}: kvceph_model_path = {path!r}: no readable config.json there, the "
+                "engine would not start; fix: mount or copy the model directory there first"
+            )
 
 
 def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
@@ -227,9 +250,9 @@ def _check(inventory) -> Preflight:
         creds = secrets.load()
         # Read-only facts, after every check that needs none: a model directory's config.json,
         # then RAM against the pinned buffers.
-        hosts = resolve_kv_sizes(
-            hosts, lambda name, path: _fact(inventory, name, ModelConfig, path=path)
-        )
+        read_config = lambda name, path: _fact(inventory, name, ModelConfig, path=path)  # noqa: E731
+        check_model_directories(hosts, read_config)
+        hosts = resolve_kv_sizes(hosts, read_config)
         check_sizing(hosts, lambda name: _fact(inventory, name, MemTotal))
     except (settings.SettingsError, secrets.SecretsError) as exc:
         _stop(str(exc))

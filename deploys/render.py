@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from deploys import kv_sizing, versions
+from deploys import kv_sizing, model_source, versions
 from deploys.secrets import Secret
 from deploys.settings import HostSettings
 
@@ -141,7 +141,8 @@ def exec_start(me: HostSettings) -> list[str]:
     return [
         f"{e.venv}/bin/{e.profile.executable}",
         "serve",
-        e.model,
+        e.serve_model,
+        *model_source.serve_flags(e.source),
         "--host",
         me.security.vllm_bind,
         "--port",
@@ -211,7 +212,7 @@ def environment(me: HostSettings, digest: str | None = None) -> list[tuple[str, 
         # Loopback always: the deploy's own health and readiness checks run on the host.
         networks = dict.fromkeys(("127.0.0.0/8", "::1/128", *me.security.open_networks))
         env["KVCEPH_OPEN_NETWORKS"] = ",".join(networks)
-    for key, value in (*e.profile.env, *e.extra_env):
+    for key, value in (*model_source.environment(e.source), *e.profile.env, *e.extra_env):
         if key in env or key == DIGEST_VAR:
             raise ValueError(f"{me.host}: environment {key} is managed by kvceph; remove it")
         env[key] = value

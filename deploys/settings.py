@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from deploys import kv_sizing, security_settings, versions
+from deploys import kv_sizing, model_source, security_settings, versions
 
 INFERENCE_GROUPS = ("gpu", "gaudi")
 ACCELERATOR_OF_GROUP = {"gpu": "nvidia", "gaudi": "gaudi"}
@@ -440,6 +440,12 @@ class EngineSettings:
     service_home: str
     health_timeout: int
     extra_env: tuple[tuple[str, str], ...]
+    source: model_source.ModelSource  # where the weights come from; the serve argument
+
+    @property
+    def serve_model(self) -> str:
+        """The ``vllm serve`` argument (part of every LMCache key); ``model`` is the name."""
+        return self.source.serve_argument
 
     @property
     def kv_block_size(self) -> int:
@@ -555,6 +561,7 @@ def _engine(r: _Reader, accelerator: str) -> EngineSettings:
         ),
         health_timeout=r.int("kvceph_health_timeout", 900, lo=5, hi=7200),
         extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
+        source=model_source.load(r, model),
     )
 
 
@@ -608,13 +615,13 @@ def _kv_size(r: _Reader, engine: EngineSettings) -> tuple[int | None, str]:
     shape = kv_sizing.KNOWN_MODELS.get(engine.model)
     if shape is not None:
         return kv_sizing.kv_bytes_per_token(shape, engine.kv_dtype, tp), "known model table"
-    if engine.model.startswith("/"):
+    if engine.serve_model.startswith("/") and engine.source.source != "mirror":
         return None, "config.json"  # read from the host by preflight
     raise r.fail(
         "kvceph_kv_bytes_per_token",
         None,
         f"KV size of {engine.model!r} unknown (not in deploys/kv_sizing.py KNOWN_MODELS, not a "
-        "model directory)",
+        "model directory on the host)",
         "set it to layers x KV heads x head_dim x 2 x dtype bytes (whole model, TP 1)",
     )
 
@@ -832,6 +839,10 @@ _KEY_INVARIANTS = (
     ("kvceph_s3_bucket", lambda h: h.s3.bucket),
     ("kvceph_s3_endpoint", lambda h: h.s3.endpoint),
     ("kvceph_engine_profile.vllm_version", lambda h: h.engine.profile.vllm_minor),
+    # The serve argument is in every key; the source and revision decide which weights it is.
+    ("kvceph_model_source", lambda h: h.engine.source.source),
+    ("kvceph_model_revision", lambda h: h.engine.source.revision),
+    ("kvceph_model_path", lambda h: h.engine.serve_model),
 )
 
 

@@ -1,0 +1,139 @@
+"""Where an engine's weights come from: the hub, a directory on the host, or the Ceph mirror.
+
+Pure module (no pyinfra): settings loads ``ModelSource`` here, and the unit rendering asks it
+for the ``vllm serve`` argument, the model flags and the model environment, so every decision
+about the model lives in one place.
+
+The ``vllm serve`` argument is part of every LMCache object key, so every host of a cache group
+serves from the same argument: ``path`` and ``mirror`` serve one fixed local directory (for the
+mirror it contains the revision) and keep the client-facing name with --served-model-name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SOURCES = ("hub", "path", "mirror")
+# A Hugging Face commit hash: branch and tag names move under a running cache group.
+_REVISION = r"[0-9a-f]{40}"
+# A hub model id (org/name); it becomes a directory and a key prefix in the mirror.
+_NAME_PART = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
+_MIRROR_NAME = rf"{_NAME_PART}(/{_NAME_PART})?"
+_PATH = r"/[A-Za-z0-9_./@\-]+"
+DEFAULT_ROOT = "/var/lib/kvceph/models"
+DEFAULT_BUCKET = "kvceph-models"
+# Written last into the mirror and into a staged directory: its presence means "complete".
+MANIFEST = "kvceph-manifest.json"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    source: str  # hub | path | mirror
+    name: str  # kvceph_model: the client-facing name (hub: also the serve argument)
+    revision: str | None
+    path: str | None  # the local directory served (path, mirror); None for the hub
+    mirror_bucket: str = DEFAULT_BUCKET
+
+    @property
+    def serve_argument(self) -> str:
+        """The ``vllm serve`` argument (part of every LMCache key)."""
+        return self.path or self.name
+
+    @property
+    def mirror_prefix(self) -> str:
+        """Key prefix of this model in the mirror bucket, e.g. ``models/Qwen/Qwen3-32B@<rev>/``."""
+        return mirror_prefix(self.name, self.revision or "")
+
+
+HUB_DEFAULT = ModelSource("hub", "Qwen/Qwen3-32B", None, None)
+
+
+def mirror_prefix(name: str, revision: str) -> str:
+    return f"models/{name}@{revision}/"
+
+
+def local_path(root: str, name: str, revision: str) -> str:
+    """The fixed directory a mirrored model is served from on every host."""
+    return f"{root.rstrip('/')}/{name}@{revision}"
+
+
+def load(r, name: str) -> ModelSource:
+    """Read the ``kvceph_model_*`` keys of one inference host (``r``: settings' reader)."""
+    source = r.choice("kvceph_model_source", "hub", SOURCES)
+    revision = r.opt_str("kvceph_model_revision")
+    if revision is not None and not re.fullmatch(_REVISION, revision):
+        raise r.fail(
+            "kvceph_model_revision",
+            revision,
+            "is not a commit hash (a branch or tag moves under a running cache group)",
+            "use the model's 40-hex-digit commit, e.g. from huggingface.co/<model>/commits/main",
+        )
+    given_path = r.opt_str("kvceph_model_path")
+    bucket = r.str("kvceph_model_mirror_bucket", DEFAULT_BUCKET)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", bucket):
+        raise r.fail(
+            "kvceph_model_mirror_bucket", bucket, "is not a bucket name", "use e.g. kvceph-models"
+        )
+    if source == "hub":
+        if given_path is not None:
+            raise r.fail(
+                "kvceph_model_path", given_path, "is only read with kvceph_model_source path",
+                "remove it, or set kvceph_model_source = 'path'",
+            )  # fmt: skip
+        if revision is not None and name.startswith("/"):
+            raise r.fail(
+                "kvceph_model_revision", revision, f"means nothing for the directory {name}",
+                "remove it, or serve the directory with kvceph_model_source = 'path'",
+            )  # fmt: skip
+        return ModelSource("hub", name, revision, None, bucket)
+    if name.startswith("/"):
+        raise r.fail(
+            "kvceph_model", name, f"is the client-facing name with kvceph_model_source {source}",
+            "put the model id there (e.g. Qwen/Qwen3-32B) and the directory in kvceph_model_path",
+        )  # fmt: skip
+    if source == "path":
+        if given_path is None or not re.fullmatch(_PATH, given_path) or ".." in given_path:
+            raise r.fail(
+                "kvceph_model_path", given_path, "must be an absolute directory on the host",
+                "give the model directory, e.g. /mnt/models/Qwen3-32B@<revision>",
+            )  # fmt: skip
+        return ModelSource("path", name, revision, given_path.rstrip("/"), bucket)
+    # mirror
+    if given_path is not None:
+        raise r.fail(
+            "kvceph_model_path", given_path, "is derived with kvceph_model_source mirror",
+            "remove it (the directory is kvceph_model_dir/<model>@<revision>)",
+        )  # fmt: skip
+    if revision is None:
+        raise r.fail(
+            "kvceph_model_revision", None, "is required with kvceph_model_source mirror",
+            "set the commit hash the mirror holds",
+        )  # fmt: skip
+    if not re.fullmatch(_MIRROR_NAME, name) or ".." in name:
+        raise r.fail(
+            "kvceph_model", name, "cannot name a mirror directory",
+            "use a hub id: letters, digits, . _ - and at most one /",
+        )  # fmt: skip
+    root = r.str("kvceph_model_dir", DEFAULT_ROOT, pattern=_PATH)
+    return ModelSource("mirror", name, revision, local_path(root, name, revision), bucket)
+
+
+def serve_flags(src: ModelSource) -> list[str]:
+    """The model flags of ``vllm serve`` after its argument."""
+    if src.source == "hub":
+        # The tokenizer is pinned to the same commit: vLLM loads it separately.
+        return (
+            ["--revision", src.revision, "--tokenizer-revision", src.revision]
+            if src.revision
+            else []
+        )
+    # A directory: keys use the directory, clients keep the model's name.
+    return ["--served-model-name", src.name]
+
+
+def environment(src: ModelSource) -> list[tuple[str, str]]:
+    """The model's unit environment: a local directory never reaches for the hub."""
+    if src.source == "hub":
+        return []
+    return [("HF_HUB_OFFLINE", "1")]

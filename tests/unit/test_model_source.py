@@ -1,0 +1,135 @@
+"""Model source: the serve argument, the model flags and environment, and their checks."""
+
+import pytest
+
+from deploys import model_source as ms
+from deploys import preflight, render
+from deploys import settings as s
+
+BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
+REV = "0123456789abcdef0123456789abcdef01234567"
+MIRROR = {"kvceph_model_source": "mirror", "kvceph_model_revision": REV}
+
+
+def load(host="gpu1", groups=("gpu",), **data):
+    return s.load({**BASE, **data}, host, groups)
+
+
+def _serve(me):
+    argv = render.exec_start(me)
+    return argv[argv.index("serve") + 1 :]
+
+
+def test_default_is_todays_hub_download_unpinned():
+    me = load()
+    assert me.engine.source == ms.ModelSource("hub", "Qwen/Qwen3-32B", None, None)
+    args = _serve(me)
+    assert args[0] == "Qwen/Qwen3-32B" and args[1] == "--host"
+    for flag in ("--revision", "--tokenizer-revision", "--served-model-name"):
+        assert flag not in args
+    assert "HF_HUB_OFFLINE" not in dict(render.environment(me))
+
+
+def test_hub_revision_pins_model_and_tokenizer():
+    args = _serve(load(kvceph_model_revision=REV))
+    assert args[:5] == ["Qwen/Qwen3-32B", "--revision", REV, "--tokenizer-revision", REV]
+
+
+def test_mirror_serves_a_fixed_local_path_under_the_clients_name():
+    me = load(**MIRROR)
+    path = f"/var/lib/kvceph/models/Qwen/Qwen3-32B@{REV}"
+    assert me.engine.serve_model == path
+    assert me.engine.source.mirror_prefix == f"models/Qwen/Qwen3-32B@{REV}/"
+    assert _serve(me)[:3] == [path, "--served-model-name", "Qwen/Qwen3-32B"]
+    assert dict(render.environment(me))["HF_HUB_OFFLINE"] == "1"
+    # Known model: sized from the table, not from a directory a blank host does not have yet.
+    assert me.lmcache.kv_bytes_per_token == 131_072
+
+
+def test_path_source_serves_the_operators_directory():
+    me = load(kvceph_model_source="path", kvceph_model_path="/mnt/models/qwen3/")
+    assert _serve(me)[:3] == ["/mnt/models/qwen3", "--served-model-name", "Qwen/Qwen3-32B"]
+    assert dict(render.environment(me))["HF_HUB_OFFLINE"] == "1"
+
+
+@pytest.mark.parametrize(
+    "data,key,words",
+    [
+        ({"kvceph_model_revision": "main"}, "kvceph_model_revision", "not a commit hash"),
+        ({"kvceph_model_revision": REV[:12]}, "kvceph_model_revision", "not a commit hash"),
+        ({"kvceph_model_source": "s3"}, "kvceph_model_source", "must be one of"),
+        ({"kvceph_model_source": "mirror"}, "kvceph_model_revision", "required"),
+        ({**MIRROR, "kvceph_model_path": "/x"}, "kvceph_model_path", "derived"),
+        ({**MIRROR, "kvceph_model": "../etc"}, "kvceph_model", "cannot name a mirror"),
+        ({**MIRROR, "kvceph_model_mirror_bucket": "Models"}, "kvceph_model_mirror_bucket", ""),
+        ({"kvceph_model_source": "path"}, "kvceph_model_path", "absolute directory"),
+        ({"kvceph_model_path": "/x"}, "kvceph_model_path", "only read with"),
+        (
+            {"kvceph_model_source": "path", "kvceph_model_path": "/m/../etc"},
+            "kvceph_model_path",
+            "absolute",
+        ),
+        (
+            {"kvceph_model_source": "path", "kvceph_model": "/m", "kvceph_model_path": "/m"},
+            "kvceph_model",
+            "client-facing name",
+        ),
+        (
+            {"kvceph_model": "/srv/m", "kvceph_model_revision": REV},
+            "kvceph_model_revision",
+            "means nothing",
+        ),
+    ],
+)
+def test_bad_model_settings_are_one_line(data, key, words):
+    with pytest.raises(s.SettingsError) as err:
+        load(**data)
+    message = str(err.value)
+    assert message.startswith(f"gpu1: {key} = ") and "; fix: " in message
+    assert words in message and "\n" not in message
+
+
+def _group(gpu1: dict, gpu2: dict):
+    return [
+        load(host="admin", groups=("ceph_admin",)),
+        load(host="gpu1", **gpu1),
+        load(host="gpu2", **gpu2),
+    ]
+
+
+@pytest.mark.parametrize(
+    "gpu2,key",
+    [
+        ({}, "kvceph_model_source"),
+        ({**MIRROR, "kvceph_model_revision": "f" * 40}, "kvceph_model_revision"),
+        ({**MIRROR, "kvceph_model_dir": "/srv/models"}, "kvceph_model_path"),
+    ],
+)
+def test_cache_group_refuses_mixed_sources_revisions_and_paths(gpu2, key):
+    with pytest.raises(s.SettingsError) as err:
+        s.check_inventory(_group(MIRROR, gpu2))
+    assert str(err.value).startswith(f"gpu2: {key} = ")
+    assert "never reuse each other's cache" in str(err.value)
+
+
+def test_cache_group_of_one_source_passes():
+    groups = s.check_inventory(_group(MIRROR, MIRROR))
+    assert [g.hosts for g in groups] == [("gpu1", "gpu2")]
+
+
+def test_preflight_refuses_a_path_host_without_config_json():
+    path = {"kvceph_model_source": "path", "kvceph_model_path": "/mnt/m"}
+    hosts = {"gpu1": load(**path), "gpu2": load(host="gpu2", **path)}
+    seen = []
+
+    def read(name, where):
+        seen.append((name, where))
+        return {"model_type": "qwen3"} if name == "gpu1" else None
+
+    with pytest.raises(s.SettingsError) as err:
+        preflight.check_model_directories(hosts, read)
+    assert str(err.value).startswith("gpu2: kvceph_model_path = '/mnt/m': no readable config.json")
+    assert seen == [("gpu1", "/mnt/m"), ("gpu2", "/mnt/m")]
+    # A host outside the run is not judged; hub and mirror hosts are not read here.
+    preflight.check_model_directories(hosts, lambda name, where: preflight.OUTSIDE_RUN)
+    preflight.check_model_directories({"gpu1": load(**MIRROR)}, lambda *a: pytest.fail("read"))
