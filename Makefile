@@ -75,6 +75,12 @@ lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
 	@grep -q '^KVCEPH_VLLM_API_KEY=' $(KVCEPH_SECRETS_FILE) || { umask 077; \
 	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')" \
 	  >> $(KVCEPH_SECRETS_FILE); echo "lab API key added to $(KVCEPH_SECRETS_FILE)"; }
+	@# The model mirror's read-only key (group_data/lab.py serves the lab model from the mirror).
+	@grep -q '^KVCEPH_MODELS_ACCESS_KEY=' $(KVCEPH_SECRETS_FILE) || { umask 077; \
+	  echo "KVCEPH_MODELS_ACCESS_KEY=LABM$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
+	  echo "KVCEPH_MODELS_SECRET_KEY=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; } \
+	  >> $(KVCEPH_SECRETS_FILE)
+	@lab/model.sh $(KVCEPH_LAB_DIR)/model >/dev/null
 	lab/lab.sh up
 
 # The lab engine and its dependencies as wheels: lab hosts have no route to any index.

@@ -6,8 +6,10 @@ Stages, in the order of the procedure (each a module in deploys/):
   1. Ceph pools         pre-create RGW pools (pg counts, size/min_size, application)
   2. RGW service        cephadm spec (RGW behind haproxy), host labels
      S3 tier            rgw_dns_name, RGW user, bucket, lifecycle, quota
+     Model mirror       (mirror source) models bucket, owner, read-only reader, uploads
   3. Engine software    pinned vLLM + LMCache in a venv (a replaced node arrives blank)
   4. Inference config   LMCache YAML, AWS credentials, /etc/hosts for virtual-host addressing
+     Model weights      (mirror source) pull, check against the manifest, rename into place
   5. vLLM service       env + unit, rolling restart only where the config digest changed
   6. Readiness check    /health and a minimal completion (read-only)
 The full cold -> warm -> cold proof is verify.py (it restarts engines and writes objects).
@@ -22,20 +24,22 @@ checked = preflight.run(state, inventory)
 me = checked.hosts[host.name]
 
 if me.is_ceph_admin:
-    from deploys import ceph_pools, rgw_service, s3_tier
+    from deploys import ceph_pools, models_bucket, rgw_service, s3_tier
 
     ceph_pools.apply(me)
     rgw_service.apply(me, checked)
     s3_tier.apply(me, checked)
+    models_bucket.apply(me, checked)
 
 # Engines must not start before their user, bucket and DNS name exist (LMCache turns S3 off
 # for good after connection errors), so every host waits here for the Ceph stages.
 barrier(name="Ceph and S3 tier ready", what="pools, RGW and S3 tier converged")
 
 if me.is_inference:
-    from deploys import engine_software, inference_config, readiness, vllm_service
+    from deploys import engine_software, inference_config, model_weights, readiness, vllm_service
 
     engine_software.apply(me)
     inference_config.apply(me, checked)
+    model_weights.apply(me, checked)
     vllm_service.apply(me, checked)
     readiness.apply(me)

@@ -20,9 +20,15 @@ _REVISION = r"[0-9a-f]{40}"
 # A hub model id (org/name); it becomes a directory and a key prefix in the mirror.
 _NAME_PART = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
 _MIRROR_NAME = rf"{_NAME_PART}(/{_NAME_PART})?"
-_PATH = r"/[A-Za-z0-9_./@\-]+"
+# No "@": LMCache joins its key fields with "@" and splits them again (CacheEngineKey), so the
+# serve argument -- the key's model field -- must not contain one.
+_PATH = r"/[A-Za-z0-9_./\-]+"
 DEFAULT_ROOT = "/var/lib/kvceph/models"
 DEFAULT_BUCKET = "kvceph-models"
+# The mirror's RGW users: the owner writes (its keys never leave the Ceph admin host), the
+# reader's read-only key is the inference hosts' (KVCEPH_MODELS_ACCESS_KEY / _SECRET_KEY).
+DEFAULT_OWNER = "kvceph-models"
+DEFAULT_READER = "kvceph-models-reader"
 # Written last into the mirror and into a staged directory: its presence means "complete".
 MANIFEST = "kvceph-manifest.json"
 
@@ -34,6 +40,9 @@ class ModelSource:
     revision: str | None
     path: str | None  # the local directory served (path, mirror); None for the hub
     mirror_bucket: str = DEFAULT_BUCKET
+    mirror_from: str | None = None  # controller directory uploaded once into the mirror
+    mirror_owner: str = DEFAULT_OWNER
+    mirror_reader: str = DEFAULT_READER
 
     @property
     def serve_argument(self) -> str:
@@ -54,8 +63,8 @@ def mirror_prefix(name: str, revision: str) -> str:
 
 
 def local_path(root: str, name: str, revision: str) -> str:
-    """The fixed directory a mirrored model is served from on every host."""
-    return f"{root.rstrip('/')}/{name}@{revision}"
+    """The fixed directory a mirrored model is served from on every host (no "@", see _PATH)."""
+    return f"{root.rstrip('/')}/{name}/{revision}"
 
 
 def load(r, name: str) -> ModelSource:
@@ -96,14 +105,14 @@ def load(r, name: str) -> ModelSource:
         if given_path is None or not re.fullmatch(_PATH, given_path) or ".." in given_path:
             raise r.fail(
                 "kvceph_model_path", given_path, "must be an absolute directory on the host",
-                "give the model directory, e.g. /mnt/models/Qwen3-32B@<revision>",
+                "give the model directory (letters, digits, / . _ -), e.g. /mnt/models/Qwen3-32B",
             )  # fmt: skip
         return ModelSource("path", name, revision, given_path.rstrip("/"), bucket)
     # mirror
     if given_path is not None:
         raise r.fail(
             "kvceph_model_path", given_path, "is derived with kvceph_model_source mirror",
-            "remove it (the directory is kvceph_model_dir/<model>@<revision>)",
+            "remove it (the directory is kvceph_model_dir/<model>/<revision>)",
         )  # fmt: skip
     if revision is None:
         raise r.fail(
@@ -116,7 +125,39 @@ def load(r, name: str) -> ModelSource:
             "use a hub id: letters, digits, . _ - and at most one /",
         )  # fmt: skip
     root = r.str("kvceph_model_dir", DEFAULT_ROOT, pattern=_PATH)
-    return ModelSource("mirror", name, revision, local_path(root, name, revision), bucket)
+    owner = r.str("kvceph_model_mirror_owner", DEFAULT_OWNER, pattern=r"[A-Za-z0-9_.\-]+")
+    reader = r.str("kvceph_model_mirror_reader", DEFAULT_READER, pattern=r"[A-Za-z0-9_.\-]+")
+    if owner == reader:
+        raise r.fail(
+            "kvceph_model_mirror_reader", reader, "equals kvceph_model_mirror_owner",
+            "give the read-only reader its own RGW user",
+        )  # fmt: skip
+    return ModelSource(
+        "mirror",
+        name,
+        revision,
+        local_path(root, name, revision),
+        bucket,
+        mirror_from=r.opt_str("kvceph_model_mirror_from"),
+        mirror_owner=owner,
+        mirror_reader=reader,
+    )
+
+
+def mirror_users(sources) -> tuple[str, str, str] | None:
+    """(bucket, owner, reader) shared by every mirrored engine, or None when none mirrors.
+
+    Raises ValueError (one line) when they differ: one Ceph holds one mirror.
+    """
+    seen = {
+        (s.mirror_bucket, s.mirror_owner, s.mirror_reader) for s in sources if s.source == "mirror"
+    }
+    if len(seen) > 1:
+        raise ValueError(
+            f"inventory: kvceph_model_mirror_bucket/_owner/_reader = {sorted(seen)!r}: the "
+            "mirrored hosts disagree; fix: set them once in group_data/all.py"
+        )
+    return seen.pop() if seen else None
 
 
 def serve_flags(src: ModelSource) -> list[str]:

@@ -11,13 +11,15 @@ import dataclasses
 import sys
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
-from deploys import compat, kv_sizing, lock, render, rgw_service, secrets, settings
+from deploys import compat, kv_sizing, lock, model_source, render, rgw_service, secrets, settings
 from deploys.facts.engine import MemTotal, ModelConfig
+from deploys.facts.model import MirroredModel
 
 compat.install()
 
@@ -214,6 +216,53 @@ def check_model_directories(hosts: dict[str, settings.HostSettings], read_config
             )
 
 
+def check_mirror(hosts: dict[str, settings.HostSettings], creds, mirrored) -> None:
+    """The mirror source's keys, and every mirrored model either in the mirror or on the controller.
+
+    ``mirrored(bucket, prefix)`` says whether the mirror holds the model's manifest (True,
+    False, or OUTSIDE_RUN when the Ceph admin host is outside this run).
+    """
+    users = [(name, me.engine.source) for name, me in hosts.items() if me.is_inference]
+    users = [(name, src) for name, src in users if src.source == "mirror"]
+    if not users:
+        return
+    try:
+        model_source.mirror_users(src for _, src in users)
+    except ValueError as exc:
+        raise settings.SettingsError(str(exc)) from None
+    names = ", ".join(name for name, _ in users)
+    if not (creds.models_access_key and creds.models_secret_key):
+        raise settings.SettingsError(
+            f"controller: {secrets.MODELS_ACCESS_ENV} / {secrets.MODELS_SECRET_ENV} missing: the "
+            f"model mirror's read-only key, needed by kvceph_model_source mirror ({names}); "
+            f"fix: {secrets.MECHANISM}"
+        )
+    if str.__str__(creds.models_access_key) == str.__str__(creds.access_key):
+        raise settings.SettingsError(
+            f"controller: {secrets.MODELS_ACCESS_ENV} equals {secrets.ACCESS_ENV}: the KV key "
+            "would write the model mirror; fix: give the mirror its own read-only key pair"
+        )
+    seen = set()
+    for name, src in users:
+        if src.mirror_prefix in seen:
+            continue
+        seen.add(src.mirror_prefix)
+        if src.mirror_from is not None:
+            if not (Path(src.mirror_from) / "config.json").is_file():
+                raise settings.SettingsError(
+                    f"{name}: kvceph_model_mirror_from = {src.mirror_from!r}: no config.json "
+                    "there on the controller; fix: give the model directory to upload"
+                )
+            continue
+        if mirrored(src.mirror_bucket, src.mirror_prefix) is False:
+            raise settings.SettingsError(
+                f"{name}: kvceph_model_revision = {src.revision!r}: the mirror has no "
+                f"s3://{src.mirror_bucket}/{src.mirror_prefix}; fix: check kvceph_model and the "
+                "revision, or set kvceph_model_mirror_from to the model directory on the "
+                "controller (uploaded once)"
+            )
+
+
 def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
     """Refuse settings that kill an engine, and a host whose RAM cannot pin its buffers.
 
@@ -252,6 +301,19 @@ def _check(inventory) -> Preflight:
         # then RAM against the pinned buffers.
         read_config = lambda name, path: _fact(inventory, name, ModelConfig, path=path)  # noqa: E731
         check_model_directories(hosts, read_config)
+        admin = next(h for h in hosts.values() if h.is_ceph_admin)
+        check_mirror(
+            hosts,
+            creds,
+            lambda bucket, prefix: _fact(
+                inventory,
+                admin.host,
+                MirroredModel,
+                bucket=bucket,
+                prefix=prefix,
+                timeout=admin.ceph.command_timeout,
+            ),  # fmt: skip
+        )
         hosts = resolve_kv_sizes(hosts, read_config)
         check_sizing(hosts, lambda name: _fact(inventory, name, MemTotal))
     except (settings.SettingsError, secrets.SecretsError) as exc:

@@ -21,11 +21,15 @@ GROUP_DATA_SECRETS = (
     "kvceph_s3_secret_key",
     "kvceph_vllm_api_key",
     "kvceph_hf_token",
+    "kvceph_models_access_key",
+    "kvceph_models_secret_key",
     # the controller's variable names, written into group_data by mistake
     "KVCEPH_S3_ACCESS_KEY",
     "KVCEPH_S3_SECRET_KEY",
     "KVCEPH_VLLM_API_KEY",
     "KVCEPH_HF_TOKEN",
+    "KVCEPH_MODELS_ACCESS_KEY",
+    "KVCEPH_MODELS_SECRET_KEY",
 )
 
 

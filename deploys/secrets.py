@@ -5,6 +5,7 @@ One mechanism for every secret kvceph handles:
   KVCEPH_S3_ACCESS_KEY / KVCEPH_S3_SECRET_KEY   the RGW user's keys (required)
   KVCEPH_VLLM_API_KEY                          the engines' API key (optional)
   KVCEPH_HF_TOKEN                              a Hugging Face token for gated models (optional)
+  KVCEPH_MODELS_ACCESS_KEY / _SECRET_KEY       the model mirror's read-only key (mirror source)
 
 Each is looked up in the environment first, then in the secrets file (``$KVCEPH_SECRETS_FILE``,
 default ``./secrets.env``, KEY=VALUE lines, mode 0600). The values are wrapped so that an
@@ -24,7 +25,8 @@ ACCESS_ENV, SECRET_ENV, FILE_ENV = (
     "KVCEPH_SECRETS_FILE",
 )
 API_KEY_ENV, HF_TOKEN_ENV = "KVCEPH_VLLM_API_KEY", "KVCEPH_HF_TOKEN"
-OPTIONAL = (API_KEY_ENV, HF_TOKEN_ENV)
+MODELS_ACCESS_ENV, MODELS_SECRET_ENV = "KVCEPH_MODELS_ACCESS_KEY", "KVCEPH_MODELS_SECRET_KEY"
+OPTIONAL = (API_KEY_ENV, HF_TOKEN_ENV, MODELS_ACCESS_ENV, MODELS_SECRET_ENV)
 DEFAULT_FILE = "secrets.env"
 # Where docs and one-line errors send an operator who put a secret somewhere else.
 MECHANISM = (
@@ -62,6 +64,8 @@ class Secrets:
     source: str
     vllm_api_key: Secret | None = None
     hf_token: Secret | None = None
+    models_access_key: Secret | None = None  # the model mirror's read-only key
+    models_secret_key: Secret | None = None
 
 
 # The S3 keys were the first secrets; code that only needs them still says so.
@@ -116,4 +120,10 @@ def load(environ: dict[str, str] | None = None, cwd: str | None = None) -> Secre
         source,
         vllm_api_key=Secret(optional[API_KEY_ENV]) if optional[API_KEY_ENV] else None,
         hf_token=Secret(optional[HF_TOKEN_ENV]) if optional[HF_TOKEN_ENV] else None,
+        models_access_key=_opt(optional[MODELS_ACCESS_ENV]),
+        models_secret_key=_opt(optional[MODELS_SECRET_ENV]),
     )
+
+
+def _opt(value: str | None) -> Secret | None:
+    return Secret(value) if value else None

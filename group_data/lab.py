@@ -60,3 +60,13 @@ kvceph_engine_profile = {
     ],
 }
 kvceph_health_timeout = 60
+
+# The lab's model (lab/model.sh makes it on the controller at `make lab-up`): mirrored once into
+# Ceph and pulled by every inference host, which serves it from local disk; the lab engine reads
+# its config and tokenizer there. The benchmark lab keeps the hub source: its Ansible peer
+# (bench/ansible) writes the same files as kvceph's defaults.
+LAB_MODEL_REVISION = "1ab0" * 10  # the lab model's "commit" (40 hex digits)
+if not os.environ.get("KVCEPH_LAB_HOSTS"):
+    kvceph_model_source = "mirror"
+    kvceph_model_revision = LAB_MODEL_REVISION
+    kvceph_model_mirror_from = f"{_LAB}/model"

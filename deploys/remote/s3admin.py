@@ -16,6 +16,11 @@ Subcommands:
                                           keeping its other keys (S3 key rotation)
     create-bucket NAME                    create the bucket (owned by the file's keys)
     put-lifecycle NAME --rules-json JSON  replace the bucket's lifecycle with these rules
+    create-owner UID --display-name NAME --config-out PATH
+                                          create an RGW user with generated keys, written
+                                          only to PATH (0600; endpoint/region from --config)
+    get-read-policy NAME                  print the bucket's policy (JSON) or null
+    put-read-policy NAME --reader UID     let RGW user UID read the bucket, nothing else
 
 Every error is one line on stderr and exit status 1 (2 for usage errors). Needs python3 and,
 for the bucket subcommands, python3-boto3 (Debian package); radosgw-admin for create-user.
@@ -157,6 +162,74 @@ def put_lifecycle(config, name, rules_json):
     print("lifecycle of {}: {}".format(name, ", ".join(r["ID"] for r in rules)))
 
 
+def read_policy(bucket, reader):
+    """The bucket policy of the model mirror: the reader may list and get, nothing else."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "kvceph-models-read",
+                "Effect": "Allow",
+                "Principal": {"AWS": [f"arn:aws:iam:::user/{reader}"]},
+                "Action": ["s3:GetObject", "s3:ListBucket"],
+                "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+            }
+        ],
+    }
+
+
+def get_read_policy(config, name):
+    from botocore.exceptions import ClientError
+
+    client = s3_client(config)
+    try:
+        policy = client.get_bucket_policy(Bucket=name)["Policy"]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchBucketPolicy", "NoSuchBucket"):
+            print("null")
+            return
+        raise Failure(f"S3 tier: GetBucketPolicy {name}: {exc}") from None
+    print(json.dumps(json.loads(policy), sort_keys=True))
+
+
+def put_read_policy(config, name, reader):
+    client = s3_client(config)
+    policy = json.dumps(read_policy(name, reader))
+    s3_call(config, f"PutBucketPolicy {name}", client.put_bucket_policy, Bucket=name, Policy=policy)
+    print(f"bucket {name}: read-only for RGW user {reader}")
+
+
+def create_owner(config, uid, display_name, config_out):
+    # Generated keys: radosgw-admin prints them on stdout (captured here, never echoed) and
+    # they are written only to config_out, so they never leave this host.
+    rc, out, err = radosgw_admin(["user", "info", f"--uid={uid}"])
+    if rc == 0:
+        if os.path.isfile(config_out):
+            print(f"RGW user {uid} exists")
+            return
+        raise Failure(
+            f"RGW user {uid} exists but {config_out} is gone; fix: restore it, or have an RGW "
+            f"admin delete user {uid} (kvceph deletes no user) so kvceph creates it again"
+        )
+    if "no user info saved" not in err:
+        raise Failure(f"radosgw-admin user info --uid={uid}: {first_line(err, rc)}") from None
+    rc, out, err = radosgw_admin(
+        ["user", "create", f"--uid={uid}", f"--display-name={display_name}"]
+    )
+    if rc:
+        raise Failure(f"radosgw-admin user create --uid={uid}: {first_line(err, rc)}") from None
+    key = json.loads(out)["keys"][0]
+    fd = os.open(config_out + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(
+            f"# kvceph: keys of RGW user {uid} (generated on this host; 0600)\n[s3]\n"
+            f"endpoint = {config['endpoint']}\nregion = {config['region']}\n"
+            f"access_key = {key['access_key']}\nsecret_key = {key['secret_key']}\n"
+        )
+    os.rename(config_out + ".tmp", config_out)
+    print(f"created RGW user {uid} (keys in {config_out})")
+
+
 def radosgw_admin(args, stdin=None):
     command = ["radosgw-admin"] + args
     try:
@@ -296,6 +369,15 @@ def parse_args(argv):
     lifecycle = sub.add_parser("put-lifecycle", help="replace a bucket's lifecycle rules")
     lifecycle.add_argument("bucket")
     lifecycle.add_argument("--rules-json", required=True, help="JSON list of S3 rules")
+    owner = sub.add_parser("create-owner", help="create an RGW user with generated keys")
+    owner.add_argument("uid")
+    owner.add_argument("--display-name", required=True)
+    owner.add_argument("--config-out", required=True)
+    get_policy = sub.add_parser("get-read-policy", help="print a bucket's policy")
+    get_policy.add_argument("bucket")
+    put_policy = sub.add_parser("put-read-policy", help="let one RGW user read a bucket")
+    put_policy.add_argument("bucket")
+    put_policy.add_argument("--reader", required=True)
     return parser.parse_args(argv)
 
 
@@ -309,6 +391,12 @@ def main(argv=None):
             add_key(config, args.uid)
         elif args.command == "create-bucket":
             create_bucket(config, args.bucket)
+        elif args.command == "create-owner":
+            create_owner(config, args.uid, args.display_name, args.config_out)
+        elif args.command == "get-read-policy":
+            get_read_policy(config, args.bucket)
+        elif args.command == "put-read-policy":
+            put_read_policy(config, args.bucket, args.reader)
         else:
             put_lifecycle(config, args.bucket, args.rules_json)
     except Failure as exc:

@@ -68,6 +68,7 @@ def target_for(h, settings, vs) -> runner.Target:
         save_unfull_chunk=settings.lmcache.save_unfull_chunk,
         health_timeout=settings.engine.health_timeout,
         max_model_len=settings.engine.max_model_len,
+        serve_model=settings.engine.serve_model,
     )
 
 

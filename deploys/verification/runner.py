@@ -42,10 +42,12 @@ class Target:
     save_unfull_chunk: bool
     health_timeout: int
     max_model_len: int
+    # The `vllm serve` argument LMCache puts in its keys; "" when it is the model name (hub).
+    serve_model: str = ""
 
     @property
     def prefix(self) -> str:
-        return bookkeeping.object_prefix(self.model, self.tensor_parallel_size)
+        return bookkeeping.object_prefix(self.serve_model or self.model, self.tensor_parallel_size)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import shlex
 import shutil
 import subprocess
@@ -36,6 +37,11 @@ S3_ADMIN_URL = f"http://{_NET}.11:80"
 # plain variant.
 S3_SCHEME = os.environ.get("KVCEPH_LAB_S3_SCHEME") or "https"
 S3_PORT = {"https": 443, "http": 80}[S3_SCHEME]
+# The lab serves its model from the mirror (group_data/lab.py): every host's `vllm serve`
+# argument, and so the model field of every LMCache key, is the staged directory.
+LAB_MODEL_REVISION = runpy.run_path(str(REPO / "group_data" / "lab.py"))["LAB_MODEL_REVISION"]
+MODEL_ARGUMENT = f"/var/lib/kvceph/models/Qwen/Qwen3-32B/{LAB_MODEL_REVISION}"
+LAB_MODEL_DIR = LAB_DIR / "model"
 
 
 def pytest_collection_modifyitems(config, items):

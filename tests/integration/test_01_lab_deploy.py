@@ -6,7 +6,17 @@ import json
 
 import pytest
 import yaml
-from conftest import HOSTS, INFERENCE, S3_PORT, S3_SCHEME, pyinfra, s3_client, secrets, ssh
+from conftest import (
+    HOSTS,
+    INFERENCE,
+    MODEL_ARGUMENT,
+    S3_PORT,
+    S3_SCHEME,
+    pyinfra,
+    s3_client,
+    secrets,
+    ssh,
+)
 from lab_client import completion, external_hits, long_prompt, wait_health
 
 POOLS = {"default.rgw.buckets.data": (32, 1, 1), "default.rgw.buckets.index": (8, 1, 1)}
@@ -136,7 +146,8 @@ def test_cache_survives_restart_and_crosses_nodes(converged):
     after = {o["Key"] for o in s3.list_objects_v2(Bucket="lmcache").get("Contents", [])}
     new = after - before
     assert len(new) == 8 * 2, sorted(new)  # TP=2: one object per worker and chunk
-    assert all(k.startswith("Qwen_Qwen3-32B@2@") for k in new)
+    # LMCache keys name the `vllm serve` argument: the staged directory (mirror source)
+    assert all(k.startswith(f"{MODEL_ARGUMENT.replace('/', '_')}@2@") for k in new)
 
     ssh("gpu1", "systemctl restart vllm.service")
     wait_health(HOSTS["gpu1"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import HOSTS, lab_sh, pyinfra, secrets, ssh
+import hashlib
+
+from conftest import HOSTS, LAB_MODEL_DIR, MODEL_ARGUMENT, lab_sh, pyinfra, secrets, ssh
 from lab_client import completion, external_hits, long_prompt, wait_health
 
 
@@ -22,6 +24,22 @@ def test_replaced_node_rebuilds_alone_and_hits_the_shared_cache(converged):
     # The credentials were really written in this run (so the check above means something).
     assert keys["KVCEPH_S3_SECRET_KEY"] in ssh("gpu2", "cat /var/lib/vllm/.aws/credentials").stdout
     assert "private file, content not diffed" in run.output
+    assert keys["KVCEPH_MODELS_SECRET_KEY"] not in run.output
+
+    # The model came from the mirror (lab hosts reach no hub; nothing else copies it): every
+    # file as the controller has it, the manifest last, served from local disk, offline.
+    staged = ssh("gpu2", f"cd {MODEL_ARGUMENT} && sha256sum config.json tokenizer.json").stdout
+    for line in staged.splitlines():
+        digest, name = line.split()
+        assert digest == hashlib.sha256((LAB_MODEL_DIR / name).read_bytes()).hexdigest(), name
+    assert (
+        ssh("gpu2", f"test -f {MODEL_ARGUMENT}/kvceph-manifest.json", check=False).returncode == 0
+    )
+    assert ssh("gpu2", f"ls -d {MODEL_ARGUMENT}.partial", check=False).returncode != 0
+    argv = ssh("gpu2", "systemctl show -p ExecStart --value vllm.service").stdout
+    assert f"serve {MODEL_ARGUMENT} --served-model-name Qwen/Qwen3-32B " in argv
+    pid = ssh("gpu2", "systemctl show -p MainPID --value vllm.service").stdout.strip()
+    assert "HF_HUB_OFFLINE=1" in ssh("gpu2", f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout
 
     wait_health(HOSTS["gpu2"])
     hits = external_hits(HOSTS["gpu2"])

@@ -37,7 +37,8 @@ def test_hub_revision_pins_model_and_tokenizer():
 
 def test_mirror_serves_a_fixed_local_path_under_the_clients_name():
     me = load(**MIRROR)
-    path = f"/var/lib/kvceph/models/Qwen/Qwen3-32B@{REV}"
+    path = f"/var/lib/kvceph/models/Qwen/Qwen3-32B/{REV}"
+    assert "@" not in path  # LMCache splits its keys on "@"
     assert me.engine.serve_model == path
     assert me.engine.source.mirror_prefix == f"models/Qwen/Qwen3-32B@{REV}/"
     assert _serve(me)[:3] == [path, "--served-model-name", "Qwen/Qwen3-32B"]
@@ -66,6 +67,11 @@ def test_path_source_serves_the_operators_directory():
         ({"kvceph_model_path": "/x"}, "kvceph_model_path", "only read with"),
         (
             {"kvceph_model_source": "path", "kvceph_model_path": "/m/../etc"},
+            "kvceph_model_path",
+            "absolute",
+        ),
+        (
+            {"kvceph_model_source": "path", "kvceph_model_path": f"/m/Qwen3@{REV}"},
             "kvceph_model_path",
             "absolute",
         ),
@@ -133,3 +139,71 @@ def test_preflight_refuses_a_path_host_without_config_json():
     # A host outside the run is not judged; hub and mirror hosts are not read here.
     preflight.check_model_directories(hosts, lambda name, where: preflight.OUTSIDE_RUN)
     preflight.check_model_directories({"gpu1": load(**MIRROR)}, lambda *a: pytest.fail("read"))
+
+
+def _creds(models=True, same=False):
+    from deploys.secrets import Secret, Secrets
+
+    return Secrets(
+        Secret("KVKEY"),
+        Secret("kv-secret"),
+        "test",
+        models_access_key=Secret("KVKEY" if same else "MODELKEY") if models else None,
+        models_secret_key=Secret("model-secret") if models else None,
+    )
+
+
+def test_preflight_mirror_checks_are_one_line_before_any_host(tmp_path):
+    hosts = {"gpu1": load(**MIRROR), "gpu2": load(host="gpu2", **MIRROR)}
+    asked = []
+
+    def mirrored(bucket, prefix):
+        asked.append((bucket, prefix))
+        return False
+
+    with pytest.raises(s.SettingsError) as err:
+        preflight.check_mirror(hosts, _creds(), mirrored)
+    assert str(err.value) == (
+        f"gpu1: kvceph_model_revision = '{REV}': the mirror has no "
+        f"s3://kvceph-models/models/Qwen/Qwen3-32B@{REV}/; fix: check kvceph_model and the "
+        "revision, or set kvceph_model_mirror_from to the model directory on the controller "
+        "(uploaded once)"
+    )
+    assert asked == [("kvceph-models", f"models/Qwen/Qwen3-32B@{REV}/")]  # once per model
+    preflight.check_mirror(hosts, _creds(), lambda b, p: True)
+    preflight.check_mirror(hosts, _creds(), lambda b, p: preflight.OUTSIDE_RUN)
+    with pytest.raises(s.SettingsError, match="^controller: KVCEPH_MODELS_ACCESS_KEY / "):
+        preflight.check_mirror(hosts, _creds(models=False), mirrored)
+    with pytest.raises(s.SettingsError, match="the KV key would write the model mirror"):
+        preflight.check_mirror(hosts, _creds(same=True), mirrored)
+    # Uploaded from the controller: its directory must be a model.
+    upload = {"gpu1": load(**MIRROR, kvceph_model_mirror_from=str(tmp_path))}
+    with pytest.raises(s.SettingsError, match="kvceph_model_mirror_from = .*no config.json"):
+        preflight.check_mirror(upload, _creds(), mirrored)
+    (tmp_path / "config.json").write_text("{}")
+    preflight.check_mirror(upload, _creds(), mirrored)
+    # Hosts without the mirror source need no mirror key.
+    preflight.check_mirror({"gpu1": load()}, _creds(models=False), mirrored)
+
+
+def test_one_mirror_per_inventory():
+    a = load(**MIRROR).engine.source
+    b = load(**MIRROR, kvceph_model_mirror_bucket="other-models").engine.source
+    assert ms.mirror_users([a, a]) == ("kvceph-models", "kvceph-models", "kvceph-models-reader")
+    with pytest.raises(ValueError, match="^inventory: kvceph_model_mirror_bucket/_owner/_reader"):
+        ms.mirror_users([a, b])
+
+
+def test_the_policy_the_helper_writes_is_the_one_the_operation_expects():
+    import importlib.util
+    from pathlib import Path
+
+    from deploys.operations import model
+
+    path = Path(preflight.__file__).parent / "remote" / "s3admin.py"
+    spec = importlib.util.spec_from_file_location("s3admin_for_policy", path)
+    s3admin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(s3admin)
+    assert s3admin.read_policy("b", "r") == model.read_policy("b", "r")
+    statement = model.read_policy("b", "r")["Statement"]
+    assert [st["Action"] for st in statement] == [["s3:GetObject", "s3:ListBucket"]]

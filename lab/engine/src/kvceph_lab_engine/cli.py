@@ -1,9 +1,10 @@
 """`kvceph-lab-engine serve MODEL ...` -- the `vllm serve` look-alike; `--version`.
 
-Reads from the environment (as vLLM + LMCache do): LMCACHE_CONFIG_FILE, LMCACHE_<KEY>
-overrides, PYTHONHASHSEED (chunk-hash chain seed), AWS_PROFILE / HOME / AWS_* (awscrt default
-credentials chain), VLLM_API_KEY (the API key, as vLLM reads it; or --api-key) and
-KVCEPH_DIGEST (shown as kvceph_lab_engine_info on /metrics).
+MODEL is a hub id or a model directory (config.json and the lab tokenizer's files, read at
+start: model_dir.py). Reads from the environment (as vLLM + LMCache do): HF_HUB_OFFLINE,
+LMCACHE_CONFIG_FILE, LMCACHE_<KEY> overrides, PYTHONHASHSEED (chunk-hash chain seed),
+AWS_PROFILE / HOME / AWS_* (awscrt default credentials chain), VLLM_API_KEY (the API key, as
+vLLM reads it; or --api-key) and KVCEPH_DIGEST (shown as kvceph_lab_engine_info on /metrics).
 Exit status 1 with the reason on stderr where the real pair refuses to start; 2 for flags
 `vllm serve` does not know.
 """
@@ -46,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     s.add_argument("--kv-transfer-config", default=None)
     s.add_argument("--served-model-name", default=None)
+    # hub commit pins; a local directory ignores them (as vLLM does)
+    s.add_argument("--revision", default=None)
+    s.add_argument("--tokenizer-revision", default=None)
     s.add_argument("--dtype", default="auto")
     s.add_argument("--kv-cache-dtype", default="auto")
     # vLLM: --api-key KEY (repeatable in newer releases), else $VLLM_API_KEY.
@@ -102,7 +106,7 @@ def _refuse(msg: str) -> int:
 def build(args):
     """Validate everything the real pair validates at startup; return (App, info). Raises
     SystemExit-worthy errors as (kind, message) via StartupError."""
-    from kvceph_lab_engine import asgi, lmcache_config
+    from kvceph_lab_engine import asgi, lmcache_config, model_dir
     from kvceph_lab_engine.auth import ApiKeys
     from kvceph_lab_engine.engine import KVEngine, LoadLimits, LocalCpuTier
     from kvceph_lab_engine.hashing import ChunkHasher
@@ -118,6 +122,10 @@ def build(args):
         )
     if args.tensor_parallel_size < 1 or args.pipeline_parallel_size < 1:
         raise StartupError("ValueError: parallel sizes must be >= 1")
+    try:
+        model_dir.load(args.model)
+    except model_dir.ModelError as exc:
+        raise StartupError(str(exc)) from exc
     kv = None
     if args.kv_transfer_config is not None:
         try:

@@ -1,0 +1,71 @@
+"""Stage 3b "Model weights": a mirrored model is pulled onto the host before its engine starts.
+
+Only for ``kvceph_model_source mirror``: the host reads the mirror bucket with the read-only
+key, checks every file against the manifest's sha256, and renames the download into the fixed
+directory the engine serves (docs/design.md "Model weights"). ``hub`` needs nothing here;
+``path`` was checked by preflight (config.json on every host).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyinfra.api import deploy
+from pyinfra.operations import files as pyinfra_files
+
+from deploys import render
+from deploys.operations import files, model
+from deploys.secrets import Secret
+from deploys.settings import HostSettings
+
+SCRIPT_DIR = "/usr/local/lib/kvceph"
+SCRIPT = f"{SCRIPT_DIR}/model_mirror.py"
+SCRIPT_SOURCE = Path(__file__).resolve().parent / "remote" / "model_mirror.py"
+READER_CONFIG = f"{render.CONFIG_DIR}/models-s3.ini"
+PULL_JOBS = 8
+
+
+def reader_config(me: HostSettings, credentials) -> Secret:
+    """The read-only key's INI (root 0600): the mirror as this host reaches the KV bucket."""
+    return Secret(
+        "# kvceph: the model mirror's read-only key (written by pyinfra; 0600)\n"
+        "[s3]\n"
+        f"endpoint = {me.s3.endpoint}\n"
+        f"region = {me.s3.region}\n"
+        f"access_key = {credentials.models_access_key.reveal()}\n"
+        f"secret_key = {credentials.models_secret_key.reveal()}\n"
+    )
+
+
+@deploy("Model weights")
+def apply(me: HostSettings, checked) -> None:
+    src = me.engine.source
+    if src.source != "mirror":
+        return
+    pyinfra_files.directory(
+        name=f"Directory {SCRIPT_DIR}", path=SCRIPT_DIR, user="root", group="root", mode="755"
+    )
+    files.atomic_file(
+        name=f"Model mirror helper {SCRIPT}",
+        path=SCRIPT,
+        content=SCRIPT_SOURCE.read_text(),
+        mode="0755",
+    )
+    files.private_file(
+        name=f"Model mirror key {READER_CONFIG}",
+        path=READER_CONFIG,
+        content=reader_config(me, checked.credentials),
+        user="root",
+        group="root",
+        mode="0600",
+    )
+    model.staged(
+        name=f"Model {src.name}@{src.revision} in {src.path}",
+        path=src.path,
+        bucket=src.mirror_bucket,
+        prefix=src.mirror_prefix,
+        script=SCRIPT,
+        config=READER_CONFIG,
+        python=f"{me.engine.venv}/bin/python",
+        jobs=PULL_JOBS,
+    )

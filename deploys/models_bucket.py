@@ -1,0 +1,117 @@
+"""Stage 2c "Model mirror": the mirror bucket, its owner and read-only reader, the models in it.
+
+Runs on the Ceph admin host, only when an inference host uses ``kvceph_model_source mirror``.
+The owner's keys are generated there and never leave it; the reader holds the operator's
+read-only key (KVCEPH_MODELS_ACCESS_KEY / _SECRET_KEY), which the inference hosts use. A bucket
+policy lets the reader get and list, nothing else: the KV key cannot write the models bucket,
+and the models key cannot write the KV bucket. A model missing from the mirror is uploaded
+once from the controller's ``kvceph_model_mirror_from`` directory (manifest last).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import files
+
+from deploys import model_source, s3_tier
+from deploys.facts.model import MirroredModel
+from deploys.operations import files as kvfiles
+from deploys.operations import model, s3
+from deploys.preflight import Preflight
+from deploys.secrets import Secret
+from deploys.settings import HostSettings
+
+MIRROR_SCRIPT = f"{s3_tier.SCRIPT_DIR}/model_mirror.py"
+MIRROR_SOURCE = Path(__file__).resolve().parent / "remote" / "model_mirror.py"
+OWNER_CONFIG = f"{s3_tier.ADMIN_DIR}/models-owner.ini"
+READER_CONFIG = f"{s3_tier.ADMIN_DIR}/models-reader.ini"
+UPLOAD_DIR = "/var/cache/kvceph/models-upload"
+
+
+def mirrored_models(checked: Preflight) -> list[model_source.ModelSource]:
+    """Every distinct mirrored model of the inventory (name and revision)."""
+    found: dict[tuple[str, str], model_source.ModelSource] = {}
+    for h in checked.hosts.values():
+        if h.is_inference and h.engine.source.source == "mirror":
+            found.setdefault((h.engine.source.name, h.engine.source.revision), h.engine.source)
+    return list(found.values())
+
+
+@deploy("Model mirror")
+def apply(me: HostSettings, checked: Preflight) -> None:
+    sources = mirrored_models(checked)
+    if not sources:
+        return
+    bucket, owner, reader = model_source.mirror_users(sources)
+    creds = checked.credentials
+    timeout = me.ceph.command_timeout if me.ceph else 60
+    kvfiles.atomic_file(
+        name=f"Model mirror helper {MIRROR_SCRIPT}",
+        path=MIRROR_SCRIPT,
+        content=MIRROR_SOURCE.read_text(),
+        mode="0755",
+    )
+    model.mirror_owner(
+        name=f"RGW user {owner} (owns the model mirror)",
+        uid=owner,
+        display_name="kvceph model mirror",
+        admin_script=s3_tier.ADMIN_SCRIPT,
+        admin_config=s3_tier.ADMIN_CONFIG,
+        owner_config=OWNER_CONFIG,
+    )
+    kvfiles.private_file(
+        name=f"Model mirror reader credentials {READER_CONFIG}",
+        path=READER_CONFIG,
+        content=Secret(s3_tier.admin_config(me, creds.models_access_key, creds.models_secret_key)),
+        user="root",
+        group="root",
+        mode="0600",
+    )
+    s3.user(
+        name=f"RGW user {reader} (reads the model mirror)",
+        uid=reader,
+        display_name="kvceph model mirror, read-only",
+        access_key=creds.models_access_key,
+        secret_key=creds.models_secret_key,
+        admin_script=s3_tier.ADMIN_SCRIPT,
+        admin_config=READER_CONFIG,
+        timeout=timeout,
+    )
+    s3.bucket(
+        name=f"Bucket {bucket}",
+        bucket_name=bucket,
+        owner=owner,
+        admin_script=s3_tier.ADMIN_SCRIPT,
+        admin_config=OWNER_CONFIG,
+        timeout=timeout,
+    )
+    model.mirror_read_policy(
+        name=f"Bucket {bucket} read-only for {reader}",
+        bucket=bucket,
+        reader=reader,
+        admin_script=s3_tier.ADMIN_SCRIPT,
+        owner_config=OWNER_CONFIG,
+    )
+    for src in sources:
+        prefix = src.mirror_prefix
+        staging = f"{UPLOAD_DIR}/{src.name}@{src.revision}"
+        # Preflight refused a model that is neither in the mirror nor on the controller.
+        if not host.get_fact(MirroredModel, bucket=bucket, prefix=prefix, timeout=timeout):
+            files.sync(
+                name=f"Upload {src.mirror_from} for the mirror",
+                src=src.mirror_from,
+                dest=staging,
+                delete=True,
+            )
+        model.mirrored(
+            name=f"Model {src.name}@{src.revision} in s3://{bucket}/{prefix}",
+            bucket=bucket,
+            prefix=prefix,
+            directory=staging,
+            script=MIRROR_SCRIPT,
+            owner_config=OWNER_CONFIG,
+            timeout=timeout,
+        )

@@ -1,0 +1,188 @@
+"""Operations for model weights: the mirror's owner, its read-only policy, the push and the pull."""
+
+from __future__ import annotations
+
+import json
+
+from pyinfra import host
+from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.facts.files import File
+
+from deploys.facts.model import MirroredModel, ModelStaged
+from deploys.facts.rgw import RgwUser
+
+
+def _script(python: str, script: str, *args) -> StringCommand:
+    return StringCommand(python, QuoteString(script), *args)
+
+
+class MirrorPolicy(FactBase):
+    """
+    The mirror bucket's policy (parsed), read with the owner's keys on the Ceph admin host; None
+    when the bucket, the policy or the owner's key file is not there yet.
+
+    + bucket: the mirror bucket
+    + admin_script: s3admin.py on the host
+    + owner_config: the owner's private INI
+    """
+
+    def command(self, bucket: str, admin_script: str, owner_config: str):
+        return StringCommand(
+            "if test -f",
+            QuoteString(owner_config),
+            "; then python3",
+            QuoteString(admin_script),
+            "--config",
+            QuoteString(owner_config),
+            "get-read-policy",
+            QuoteString(bucket),
+            "; else echo null; fi",
+        )
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        return json.loads("\n".join(output) or "null")
+
+
+def read_policy(bucket: str, reader: str) -> dict:
+    """The policy put-read-policy writes (deploys/remote/s3admin.py), as RGW returns it."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "kvceph-models-read",
+                "Effect": "Allow",
+                "Principal": {"AWS": [f"arn:aws:iam:::user/{reader}"]},
+                "Action": ["s3:GetObject", "s3:ListBucket"],
+                "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+            }
+        ],
+    }
+
+
+@operation()
+def mirror_owner(
+    uid: str, display_name: str, admin_script: str, admin_config: str, owner_config: str
+):
+    """
+    The mirror bucket's owner: an RGW user whose generated keys stay on the Ceph admin host.
+
+    + uid: RGW user id
+    + display_name: display name for a new user
+    + admin_script: s3admin.py on the host
+    + admin_config: the S3 tier's INI (endpoint and region for the owner's file)
+    + owner_config: private INI the owner's keys are written to (0600, root)
+    """
+    if host.get_fact(RgwUser, uid=uid) is not None and host.get_fact(File, path=owner_config):
+        host.noop(f"RGW user {uid} exists, its keys in {owner_config}")
+        return
+    yield _script(
+        "python3",
+        admin_script,
+        "--config",
+        QuoteString(admin_config),
+        "create-owner",
+        QuoteString(uid),
+        "--display-name",
+        QuoteString(display_name),
+        "--config-out",
+        QuoteString(owner_config),
+    )
+
+
+@operation()
+def mirror_read_policy(bucket: str, reader: str, admin_script: str, owner_config: str):
+    """
+    Let the reader get and list the mirror bucket; its owner alone writes it.
+
+    + bucket: the mirror bucket
+    + reader: RGW user id of the inference hosts' read-only key
+    + admin_script: s3admin.py on the host
+    + owner_config: the owner's private INI
+    """
+    current = host.get_fact(
+        MirrorPolicy, bucket=bucket, admin_script=admin_script, owner_config=owner_config
+    )
+    if current == read_policy(bucket, reader):
+        host.noop(f"bucket {bucket} is read-only for {reader}")
+        return
+    yield _script(
+        "python3",
+        admin_script,
+        "--config",
+        QuoteString(owner_config),
+        "put-read-policy",
+        QuoteString(bucket),
+        "--reader",
+        QuoteString(reader),
+    )
+
+
+@operation()
+def mirrored(
+    bucket: str, prefix: str, directory: str, script: str, owner_config: str, timeout: int = 60
+):
+    """
+    Push a model directory (already on the host) into the mirror, manifest last; then drop it.
+
+    + bucket: the mirror bucket
+    + prefix: the model's key prefix (``models/<name>@<revision>/``)
+    + directory: the model directory on this host
+    + script: model_mirror.py on the host
+    + owner_config: the owner's private INI
+    + timeout: seconds for the ``radosgw-admin`` fact
+    """
+    if host.get_fact(MirroredModel, bucket=bucket, prefix=prefix, timeout=timeout):
+        host.noop(f"s3://{bucket}/{prefix} holds the model")
+        return
+    yield StringCommand(
+        "python3",
+        QuoteString(script),
+        "push",
+        "--config",
+        QuoteString(owner_config),
+        "--bucket",
+        QuoteString(bucket),
+        "--prefix",
+        QuoteString(prefix),
+        QuoteString(directory),
+        "&&",
+        "rm",
+        "-rf",
+        QuoteString(directory),
+    )
+
+
+@operation()
+def staged(path: str, bucket: str, prefix: str, script: str, config: str, python: str, jobs=8):
+    """
+    Pull a model from the mirror into ``path``, checked against its manifest (idempotent).
+
+    + path: the directory the engine serves
+    + bucket: the mirror bucket
+    + prefix: the model's key prefix
+    + script: model_mirror.py on the host
+    + config: private INI with the read-only key
+    + python: the interpreter to run it (stdlib only)
+    + jobs: parallel downloads
+    """
+    if host.get_fact(ModelStaged, path=path):
+        host.noop(f"{path} is staged")
+        return
+    yield _script(
+        python,
+        script,
+        "pull",
+        "--config",
+        QuoteString(config),
+        "--bucket",
+        QuoteString(bucket),
+        "--prefix",
+        QuoteString(prefix),
+        "--jobs",
+        str(int(jobs)),
+        QuoteString(path),
+    )
