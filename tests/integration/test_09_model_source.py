@@ -6,6 +6,7 @@ import pytest
 from botocore.exceptions import ClientError
 from conftest import (
     INFERENCE,
+    LAB_MODEL_REVISION,
     MODEL_ARGUMENT,
     S3_ADMIN_URL,
     path_style_client,
@@ -44,26 +45,37 @@ def test_every_host_serves_the_staged_model_offline(converged):
     for host in INFERENCE:
         argv = ssh(host, "systemctl show -p ExecStart --value vllm.service").stdout
         assert f"serve {MODEL_ARGUMENT} --served-model-name Qwen/Qwen3-32B " in argv
-        assert "HF_HUB_OFFLINE=1" in ssh(host, "cat /etc/kvceph/vllm.env").stdout
+        assert 'HF_HUB_OFFLINE="1"' in ssh(host, "cat /etc/kvceph/vllm.env").stdout
         mode = ssh(host, "stat -c '%U:%G %a' /etc/kvceph/models-s3.ini").stdout.strip()
         assert mode == "root:root 600"
 
 
 def test_keys_cannot_cross_buckets(converged):
     keys = secrets()
-    reader = path_style_client(
-        S3_ADMIN_URL, keys["KVCEPH_MODELS_ACCESS_KEY"], keys["KVCEPH_MODELS_SECRET_KEY"]
-    )
-    kv = path_style_client(S3_ADMIN_URL, keys["KVCEPH_S3_ACCESS_KEY"], keys["KVCEPH_S3_SECRET_KEY"])
-    listed = reader.list_objects_v2(Bucket="kvceph-models", Prefix=REVISION_PREFIX)
-    assert any(o["Key"].endswith("/kvceph-manifest.json") for o in listed.get("Contents", []))
+
+    # A fresh client (connection) for every refused write: RGW answers 403 before reading the
+    # body, and a reused connection would read the next request out of step.
+    def reader():
+        return path_style_client(
+            S3_ADMIN_URL, keys["KVCEPH_MODELS_ACCESS_KEY"], keys["KVCEPH_MODELS_SECRET_KEY"]
+        )
+
+    def kv():
+        return path_style_client(
+            S3_ADMIN_URL, keys["KVCEPH_S3_ACCESS_KEY"], keys["KVCEPH_S3_SECRET_KEY"]
+        )
+
+    listed = reader().list_objects_v2(Bucket="kvceph-models", Prefix=REVISION_PREFIX)
+    manifests = [o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith("manifest.json")]
+    assert manifests == [f"{REVISION_PREFIX}{LAB_MODEL_REVISION}/kvceph-manifest.json"]
     for client, bucket, key in (
         (reader, "kvceph-models", f"{REVISION_PREFIX}x/planted"),  # the models key: read-only
         (reader, "lmcache", "planted"),  # ... and nothing in the KV bucket
         (kv, "kvceph-models", f"{REVISION_PREFIX}x/planted"),  # the KV key: not the mirror
     ):
         with pytest.raises(ClientError) as err:
-            client.put_object(Bucket=bucket, Key=key, Body=b"x")
+            client().put_object(Bucket=bucket, Key=key, Body=b"x")
         assert err.value.response["Error"]["Code"] == "AccessDenied", (bucket, key)
-    with pytest.raises(ClientError):
-        kv.get_object(Bucket="kvceph-models", Key=listed["Contents"][0]["Key"])
+    with pytest.raises(ClientError) as err:
+        kv().get_object(Bucket="kvceph-models", Key=manifests[0])
+    assert err.value.response["Error"]["Code"] == "AccessDenied"
