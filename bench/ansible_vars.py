@@ -18,14 +18,26 @@ from deploys.operations import tls
 REPO = Path(__file__).resolve().parent.parent
 
 
-def lab_host_settings(host: str = "gpu1") -> settings.HostSettings:
-    """The settings kvceph loads for a lab gpu host: group_data all -> gpu -> lab."""
+def lab_host_settings(host: str = "gpu1", environ: dict | None = None) -> settings.HostSettings:
+    """The settings kvceph loads for a lab gpu host: group_data all -> gpu -> lab.
+
+    group_data reads the environment (KVCEPH_LAB_HOSTS: a benchmark lab keeps the hub model
+    source); it is read here under ``environ``, the environment kvceph's own run gets.
+    """
     data: dict = {}
-    for name in ("all", "gpu", "lab"):
-        path = REPO / "group_data" / f"{name}.py"
-        if path.exists():
-            ns = runpy.run_path(str(path))
-            data.update({k: v for k, v in ns.items() if k.startswith("kvceph_")})
+    saved = dict(os.environ)
+    try:
+        if environ is not None:
+            os.environ.clear()
+            os.environ.update(environ)
+        for name in ("all", "gpu", "lab"):
+            path = REPO / "group_data" / f"{name}.py"
+            if path.exists():
+                ns = runpy.run_path(str(path))
+                data.update({k: v for k, v in ns.items() if k.startswith("kvceph_")})
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     return settings.load(data, host, ("gpu", "lab"))
 
 
@@ -66,7 +78,7 @@ def variables(me: settings.HostSettings, credentials) -> dict:
 
 def write(path: Path, environ: dict) -> Path:
     """Write the vars file (JSON is YAML) with mode 0600; keys found through ``environ``."""
-    me = lab_host_settings()
+    me = lab_host_settings(environ=environ)
     text = json.dumps(variables(me, secrets.load(environ)), indent=1)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
