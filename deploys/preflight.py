@@ -35,6 +35,11 @@ class Preflight:
     credentials: secrets.S3Credentials
 
     @property
+    def engine_count(self) -> int:
+        """Engines on all inference hosts of the inventory (the roll's percentage base)."""
+        return sum(len(h.engine.engines) for h in self.hosts.values() if h.is_inference)
+
+    @property
     def admin(self) -> settings.HostSettings:
         return next(h for h in self.hosts.values() if h.is_ceph_admin)
 
@@ -97,9 +102,12 @@ def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
     if me.is_inference:
         if me.lmcache.kv_bytes_per_token is not None:  # else outside this run, unsized
             calls.append(("lmcache.yaml.j2", lambda: render.lmcache_yaml(me)))
+        for engine in me.engine.engines:
+            calls += [
+                ("vllm.env.j2", lambda engine=engine: render.env_file(me, "0" * 64, engine)),
+                ("vllm.service.j2", lambda engine=engine: render.unit(me, engine)),
+            ]
         calls += [
-            ("vllm.env.j2", lambda: render.env_file(me, "0" * 64)),
-            ("vllm.service.j2", lambda: render.unit(me)),
             ("secrets.env.j2", lambda: render.secrets_env_file(creds)),
             ("aws_credentials.j2", lambda: render.aws_credentials(me, creds)),
             ("aws_config.j2", lambda: render.aws_config(me)),
@@ -277,13 +285,17 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             raise settings.SettingsError(refusal)
         total = mem_total(name)
         total = None if total is OUTSIDE_RUN else total
-        pinned = kv_sizing.pinned_bytes(me)
+        # Every engine of the host pins its own buffers.
+        engines = len(me.engine.engines)
+        pinned = kv_sizing.pinned_bytes(me) * engines
         if total and not kv_sizing.pinned_ram_fits(pinned, total):
             gib = kv_sizing.GIB
             cpu = kv_sizing.limits(me).max_local_cpu_size
+            workers = me.engine.tensor_parallel_size * engines
+            of = f"{engines} engines x {me.engine.tensor_parallel_size}" if engines > 1 else ""
             raise settings.SettingsError(
                 f"{name}: kvceph_lmcache_max_local_cpu_size = {cpu!r}: {cpu:g} GiB pinned on each "
-                f"of {me.engine.tensor_parallel_size} workers = {pinned / gib:.1f} GiB, over "
+                f"of {of or workers} workers = {pinned / gib:.1f} GiB, over "
                 f"{kv_sizing.PINNED_RAM_FRACTION:.0%} of the host's {total / gib:.1f} GiB RAM "
                 "(LMCache pins it even with local_cpu false); fix: lower kvceph_max_model_len "
                 "or the buffer, or use a host with more RAM"

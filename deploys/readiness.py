@@ -17,11 +17,12 @@ from deploys.settings import HostSettings
 @deploy("Readiness check")
 def apply(me: HostSettings) -> None:
     e = me.engine
-    service.ready(
-        name=f"Engine answers on port {e.port}",
-        python=f"{e.venv}/bin/python",
-        port=e.port,
-        model=e.model,
-        timeout=60,
-        secrets=render.SECRETS_PATH,
-    )
+    for engine in e.engines:
+        service.ready(
+            name=f"Engine answers on port {engine.port}",
+            python=f"{e.venv}/bin/python",
+            port=engine.port,
+            model=e.model,
+            timeout=60,
+            secrets=render.SECRETS_PATH,
+        )

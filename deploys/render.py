@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from deploys import kv_sizing, model_source, versions
+from deploys.engine_list import DEVICE_VARIABLE, Engine
 from deploys.secrets import Secret
 from deploys.settings import HostSettings
 
@@ -24,11 +25,12 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 # Paths from docs/design.md "Files on inference hosts".
 CONFIG_DIR = "/etc/kvceph"
 LMCACHE_PATH = f"{CONFIG_DIR}/lmcache.yaml"
-ENV_PATH = f"{CONFIG_DIR}/vllm.env"
+ENV_PATH = f"{CONFIG_DIR}/vllm.env"  # the default engine's; env_path(engine) for each engine
 # root:root 0600: systemd reads it before dropping privileges; no other user can.
 SECRETS_PATH = f"{CONFIG_DIR}/secrets.env"
 UNIT_NAME = "vllm.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
+UNIT_DIR = "/etc/systemd/system"
+UNIT_PATH = f"{UNIT_DIR}/{UNIT_NAME}"
 WHEELHOUSE = "/var/cache/kvceph/wheelhouse"
 # kvceph's gate in front of every engine route (docs/security.md "Engine API key").
 GUARD_DIR = "/usr/local/lib/kvceph"
@@ -53,6 +55,21 @@ def _render(name: str, **values: Any) -> str:
 
 def aws_dir(me: HostSettings) -> str:
     return f"{me.engine.service_home}/.aws"
+
+
+# --- Engines (kvceph_engines): one unit and env file each; the rest of the files are shared ---
+
+
+def _engine(me: HostSettings, engine: Engine | None) -> Engine:
+    return engine or me.engine.engines[0]
+
+
+def env_path(engine: Engine) -> str:
+    return f"{CONFIG_DIR}/{engine.env_name}"
+
+
+def unit_path(engine: Engine) -> str:
+    return f"{UNIT_DIR}/{engine.unit}"
 
 
 # --- LMCache -----------------------------------------------------------------------------------
@@ -135,7 +152,7 @@ def kv_transfer_json(me: HostSettings) -> str:
     return json.dumps(kv_transfer_config(me), separators=(",", ":"))
 
 
-def exec_start(me: HostSettings) -> list[str]:
+def exec_start(me: HostSettings, engine: Engine | None = None) -> list[str]:
     """The engine's argv (docs/design.md "Engine command line")."""
     e = me.engine
     return [
@@ -146,7 +163,7 @@ def exec_start(me: HostSettings) -> list[str]:
         "--host",
         me.security.vllm_bind,
         "--port",
-        str(e.port),
+        str(_engine(me, engine).port),
         "--gpu-memory-utilization",
         repr(e.gpu_memory_utilization),
         "--max-model-len",
@@ -182,8 +199,8 @@ def systemd_quote(arg: str) -> str:
     return f"'{escaped}'"
 
 
-def exec_start_line(me: HostSettings) -> str:
-    return " ".join(systemd_quote(a) for a in exec_start(me))
+def exec_start_line(me: HostSettings, engine: Engine | None = None) -> str:
+    return " ".join(systemd_quote(a) for a in exec_start(me, engine))
 
 
 # --- Environment file, unit, AWS files ---------------------------------------------------------
@@ -196,9 +213,12 @@ def _env_quote(value: str) -> str:
     return '"' + re.sub(r'([\\"`$])', r"\\\1", value) + '"'
 
 
-def environment(me: HostSettings, digest: str | None = None) -> list[tuple[str, str]]:
+def environment(
+    me: HostSettings, digest: str | None = None, engine: Engine | None = None
+) -> list[tuple[str, str]]:
     """The engine's environment; ``KVCEPH_DIGEST`` last, only when ``digest`` is given."""
     e = me.engine
+    devices = _engine(me, engine).devices
     env: dict[str, str] = {
         "LMCACHE_CONFIG_FILE": LMCACHE_PATH,
         "PYTHONHASHSEED": str(e.python_hash_seed),
@@ -207,6 +227,9 @@ def environment(me: HostSettings, digest: str | None = None) -> list[tuple[str, 
         # the unit's user is set up.
         "HOME": e.service_home,
     }
+    if devices is not None:
+        # The runtime numbers the listed devices 0..n-1 for the engine: TP uses the first n.
+        env[DEVICE_VARIABLE[e.accelerator]] = ",".join(str(d) for d in devices)
     if me.security.guard:
         env["PYTHONPATH"] = GUARD_DIR
         # Loopback always: the deploy's own health and readiness checks run on the host.
@@ -222,9 +245,10 @@ def environment(me: HostSettings, digest: str | None = None) -> list[tuple[str, 
     return items
 
 
-def env_file(me: HostSettings, digest: str | None = None) -> str:
+def env_file(me: HostSettings, digest: str | None = None, engine: Engine | None = None) -> str:
     """/etc/kvceph/vllm.env (without the digest line when ``digest`` is None)."""
-    return _render("vllm.env.j2", env=[(k, _env_quote(v)) for k, v in environment(me, digest)])
+    env = environment(me, digest, engine)
+    return _render("vllm.env.j2", env=[(k, _env_quote(v)) for k, v in env])
 
 
 # Variable names the engine reads each secret from (vLLM: VLLM_API_KEY, huggingface_hub: HF_TOKEN);
@@ -249,18 +273,19 @@ def secrets_env_file(credentials) -> Secret:
     return Secret(_render("secrets.env.j2", env=env))
 
 
-def unit(me: HostSettings) -> str:
-    """/etc/systemd/system/vllm.service."""
-    e = me.engine
+def unit(me: HostSettings, engine: Engine | None = None) -> str:
+    """/etc/systemd/system/vllm.service (``vllm-<name>.service`` for a named engine)."""
+    e, one = me.engine, _engine(me, engine)
+    label = e.model if one.unit == UNIT_NAME else f"{one.name}, {e.model}"
     return _render(
         "vllm.service.j2",
-        description=f"vLLM {e.profile.vllm_version} + LMCache (kvceph, {e.model})",
+        description=f"vLLM {e.profile.vllm_version} + LMCache (kvceph, {label})",
         user=e.service_user,
         group=e.service_user,
-        env_file=ENV_PATH,
+        env_file=env_path(one),
         secrets_file=SECRETS_PATH,
         home=e.service_home,
-        exec_start=exec_start_line(me),
+        exec_start=exec_start_line(me, one),
         # Loading a 32B model and warming up takes minutes; match the readiness budget.
         timeout_start=e.health_timeout,
     )
@@ -304,7 +329,7 @@ def guard_module() -> str:
     return GUARD_SOURCE.read_text()
 
 
-def digest(me: HostSettings, credentials) -> str:
+def digest(me: HostSettings, credentials, engine: Engine | None = None) -> str:
     """sha256 over everything the running engine reads at start.
 
     It goes into the env file as KVCEPH_DIGEST, so the running process's environment proves
@@ -312,8 +337,8 @@ def digest(me: HostSettings, credentials) -> str:
     """
     h = hashlib.sha256()
     for part in (
-        unit(me),
-        env_file(me),
+        unit(me, engine),
+        env_file(me, None, engine),
         lmcache_yaml(me),
         aws_credentials(me, credentials),
         aws_config(me),

@@ -87,17 +87,20 @@ def engines_on_old_key(checked: Preflight, inventory) -> list[str]:
             continue
         path = f"{render.aws_dir(me)}/credentials"
         wanted = sha256_text(render.aws_credentials(me, checked.credentials))
-        try:
-            current = inventory.get_host(name).get_fact(
-                ServiceDrift, unit=render.UNIT_NAME, files=(path,)
-            )
-        except PyinfraError as exc:
-            # An engine we cannot see may be running the old key.
-            pending.append(f"{name} (cannot read its engine: {' '.join(str(exc).split())})")
-            continue
-        reason = engine_reason(current, render.digest(me, checked.credentials), path, wanted)
-        if reason:
-            pending.append(f"{name} ({reason})")
+        for engine in me.engine.engines:
+            label = name if len(me.engine.engines) == 1 else f"{name}/{engine.name}"
+            try:
+                current = inventory.get_host(name).get_fact(
+                    ServiceDrift, unit=engine.unit, files=(path,)
+                )
+            except PyinfraError as exc:
+                # An engine we cannot see may be running the old key.
+                pending.append(f"{label} (cannot read its engine: {' '.join(str(exc).split())})")
+                continue
+            digest = render.digest(me, checked.credentials, engine)
+            reason = engine_reason(current, digest, path, wanted)
+            if reason:
+                pending.append(f"{label} ({reason})")
     return pending
 
 

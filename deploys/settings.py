@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from deploys import kv_sizing, model_source, security_settings, versions
+from deploys import engine_list, kv_sizing, model_source, security_settings, versions
 
 INFERENCE_GROUPS = ("gpu", "gaudi")
 ACCELERATOR_OF_GROUP = {"gpu": "nvidia", "gaudi": "gaudi"}
@@ -441,6 +441,10 @@ class EngineSettings:
     health_timeout: int
     extra_env: tuple[tuple[str, str], ...]
     source: model_source.ModelSource  # where the weights come from; the serve argument
+    # kvceph_engines (deploys/engine_list.py); the default: one engine on every accelerator
+    engines: tuple[engine_list.Engine, ...] = (engine_list.Engine("vllm", None, 8000),)
+    restart_batch: int | str = 1
+    restart_whole_group: bool = False
 
     @property
     def serve_model(self) -> str:
@@ -530,6 +534,7 @@ def _engine(r: _Reader, accelerator: str) -> EngineSettings:
         )
     user = r.str("kvceph_service_user", "vllm", pattern=r"[a-z_][a-z0-9_-]{0,31}")
     max_len = r.int("kvceph_max_model_len", 40960, lo=256)
+    port = r.port("kvceph_vllm_port", 8000)
     return EngineSettings(
         accelerator=accelerator,
         accelerator_check=r.bool("kvceph_accelerator_check", True),
@@ -545,7 +550,7 @@ def _engine(r: _Reader, accelerator: str) -> EngineSettings:
         # Qwen3-32B's native context is 40960; the seed's 131072 makes vLLM refuse to start
         # unless YaRN is configured (no --rope-scaling in 0.33) or the override env is set.
         max_model_len=max_len,
-        port=r.port("kvceph_vllm_port", 8000),
+        port=port,
         # vLLM's --kv-cache-dtype values that both supported versions accept (0.33 has no
         # float16); Qwen3-32B runs in bf16, so bfloat16 equals vLLM's "auto" there.
         kv_dtype=r.choice("kvceph_kv_dtype", "bfloat16", ("bfloat16", "fp8")),
@@ -562,6 +567,9 @@ def _engine(r: _Reader, accelerator: str) -> EngineSettings:
         health_timeout=r.int("kvceph_health_timeout", 900, lo=5, hi=7200),
         extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
         source=model_source.load(r, model),
+        engines=engine_list.load(r, port, tp, count),
+        restart_batch=engine_list.restart_batch(r),
+        restart_whole_group=r.bool(engine_list.WHOLE_GROUP_OPT_IN, False),
     )
 
 
@@ -873,10 +881,37 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
                         "differ and the nodes would never reuse each other's cache; "
                         "fix: use one value across the group"
                     )
+    _check_roll(inference, groups)
     return [
         CacheGroup(model, tp, tuple(h.host for h in members))
         for (model, tp), members in groups.items()
     ]
+
+
+def _check_roll(inference: list[HostSettings], groups) -> None:
+    """One restart batch for the whole inventory, never a whole cache group at once."""
+    first = inference[0]
+    for key, get in (
+        ("kvceph_restart_batch", lambda h: h.engine.restart_batch),
+        (engine_list.WHOLE_GROUP_OPT_IN, lambda h: h.engine.restart_whole_group),
+    ):
+        for other in inference[1:]:
+            if get(other) != get(first):
+                raise SettingsError(
+                    f"{other.host}: {key} = {get(other)!r} differs from {first.host}'s "
+                    f"{get(first)!r}: the roll is one for the whole run; "
+                    "fix: set it once, in group_data/all.py"
+                )
+    refusal = engine_list.roll_refusal(
+        first.engine.restart_batch,
+        first.engine.restart_whole_group,
+        {
+            f"{model} TP={tp}": sum(len(h.engine.engines) for h in members)
+            for (model, tp), members in groups.items()
+        },
+    )
+    if refusal:
+        raise SettingsError(refusal)
 
 
 def python_minor_mismatch(group: CacheGroup, hash_algorithm: str, pythons: Mapping[str, str]):

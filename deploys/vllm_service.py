@@ -1,5 +1,11 @@
-"""Stage 5: the engine's env file and systemd unit; restart one host at a time where the
-running engine is not the desired configuration.
+"""Stage 5: every engine's env file and systemd unit (``kvceph_engines``: one unit each);
+engines the inventory no longer lists are removed; engines restart in batches
+(``kvceph_restart_batch``) where the running engine is not the desired configuration.
+
+One unit per engine, not a template ``vllm@.service``: each engine's command line differs
+(port, devices), and the unit file is part of the engine's digest, so a change to one engine
+restarts that engine only; and the default engine keeps today's ``vllm.service`` and
+``vllm.env`` byte for byte, so existing hosts need no migration.
 
 The digest covers every file the engine reads at start (unit, env, secrets, LMCache YAML, AWS
 files) and is put into the env file as KVCEPH_DIGEST; the restart decision compares it with the
@@ -16,8 +22,9 @@ from pyinfra import host, logger
 from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files as pyinfra_files
 
-from deploys import render
-from deploys.facts.engine import Accelerators, accelerator_present
+from deploys import engine_list, render
+from deploys.engine_list import Engine
+from deploys.facts.engine import Accelerators, EngineUnits, accelerator_present
 from deploys.operations import files, service
 from deploys.operations.files import sha256_text
 from deploys.probe.report import last_verdict
@@ -47,31 +54,37 @@ def apply(me: HostSettings, checked) -> None:
     else:
         logger.warning("kvceph: %s: accelerator check skipped (kvceph_accelerator_check)", me.host)
 
-    digest = render.digest(me, checked.credentials)
-    env_text = render.env_file(me, digest)
-    unit_text = render.unit(me)
-    aws = render.aws_dir(me)
+    shared = _shared_files(me, checked)
+    for engine in e.engines:
+        _engine_files(me, checked, engine)
+    # Engines the inventory no longer lists: stopped before any engine (re)starts, so the
+    # devices and port they held are free (a host leaving today's single vllm.service too).
+    wanted = {engine.unit for engine in e.engines}
+    for unit in sorted(set(host.get_fact(EngineUnits)) - wanted):
+        service.removed(
+            name=f"Remove engine {unit} (no longer in kvceph_engines)",
+            unit=unit,
+            files=[
+                f"{render.UNIT_DIR}/{unit}",
+                f"{render.CONFIG_DIR}/{unit.removesuffix('.service')}.env",
+            ],
+        )
+    batch = engine_list.batch_size(e.restart_batch, checked.engine_count)
+    for engine in e.engines:
+        _restart(me, checked, engine, shared, batch)
+
+
+def _shared_files(me: HostSettings, checked) -> dict[str, str]:
+    """The files every engine of the host reads (the secrets file and gate are written here,
+    the LMCache and AWS files by inference_config): path -> sha256 of the desired content."""
     secrets_text = render.secrets_env_file(checked.credentials)
-    # Every file the engine reads, as this run leaves it (inference_config writes the first
-    # three): a host whose copy differs, or changed since the start, restarts.
-    desired_files = {
+    aws = render.aws_dir(me)
+    desired = {
         render.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
         f"{aws}/credentials": sha256_text(render.aws_credentials(me, checked.credentials)),
         f"{aws}/config": sha256_text(render.aws_config(me)),
-        render.ENV_PATH: sha256_text(env_text),
         render.SECRETS_PATH: sha256_text(secrets_text.reveal()),
-        render.UNIT_PATH: sha256_text(unit_text),
     }
-    if me.security.guard:
-        desired_files[render.GUARD_PATH] = sha256_text(render.guard_module())
-    files.atomic_file(
-        name=f"Engine environment {render.ENV_PATH}",
-        path=render.ENV_PATH,
-        content=env_text,
-        user="root",
-        group=e.service_user,
-        mode="0640",
-    )
     # Root only: systemd reads it (EnvironmentFile=) before the engine drops to its user.
     files.private_file(
         name=f"Engine secrets {render.SECRETS_PATH}",
@@ -82,6 +95,7 @@ def apply(me: HostSettings, checked) -> None:
         mode="0600",
     )
     if me.security.guard:
+        desired[render.GUARD_PATH] = sha256_text(render.guard_module())
         pyinfra_files.directory(
             name=f"Engine gate directory {render.GUARD_DIR}",
             path=render.GUARD_DIR,
@@ -97,10 +111,25 @@ def apply(me: HostSettings, checked) -> None:
             group="root",
             mode="0644",
         )
+    return desired
+
+
+def _engine_files(me: HostSettings, checked, engine: Engine) -> None:
+    """One engine's env file and unit, enabled at boot."""
+    digest = render.digest(me, checked.credentials, engine)
+    env_path, unit_path = render.env_path(engine), render.unit_path(engine)
     files.atomic_file(
-        name=f"Unit {render.UNIT_PATH}",
-        path=render.UNIT_PATH,
-        content=unit_text,
+        name=f"Engine environment {env_path}",
+        path=env_path,
+        content=render.env_file(me, digest, engine),
+        user="root",
+        group=me.engine.service_user,
+        mode="0640",
+    )
+    files.atomic_file(
+        name=f"Unit {unit_path}",
+        path=unit_path,
+        content=render.unit(me, engine),
         user="root",
         group="root",
         mode="0644",
@@ -108,16 +137,29 @@ def apply(me: HostSettings, checked) -> None:
         on_change="timeout 120 systemctl daemon-reload",
     )
     # A run interrupted between the unit write and the reload leaves systemd stale.
-    service.daemon_reload_if_stale(name="systemd daemon-reload (stale)", unit=render.UNIT_NAME)
-    service.enabled(name=f"Enable {render.UNIT_NAME}", unit=render.UNIT_NAME)
+    service.daemon_reload_if_stale(name="systemd daemon-reload (stale)", unit=engine.unit)
+    service.enabled(name=f"Enable {engine.unit}", unit=engine.unit)
+
+
+def _restart(me: HostSettings, checked, engine: Engine, shared: dict[str, str], batch: int):
+    """Restart the engine in the run's roll when what runs is not its desired configuration."""
+    e = me.engine
+    digest = render.digest(me, checked.credentials, engine)
+    # Every file the engine reads, as this run leaves it: a host whose copy differs, or
+    # changed since the start, restarts.
+    desired_files = {
+        **shared,
+        render.env_path(engine): sha256_text(render.env_file(me, digest, engine)),
+        render.unit_path(engine): sha256_text(render.unit(me, engine)),
+    }
     service.rolling_restart(
-        name=f"Rolling restart of {render.UNIT_NAME}",
+        name=f"Rolling restart of {engine.unit}",
         digest=digest,
-        port=e.port,
+        port=engine.port,
         python=f"{e.venv}/bin/python",
         health_timeout=e.health_timeout,
-        unit=render.UNIT_NAME,
-        environment=dict(render.environment(me, digest)),
+        unit=engine.unit,
+        environment=dict(render.environment(me, digest, engine)),
         secret_environment={
             name: sha256_text(value.reveal())
             for name, value in render.secret_environment(checked.credentials)
@@ -125,5 +167,5 @@ def apply(me: HostSettings, checked) -> None:
         files=desired_files,
         # Whether the S3 tier this engine starts with is worth it, as last measured (probe.py).
         note=last_verdict(me.verify.report_dir, me.host) if me.verify else None,
-        _serial=True,
+        batch=batch,
     )

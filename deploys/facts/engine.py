@@ -238,6 +238,26 @@ class ServiceDrift(ServiceState):
         return state
 
 
+class EngineUnits(FactBase):
+    """
+    The engine units kvceph wrote on the host: ``vllm.service`` and ``vllm-<name>.service`` in
+    /etc/systemd/system whose first line is kvceph's marker (a unit of the operator's own is
+    never listed). Returns ``["vllm-engine-a.service", "vllm.service"]``, sorted.
+    """
+
+    command = (
+        "for f in /etc/systemd/system/vllm.service /etc/systemd/system/vllm-*.service; do "
+        '[ -f "$f" ] && head -n 1 "$f" | grep -q "^# Managed by kvceph" && echo "${f##*/}"; '
+        "done; true"
+    )
+
+    def default(self):
+        return []
+
+    def process(self, output):
+        return sorted(line.strip() for line in output if line.strip().endswith(".service"))
+
+
 class MemTotal(FactBase):
     """Host RAM in bytes from /proc/meminfo (MemTotal), or None."""
 

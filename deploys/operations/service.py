@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+import gevent
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
@@ -12,9 +13,8 @@ from deploys.facts.engine import SECRET_ENV_NAME, EngineReadiness, ServiceDrift,
 # render.DIGEST_VAR: the variable ServiceState reads as the running digest.
 DIGEST_VAR = "KVCEPH_DIGEST"
 
-# Per pyinfra run (keyed by id(state)): hosts whose restart began / finished. A _serial op
-# still runs on the next host after one fails, so the next host's guard checks these.
-_ROLL: dict[int, dict[str, set[str]]] = {}
+# Per pyinfra run (keyed by id(state)): the restart roll (batches, failures).
+_ROLL: dict[int, _Roll] = {}
 
 _HEALTH_SCRIPT = """
 import sys, time, urllib.request
@@ -33,25 +33,98 @@ sys.exit("kvceph: /health on port %s not 200 within %ss (last: %s)" % (port, sys
 """
 
 
-def _roll_guard(state, host, unit: str):
-    roll = _ROLL.setdefault(id(state), {"started": set(), "done": set()})
-    stuck = sorted(roll["started"] - roll["done"])
-    if stuck:
+class _Roll:
+    """The run's restart roll: engines restart in batches of at most ``size``; a batch is
+    admitted only when the previous one is healthy, and one failure stops the roll.
+
+    Engines of different hosts run their operation concurrently (gevent); each waits in
+    ``admit`` for a place in the current batch. A batch fills up to ``size`` (or with whoever
+    arrives while it runs) and closes; the next opens when all its engines are back.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self.running: set[str] = set()
+        self.closed = False
+        self.batch = 0
+        self.failed: list[str] = []
+
+    def admit(self, label: str, poll: float = 0.2) -> int | None:
+        """Wait for a place; the batch number, or None when the roll has stopped."""
+        while not self.failed:
+            if not self.closed and len(self.running) < self.size:
+                if not self.running:
+                    self.batch += 1
+                self.running.add(label)
+                self.closed = len(self.running) >= self.size
+                return self.batch
+            gevent.sleep(poll)
+        return None
+
+    def release(self, label: str, ok: bool) -> None:
+        self.running.discard(label)
+        if not ok:
+            self.failed.append(label)
+        if not self.running:
+            self.closed = False
+
+
+def _roll(state, size: int = 1) -> _Roll:
+    return _ROLL.setdefault(id(state), _Roll(size))
+
+
+class _HostFunction(FunctionCommand):
+    """A FunctionCommand that also gets the operation's connector arguments (sudo, ...)."""
+
+    def execute(self, state, host, connector_arguments):
+        return self.function(state, host, connector_arguments, *self.args, **self.kwargs)
+
+
+def _restart_in_roll(state, host, connector_arguments, unit, port, python, health_timeout, batch):
+    """Restart ``unit`` in its batch and wait for /health; False stops the roll."""
+    roll = _roll(state, batch)
+    label = f"{host.name} {unit}"
+    number = roll.admit(label)
+    if number is None:
         logger.error(
             "%skvceph: not restarting %s: the rolling restart stopped at %s (not healthy); "
             "fix it and rerun, the roll resumes where the running digest differs",
             host.print_prefix,
             unit,
-            ", ".join(stuck),
+            ", ".join(roll.failed),
         )
         return False
-    roll["started"].add(host.name)
-    return True
-
-
-def _roll_done(state, host):
-    _ROLL.setdefault(id(state), {"started": set(), "done": set()})["done"].add(host.name)
-    return True
+    logger.info("%skvceph: restart batch %d: %s", host.print_prefix, number, label)
+    ok = False
+    try:
+        for command in (
+            StringCommand("timeout 300 systemctl restart", QuoteString(unit)),
+            StringCommand(
+                "timeout",
+                str(health_timeout + 30),
+                QuoteString(python),
+                "-c",
+                QuoteString(_HEALTH_SCRIPT),
+                str(port),
+                str(health_timeout),
+            ),
+        ):
+            ok, output = command.execute(state, host, dict(connector_arguments))
+            if not ok:
+                for line in output.stderr_lines[-5:] if output else ():
+                    logger.error("%s%s", host.print_prefix, line)
+                break
+        return ok
+    finally:
+        # Always: a peer of the next batch waits for this engine's place.
+        roll.release(label, ok)
+        logger.info(
+            "%skvceph: restart batch %d: %s %s",
+            host.print_prefix,
+            number,
+            label,
+            "healthy" if ok else "FAILED",
+        )
 
 
 def _sha256(value: str) -> str:
@@ -130,6 +203,7 @@ def rolling_restart(
     files: dict[str, str] | None = None,
     secret_environment: dict[str, str] | None = None,
     note: str | None = None,
+    batch: int = 1,
 ):
     """
     Restart the engine when what runs is not the desired configuration, then wait for /health.
@@ -148,20 +222,23 @@ def rolling_restart(
       process as a sha256 too
     + note: a line logged with the restart notice (the deploy passes the host's last cache
       probe verdict, ``deploys/probe/report.last_verdict``)
+    + batch: how many engines of the run may restart at once (``kvceph_restart_batch``
+      resolved to a count); the first call of a run sets it
 
     The host restarts when it is not active, its running ``KVCEPH_DIGEST`` differs, its running
     environment differs, or a config file differs or is newer than the process: so a hand edit
     followed by a hand restart (digest unchanged) is still put back. Planning sees "differs",
     execution (files already rewritten) sees "newer": both decide the same.
 
-    Call it with ``_serial=True``: hosts restart one at a time. When one host does not become
-    healthy its op fails, and every later host in the same run fails this op *without*
-    restarting (a controller-side guard), so at most one host is down. Rerunning resumes: only
-    hosts still not running the desired configuration restart.
+    Call it once per engine, on all hosts at once (no ``_serial``): engines restart in
+    batches of ``batch`` across the hosts, each batch only when the previous one is healthy.
+    When an engine does not become healthy its op fails, and every engine not yet restarted
+    fails this op *without* restarting (a controller-side roll), so at most one batch is down.
+    Rerunning resumes: only engines still not running the desired configuration restart.
 
     .. code:: python
 
-        service.rolling_restart(digest, 8000, "/opt/kvceph/venv/bin/python", 900, _serial=True)
+        service.rolling_restart(digest, 8000, "/opt/kvceph/venv/bin/python", 900, batch=2)
     """
     current = host.get_fact(
         ServiceDrift, **_state_kwargs(unit, environment, files, secret_environment)
@@ -181,18 +258,7 @@ def rolling_restart(
     )
     if note:
         logger.info("%s%s", host.print_prefix, note)
-    yield FunctionCommand(_roll_guard, (unit,), {})
-    yield StringCommand("timeout 300 systemctl restart", QuoteString(unit))
-    yield StringCommand(
-        "timeout",
-        str(health_timeout + 30),
-        QuoteString(python),
-        "-c",
-        QuoteString(_HEALTH_SCRIPT),
-        str(port),
-        str(health_timeout),
-    )
-    yield FunctionCommand(_roll_done, (), {})
+    yield _HostFunction(_restart_in_roll, (unit, port, python, health_timeout, batch), {})
 
 
 @operation()
@@ -254,3 +320,23 @@ def ready(python: str, port: int, model: str, timeout: int = 60, secrets: str = 
         raise OperationError(f"kvceph: {reason}; fix: journalctl -u vllm.service on {host.name}")
     host.noop(f"checked when executing ({reason} while planning)")
     yield from ()  # a generator that never yields: readiness changes nothing
+
+
+@operation()
+def removed(unit: str, files: list[str]):
+    """
+    Stop, disable and delete an engine the inventory no longer lists (its unit and env file).
+
+    + unit: the systemd unit (one ``facts.engine.EngineUnits`` found)
+    + files: the unit's files to delete (unit file, env file)
+
+    The deploy calls it only for units kvceph wrote that ``kvceph_engines`` no longer names,
+    before any engine restarts: the devices and port it held are free when the new engines
+    start. The one destructive change made without an opt-in: the inventory asked for it.
+    """
+    yield StringCommand("timeout 300 systemctl disable --now", QuoteString(unit))
+    yield StringCommand("rm -f", *(QuoteString(f) for f in files))
+    yield "timeout 120 systemctl daemon-reload"
+    yield StringCommand(
+        "timeout 60 systemctl reset-failed", QuoteString(unit), "2>/dev/null || true"
+    )

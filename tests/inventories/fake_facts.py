@@ -387,6 +387,8 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         "/sys/bus/pci/devices/*/vendor": PCI[e.accelerator],
         # engine.MemTotal: 64 GiB, so the pinned-RAM warning stays quiet.
         "grep '^MemTotal:' /proc/meminfo": ["MemTotal:       67108864 kB"],
+        # engine.EngineUnits: today's single engine where the host is converged.
+        "for f in /etc/systemd/system/vllm.service": ["vllm.service"] if converged else [],
     }
     passwd = ["root:x:0:0:root:/root:/bin/bash|root|root||"]
     etc_group = ["root:x:0:"]

@@ -14,8 +14,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
+import gevent
 import pytest
 from pyinfra.api import OperationError, StringCommand
+from pyinfra.connectors.util import CommandOutput
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra_testing.util import FakeState, create_host, get_command_string
 
@@ -27,16 +29,61 @@ def _host(name):
     return SimpleNamespace(name=name, print_prefix=f"[{name}] ")
 
 
-def test_roll_guard_stops_the_roll_after_an_unhealthy_host():
-    state = object()
-    a, b, c = _host("gpu1"), _host("gpu2"), _host("gaudi1")
-    assert service._roll_guard(state, a, "vllm.service") is True
-    assert service._roll_done(state, a) is True
-    assert service._roll_guard(state, b, "vllm.service") is True
-    # gpu2's health wait failed: _roll_done never ran, so gaudi1 must not restart.
-    assert service._roll_guard(state, c, "vllm.service") is False
+def test_roll_restarts_in_batches_of_at_most_the_size():
+    roll = service._Roll(2)
+    running, most, batches = set(), [0], {}
+
+    def engine(label, seconds):
+        batches[label] = roll.admit(label, poll=0.01)
+        running.add(label)
+        most[0] = max(most[0], len(running))
+        gevent.sleep(seconds)
+        running.discard(label)
+        roll.release(label, True)
+
+    gevent.joinall([gevent.spawn(engine, f"e{i}", 0.05 * (i + 1)) for i in range(5)])
+    assert most[0] == 2
+    # A batch opens only when the previous one is back, even where a place freed early.
+    assert batches == {"e0": 1, "e1": 1, "e2": 2, "e3": 2, "e4": 3}
+
+
+def test_one_failure_stops_the_roll_and_waiters_give_up():
+    roll = service._Roll(1)
+    assert roll.admit("gpu1 vllm.service") == 1
+    waiter = gevent.spawn(roll.admit, "gpu2 vllm.service", 0.01)
+    gevent.sleep(0.05)
+    roll.release("gpu1 vllm.service", False)
+    assert waiter.get(timeout=1) is None
+    assert roll.admit("gaudi1 vllm.service") is None
+    assert roll.failed == ["gpu1 vllm.service"]
+
+
+def _roll_host(name, answers, ran):
+    def run_shell_command(command, **kwargs):
+        ran.append((name, get_command_string(command).split(" -c ")[0]))
+        return answers.pop(0), CommandOutput([])
+
+    return SimpleNamespace(
+        name=name, print_prefix=f"[{name}] ", run_shell_command=run_shell_command
+    )
+
+
+def test_restart_in_roll_stops_later_engines_without_restarting_them(caplog):
+    state = SimpleNamespace(print_output=False, print_input=False)
+    ran: list = []
+    args = ("vllm.service", 8000, "/v/bin/python", 60, 1)
+    gpu1 = _roll_host("gpu1", [True, True], ran)
+    gpu2 = _roll_host("gpu2", [True, False], ran)  # restarts, never healthy
+    gaudi1 = _roll_host("gaudi1", [True, True], ran)
+    assert service._restart_in_roll(state, gpu1, {}, *args) is True
+    assert service._restart_in_roll(state, gpu2, {}, *args) is False
+    with caplog.at_level("INFO"):
+        assert service._restart_in_roll(state, gaudi1, {}, *args) is False
+    assert [h for h, _ in ran] == ["gpu1", "gpu1", "gpu2", "gpu2"]
+    assert ran[0][1] == "timeout 300 systemctl restart vllm.service"
+    assert "rolling restart stopped at gpu2 vllm.service" in caplog.text
     # Another pyinfra run starts clean.
-    assert service._roll_guard(object(), c, "vllm.service") is True
+    assert service._restart_in_roll(SimpleNamespace(**vars(state)), gaudi1, {}, *args) is True
 
 
 def _run_ready(probe, executing):
@@ -199,7 +246,8 @@ def test_rolling_restart_logs_why(caplog):
     host = create_host(state, facts={"engine.ServiceDrift": {key: fact}})
     with caplog.at_level("INFO"), ctx_state.use(state), ctx_host.use(host):
         commands = list(service.rolling_restart._inner(**kwargs))
-    assert any("systemctl restart vllm.service" in str(c) for c in commands)
+    assert [c.function.__name__ for c in commands] == ["_restart_in_roll"]
+    assert commands[0].args == ("vllm.service", 8000, "/opt/kvceph/venv/bin/python", 900, 1)
     assert "restarts: running env HF_TOKEN differs" in caplog.text
     assert "running env PYTHONHASHSEED=68, desired 67; running digest aaaaaaaaaaaa" in caplog.text
     assert "hf-fixture-token" not in caplog.text

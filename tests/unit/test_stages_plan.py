@@ -17,7 +17,7 @@ from deploys.secrets import S3Credentials, Secret
 CREDS = S3Credentials(
     Secret("AKIAPLAN"), Secret("plan-secret-value"), "test", vllm_api_key=Secret("plan-api-key")
 )
-CHECKED = SimpleNamespace(credentials=CREDS)
+CHECKED = SimpleNamespace(credentials=CREDS, engine_count=3)
 GLOBAL = {"name", "_serial", "_if", "_sudo"}
 
 
@@ -154,21 +154,21 @@ def test_inference_config_files_and_modes(plan, caplog):
     assert "plan-secret-value" not in caplog.text
 
 
-def test_vllm_service_rolls_serially_with_the_digest(plan, caplog):
+def test_vllm_service_rolls_in_batches_with_the_digest(plan, caplog):
     me = lab_host()
-    calls = plan(vllm_service, me, {}, CHECKED)
+    calls = plan(vllm_service, me, {"EngineUnits": ["vllm.service"]}, CHECKED)
     assert names(calls) == [
-        "files.atomic_file",
         "files.private_file",
         "files.directory",
+        "files.atomic_file",
         "files.atomic_file",
         "files.atomic_file",
         "service.daemon_reload_if_stale",
         "service.enabled",
         "service.rolling_restart",
     ]
-    env = calls[0][1]["content"]
-    secrets_file = calls[1][1]
+    env = calls[3][1]["content"]
+    secrets_file = calls[0][1]
     # Root only (systemd reads it before dropping privileges); masked if pyinfra prints it.
     assert (secrets_file["user"], secrets_file["group"], secrets_file["mode"]) == (
         "root",
@@ -180,7 +180,8 @@ def test_vllm_service_rolls_serially_with_the_digest(plan, caplog):
     roll = calls[-1][1]
     assert f'KVCEPH_DIGEST="{roll["digest"]}"' in env
     assert roll["digest"] == render.digest(me, CREDS)
-    assert roll["_serial"] is True
+    # Not _serial: the roll's batches are kept by the operation (one engine at a time here).
+    assert "_serial" not in roll and roll["batch"] == 1
     # Drift is judged against what this run writes: env values, and file hashes only.
     assert roll["environment"] == dict(render.environment(me, roll["digest"]))
     aws = render.aws_dir(me)
@@ -200,6 +201,59 @@ def test_vllm_service_rolls_serially_with_the_digest(plan, caplog):
     assert "accelerator check skipped" in caplog.text
 
 
+TWO_ENGINES = {
+    "kvceph_accelerator_count": 4,
+    "kvceph_engines": [
+        {"name": "engine-a", "devices": [0, 1], "port": 8000},
+        {"name": "engine-b", "devices": [2, 3], "port": 8001},
+    ],
+    "kvceph_restart_batch": "67%",
+}
+
+
+def test_two_engines_get_a_unit_each_and_the_old_unit_goes_before_any_restart(plan):
+    me = lab_host(**TWO_ENGINES)
+    calls = plan(vllm_service, me, {"EngineUnits": ["vllm.service"]}, CHECKED)
+    ops = [(n, kw.get("path") or kw.get("unit")) for n, kw in calls]
+    assert ops[3:] == [
+        ("files.atomic_file", "/etc/kvceph/vllm-engine-a.env"),
+        ("files.atomic_file", "/etc/systemd/system/vllm-engine-a.service"),
+        ("service.daemon_reload_if_stale", "vllm-engine-a.service"),
+        ("service.enabled", "vllm-engine-a.service"),
+        ("files.atomic_file", "/etc/kvceph/vllm-engine-b.env"),
+        ("files.atomic_file", "/etc/systemd/system/vllm-engine-b.service"),
+        ("service.daemon_reload_if_stale", "vllm-engine-b.service"),
+        ("service.enabled", "vllm-engine-b.service"),
+        # Today's single engine held every device and port 8000: stopped before the new ones.
+        ("service.removed", "vllm.service"),
+        ("service.rolling_restart", "vllm-engine-a.service"),
+        ("service.rolling_restart", "vllm-engine-b.service"),
+    ]
+    removed = calls[-3][1]
+    assert removed["files"] == ["/etc/systemd/system/vllm.service", "/etc/kvceph/vllm.env"]
+    assert "no longer in kvceph_engines" in removed["name"]
+    a, b = calls[-2][1], calls[-1][1]
+    assert (a["port"], b["port"]) == (8000, 8001)
+    assert a["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert b["environment"]["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert a["digest"] != b["digest"]
+    # 67% of the inventory's 3 engines: 2 at a time.
+    assert a["batch"] == b["batch"] == 2
+    # Shared files are the same for both; each engine has its own env file and unit.
+    assert "/etc/kvceph/vllm.env" not in a["files"]
+    assert a["files"]["/etc/kvceph/lmcache.yaml"] == b["files"]["/etc/kvceph/lmcache.yaml"]
+
+
+def test_a_removed_engine_goes_and_only_that_one(plan):
+    me = lab_host(**TWO_ENGINES)
+    units = ["vllm-engine-a.service", "vllm-engine-b.service", "vllm-engine-c.service"]
+    calls = plan(vllm_service, me, {"EngineUnits": units}, CHECKED)
+    removed = [kw["unit"] for n, kw in calls if n == "service.removed"]
+    assert removed == ["vllm-engine-c.service"]
+    converged = plan(vllm_service, me, {"EngineUnits": units[:2]}, CHECKED)
+    assert "service.removed" not in names(converged)
+
+
 def test_vllm_service_refuses_the_wrong_accelerator(plan):
     me = s.load({"kvceph_s3_endpoint_ip": "10.0.0.5"}, "gaudi1", ["gaudi"])
     nvidia = {
@@ -214,6 +268,11 @@ def test_readiness_is_one_read_only_check(plan):
     calls = plan(readiness, lab_host(), {})
     assert names(calls) == ["service.ready"]
     assert calls[0][1]["model"] == "Qwen/Qwen3-32B"
+
+
+def test_readiness_checks_every_engine(plan):
+    calls = plan(readiness, lab_host(**TWO_ENGINES), {})
+    assert [kw["port"] for _, kw in calls] == [8000, 8001]
 
 
 def test_builtin_hash_needs_one_python_minor_per_cache_group():
