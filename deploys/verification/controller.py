@@ -13,14 +13,22 @@ from pyinfra.api.command import StringCommand
 from deploys.verification import report as reporting
 from deploys.verification import runner
 
-UNIT = "vllm"  # the unit deploys/vllm_service.py installs (docs/design.md)
+UNIT = "vllm"  # the default engine's unit (deploys/engine_list.py)
 
 
 class SshControl:
-    """Restart and journal reads on the inference hosts, over pyinfra's connected hosts."""
+    """Restart and journal reads on the engines, over pyinfra's connected hosts.
 
-    def __init__(self, inv):
+    + units: target name -> (host, unit) for engines that are not their host's only
+      ``vllm.service`` (``gpu1/engine-a`` -> ``("gpu1", "vllm-engine-a.service")``)
+    """
+
+    def __init__(self, inv, units: dict[str, tuple[str, str]] | None = None):
         self.inventory = inv
+        self.units = units or {}
+
+    def _unit(self, name: str) -> tuple[str, str]:
+        return self.units.get(name, (name, UNIT))
 
     def _run(self, name: str, command: str, timeout: int) -> tuple[bool, str]:
         target = self.inventory.get_host(name)
@@ -40,14 +48,17 @@ class SshControl:
         """Run ``command`` on host ``name``: (ok, its output lines joined by '; ')."""
         return self._run(name, command, timeout)
 
-    def restart(self, host_name: str, timeout: int) -> str | None:
-        ok, out = self._run(host_name, f"timeout {int(timeout)} systemctl restart {UNIT}", timeout)
-        return None if ok else f"systemctl restart {UNIT} on {host_name}: {out[-200:]}"
+    def restart(self, name: str, timeout: int) -> str | None:
+        host_name, unit = self._unit(name)
+        command = f"timeout {int(timeout)} systemctl restart {shlex.quote(unit)}"
+        ok, out = self._run(host_name, command, timeout)
+        return None if ok else f"systemctl restart {unit} on {host_name}: {out[-200:]}"
 
-    def journal_has(self, host_name: str, since: float, text: str) -> bool | None:
+    def journal_has(self, name: str, since: float, text: str) -> bool | None:
+        host_name, unit = self._unit(name)
         # grep -c prints 0 and exits 1 on no match; `|| true` keeps that a valid answer.
         cmd = (
-            f"timeout 30 journalctl -u {UNIT} --since @{int(since)} --no-pager -q"
+            f"timeout 30 journalctl -u {shlex.quote(unit)} --since @{int(since)} --no-pager -q"
             f" | grep -c -F {shlex.quote(text)} || true"
         )
         ok, out = self._run(host_name, cmd, 30)
@@ -55,13 +66,20 @@ class SshControl:
         return int(last) > 0 if last.isdigit() else None
 
 
-def target_for(h, settings, vs) -> runner.Target:
+def target_name(host_name: str, engines, engine) -> str:
+    """The host's name for its only engine; ``host/engine`` where it runs several."""
+    return host_name if len(engines) == 1 else f"{host_name}/{engine.name}"
+
+
+def target_for(h, settings, vs, engine=None) -> runner.Target:
+    engines = settings.engine.engines
+    engine = engine or engines[0]
     address = h.data.get("ssh_hostname") or h.name
     if ":" in address and not address.startswith("["):
         address = f"[{address}]"  # IPv6 literal
     return runner.Target(
-        name=h.name,
-        base_url=f"{vs.scheme}://{address}:{settings.engine.port}",
+        name=target_name(h.name, engines, engine),
+        base_url=f"{vs.scheme}://{address}:{engine.port}",
         model=settings.engine.model,
         tensor_parallel_size=settings.engine.tensor_parallel_size,
         chunk_size=settings.lmcache.chunk_size,
@@ -80,10 +98,21 @@ def run_cycle(state, host, checked, inv) -> bool:
     """
     first = next(h for h in checked.hosts.values() if h.is_inference)
     vs, s3 = first.verify, first.s3
+    # Every engine is a member of its host's cache group.
     groups = [
-        [target_for(inv.get_host(name), checked.hosts[name], vs) for name in g.hosts]
+        [
+            target_for(inv.get_host(name), checked.hosts[name], vs, engine)
+            for name in g.hosts
+            for engine in checked.hosts[name].engine.engines
+        ]
         for g in checked.cache_groups
     ]
+    units = {
+        target_name(name, me.engine.engines, engine): (name, engine.unit)
+        for name, me in checked.hosts.items()
+        if me.is_inference
+        for engine in me.engine.engines
+    }
     bucket = runner.Boto3Bucket(
         endpoint=vs.s3_endpoint or s3.endpoint,
         bucket=s3.bucket,
@@ -96,7 +125,7 @@ def run_cycle(state, host, checked, inv) -> bool:
     cycle = runner.Runner(
         runner.Options.from_settings(vs),
         bucket,
-        SshControl(inv),
+        SshControl(inv, units),
         http=runner.Http(api_key=checked.credentials.vllm_api_key),
         log=logger.info,
     )

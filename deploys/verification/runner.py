@@ -49,6 +49,19 @@ class Target:
     def prefix(self) -> str:
         return bookkeeping.object_prefix(self.serve_model or self.model, self.tensor_parallel_size)
 
+    @property
+    def host(self) -> str:
+        """The host the engine runs on (names are ``host`` or ``host/engine``)."""
+        return self.name.split("/", 1)[0]
+
+
+def peers_of(a: Target, healthy: list[Target]) -> list[Target]:
+    """Who must load A's chunks: another engine on A's host, and one on another host (each
+    when there is one): reuse inside a host and across hosts are both proved."""
+    same = [t for t in healthy if t.host == a.host and t.name != a.name]
+    other = [t for t in healthy if t.host != a.host]
+    return same[:1] + other[:1]
+
 
 @dataclass(frozen=True)
 class Options:
@@ -465,8 +478,12 @@ class Runner:
                 return created
             self.sleep(self.o.poll_interval)
 
-    def cycle(self, a: Target, b: Target | None, no_peer: str = "skipped: one host") -> None:
-        """Cold on A, warm on A after a restart, cross-node on B, fallback on A."""
+    def cycle(
+        self, a: Target, b: Target | list[Target] | None, no_peer: str = "skipped: one host"
+    ) -> None:
+        """Cold on A, warm on A after a restart, cross-engine / cross-node on each peer (another
+        engine of A's host, an engine of another host), fallback on A."""
+        peers = [] if b is None else [b] if isinstance(b, Target) else list(b)
         add, o = self.report.add, self.o
         since_wall = self.wall()
         since = datetime.fromtimestamp(since_wall, UTC)
@@ -546,7 +563,7 @@ class Runner:
             causes = "".join(f"; {c}" for c in self.lmcache_causes(a, since_wall))
             add(StepResult(a.name, "warm", Verdict(FAIL, f"{exc}{causes}")))
 
-        if b is None:
+        if not peers:
             add(
                 StepResult(
                     a.name,
@@ -554,13 +571,14 @@ class Runner:
                     Verdict(SKIP, no_peer),
                 )
             )
-        else:
+        for b in peers:
+            step = "cross-engine" if b.host == a.host else "cross-node"
             try:
                 got, metric, hit = self.ask(b)
                 add(
                     StepResult(
                         b.name,
-                        "cross-node",
+                        step,
                         verdicts.cross_node(
                             hit=hit,
                             expected_hit=expected_hit,
@@ -580,7 +598,7 @@ class Runner:
                 )
             except CheckFailed as exc:
                 causes = "".join(f"; {c}" for c in self.lmcache_causes(b, since_wall))
-                add(StepResult(b.name, "cross-node", Verdict(FAIL, f"{exc}{causes}")))
+                add(StepResult(b.name, step, Verdict(FAIL, f"{exc}{causes}")))
 
         self.fallback(a, created, expected, cold.ttft)
 
@@ -658,14 +676,14 @@ class Runner:
             self.log(
                 f"kvceph verify {self.nonce}: cache group of {', '.join(t.name for t in group)}"
             )
-            b = healthy[1] if len(healthy) > 1 else None
+            peers = peers_of(healthy[0], healthy)
             no_peer = (
                 "skipped: one host in this cache group, nothing to compare"
                 if len(group) == 1
                 else "skipped: the other hosts of this cache group failed preflight"
             )
             try:
-                self.cycle(healthy[0], b, no_peer)
+                self.cycle(healthy[0], peers, no_peer)
             except CheckFailed as exc:
                 # A bucket listing or deletion failed between steps: stop this group, say where.
                 self.report.add(

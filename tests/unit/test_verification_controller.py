@@ -88,3 +88,27 @@ def test_verify_settings_defaults_and_one_line_errors():
         assert msg.startswith(f"gpu1: {key} = {bad!r}: {problem}") and "\n" not in msg
     lab = settings.load({**LAB, "kvceph_verify_s3_endpoint": "http://10.213.7.11:80"}, "g", ["gpu"])
     assert lab.verify.s3_endpoint == "http://10.213.7.11:80"
+
+
+def test_every_engine_is_a_target_restarted_through_its_own_unit():
+    data = {
+        **LAB,
+        "kvceph_accelerator_count": 4,
+        "kvceph_engines": [
+            {"name": "engine-a", "devices": [0, 1], "port": 8000},
+            {"name": "engine-b", "devices": [2, 3], "port": 8001},
+        ],
+    }
+    hs = settings.load(data, "gpu1", ["gpu"])
+    h = FakeHost("gpu1", {"ssh_hostname": "10.213.7.21"})
+    a, b = (controller.target_for(h, hs, hs.verify, e) for e in hs.engine.engines)
+    assert (a.name, a.base_url) == ("gpu1/engine-a", "http://10.213.7.21:8000")
+    assert (b.name, b.base_url) == ("gpu1/engine-b", "http://10.213.7.21:8001")
+    control = controller.SshControl(
+        FakeInventory(h), {"gpu1/engine-b": ("gpu1", "vllm-engine-b.service")}
+    )
+    assert control.restart("gpu1/engine-b", 60) is None
+    assert h.calls[0][0] == "timeout 60 systemctl restart vllm-engine-b.service"
+    h.lines = ["1"]
+    assert control.journal_has("gpu1/engine-b", 0, "x") is True
+    assert h.calls[1][0].startswith("timeout 30 journalctl -u vllm-engine-b.service ")

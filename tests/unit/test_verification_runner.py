@@ -428,3 +428,35 @@ def test_boto3_bucket_unreachable_endpoint_is_named():
     assert b.check().startswith("S3 http://127.0.0.1:9 unreachable")
     with pytest.raises(runner.CheckFailed, match=r"S3 http://127.0.0.1:9 bucket lmcache: list"):
         b.list("Qwen_Qwen3-32B@2@")
+
+
+def test_two_engines_of_a_host_and_another_host_all_load_the_writers_chunks(lab):
+    bucket, engines, add = lab
+    a, b, c = add("gpu1/engine-a"), add("gpu1/engine-b"), add("gpu2")
+    assert (a.host, b.host) == ("gpu1", "gpu1")
+    rep, control = _run(bucket, engines, [[a, b, c]])
+    steps = _by_step(rep)
+    assert not rep.failures, rep.failure_lines()
+    # Reuse inside the host and across hosts, each proved by its own step.
+    assert steps[("gpu1/engine-b", "cross-engine")].hit_tokens == 1024
+    assert steps[("gpu2", "cross-node")].hit_tokens == 1024
+    assert control.restarts == ["gpu1/engine-a", "gpu1/engine-a"]
+
+
+def test_a_peer_engine_on_the_same_host_that_misses_fails_its_own_step(lab):
+    bucket, engines, add = lab
+    a, b, c = add("gpu1/engine-a"), add("gpu1/engine-b", salt="68"), add("gpu2")
+    rep, _ = _run(bucket, engines, [[a, b, c]])
+    steps = _by_step(rep)
+    assert steps[("gpu1/engine-b", "cross-engine")].verdict.status == "fail"
+    assert steps[("gpu2", "cross-node")].verdict.status == "pass"
+
+
+def test_peers_are_one_engine_of_the_host_and_one_of_another_host():
+    def t(name):
+        return runner.Target(name, "http://x", MODEL, 2, CHUNK, False, 2, 40960)
+
+    a, b, c, d = t("gpu1/a"), t("gpu1/b"), t("gpu2/a"), t("gpu2/b")
+    assert runner.peers_of(a, [a, b, c, d]) == [b, c]
+    assert runner.peers_of(c, [c, d]) == [d]
+    assert runner.peers_of(t("gpu3"), [t("gpu3"), c]) == [c]
