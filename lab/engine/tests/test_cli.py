@@ -197,3 +197,29 @@ def test_no_credentials_keeps_serving_without_disabling(tmp_path, engine_env, st
     e.complete("a " * 64)
     assert "AWS_AUTH_SIGNING_NO_CREDENTIALS" in e.logs()
     assert "S3 connection disabled" not in e.logs()
+
+
+# --- Devices: what CUDA_VISIBLE_DEVICES / HABANA_VISIBLE_MODULES leave, and memory shares ----
+
+
+@pytest.mark.parametrize("variable", ["CUDA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES"])
+def test_more_workers_than_visible_devices_is_refused(engine_env, variable):
+    engine_env[variable] = "3"
+    r = run_cli(["serve", "m", *BASE, "-tp", "2"], engine_env)
+    assert r.returncode == 1
+    assert "please set tensor_parallel_size (2) to less than max local gpu count (1)" in r.stderr
+
+
+def test_two_engines_on_one_device_fail_like_vllm(tmp_path, engine_env, start_engine):
+    engine_env["KVCEPH_LAB_DEVICE_LEDGER"] = str(tmp_path / "devices")
+    a = dict(engine_env, CUDA_VISIBLE_DEVICES="0,1")
+    start_engine([*BASE, "-tp", "2"], a)
+    # Other devices: fine. The same device (0.55 + 0.55 of its memory): refused at startup.
+    start_engine([*BASE, "-tp", "2"], dict(engine_env, CUDA_VISIBLE_DEVICES="2,3"))
+    r = run_cli(["serve", "m", *BASE], dict(engine_env, CUDA_VISIBLE_DEVICES="1"))
+    assert r.returncode == 1
+    assert "Free memory on device cuda:1" in r.stderr
+    assert "less than desired GPU memory utilization (0.55" in r.stderr
+    # No variable: every device is visible and TP 2 takes the first two (0 and 1: held).
+    r = run_cli(["serve", "m", *BASE, "-tp", "2"], engine_env)
+    assert "Free memory on device cuda:0" in r.stderr

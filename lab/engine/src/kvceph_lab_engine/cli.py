@@ -134,6 +134,15 @@ def build(args):
             raise StartupError(f"{type(exc).__name__.replace('KVTransferError', 'ValueError')}: "
                                f"{exc}") from exc  # fmt: skip
     world = args.tensor_parallel_size * args.pipeline_parallel_size
+    from kvceph_lab_engine import devices
+
+    try:
+        # The first `world` visible devices, as vLLM's workers take them.
+        seen = devices.visible()
+        devices.check_world(world, seen)
+        devices.claim(seen[:world], args.gpu_memory_utilization)
+    except devices.DeviceError as exc:
+        raise StartupError(str(exc)) from exc
     metrics_info = {
         "version": __version__,
         "vllm_version": args.vllm_version,
