@@ -50,6 +50,9 @@ kvceph_engine_profile = {
     "executable": "kvceph-lab-engine",
     "vllm_version": "0.33.0",
     "lmcache_version": "0.5.6",
+    # The lab engine's emulated device memory: two engines on one device fail to start, as
+    # vLLM's do (lab/engine devices.py).
+    "env": {"KVCEPH_LAB_DEVICE_LEDGER": "/dev/shm/kvceph-lab-devices"},
     "extra_args": [
         "--vllm-version",
         "0.33.0",

@@ -26,6 +26,21 @@ def _host(name, ip, **data):
 ceph_admin = [_host("ceph1", f"{_NET}.11")]
 rgw = [_host("ceph1", f"{_NET}.11")]
 gpu = [_host("gpu1", f"{_NET}.21"), _host("gpu2", f"{_NET}.22")]
+# KVCEPH_LAB_ENGINES=a,b: gpu1 runs engines engine-a, engine-b, ... (tests/integration/
+# test_09_engines.py), each on its own two emulated devices (TP 2) and port: engine-a on 0,1 at
+# 8000, engine-b on 2,3 at 8001, ... (by letter, so removing one leaves the others as they are).
+if os.environ.get("KVCEPH_LAB_ENGINES"):
+    _letters = os.environ["KVCEPH_LAB_ENGINES"].split(",")
+    _slots = [ord(x) - ord("a") for x in _letters]
+    gpu[0] = _host(
+        "gpu1",
+        f"{_NET}.21",
+        kvceph_accelerator_count=2 * (max(_slots) + 1),
+        kvceph_engines=[
+            {"name": f"engine-{x}", "devices": [2 * i, 2 * i + 1], "port": 8000 + i}
+            for x, i in zip(_letters, _slots, strict=True)
+        ],
+    )
 # The Gaudi host emulates vLLM 0.26 (the Gaudi plugin's version) with TP=1: its own cache group.
 gaudi = [
     _host(
@@ -39,6 +54,8 @@ gaudi = [
             "vllm_version": "0.26.0",
             "lmcache_version": "0.5.6",
             # TP 1: one worker holds the lab model's whole 128 bytes per token (group_data/lab.py)
+            # The lab engine's emulated device memory (lab/engine devices.py).
+            "env": {"KVCEPH_LAB_DEVICE_LEDGER": "/dev/shm/kvceph-lab-devices"},
             "extra_args": [
                 "--vllm-version",
                 "0.26.0",
