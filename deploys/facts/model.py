@@ -7,12 +7,14 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 from deploys.model_source import MANIFEST
 
 # argv = timeout, bucket, key: prints "present", "absent", or exits non-zero with radosgw-admin's
-# last error line (Pacific answers a missing object and a missing bucket with ENOENT).
+# last error line (Pacific answers a missing object and a missing bucket with ENOENT). Its
+# stdout is not read: the stat of a present object holds binary attributes (not UTF-8).
 OBJECT_STAT = r"""
 import subprocess, sys
 t, bucket, key = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 cmd = ["radosgw-admin", "object", "stat", "--bucket=" + bucket, "--object=" + key]
-p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+out = subprocess.DEVNULL
+p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, universal_newlines=True)
 try:
     out, err = p.communicate(timeout=t)
 except subprocess.TimeoutExpired:
