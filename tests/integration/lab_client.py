@@ -33,13 +33,18 @@ def auth_headers(key: str | None = None) -> dict[str, str]:
 
 
 def completion(
-    ip: str, prompt: str, max_tokens: int = 4, timeout: float = 120, key: str | None = None
+    ip: str,
+    prompt: str,
+    max_tokens: int = 4,
+    timeout: float = 120,
+    key: str | None = None,
+    port: int = 8000,
 ) -> dict:
     body = json.dumps(
         {"model": "Qwen/Qwen3-32B", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     ).encode()
     req = urllib.request.Request(
-        f"http://{ip}:8000/v1/completions",
+        f"http://{ip}:{port}/v1/completions",
         body,
         {"Content-Type": "application/json", **auth_headers(key)},
     )
@@ -64,9 +69,9 @@ def status(ip: str, method: str, path: str, body: dict | None = None, headers=No
         return exc.code
 
 
-def metric(ip: str, name: str, **labels: str) -> float:
+def metric(ip: str, name: str, port: int = 8000, **labels: str) -> float:
     """Sum of a Prometheus series on the engine, over samples matching the labels."""
-    req = urllib.request.Request(f"http://{ip}:8000/metrics", headers=auth_headers())
+    req = urllib.request.Request(f"http://{ip}:{port}/metrics", headers=auth_headers())
     with urllib.request.urlopen(req, timeout=10) as r:
         text = r.read().decode()
     total = 0.0
@@ -80,15 +85,15 @@ def metric(ip: str, name: str, **labels: str) -> float:
     return total
 
 
-def external_hits(ip: str) -> float:
-    return metric(ip, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+def external_hits(ip: str, port: int = 8000) -> float:
+    return metric(ip, "vllm:prompt_tokens_by_source_total", port, source="external_kv_transfer")
 
 
-def wait_health(ip: str, timeout: float = 60) -> None:
+def wait_health(ip: str, timeout: float = 60, port: int = 8000) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            req = urllib.request.Request(f"http://{ip}:8000/health", headers=auth_headers())
+            req = urllib.request.Request(f"http://{ip}:{port}/health", headers=auth_headers())
             with urllib.request.urlopen(req, timeout=2) as r:
                 if r.status == 200:
                     return

@@ -9,8 +9,8 @@ import json
 import re
 
 import pytest
-from conftest import HOSTS, REPO, pyinfra, ssh
-from lab_client import auth_headers
+from conftest import HOSTS, MODEL_ARGUMENT, REPO, lab_sh, pyinfra, ssh
+from lab_client import auth_headers, completion, external_hits, long_prompt, wait_health
 
 LEDGER = "/dev/shm/kvceph-lab-devices"  # the lab engine's device memory (group_data/lab.py)
 AB = {"KVCEPH_LAB_ENGINES": "a,b"}
@@ -241,6 +241,41 @@ def test_a_failing_engine_stops_the_roll(two_engines):
     assert untouched and all(healthy(n) for n in untouched if n != "gpu1/engine-a")
     resumed = pyinfra("--data", "kvceph_lmcache_blocking_timeout_secs=109", env=AB)
     assert resumed.rc == 0, resumed.output[-4000:]
+
+
+def test_replaced_two_engine_host_pulls_the_model_starts_both_and_hits_the_fleets_chunks(
+    two_engines,
+):
+    """Node replacement of a host with two engines (the previous test left timeout 109)."""
+    keep = ("--data", "kvceph_lmcache_blocking_timeout_secs=109")
+    assert pyinfra(*keep, env=AB).changed() == []
+    prompt = long_prompt(1024)  # 4 full chunks, written by gpu2 before gpu1 is replaced
+    completion(HOSTS["gpu2"], prompt)
+    others = {n: main_pid(n) for n in ("gpu2", "gaudi1")}
+
+    lab_sh("replace", "gpu1")  # blank disk, new SSH host key
+    assert ssh("gpu1", "test -e /opt/kvceph/venv", check=False).returncode != 0
+    run = pyinfra(*keep, env=AB)
+    assert run.rc == 0, run.output[-6000:]
+    assert {h for _, h in run.changed()} == {"gpu1"}, run.changed()
+    assert {n: main_pid(n) for n in others} == others
+    # The model came from the mirror (nothing else is reachable), one staged copy for both.
+    assert (
+        ssh("gpu1", f"test -f {MODEL_ARGUMENT}/kvceph-manifest.json", check=False).returncode == 0
+    )
+    for name, devices in (("gpu1/engine-a", "0,1"), ("gpu1/engine-b", "2,3")):
+        _, unit, port = ENGINES[name]
+        assert (
+            f"serve {MODEL_ARGUMENT} "
+            in ssh("gpu1", f"systemctl show -p ExecStart --value {unit}").stdout
+        )
+        environ = ssh("gpu1", f"tr '\\0' '\\n' < /proc/{main_pid(name)}/environ").stdout
+        assert f"CUDA_VISIBLE_DEVICES={devices}" in environ and "HF_HUB_OFFLINE=1" in environ
+        wait_health(HOSTS["gpu1"], port=port)
+        hits = external_hits(HOSTS["gpu1"], port=port)
+        completion(HOSTS["gpu1"], prompt, port=port)
+        assert external_hits(HOSTS["gpu1"], port=port) - hits >= 1023, f"{name}: no reuse"
+    assert pyinfra(*keep, env=AB).changed() == []
 
 
 def test_back_to_one_vllm_service_per_host(two_engines):
