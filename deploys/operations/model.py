@@ -11,6 +11,9 @@ from pyinfra.facts.files import File
 from deploys.facts.model import MirroredModel, ModelStaged
 from deploys.facts.rgw import RgwUser
 
+# The policy put-read-policy writes on the admin host, as RGW returns it: one definition for both.
+from deploys.remote.s3admin import read_policy
+
 
 def _script(python: str, script: str, *args) -> StringCommand:
     return StringCommand(python, QuoteString(script), *args)
@@ -45,22 +48,6 @@ class MirrorPolicy(FactBase):
 
     def process(self, output):
         return json.loads("\n".join(output) or "null")
-
-
-def read_policy(bucket: str, reader: str) -> dict:
-    """The policy put-read-policy writes (deploys/remote/s3admin.py), as RGW returns it."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "kvceph-models-read",
-                "Effect": "Allow",
-                "Principal": {"AWS": [f"arn:aws:iam:::user/{reader}"]},
-                "Action": ["s3:GetObject", "s3:ListBucket"],
-                "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
-            }
-        ],
-    }
 
 
 @operation()
