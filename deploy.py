@@ -26,6 +26,7 @@ me = checked.hosts[host.name]
 if me.is_ceph_admin:
     from deploys import ceph_pools, models_bucket, rgw_service, s3_tier
 
+    rgw_service.check(me)  # a layout the orchestrator refuses stops before the pools change
     ceph_pools.apply(me)
     rgw_service.apply(me, checked)
     s3_tier.apply(me, checked)

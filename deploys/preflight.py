@@ -88,11 +88,11 @@ def run(state, inventory) -> Preflight:
         return cached
 
 
-# Ceph versions to render the RGW specs for: every template a release could choose (the stage
-# picks one from the cluster's real version).
-_SPEC_VERSIONS = (
-    {"oldest": "16.2.15", "release": "pacific", "versions": ["16.2.15"]},
-    {"oldest": "20.2.0", "release": "tentacle", "versions": ["20.2.0"]},
+# The orchestrator's possible answers to the concentrator dry run: every template the RGW stage
+# could choose is rendered (the stage picks one from the cluster's real answer).
+_SPEC_ANSWERS = (
+    ("RGW spec, concentrator refused", {"accepted": False, "rc": 0, "message": "refused"}),
+    ("RGW spec, concentrator accepted", {"accepted": True, "rc": 0, "message": None}),
 )
 
 
@@ -113,15 +113,15 @@ def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
             ("aws_config.j2", lambda: render.aws_config(me)),
         ]
     if me.is_ceph_admin and me.rgw.managed_by == "cephadm":
-        for v in _SPEC_VERSIONS:
-            calls.append((f"RGW spec for Ceph {v['release']}", _spec_render(me, v)))
+        for label, probe in _SPEC_ANSWERS:
+            calls.append((label, _spec_render(me, probe)))
     return calls
 
 
-def _spec_render(me: settings.HostSettings, versions: dict):
+def _spec_render(me: settings.HostSettings, probe: dict):
     def call():
         try:
-            return rgw_service.plan_specs(me.rgw, versions)
+            return rgw_service.plan_specs(me.rgw, None, probe)
         except rgw_service.SpecError:
             return None  # a layout this release cannot run: the stage says so, with facts
 

@@ -1,8 +1,10 @@
 """Stage 2a: the cephadm RGW service spec (plus ingress where needed) and the rgw host labels.
 
-Which spec the cluster gets is decided here from the Ceph release, never by trial: Pacific
-rejects the whole spec when it sees the concentrator keys (``RGWSpec.__init__() got an
-unexpected keyword argument 'concentrator'``).
+Whether the cluster takes the RGW ``concentrator`` is asked of the cluster itself: the
+concentrator spec goes through ``ceph orch apply -i - --dry-run`` and its answer decides
+(concentrator, ingress, or a one-line stop). Versions are only a hint: Ceph 20.2.4 (Tentacle)
+was announced with concentrators but its packages refuse them (``RGWSpec.__init__() got an
+unexpected keyword argument 'concentrator'``), while IBM Storage Ceph 8.1 (19.2.1) has them.
 """
 
 from __future__ import annotations
@@ -16,18 +18,28 @@ from pyinfra import host, inventory, logger
 from pyinfra.api import OperationError, deploy
 
 from deploys import ceph_cli
-from deploys.facts.ceph import CephOrchStatus, CephVersions, version_key
+from deploys.ceph_pools import unreachable_message
+from deploys.facts.ceph import (
+    CephOrchStatus,
+    CephReachable,
+    CephSpecProbe,
+    CephVersions,
+    version_key,
+)
 from deploys.operations import ceph
 from deploys.settings import HostSettings, RgwSettings
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-# RGW concentrators arrived upstream in Tentacle (v20.2) and downstream in IBM Storage Ceph 8.1
-# (19.2.1, builds tagged "el9cp").
+# Where concentrators were announced: upstream Tentacle (v20.2) and IBM Storage Ceph 8.1
+# (19.2.1, builds tagged "el9cp"). A hint for messages only; the dry run decides.
 CONCENTRATOR_UPSTREAM = (20, 2)
 CONCENTRATOR_DOWNSTREAM = (19, 2, 1)
 # haproxy's health/stats port on the ingress hosts (the cephadm documentation's value).
 INGRESS_MONITOR_PORT = 1967
 CEPH_HOSTNAME_KEY = "kvceph_ceph_hostname"
+# Opt-in: apply the concentrator spec even when the orchestrator's dry run refused it (a
+# cluster whose dry run is wrong). The apply's own refusal then fails the stage.
+ALLOW_UNPROBED_KEY = "kvceph_allow_unprobed_concentrator"
 _HOSTNAME = r"[A-Za-z0-9][A-Za-z0-9.\-]{0,252}"
 
 
@@ -35,8 +47,8 @@ class SpecError(ValueError):
     """The wanted RGW layout cannot be expressed for this cluster; one-line reason and fix."""
 
 
-def concentrator_supported(version: str) -> bool:
-    """Whether a Ceph version accepts the RGW ``concentrator`` spec fields."""
+def concentrator_announced(version: str) -> bool:
+    """Whether a Ceph version was announced with RGW concentrators (a hint, not a decision)."""
     key = version_key(version)
     if re.search(r"\.el\d+cp", version):  # downstream build (e.g. 19.2.1-222.el9cp)
         return key[:3] >= CONCENTRATOR_DOWNSTREAM
@@ -52,20 +64,58 @@ def render(template: str, **values) -> str:
     return env.get_template(template).render(**values)
 
 
-def plan_specs(rgw: RgwSettings, versions: dict | None) -> tuple[list[str], str | None]:
-    """The spec texts to apply, in order, and a notice for the operator (or None).
+def concentrator_spec(rgw: RgwSettings) -> str:
+    """The RGW spec with the concentrator keys: what the dry run probes and what is applied."""
+    return render(
+        "rgw_spec_concentrator.yaml.j2",
+        concentrator=rgw.concentrator,
+        concentrator_port=rgw.concentrator_port,
+        **_common(rgw),
+    )
 
-    Raises SpecError when the settings ask for a layout this cluster cannot run.
+
+def probe_spec(rgw: RgwSettings) -> str:
+    """The concentrator spec as the dry run gets it: ``placement: count: 1``.
+
+    The question is whether the orchestrator takes the concentrator keys, not where the
+    daemons go: before the first run no host has the rgw label, and a dry run of a label
+    placement then answers "Error EINVAL: Cannot place ...: No matching hosts for label rgw".
     """
-    if not versions:
-        raise SpecError("cannot read the Ceph version (ceph versions); the spec depends on it")
-    common = {
+    spec = yaml.safe_load(concentrator_spec(rgw))
+    spec["placement"] = {"count": 1}
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
+def _common(rgw: RgwSettings) -> dict:
+    return {
         "service_id": rgw.service_id,
         "count_per_host": rgw.count_per_host,
         "label": rgw.label,
         "networks": list(rgw.networks),
         "frontend_port": rgw.frontend_port,
     }
+
+
+def _release(versions: dict | None) -> str:
+    if not versions:
+        return "Ceph (version unknown)"
+    hint = ""
+    if concentrator_announced(versions["oldest"]):
+        hint = ", announced with concentrators"
+    return f"Ceph {versions['oldest']} ({versions['release']}{hint})"
+
+
+def plan_specs(
+    rgw: RgwSettings, versions: dict | None, probe: dict | None, force: bool = False
+) -> tuple[list[str], str | None]:
+    """The spec texts to apply, in order, and a notice for the operator (or None).
+
+    + probe: the orchestrator's answer to the concentrator spec's dry run (``CephSpecProbe``);
+      only read when a concentrator is wanted
+    + force: ``kvceph_allow_unprobed_concentrator``: the concentrator spec even when refused
+
+    Raises SpecError when the settings ask for a layout this cluster cannot run.
+    """
     ingress = None
     if rgw.ingress_virtual_ip:
         ingress = render(
@@ -76,37 +126,71 @@ def plan_specs(rgw: RgwSettings, versions: dict | None) -> tuple[list[str], str 
             frontend_port=rgw.ingress_frontend_port,
             monitor_port=INGRESS_MONITOR_PORT,
         )
-    version, release = versions["oldest"], versions["release"]
-    if rgw.concentrator and concentrator_supported(version):
-        spec = render(
-            "rgw_spec_concentrator.yaml.j2",
-            concentrator=rgw.concentrator,
-            concentrator_port=rgw.concentrator_port,
-            **common,
+    plain = render("rgw_spec.yaml.j2", **_common(rgw))
+    if not rgw.concentrator:
+        return [plain] + ([ingress] if ingress else []), None
+    release = _release(versions)
+    if probe is None:
+        raise SpecError(
+            f"kvceph_rgw_concentrator = {rgw.concentrator!r}: no answer from "
+            f"`ceph orch apply --dry-run` of the concentrator spec on {release}; fix: check "
+            "`ceph orch status` on the admin host, or set kvceph_rgw_concentrator = None"
         )
+    said = probe.get("message")
+    if probe.get("accepted") or force:
         notice = None
-        if ingress:
+        if not probe.get("accepted"):
+            notice = (
+                f"kvceph: {ALLOW_UNPROBED_KEY}: applying the {rgw.concentrator} concentrator "
+                f"spec although the orchestrator's dry run refused it ({said})"
+            )
+        elif ingress:
             # Both haproxys would want the same hosts; the concentrator already fronts RGW.
             notice = (
                 f"kvceph: kvceph_rgw_ingress_virtual_ip {rgw.ingress_virtual_ip} is not used: "
-                f"Ceph {version} fronts RGW with the {rgw.concentrator} concentrator"
+                f"{release} fronts RGW with the {rgw.concentrator} concentrator"
             )
-        return [spec], notice
-    plain = render("rgw_spec.yaml.j2", **common)
-    if not rgw.concentrator:
-        return [plain] + ([ingress] if ingress else []), None
+        return [concentrator_spec(rgw)], notice
     if ingress is None:
         raise SpecError(
-            f"kvceph_rgw_concentrator = {rgw.concentrator!r}: Ceph {version} ({release}) has no "
-            "RGW concentrator (Tentacle v20.2+ or IBM Storage Ceph 8.1) and would reject the "
-            "spec; fix: set kvceph_rgw_ingress_virtual_ip for an ingress service (haproxy + "
-            "keepalived), or kvceph_rgw_concentrator = None"
+            f"kvceph_rgw_concentrator = {rgw.concentrator!r}: the orchestrator of {release} "
+            f"refuses the concentrator spec (dry run: {said}); fix: set "
+            "kvceph_rgw_ingress_virtual_ip for an ingress service (haproxy + keepalived), "
+            f"or kvceph_rgw_concentrator = None (or --data {ALLOW_UNPROBED_KEY}=true to apply "
+            "it anyway)"
         )
     notice = (
-        f"kvceph: Ceph {version} ({release}) has no RGW concentrator: RGW gets an ingress "
-        f"service on {rgw.ingress_virtual_ip} port {rgw.ingress_frontend_port} instead"
+        f"kvceph: the orchestrator of {release} refuses the RGW concentrator ({said}): RGW "
+        f"gets an ingress service on {rgw.ingress_virtual_ip} port {rgw.ingress_frontend_port}"
     )
     return [plain, ingress], notice
+
+
+def allow_unprobed(data) -> bool:
+    """``--data kvceph_allow_unprobed_concentrator=true`` (strings from the command line)."""
+    value = data.get(ALLOW_UNPROBED_KEY, False)
+    if isinstance(value, str):
+        value = value.strip().lower()
+        if value in ("1", "true", "yes"):
+            return True
+        if value in ("", "0", "false", "no"):
+            return False
+    if isinstance(value, bool):
+        return value
+    raise OperationError(
+        f"{ALLOW_UNPROBED_KEY} = {value!r}: must be true or false; "
+        f"fix: --data {ALLOW_UNPROBED_KEY}=true"
+    )
+
+
+def wanted_specs(me: HostSettings, t: dict) -> tuple[list[str], str | None]:
+    """:func:`plan_specs` with the cluster's answers (facts; read once per run and host)."""
+    rgw = me.rgw
+    probe = None
+    if rgw.concentrator:
+        probe = host.get_fact(CephSpecProbe, spec=probe_spec(rgw), **t)
+    versions = host.get_fact(CephVersions, **t)
+    return plan_specs(rgw, versions, probe, force=allow_unprobed(host.data))
 
 
 def ceph_hostname(inventory_name: str, data) -> str:
@@ -120,10 +204,9 @@ def ceph_hostname(inventory_name: str, data) -> str:
     return value
 
 
-@deploy("RGW service")
-def apply(me: HostSettings, checked):
+def _orchestrator(me: HostSettings, t: dict) -> bool:
+    """Whether kvceph manages RGW here; stops when it should but no orchestrator answers."""
     rgw = me.rgw
-    t = ceph_cli.timeouts(me.ceph)
     orch = host.get_fact(CephOrchStatus, **t) or {"available": False, "error": "no answer"}
     if rgw.managed_by == "external":
         state = orch.get("backend") if orch["available"] else orch.get("error")
@@ -131,7 +214,7 @@ def apply(me: HostSettings, checked):
             f"kvceph: RGW service skipped: kvceph_rgw_managed_by = 'external' (orchestrator: "
             f"{state}); RGW daemons, ports and labels are managed outside kvceph"
         )
-        return
+        return False
     if not orch["available"]:
         raise OperationError(
             f"RGW service: kvceph_rgw_managed_by = 'cephadm' but no orchestrator answers "
@@ -139,10 +222,41 @@ def apply(me: HostSettings, checked):
             "(`ceph mgr module enable cephadm; ceph orch set backend cephadm`), or set "
             "kvceph_rgw_managed_by = 'external'"
         )
+    return True
+
+
+def _plan(me: HostSettings, t: dict) -> tuple[list[str], str | None]:
     try:
-        specs, notice = plan_specs(rgw, host.get_fact(CephVersions, **t))
+        return wanted_specs(me, t)
     except SpecError as exc:
         raise OperationError(f"RGW service: {exc}") from None
+
+
+def check(me: HostSettings) -> None:
+    """Before any Ceph change: the RGW layout must be one this cluster's orchestrator takes.
+
+    An unreachable cluster stops here with the Ceph stages' one line (no further ``ceph`` call
+    waits out its connect timeout).
+    """
+    if me.rgw.managed_by != "cephadm":
+        return
+    t = ceph_cli.timeouts(me.ceph)
+    problem = unreachable_message(
+        host.name, me.ceph.connect_timeout, host.get_fact(CephReachable, **t)
+    )
+    if problem:
+        raise OperationError(problem)
+    if _orchestrator(me, t):
+        _plan(me, t)
+
+
+@deploy("RGW service")
+def apply(me: HostSettings, checked):
+    rgw = me.rgw
+    t = ceph_cli.timeouts(me.ceph)
+    if not _orchestrator(me, t):
+        return
+    specs, notice = _plan(me, t)
     if notice:
         logger.warning(notice)
 
@@ -154,4 +268,8 @@ def apply(me: HostSettings, checked):
         )
     for spec in specs:
         service = yaml.safe_load(spec)["service_name"]
-        ceph.service_spec(name=f"Apply the {service} spec", spec=spec, **t)
+        ceph.service_spec(
+            name=f"Apply the {service} spec (read back: exported, all daemons running)",
+            spec=spec,
+            **t,
+        )

@@ -15,7 +15,7 @@ from pyinfra.api import OperationError, deploy
 from pyinfra.operations import files
 
 from deploys import ceph_cli, rgw_service
-from deploys.facts.ceph import CephServiceSpec, CephVersions
+from deploys.facts.ceph import CephServiceSpec
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
 from deploys.operations import ceph as ceph_ops
 from deploys.operations import files as kvfiles
@@ -84,7 +84,7 @@ def rgw_spec_changes(me: HostSettings, timeouts: dict) -> bool:
     if me.rgw.managed_by != "cephadm":
         return False
     try:
-        specs, _ = rgw_service.plan_specs(me.rgw, host.get_fact(CephVersions, **timeouts))
+        specs, _ = rgw_service.wanted_specs(me, timeouts)
     except rgw_service.SpecError:
         return False  # the RGW service stage stops the run first
     for spec in specs:
@@ -152,7 +152,12 @@ def apply(me: HostSettings, checked: Preflight):
         raise OperationError(problems[0])
 
     s3.rgw_dns_name(
-        name=f"rgw_dns_name {me.rgw.dns_name} (virtual-hosted buckets)",
+        name=f"rgw_dns_name {me.rgw.dns_name} (virtual-hosted buckets)"
+        + (
+            f"; a change restarts {me.rgw.service_name} (`ceph orch restart`, waits for it)"
+            if me.rgw.managed_by == "cephadm"
+            else ""
+        ),
         dns_name=me.rgw.dns_name,
         managed_by=me.rgw.managed_by,
         service_name=me.rgw.service_name,

@@ -31,6 +31,26 @@ kvceph_verify_s3_endpoint = f"{_SCHEME}://{_CEPH1}:{_PORT}"
 if _SCHEME == "https":
     kvceph_s3_ca_bundle = f"{_LAB}/tls/ca.pem"
 
+if os.environ.get("KVCEPH_LAB_CEPH") == "cephadm":
+    # The cephadm lab (KVCEPH_LAB_CEPH=cephadm lab/lab.sh up): Ceph 20.2.4 managed by cephadm;
+    # kvceph applies the RGW spec for real. 20.2.4 refuses the concentrator (the dry run says
+    # so), so RGW gets cephadm's ingress: haproxy + keepalived on a virtual IP in the lab net.
+    # With `networks:` RGW binds only ceph1's lab address: every S3 client uses the VIP.
+    _VIP = f"10.213.{7 + _INSTANCE}.100"
+    kvceph_ceph_pools = [
+        {"name": "default.rgw.buckets.data", "pg_num": 16, "size": 1, "min_size": 1},
+        {"name": "default.rgw.buckets.index", "pg_num": 8, "size": 1, "min_size": 1},
+    ]
+    kvceph_rgw_managed_by = "cephadm"
+    kvceph_rgw_networks = [f"10.213.{7 + _INSTANCE}.0/24"]
+    kvceph_rgw_count_per_host = 2
+    kvceph_rgw_frontend_port = 8080
+    kvceph_rgw_concentrator = "haproxy"
+    kvceph_rgw_ingress_virtual_ip = f"{_VIP}/24"
+    kvceph_s3_endpoint_ip = _VIP
+    kvceph_s3_admin_endpoint = f"http://{_VIP}:80"
+    kvceph_verify_s3_endpoint = f"http://{_VIP}:80"
+
 # No accelerators here: the lab engine stands in for vLLM + LMCache.
 kvceph_accelerator_check = False
 kvceph_engine_wheelhouse = f"{_LAB}/wheelhouse"

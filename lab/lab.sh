@@ -32,6 +32,11 @@ if [ -n "${KVCEPH_LAB_HOSTS:-}" ]; then
 fi
 CG=/sys/fs/cgroup
 S3_WAIT=${KVCEPH_LAB_S3_WAIT:-240}
+# Which Ceph ceph1 runs: "cephadm" (Ceph 20.2.4 managed by cephadm, in containers inside ceph1)
+# or "pacific" (Debian's 16.2 daemons started by kvlab-ceph.service, no orchestrator).
+CEPH_MODE=${KVCEPH_LAB_CEPH:-pacific}
+case $CEPH_MODE in pacific | cephadm) ;; *) echo "[lab] ERROR: KVCEPH_LAB_CEPH=$CEPH_MODE: want pacific or cephadm" >&2; exit 2 ;; esac
+OSD_SIZE=${KVCEPH_LAB_OSD_SIZE:-20G}
 SSH_WAIT=${KVCEPH_LAB_SSH_WAIT:-60}
 
 ip_of() {
@@ -148,7 +153,10 @@ inject() {  # inject HOST MERGED: per-host files written into the overlay before
   install -m600 "$LAB/hostkeys/$h/ssh_host_ed25519_key" "$M/etc/ssh/ssh_host_ed25519_key"
   install -m644 "$LAB/hostkeys/$h/ssh_host_ed25519_key.pub" "$M/etc/ssh/ssh_host_ed25519_key.pub"
   install -d -m700 "$M/root/.ssh"
-  install -m600 "$LAB/id_ed25519.pub" "$M/root/.ssh/authorized_keys"
+  # the lab's key, plus keys others added (cephadm's own key on ceph1) on a restarted host
+  { cat "$LAB/id_ed25519.pub"; grep -v ' kvceph-lab$' "$M/root/.ssh/authorized_keys" 2>/dev/null || true; } \
+    >"$M/root/.ssh/authorized_keys.kvlab"
+  chmod 600 "$M/root/.ssh/authorized_keys.kvlab"; mv "$M/root/.ssh/authorized_keys.kvlab" "$M/root/.ssh/authorized_keys"
   for o in e2scrub_reap.service smartmontools.service rbdmap.service lvm2-monitor.service \
            lvm2-lvmpolld.socket dm-event.socket blk-availability.service radosgw.service \
            nvmf-autoconnect.service ceph.service; do
@@ -157,7 +165,7 @@ inject() {  # inject HOST MERGED: per-host files written into the overlay before
   # haproxy's certificate + key, root-only (haproxy reads it before dropping privileges)
   [ "$h" = ceph1 ] && install -D -m600 "$LAB/tls/s3.pem" "$M/etc/haproxy/kvlab-s3.pem"
   # Ceph files only on a blank disk: after stop/start, keep what the deploy may have changed
-  if [ "$h" = ceph1 ] && [ ! -f "$M/etc/kvlab-ceph.injected" ]; then
+  if [ "$h" = ceph1 ] && [ "$CEPH_MODE" = pacific ] && [ ! -f "$M/etc/kvlab-ceph.injected" ]; then
     touch "$M/etc/kvlab-ceph.injected"
     install -m755 "$HERE/ceph/kvlab-ceph-start" "$HERE/ceph/kvlab-ceph-stop" "$M/usr/local/sbin/"
     install -m644 "$HERE/ceph/kvlab-ceph.service" "$HERE/ceph/kvlab-rgw@.service" "$M/etc/systemd/system/"
@@ -176,13 +184,21 @@ start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its ove
   ip=$(ip_of "$h")
   if running "$h"; then log "$h already running (pid $(pid_of "$h"))"; return 0; fi
   cleanup_host "$h"   # leftovers of a crashed launcher
-  [ "$h" = ceph1 ] && lower=$IMG/ceph:$IMG/base
+  local extra=""
+  if [ "$h" = ceph1 ] && [ "$CEPH_MODE" = cephadm ]; then
+    lower=$IMG/cephadm:$IMG/base
+  elif [ "$h" = ceph1 ]; then
+    lower=$IMG/ceph:$IMG/base
+  fi
   mkdir -p "$R/upper" "$R/work" "$M"
   mount -t overlay overlay -o "lowerdir=$lower,upperdir=$R/upper,workdir=$R/work" "$M"
   ensure_host_key "$h"
   inject "$h" "$M"
+  if [ "$h" = ceph1 ] && [ "$CEPH_MODE" = cephadm ]; then extra=$(cephadm_host_args "$R"); fi
   ip netns add "$NS-$h"
   ip -n "$NS-$h" link set lo up
+  # what cephadm's ingress asks for (it cannot write /proc/sys inside ceph1): this namespace only
+  [ -z "$extra" ] || ip netns exec "$NS-$h" sysctl -q -w net.ipv4.ip_forward=1 net.ipv4.ip_nonlocal_bind=1
   ip -n $NS link add "kv-$h" type veth peer name eth0 address "$(mac_of "$ip")" netns "$NS-$h"
   ip -n $NS link set "kv-$h" master $BR up
   ip -n "$NS-$h" addr add "$ip/24" dev eth0
@@ -190,7 +206,7 @@ start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its ove
   for d in $(cg_dirs "$h"); do mkdir -p "$d"; join+="echo \$\$ > $d/cgroup.procs; "; done
   # fd 9 (our lock) must not leak into the long-running launcher
   setsid bash -c "$join exec systemd-nspawn -q -b -D $M -M $h --register=no --keep-unit \
-    --network-namespace-path=/run/netns/$NS-$h --resolv-conf=off --timezone=off --link-journal=no" \
+    --network-namespace-path=/run/netns/$NS-$h --resolv-conf=off --timezone=off --link-journal=no $extra" \
     >"$R/console.log" 2>&1 </dev/null 9>&- &
   local p=$! t
   echo $p >"$R/pid"
@@ -202,6 +218,27 @@ start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its ove
   log "$h booting (pid $p, $ip)"
 }
 
+# ceph1 of the cephadm lab: podman storage on a plain directory (overlay on overlay does not
+# work), the images built on the controller, and one OSD disk: a sparse file on a loop device.
+cephadm_host_args() {  # cephadm_host_args HOSTDIR: extra systemd-nspawn arguments for ceph1
+  local R=$1 loop
+  mkdir -p "$R/containers"
+  [ -f "$R/osd0.img" ] || truncate -s "$OSD_SIZE" "$R/osd0.img"
+  loop=$(losetup -j "$R/osd0.img" | cut -d: -f1 | head -1)
+  [ -n "$loop" ] || loop=$(losetup -f --show "$R/osd0.img")
+  echo "$loop" >"$R/loopdev"
+  echo "$loop" >"$R/merged/etc/kvlab/osd-device"
+  echo "--bind=$R/containers:/var/lib/containers --bind-ro=$LAB/cephadm-images:/var/lib/kvlab-images" \
+    "--bind=$loop --capability=all"
+}
+release_loop() {  # detach ceph1's OSD loop device (its file stays with the host's disk)
+  local f=$LAB/hosts/$1/loopdev l
+  [ -f "$f" ] || return 0
+  l=$(cat "$f")
+  losetup "$l" 2>/dev/null | grep -q "$LAB/hosts/$1/osd0.img" && losetup -d "$l"
+  rm -f "$f"
+}
+
 cleanup_host() {  # unmount, delete netns and cgroup dirs of a host whose launcher is gone
   local h=$1 M=$LAB/hosts/$1/merged d
   if mountpoint -q "$M" 2>/dev/null; then umount "$M" 2>/dev/null || umount -l "$M"; fi
@@ -209,6 +246,7 @@ cleanup_host() {  # unmount, delete netns and cgroup dirs of a host whose launch
   ip -n $NS link del "kv-$h" 2>/dev/null || true
   for d in $(cg_dirs "$h"); do [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; done
   rm -f "$LAB/hosts/$h/pid"
+  release_loop "$h"
 }
 
 cg_pids() {  # every process of HOST (launcher + container), from its cgroup tree
@@ -283,7 +321,19 @@ lab_ssh() {  # lab_ssh HOST [CMD...]
 
 lock() { mkdir -p "$LAB"; exec 9>"$LAB/.lock"; flock 9; }
 
-build() { ensure_host_packages; "$HERE/image/build.sh" all; }
+build() {
+  ensure_host_packages
+  if [ "$CEPH_MODE" = cephadm ]; then "$HERE/image/build.sh" cephadm; else "$HERE/image/build.sh" all; fi
+}
+
+# The cephadm lab: the cluster exists before kvceph runs (bootstrap + one OSD, ~1-2 min); RGW
+# does not: kvceph's RGW stage applies its spec.
+wait_ceph() {
+  if [ "$CEPH_MODE" = pacific ]; then wait_s3; return; fi
+  local t0; t0=$(now)
+  lab_ssh ceph1 /usr/local/sbin/kvlab-cephadm-bootstrap || die "cephadm bootstrap on ceph1 failed (log: /var/log/kvlab-bootstrap.log in ceph1)"
+  log "cephadm cluster ready ($(elapsed "$t0") s)"
+}
 
 # ---------------------------------------------------------------- commands
 cmd_up() {
@@ -298,11 +348,24 @@ cmd_up() {
   for h in $HOSTS; do start_host "$h"; done
   wait_ssh $HOSTS
   log "sshd answers on all hosts ($(elapsed "$t0") s)"
-  wait_s3
+  wait_ceph
   summary "$t0"
 }
 
 summary() {
+  if [ "$CEPH_MODE" = cephadm ]; then
+    cat <<EOF
+== kvceph lab (cephadm) is up in $(elapsed "$1") s  (state: $LAB)
+   ceph1   $NET.11   Ceph 20.2.4 managed by cephadm (podman inside ceph1): mon, mgr x2, 1 OSD
+                     no RGW yet: deploy.py applies the RGW spec + ingress (VIP $NET.100)
+   gpu1    $NET.21
+   gpu2    $NET.22
+   gaudi1  $NET.31
+   ssh:    ${SFX:+KVCEPH_LAB_INSTANCE=$INST }lab/lab.sh ssh ceph1 ceph orch ps
+   stop:   ${SFX:+KVCEPH_LAB_INSTANCE=$INST }lab/lab.sh down
+EOF
+    return
+  fi
   cat <<EOF
 == kvceph lab is up in $(elapsed "$1") s  (state: $LAB)
    ceph1   $NET.11   Ceph Pacific: mon, mgr, 2 memstore OSDs, radosgw :7480/:7481, haproxy :80
@@ -363,7 +426,7 @@ main() {
     need_root; lock; ensure_client_key; ensure_tls; ensure_net
     for h in "$@"; do start_host "$h"; done
     wait_ssh "$@"
-    for h in "$@"; do [ "$h" = ceph1 ] && wait_s3; done
+    for h in "$@"; do [ "$h" = ceph1 ] && wait_ceph; done
     log "started: $*" ;;
   replace)
     [ $# -eq 1 ] || die "usage: lab.sh replace HOST"
@@ -373,7 +436,7 @@ main() {
     rm -rf "$LAB/hosts/$h"           # blank disk
     new_host_key "$h"; write_known_hosts
     start_host "$h"; wait_ssh "$h"
-    [ "$h" = ceph1 ] && wait_s3
+    [ "$h" = ceph1 ] && wait_ceph
     log "$h replaced: blank disk, new host key (known_hosts updated) in $(elapsed "$t0") s" ;;
   blank)   # blank disks for several hosts at once (host keys kept): a fleet of new nodes
     [ $# -ge 1 ] || die "usage: lab.sh blank HOST..."

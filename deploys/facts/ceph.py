@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from pyinfra.api import FactBase, StringCommand
+from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
 
@@ -285,3 +285,77 @@ class CephReachable(FactBase):
         if rc in (124, 137):
             error = f"no answer, killed by timeout (exit {rc})" + (f": {error}" if said else "")
         return {"reachable": False, "rc": rc, "error": error}
+
+
+_APPLY_RC = "kvceph-orch-apply-rc"
+# How a mgr says it refused a spec. `orch apply` may still exit 0 (Ceph 20.2.4 printed
+# "ServiceSpec: RGWSpec.__init__() got an unexpected keyword argument 'concentrator'", exit 0).
+_REJECTED = re.compile(
+    r"^(Error E[A-Z]+:|ServiceSpec:|SpecValidationError|ServiceSpecValidationError|"
+    r"OrchestratorValidationError|Invalid |Traceback|Failed to )|unexpected keyword argument"
+)
+
+
+def orch_apply_refusal(lines: list[str], rc: int = 0) -> str | None:
+    """The mgr's own words when ``ceph orch apply`` refused a spec, else None.
+
+    The exit code alone is not trusted (0 with a refusal on 20.2.4), nor is a non-zero exit
+    without words ignored (killed by timeout, no mgr).
+    """
+    said = [line.strip() for line in lines if line.strip()]
+    for line in said:
+        if _REJECTED.search(line):
+            return line
+    if rc:
+        return (said[-1] if said else "no output") + f" (exit {rc})"
+    return None
+
+
+class CephSpecProbe(FactBase):
+    """
+    Whether the orchestrator accepts a spec: ``ceph orch apply -i - --dry-run`` (nothing is
+    stored or deployed; the mgr parses and validates the spec as for a real apply).
+
+    The answer, not the Ceph version, decides which RGW spec kvceph applies:
+    ``{"accepted": False, "rc": 0, "message": "ServiceSpec: RGWSpec.__init__() got an
+    unexpected keyword argument 'concentrator'"}`` or ``{"accepted": True, "rc": 0,
+    "message": None}``. The spec travels on stdin (it holds no secret).
+    """
+
+    @staticmethod
+    def default():
+        return None
+
+    def command(
+        self,
+        spec: str,
+        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+        command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+    ):
+        return StringCommand(
+            "printf",
+            "%s",
+            QuoteString(spec),
+            "|",
+            ceph(
+                "orch",
+                "apply",
+                "-i",
+                "-",
+                "--dry-run",
+                connect_timeout=connect_timeout,
+                command_timeout=command_timeout,
+                json=False,
+            ),
+            "2>&1;",
+            "echo",
+            f"{_APPLY_RC}=$?",
+        )
+
+    def process(self, output):
+        lines = list(output)
+        rc = 1
+        if lines and lines[-1].startswith(_APPLY_RC + "="):
+            rc = int(lines.pop().split("=", 1)[1] or 1)
+        refusal = orch_apply_refusal(lines, rc)
+        return {"accepted": refusal is None, "rc": rc, "message": refusal}

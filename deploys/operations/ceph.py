@@ -6,8 +6,9 @@ from io import StringIO
 
 import yaml
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.api import FileUploadCommand, OperationError, operation
 
+from deploys import orch_readback
 from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
 from deploys.facts.ceph import (
     CephConfigValue,
@@ -16,6 +17,7 @@ from deploys.facts.ceph import (
     CephPools,
     CephServiceSpec,
 )
+from deploys.orch_readback import spec_differences  # noqa: F401 (s3_tier, tests use it here)
 
 # OSDMonitor::check_pg_num divides by at least 3 OSDs ("num_in_osds 3" on a 2-OSD cluster).
 MIN_OSDS_IN_PG_LIMIT = 3
@@ -262,32 +264,26 @@ def pool(
         host.noop(f"pool {pool} is as wanted" + "".join(f"; {n}" for n in notes))
 
 
-def spec_differences(wanted, current, path: str = "") -> list[str]:
-    """Keys of ``wanted`` whose value differs in ``current`` (keys we do not set are ignored)."""
-    if isinstance(wanted, dict):
-        if not isinstance(current, dict):
-            return [path or "."]
-        diffs = []
-        for key, value in wanted.items():
-            diffs += spec_differences(value, current.get(key), f"{path}.{key}" if path else key)
-        return diffs
-    return [] if wanted == current else [path]
-
-
 @operation(is_idempotent=True)
 def service_spec(
     spec: str,
+    wait: int = orch_readback.DEFAULT_WAIT,
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
 ):
     """
-    Apply an orchestrator service spec (``ceph orch apply -i``) when the service differs.
+    Apply an orchestrator service spec (``ceph orch apply -i``) when the service differs, and
+    read it back: the orchestrator must export it and run all its daemons within ``wait``.
 
     + spec: the spec as YAML text (one service)
+    + wait: seconds to wait for the service to converge after the apply
     + connect_timeout / command_timeout: seconds for each ``ceph`` call
 
     Compares only the keys the spec sets against ``ceph orch ls --export``: the orchestrator
-    adds its own defaults, which must not read as drift.
+    adds its own defaults (``rgw_exit_timeout_secs: 120`` on 20.2), which must not read as
+    drift. ``orch apply`` can exit 0 for a refused spec, so its output and the read-back
+    decide: a refusal, or a service that never appears or never runs, fails with the cluster's
+    words.
 
     **Example:**
 
@@ -308,13 +304,28 @@ def service_spec(
             return
     remote = host.get_temp_filename(f"kvceph-spec-{service_name}")
     yield FileUploadCommand(StringIO(spec), remote)
-    # One command so the temporary file goes even when the orchestrator refuses the spec.
-    yield StringCommand(
-        ceph("orch", "apply", "-i", remote, **t, json=False),
-        "; rc=$?; rm -f",
-        QuoteString(remote),
-        "; exit $rc",
-    )
+    yield orch_readback.apply_command(remote, service_name, wanted, t, wait)
+
+
+@operation()
+def service_restart(
+    service_name: str,
+    wait: int = orch_readback.DEFAULT_WAIT,
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+):
+    """
+    Restart every daemon of an orchestrator service (``ceph orch restart``) and wait until
+    each one started again and runs.
+
+    + service_name: e.g. ``rgw.standard``
+    + wait: seconds to wait for the daemons
+    + connect_timeout / command_timeout: seconds for each ``ceph`` call
+
+    Callers decide whether a restart is due (``_if=``); this operation always restarts.
+    """
+    t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
+    yield orch_readback.restart_command(service_name, t, wait)
 
 
 @operation(is_idempotent=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
-from deploys import ceph_cli
+from deploys import ceph_cli, orch_readback
 from deploys.facts.rgw import RgwBucket, RgwDnsName, RgwLifecycle, RgwReachable, RgwUser
 
 ROTATION_HINT = "rotate with rotate.py (docs/security.md, 'S3 key rotation')"
@@ -143,9 +143,19 @@ def rgw_dns_name(
         "rgw_dns_name",
         dns_name,
     )
-    # RGW reads rgw_dns_name only at start.
+    # RGW reads rgw_dns_name only at start: restart through the orchestrator, wait for the daemons.
     if managed_by == "cephadm":
-        yield _ceph(connect_timeout, command_timeout, "orch", "restart", service_name)
+        logger.info(
+            "%sS3 tier: rgw_dns_name %r -> %r: `ceph orch restart %s`, then wait until every "
+            "daemon runs again",
+            host.print_prefix,
+            current,
+            dns_name,
+            service_name,
+        )
+        yield orch_readback.restart_command(
+            service_name, {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
+        )
     else:
         logger.warning(
             "S3 tier: rgw_dns_name changes from %r to %r; RGW is managed externally, so its "

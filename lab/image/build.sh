@@ -11,6 +11,7 @@ IMG=$LAB/image
 MIRROR=${KVCEPH_LAB_MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${KVCEPH_LAB_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 IMAGE_VERSION=3
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 BASE_PKGS="openssh-server,python3,python3-venv,python3-pip,systemd,systemd-sysv,dbus,sudo,iproute2,\
 procps,curl,ca-certificates,iputils-ping,netbase,less"
@@ -110,6 +111,40 @@ build_ceph() {
   log "ceph layer ready ($(du -sh "$IMG/ceph" | cut -f1))"
 }
 
+# ceph1 of the cephadm lab: a plain Debian host a cephadm cluster can be bootstrapped on (podman,
+# lvm2, a time-sync unit, the cephadm zipapp); the Ceph daemons come as container images.
+CEPHADM_HOST_PKGS="podman crun conmon catatonit lvm2 chrony python3-yaml python3-boto3 uuid-runtime"
+
+build_cephadm_host() {
+  local stamp="$IMAGE_VERSION $CEPHADM_HOST_PKGS $(cat "$IMG/base.stamp") $(cd "$HERE/../cephadm/host" && find . -type f -exec md5sum {} + | sort | md5sum)"
+  if [ -f "$IMG/cephadm.stamp" ] && [ "$(cat "$IMG/cephadm.stamp")" = "$stamp" ]; then return 0; fi
+  log "building cephadm host layer (podman, lvm2, chrony, cephadm) ..."
+  local L=$IMG/ceph.tmp W=$IMG/ceph.work M=$IMG/ceph.mnt
+  cleanup_ceph_build
+  rm -rf "$IMG/cephadm" "$IMG/cephadm.stamp" "$L" "$W"
+  mkdir -p "$L" "$W" "$M"
+  mount -t overlay overlay -o "lowerdir=$IMG/base,upperdir=$L,workdir=$W" "$M"
+  trap cleanup_ceph_build EXIT
+  chroot_mounts "$M"
+  printf '#!/bin/sh\nexit 101\n' >"$M/usr/sbin/policy-rc.d"; chmod 755 "$M/usr/sbin/policy-rc.d"
+  chroot "$M" env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
+  # shellcheck disable=SC2086
+  chroot "$M" env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=600 \
+    -o Dpkg::Use-Pty=0 install --no-install-recommends $CEPHADM_HOST_PKGS >"$IMG/cephadm-build.log" 2>&1 ||
+    { tail -30 "$IMG/cephadm-build.log" >&2; exit 1; }
+  rm -f "$M/usr/sbin/policy-rc.d"
+  chroot "$M" apt-get clean
+  rm -rf "$M"/var/lib/apt/lists/*_Packages "$M"/var/lib/apt/lists/*_InRelease
+  ln -sfn /var/lib/kvlab-images/cephadm "$M/usr/sbin/cephadm"  # the zipapp, bound in read-only
+  cp -a "$HERE/../cephadm/host/." "$M/"
+  cleanup_ceph_build
+  trap - EXIT
+  rm -rf "$W"
+  mv "$L" "$IMG/cephadm"
+  echo "$stamp" >"$IMG/cephadm.stamp"
+  log "cephadm host layer ready ($(du -sh "$IMG/cephadm" | cut -f1))"
+}
+
 cleanup_ceph_build() {
   local M=$IMG/ceph.mnt
   for m in etc/resolv.conf run dev proc ""; do
@@ -121,6 +156,7 @@ cleanup_ceph_build() {
 case ${1:-all} in
 base) build_base ;;
 ceph) build_base; build_ceph ;;
+cephadm) build_base; build_cephadm_host; "$HERE/../cephadm/build-images.sh" ;;
 all) build_base; build_ceph ;;
-*) echo "usage: $0 [base|ceph|all]" >&2; exit 2 ;;
+*) echo "usage: $0 [base|ceph|cephadm|all]" >&2; exit 2 ;;
 esac

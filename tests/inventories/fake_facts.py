@@ -192,6 +192,24 @@ class Layout:
 # --- Answers -----------------------------------------------------------------------------------
 
 
+class _Restarting(dict):
+    """``orch ps`` of one running daemon whose start time is new at every look: a static fake
+    cannot see `orch restart` happen, so every read shows the daemon started again."""
+
+    def __init__(self, daemon: str):
+        super().__init__(stdout=[])
+        self.daemon, self.looks = daemon, 0
+
+    def get(self, key, default=None):
+        if key != "stdout":
+            return super().get(key, default)
+        self.looks += 1
+        started = f"2026-12-01T03:00:{self.looks % 60:02d}.000000Z"
+        return [
+            json.dumps([{"daemon_name": self.daemon, "status_desc": "running", "started": started}])
+        ]
+
+
 def _captured(fact_dir: str, case: str) -> list[str]:
     return json.loads((FACTS / fact_dir / f"{case}.json").read_text())["output"]
 
@@ -284,7 +302,9 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
     t = me.ceph.connect_timeout
     ceph = f"ceph --connect-timeout {t}"
     specs, _ = rgw_service.plan_specs(
-        me.rgw, {"oldest": "20.2.0", "release": "tentacle", "versions": ["20.2.0"]}
+        me.rgw,
+        {"oldest": "20.2.0", "release": "tentacle", "versions": ["20.2.0"]},
+        {"accepted": True, "rc": 0, "message": None},
     )
     quota = me.s3.quota_max_size_gb
     labels = [me.rgw.label] if converged else []
@@ -306,6 +326,9 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
             json.dumps({"mon": {TENTACLE: 1}, "osd": {TENTACLE: 2}, "overall": {TENTACLE: 5}}),
         ],
         f"{ceph} orch host ls": [json.dumps(orch_hosts)],
+        # CephSpecProbe: the dry run of the concentrator spec (an orchestrator that has them).
+        f"{ceph} orch apply -i - --dry-run": _captured("ceph.CephSpecProbe", "ibm_8_1_accepted")
+        + ["kvceph-orch-apply-rc=0"],
         # RgwDnsName
         f"{ceph} config get client.rgw rgw_dns_name": [me.rgw.dns_name if converged else ""],
     }
@@ -313,10 +336,16 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
     r[f"{ceph} health 2>&1"] = ["HEALTH_OK"]
     for spec in specs:
         wanted = yaml.safe_load(spec)
-        key = f"{ceph} orch ls --service_name {wanted['service_name']} --export"
+        name = wanted["service_name"]
+        key = f"{ceph} orch ls --service_name {name} --export"
         # What the orchestrator exports adds its own defaults; the op compares only our keys.
         exported = {**wanted, "unmanaged": False, "status": {"running": 1}}
         r[key] = [json.dumps([exported])] if converged else ["No services reported"]
+        # The read-back after `orch apply` / `orch restart` (executed runs): the service as the
+        # orchestrator holds it once applied, all its daemons running.
+        listed = {**exported, "status": {"running": 1, "size": 1}, "events": []}
+        r[f"{ceph} orch ls --service_name {name} -f json"] = [json.dumps([listed])]
+        r[f"{ceph} orch ps --service_name {name} -f json"] = _Restarting(f"{name}.ceph1.a")
 
     # RgwUser / RgwBucket / RgwLifecycle (the runner prints one JSON line; secrets hashed).
     user = {

@@ -17,6 +17,7 @@ from deploys.operations.ceph import spec_differences
 PACIFIC = {"oldest": "16.2.15", "release": "pacific", "versions": ["16.2.15"]}
 TENTACLE = {"oldest": "20.2.0", "release": "tentacle", "versions": ["20.2.0"]}
 SYSTEM_PYTHON = Path("/usr/bin/python3")
+FACTS = Path(__file__).resolve().parent.parent / "facts"
 
 
 def rgw(**data):
@@ -27,8 +28,16 @@ def rgw(**data):
 VIP = {"kvceph_rgw_ingress_virtual_ip": "10.67.67.100/24"}
 
 
+# The orchestrator's answers to the concentrator dry run (tests/facts/ceph.CephSpecProbe).
+REFUSED = json.loads((FACTS / "ceph.CephSpecProbe" / "tentacle_20_2_4_refused.json").read_text())[
+    "fact"
+]
+ACCEPTED = json.loads((FACTS / "ceph.CephSpecProbe" / "ibm_8_1_accepted.json").read_text())["fact"]
+IBM_81 = {"oldest": "19.2.1-222.el9cp", "release": "squid", "versions": ["19.2.1-222.el9cp"]}
+
+
 @pytest.mark.parametrize(
-    ("version", "supported"),
+    ("version", "announced"),
     [
         ("16.2.15", False),  # Pacific
         ("19.2.3", False),  # Squid upstream
@@ -39,8 +48,8 @@ VIP = {"kvceph_rgw_ingress_virtual_ip": "10.67.67.100/24"}
         ("19.2.1-222.el9cp", True),  # IBM Storage Ceph 8.1
     ],
 )
-def test_concentrator_support_by_version(version, supported):
-    assert rgw_service.concentrator_supported(version) is supported
+def test_concentrator_announcement_by_version_is_only_a_hint(version, announced):
+    assert rgw_service.concentrator_announced(version) is announced
 
 
 def test_version_key_orders_downstream_builds():
@@ -48,8 +57,9 @@ def test_version_key_orders_downstream_builds():
     assert version_key("16.2.15") < version_key("19.2.1-222.el9cp") < version_key("20.2.0")
 
 
-def test_tentacle_gets_the_seed_spec():
-    specs, notice = rgw_service.plan_specs(rgw(), TENTACLE)
+def test_an_orchestrator_that_accepts_the_dry_run_gets_the_seed_spec():
+    # IBM Storage Ceph 8.1: not run here; its answer is the preview table (plausible fixture).
+    specs, notice = rgw_service.plan_specs(rgw(), IBM_81, ACCEPTED)
     assert notice is None
     assert [yaml.safe_load(s) for s in specs] == [
         {
@@ -67,22 +77,25 @@ def test_tentacle_gets_the_seed_spec():
     ]
 
 
-def test_tentacle_with_vip_keeps_the_concentrator_and_says_the_vip_is_unused():
-    specs, notice = rgw_service.plan_specs(rgw(**VIP), TENTACLE)
+def test_accepted_concentrator_with_vip_says_the_vip_is_unused():
+    specs, notice = rgw_service.plan_specs(rgw(**VIP), IBM_81, ACCEPTED)
     assert len(specs) == 1 and "not used" in notice
 
 
-def test_pacific_without_vip_stops_with_the_reason():
+def test_tentacle_20_2_4_refusal_without_vip_stops_with_the_clusters_words():
+    # Announced with concentrators, refused by the real 20.2.4: the answer decides.
     with pytest.raises(rgw_service.SpecError) as exc:
-        rgw_service.plan_specs(rgw(), PACIFIC)
+        rgw_service.plan_specs(rgw(), TENTACLE, REFUSED)
     message = str(exc.value)
     assert "\n" not in message
-    assert "16.2.15 (pacific) has no RGW concentrator" in message
+    assert "Ceph 20.2.0 (tentacle, announced with concentrators)" in message
+    assert "unexpected keyword argument 'concentrator'" in message
     assert "kvceph_rgw_ingress_virtual_ip" in message
+    assert "kvceph_allow_unprobed_concentrator" in message
 
 
-def test_pacific_with_vip_gets_rgw_plus_ingress():
-    specs, notice = rgw_service.plan_specs(rgw(**VIP), PACIFIC)
+def test_refusal_with_vip_gets_rgw_plus_ingress():
+    specs, notice = rgw_service.plan_specs(rgw(**VIP), PACIFIC, REFUSED)
     plain, ingress = (yaml.safe_load(s) for s in specs)
     assert "concentrator" not in plain["spec"]
     assert ingress == {
@@ -98,18 +111,40 @@ def test_pacific_with_vip_gets_rgw_plus_ingress():
         },
     }
     assert "ingress service on 10.67.67.100/24" in notice
+    assert "unexpected keyword argument" in notice
 
 
-def test_no_concentrator_wanted_gives_the_plain_spec_everywhere():
+def test_opt_in_forces_the_concentrator_spec_and_says_so():
+    specs, notice = rgw_service.plan_specs(rgw(**VIP), TENTACLE, REFUSED, force=True)
+    assert "concentrator" in yaml.safe_load(specs[0])["spec"]
+    assert len(specs) == 1
+    assert "kvceph_allow_unprobed_concentrator" in notice and "refused" in notice
+
+
+def test_opt_in_values():
+    assert rgw_service.allow_unprobed({}) is False
+    assert rgw_service.allow_unprobed({"kvceph_allow_unprobed_concentrator": "1"}) is True
+    assert rgw_service.allow_unprobed({"kvceph_allow_unprobed_concentrator": "false"}) is False
+    with pytest.raises(OperationError, match="must be true or false"):
+        rgw_service.allow_unprobed({"kvceph_allow_unprobed_concentrator": "maybe"})
+
+
+def test_no_concentrator_wanted_gives_the_plain_spec_without_asking():
     for versions in (PACIFIC, TENTACLE):
-        specs, notice = rgw_service.plan_specs(rgw(kvceph_rgw_concentrator=None), versions)
+        specs, notice = rgw_service.plan_specs(rgw(kvceph_rgw_concentrator=None), versions, None)
         assert len(specs) == 1 and notice is None
         assert "concentrator" not in yaml.safe_load(specs[0])["spec"]
 
 
-def test_unknown_version_stops():
-    with pytest.raises(rgw_service.SpecError):
-        rgw_service.plan_specs(rgw(**VIP), None)
+def test_no_answer_from_the_dry_run_stops():
+    with pytest.raises(rgw_service.SpecError, match="no answer"):
+        rgw_service.plan_specs(rgw(**VIP), None, None)
+
+
+def test_probe_spec_asks_about_the_keys_not_the_placement():
+    probe = yaml.safe_load(rgw_service.probe_spec(rgw()))
+    assert probe["placement"] == {"count": 1}
+    assert probe["spec"]["concentrator"] == "haproxy"
 
 
 def test_spec_differences_compare_only_our_keys():
@@ -169,13 +204,13 @@ def _pacific_validate(texts: list[str]) -> list[str]:
 
 
 def test_pacific_accepts_what_kvceph_sends_it():
-    specs, _ = rgw_service.plan_specs(rgw(**VIP), PACIFIC)
-    plain, _ = rgw_service.plan_specs(rgw(kvceph_rgw_concentrator=None), PACIFIC)
+    specs, _ = rgw_service.plan_specs(rgw(**VIP), PACIFIC, REFUSED)
+    plain, _ = rgw_service.plan_specs(rgw(kvceph_rgw_concentrator=None), PACIFIC, None)
     assert _pacific_validate(specs + plain) == ["ok RGWSpec", "ok IngressSpec", "ok RGWSpec"]
 
 
 def test_pacific_would_reject_the_concentrator_spec():
-    # Why the release decides: this is the error a Pacific mgr answers `orch apply` with.
-    specs, _ = rgw_service.plan_specs(rgw(), TENTACLE)
+    # The same words the real 20.2.4 mgr answered the dry run with (REFUSED).
+    specs, _ = rgw_service.plan_specs(rgw(), IBM_81, ACCEPTED)
     (result,) = _pacific_validate(specs)
     assert "unexpected keyword argument 'concentrator'" in result

@@ -1,0 +1,199 @@
+"""After ``ceph orch apply`` or ``ceph orch restart``: what the orchestrator really holds and runs.
+
+``orch apply`` exits 0 for a spec the mgr refused (Ceph 20.2.4: ``ServiceSpec:
+RGWSpec.__init__() got an unexpected keyword argument 'concentrator'``), so a spec counts as
+applied only when the orchestrator exports it (our keys; its own additions such as
+``rgw_exit_timeout_secs`` are ignored) and runs as many daemons as it placed, within a bounded
+wait. Every failure is one line with the cluster's own words.
+
+The functions take ``run(command) -> (rc, lines)`` so they run the same on a host (pyinfra)
+and against recorded answers (unit tests).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand
+
+from deploys.ceph_cli import ceph
+from deploys.facts.ceph import orch_apply_refusal
+
+Run = Callable[[object], "tuple[int, list[str]]"]
+# The orchestrator deploys in its own loop; 20.2.4 ran two RGWs ~20 s after the apply on 2 cores.
+DEFAULT_WAIT = 180
+POLL = 3
+
+
+def spec_differences(wanted, current, path: str = "") -> list[str]:
+    """Keys of ``wanted`` whose value differs in ``current`` (keys we do not set are ignored)."""
+    if isinstance(wanted, dict):
+        if not isinstance(current, dict):
+            return [path or "."]
+        diffs = []
+        for key, value in wanted.items():
+            diffs += spec_differences(value, current.get(key), f"{path}.{key}" if path else key)
+        return diffs
+    return [] if wanted == current else [path]
+
+
+def _json(lines: list[str]):
+    text = "\n".join(lines).strip()
+    if not text or not text.startswith(("[", "{")):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    """An orchestrator event (it embeds cephadm's stderr, newlines and all) as one short line."""
+    flat = " | ".join(part.strip() for part in text.splitlines() if part.strip())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def read_service(run: Run, service_name: str, t: dict) -> dict:
+    """One look at a service: the spec the orchestrator holds, its size, its daemons.
+
+    ``orch ls -f json`` carries the spec (as ``--export`` does) plus status and events.
+    """
+    rc, lines = run(ceph("orch", "ls", "--service_name", service_name, **t))
+    listed = _json(lines) if rc == 0 else None
+    listed = listed[0] if isinstance(listed, list) and listed else None
+    rc, lines = run(ceph("orch", "ps", "--service_name", service_name, **t))
+    daemons = [
+        {
+            "name": d.get("daemon_name") or f"{d.get('daemon_type')}.{d.get('daemon_id')}",
+            "status": d.get("status_desc"),
+            "started": d.get("started"),
+        }
+        for d in ((_json(lines) or []) if rc == 0 else [])
+    ]
+    status = (listed or {}).get("status") or {}
+    events = (listed or {}).get("events") or []
+    spec = {k: v for k, v in (listed or {}).items() if k not in ("status", "events")}
+    return {
+        "export": spec or None,
+        "size": status.get("size"),
+        "daemons": daemons,
+        "errors": [e for e in events if "[ERROR]" in e],
+    }
+
+
+def converged(
+    service_name: str, wanted: dict, seen: dict, restarted: dict | None = None
+) -> str | None:
+    """None when the service is as wanted and all its daemons run, else what is missing."""
+    if seen["export"] is None:
+        return f"service {service_name} is not in `ceph orch ls`"
+    diffs = spec_differences(wanted, seen["export"])
+    if diffs:
+        return f"service {service_name} holds a different {', '.join(diffs)}"
+    size, daemons = seen["size"], seen["daemons"]
+    running = [d for d in daemons if d["status"] == "running"]
+    if not size or len(running) != size or len(daemons) != size:
+        others = [f"{d['name']} {d['status']}" for d in daemons if d["status"] != "running"]
+        return (
+            f"service {service_name}: {len(running)} of {size} daemons running"
+            + (f" ({', '.join(others)})" if others else "")
+            + (f"; {len(daemons)} placed" if len(daemons) != size else "")
+        )
+    if restarted is not None:
+        same = [d["name"] for d in running if restarted.get(d["name"]) == d["started"]]
+        if same:
+            return f"service {service_name}: not restarted yet: {', '.join(same)}"
+    return None
+
+
+def wait_converged(
+    run: Run,
+    service_name: str,
+    wanted: dict,
+    t: dict,
+    wait: int = DEFAULT_WAIT,
+    restarted: dict | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """Poll until :func:`converged` (None) or ``wait`` seconds pass (the one-line reason)."""
+    deadline = clock() + wait
+    while True:
+        seen = read_service(run, service_name, t)
+        missing = converged(service_name, wanted, seen, restarted)
+        if missing is None:
+            return None
+        if clock() >= deadline:
+            last = f"; orchestrator: {_one_line(seen['errors'][-1])}" if seen["errors"] else ""
+            return f"{missing} after {wait} s{last}"
+        sleep(POLL)
+
+
+def apply_and_wait(
+    run: Run, remote: str, service_name: str, wanted: dict, t: dict, wait: int = DEFAULT_WAIT
+) -> str | None:
+    """``ceph orch apply -i <remote>`` (the file is removed), then :func:`wait_converged`.
+
+    Returns None on success, else one line: the mgr's refusal, or what never converged.
+    """
+    rc, lines = run(
+        StringCommand(
+            ceph("orch", "apply", "-i", remote, **t, json=False),
+            "2>&1; rc=$?; rm -f",
+            QuoteString(remote),
+            "; exit $rc",
+        )
+    )
+    refusal = orch_apply_refusal(lines, rc)
+    if refusal:
+        return f"ceph orch apply {service_name} refused: {refusal}"
+    return wait_converged(run, service_name, wanted, t, wait)
+
+
+def restart_and_wait(run: Run, service_name: str, t: dict, wait: int = DEFAULT_WAIT) -> str | None:
+    """``ceph orch restart <service>``, then wait until every daemon started again and runs."""
+    before = read_service(run, service_name, t)
+    started = {d["name"]: d["started"] for d in before["daemons"]}
+    rc, lines = run(StringCommand(ceph("orch", "restart", service_name, **t, json=False), "2>&1"))
+    refusal = orch_apply_refusal(lines, rc)
+    if refusal:
+        return f"ceph orch restart {service_name} failed: {refusal}"
+    wanted = {"service_name": service_name}
+    return wait_converged(run, service_name, wanted, t, wait, restarted=started)
+
+
+# --- as pyinfra commands: run when the operation executes, on the operation's host ----------
+
+
+def _host_run(host) -> Run:
+    def run(command):
+        ok, output = host.run_shell_command(command)
+        return (0 if ok else 1), list(output.stdout_lines) + list(output.stderr_lines)
+
+    return run
+
+
+def _apply_read_back(state, host, remote, service_name, wanted, t, wait):
+    problem = apply_and_wait(_host_run(host), remote, service_name, wanted, t, wait)
+    if problem:
+        raise OperationError(f"kvceph: {problem}")
+    return True
+
+
+def _restart_read_back(state, host, service_name, t, wait):
+    problem = restart_and_wait(_host_run(host), service_name, t, wait)
+    if problem:
+        raise OperationError(f"kvceph: {problem}")
+    return True
+
+
+def apply_command(remote: str, service_name: str, wanted: dict, t: dict, wait: int):
+    """:func:`apply_and_wait` as a command an operation yields."""
+    return FunctionCommand(_apply_read_back, (remote, service_name, wanted, t, wait), {})
+
+
+def restart_command(service_name: str, t: dict, wait: int = DEFAULT_WAIT):
+    """:func:`restart_and_wait` as a command an operation yields."""
+    return FunctionCommand(_restart_read_back, (service_name, t, wait), {})

@@ -1,0 +1,190 @@
+"""Read-back after `ceph orch apply` / `orch restart`, against answers recorded from a real
+Ceph 20.2.4 cephadm cluster (tests/fixtures/ceph-tentacle-20.2.4, README there)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deploys import orch_readback
+from deploys.facts.ceph import CephSpecProbe, orch_apply_refusal
+
+REC = Path(__file__).resolve().parent.parent / "fixtures" / "ceph-tentacle-20.2.4"
+T = {"connect_timeout": 10, "command_timeout": 60}
+RGW = yaml.safe_load(
+    """
+service_type: rgw
+service_id: standard
+service_name: rgw.standard
+placement: {count_per_host: 2, label: rgw}
+networks: [10.213.9.0/24]
+spec: {rgw_frontend_port: 8080}
+"""
+)
+INGRESS = yaml.safe_load(
+    """
+service_type: ingress
+service_id: rgw.standard
+service_name: ingress.rgw.standard
+placement: {label: rgw}
+spec: {backend_service: rgw.standard, virtual_ip: 10.213.9.100/24, frontend_port: 80,
+       monitor_port: 1967}
+"""
+)
+
+
+def recorded(name: str) -> tuple[int, list[str]]:
+    lines = (REC / f"{name}.txt").read_text().splitlines()
+    rc = int(lines[-1].split("kvceph-rc=")[1])
+    last = lines[-1].split("kvceph-rc=")[0]
+    return rc, [line for line in lines[:-1] + [last] if line]
+
+
+class Cluster:
+    """Answers each command with the next recording for its kind (the last one repeats)."""
+
+    def __init__(self, **answers: list[str]):
+        self.answers = {k: list(v) for k, v in answers.items()}
+        self.commands: list[str] = []
+
+    def __call__(self, command) -> tuple[int, list[str]]:
+        text = command.get_raw_value() if hasattr(command, "get_raw_value") else str(command)
+        self.commands.append(text)
+        if " orch apply " in text:
+            kind = "apply"
+        elif " orch restart " in text:
+            kind = "restart"
+        elif " orch ls " in text:
+            kind = "ls"
+        else:
+            kind = "ps"
+        queue = self.answers[kind]
+        name = queue.pop(0) if len(queue) > 1 else queue[0]
+        return recorded(name)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def wait(cluster, wanted, **kw):
+    clock = Clock()
+    return orch_readback.wait_converged(
+        cluster, wanted["service_name"], wanted, T, clock=clock, sleep=clock.sleep, **kw
+    )
+
+
+def test_concentrator_refusal_with_exit_0_fails_in_one_line_without_polling():
+    cluster = Cluster(
+        apply=["apply_conc"],
+    )
+    problem = orch_readback.apply_and_wait(cluster, "/tmp/x.yaml", "rgw.standard", RGW, T)
+    assert problem == (
+        "ceph orch apply rgw.standard refused: ServiceSpec: RGWSpec.__init__() got an "
+        "unexpected keyword argument 'concentrator'"
+    )
+    assert len(cluster.commands) == 1 and "rm -f /tmp/x.yaml" in cluster.commands[0]
+
+
+def test_label_placement_refused_with_einval():
+    rc, lines = recorded("dryrun_plain")
+    assert rc == 22
+    assert orch_apply_refusal(lines, rc).startswith("Error EINVAL: Cannot place")
+
+
+def test_plain_spec_converges_and_the_orchestrators_additions_are_not_drift():
+    rc, lines = recorded("export_plain")
+    assert "rgw_exit_timeout_secs" in lines[0]
+    cluster = Cluster(
+        ls=["ls_missing", "ls_conv_1", "ls_plain"],
+        ps=["ps_missing", "ps_conv_1", "ps_conv_2", "ps_plain"],
+    )
+    assert wait(cluster, RGW) is None
+
+
+def test_service_that_never_appears_fails_after_the_bounded_wait():
+    cluster = Cluster(ls=["ls_missing"], ps=["ps_missing"])
+    problem = wait(cluster, RGW, wait=30)
+    assert problem == "service rgw.standard is not in `ceph orch ls` after 30 s"
+
+
+def test_daemons_that_never_run_fail_with_the_orchestrators_last_error_on_one_line():
+    cluster = Cluster(ls=["ls_ingress"], ps=["ps_ingress_after"])
+    problem = wait(cluster, INGRESS, wait=60)
+    assert "\n" not in problem
+    assert problem.startswith(
+        "service ingress.rgw.standard: 1 of 2 daemons running "
+        "(haproxy.rgw.standard.ceph1.fkgpjc stopped) after 60 s; orchestrator: "
+    )
+    assert "Failed while placing keepalived" in problem
+
+
+def test_ingress_export_addition_first_virtual_router_id_is_ignored():
+    cluster = Cluster(ls=["ls_ingress_ok"], ps=["ps_ingress_ok"])
+    assert wait(cluster, INGRESS) is None
+
+
+def test_count_per_host_2_to_1_waits_until_the_extra_daemon_is_gone():
+    one = {**RGW, "placement": {"count_per_host": 1, "label": "rgw"}}
+    seen = orch_readback.read_service(
+        Cluster(ls=["ls_count1_1"], ps=["ps_count1_1"]),
+        "rgw.standard",
+        T,
+    )
+    assert orch_readback.converged("rgw.standard", one, seen) == (
+        "service rgw.standard: 2 of 1 daemons running; 2 placed"
+    )
+    seen = orch_readback.read_service(
+        Cluster(ls=["ls_count1_4"], ps=["ps_count1_4"]),
+        "rgw.standard",
+        T,
+    )
+    assert orch_readback.converged("rgw.standard", one, seen) is None
+
+
+def test_restart_waits_until_every_daemon_started_again():
+    cluster = Cluster(
+        restart=["restart_rgw"],
+        ls=["ls_plain"],
+        ps=["ps_rgw_before_restart", "ps_restart_1", "ps_restart_1", "ps_restart_6"],
+    )
+    assert orch_readback.restart_and_wait(cluster, "rgw.standard", T) is None
+    assert sum(" orch ps " in c for c in cluster.commands) == 4
+
+
+def test_restart_that_never_happens_fails():
+    cluster = Cluster(restart=["restart_rgw"], ls=["ls_plain"], ps=["ps_restart_1"])
+    clock = Clock()
+    problem = orch_readback.wait_converged(
+        cluster,
+        "rgw.standard",
+        {"service_name": "rgw.standard"},
+        T,
+        wait=20,
+        restarted={
+            "rgw.standard.ceph1.fswhtg": "2026-12-01T03:03:02.275560Z",
+            "rgw.standard.ceph1.kdzbjl": "2026-12-01T03:02:57.193031Z",
+        },
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    assert problem.startswith("service rgw.standard: not restarted yet: rgw.standard.ceph1.")
+
+
+@pytest.mark.parametrize(
+    ("case", "accepted"),
+    [("dryrun_conc", False), ("dryrun_plain", False), ("apply_plain", True)],
+)
+def test_probe_reads_the_recorded_dry_runs(case, accepted):
+    rc, lines = recorded(case)
+    answer = CephSpecProbe().process(lines + [f"kvceph-orch-apply-rc={rc}"])
+    assert answer["accepted"] is accepted
