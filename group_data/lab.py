@@ -37,10 +37,6 @@ if os.environ.get("KVCEPH_LAB_CEPH") == "cephadm":
     # so), so RGW gets cephadm's ingress: haproxy + keepalived on a virtual IP in the lab net.
     # With `networks:` RGW binds only ceph1's lab address: every S3 client uses the VIP.
     _VIP = f"10.213.{7 + _INSTANCE}.100"
-    kvceph_ceph_pools = [
-        {"name": "default.rgw.buckets.data", "pg_num": 16, "size": 1, "min_size": 1},
-        {"name": "default.rgw.buckets.index", "pg_num": 8, "size": 1, "min_size": 1},
-    ]
     kvceph_rgw_managed_by = "cephadm"
     kvceph_rgw_networks = [f"10.213.{7 + _INSTANCE}.0/24"]
     kvceph_rgw_count_per_host = 2

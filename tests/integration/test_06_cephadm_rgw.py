@@ -1,0 +1,93 @@
+"""The RGW stage against the real orchestrator: the cephadm lab (KVCEPH_LAB_CEPH=cephadm,
+Ceph 20.2.4 managed by cephadm inside ceph1, RGW behind cephadm's ingress on the lab VIP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+from conftest import HOSTS, pyinfra, ssh
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("KVCEPH_LAB_CEPH") != "cephadm",
+    reason="needs the cephadm lab (KVCEPH_LAB_CEPH=cephadm)",
+)
+VIP = HOSTS["ceph1"].rsplit(".", 1)[0] + ".100"
+REFUSAL = "ServiceSpec: RGWSpec.__init__() got an unexpected keyword argument 'concentrator'"
+RGW_SPEC = "RGW service | Apply the rgw.standard spec (read back: exported, all daemons running)"
+
+
+def orch(*args: str) -> list | dict:
+    out = ssh("ceph1", "timeout 60 ceph " + " ".join(args) + " -f json").stdout
+    return json.loads(out) if out.strip().startswith(("[", "{")) else []
+
+
+def rgw_daemons() -> list[tuple[str, str]]:
+    return sorted(
+        (d["daemon_name"], d["status_desc"]) for d in orch("orch ps --service_name rgw.standard")
+    )
+
+
+def exported() -> dict:
+    return orch("orch ls --service_name rgw.standard --export")[0]
+
+
+def errors(run) -> list[str]:
+    return [line for line in run.output.splitlines() if line.startswith("--> ") and "rror" in line]
+
+
+def test_concentrator_refused_by_the_cluster_stops_before_anything(converged):
+    before = exported()
+    # Concentrator wanted, no VIP to fall back to: the dry run's refusal stops the run.
+    run = pyinfra("--data", "kvceph_rgw_ingress_virtual_ip=null")
+    assert run.rc != 0
+    (line,) = [e for e in errors(run) if "concentrator" in e]
+    assert "Ceph 20.2.4 (tentacle, announced with concentrators)" in line
+    assert REFUSAL in line and "kvceph_rgw_ingress_virtual_ip" in line
+    assert run.changed() == []
+    assert "Starting operation: Ceph pools" not in run.output
+    assert exported() == before
+
+
+def test_forced_concentrator_is_reported_as_the_failure_it_is(converged):
+    before = exported()
+    run = pyinfra("--data", "kvceph_allow_unprobed_concentrator=true")
+    assert run.rc != 0
+    assert f"kvceph: ceph orch apply rgw.standard refused: {REFUSAL}" in run.output
+    assert (RGW_SPEC, "ceph1") not in run.changed()
+    assert exported() == before  # the orchestrator stored nothing
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_count_per_host_converges(converged, count):
+    run = pyinfra("--data", f"kvceph_rgw_count_per_host={count}")
+    assert run.rc == 0, run.output[-4000:]
+    daemons = rgw_daemons()
+    assert [s for _, s in daemons] == ["running"] * count, daemons
+    assert exported()["placement"]["count_per_host"] == count
+    again = pyinfra("--data", f"kvceph_rgw_count_per_host={count}")
+    assert again.rc == 0 and again.changed() == [], again.changed()
+
+
+def test_a_stopped_rgw_daemon_leaves_s3_up_through_haproxy(converged):
+    name, _ = rgw_daemons()[0]
+    ssh("ceph1", f"timeout 60 ceph orch daemon stop {name}")
+    try:
+        deadline = time.monotonic() + 120
+        while dict(rgw_daemons()).get(name) == "running" and time.monotonic() < deadline:
+            time.sleep(3)
+        assert dict(rgw_daemons())[name] != "running"
+        # Every request through the VIP answers while one backend is down (haproxy retries).
+        codes = ssh(
+            "gpu1",
+            f"for i in $(seq 1 20); do curl -s -o /dev/null -w '%{{http_code}} ' -m 5 "
+            f"http://{VIP}/; done",
+        ).stdout.split()
+        assert codes == ["200"] * 20, codes
+        run = pyinfra()
+        assert run.rc == 0, run.output[-4000:]
+        assert "Readiness check | Engine answers on port 8000" in run.output
+    finally:
+        ssh("ceph1", f"timeout 60 ceph orch daemon start {name}", check=False)
