@@ -298,7 +298,9 @@ wait_ssh() {  # wait_ssh HOST...
     done
   done
 }
-s3_answers() { case $(curl -s -m 3 "http://$NET.11:80/" 2>/dev/null) in *ListAllMyBucketsResult*) ;; *) return 1 ;; esac; }
+S3_URL=http://$NET.11:80  # the cephadm lab: the ingress VIP, once deploy.py applied RGW + ingress
+[ "$CEPH_MODE" = cephadm ] && S3_URL=http://$NET.100:80
+s3_answers() { case $(curl -s -m 3 "$S3_URL/" 2>/dev/null) in *ListAllMyBucketsResult*) ;; *) return 1 ;; esac; }
 wait_s3() {
   local end=$(($(date +%s) + S3_WAIT)) n=0
   until s3_answers; do
@@ -400,7 +402,7 @@ cmd_status() {
       else echo "$h $(ip_of "$h") booting (pid $p, sshd not answering)"; rc=1; fi
     else echo "$h $(ip_of "$h") down"; rc=1; fi
   done
-  if s3_answers; then echo "s3 http://$NET.11:80 up"; else echo "s3 http://$NET.11:80 down"; rc=1; fi
+  if s3_answers; then echo "s3 $S3_URL up"; else echo "s3 $S3_URL down"; rc=1; fi
   return $rc
 }
 

@@ -32,7 +32,6 @@ HOSTS = {
     "gaudi1": f"{_NET}.31",
 }
 INFERENCE = ("gpu1", "gpu2", "gaudi1")
-S3_ADMIN_URL = f"http://{_NET}.11:80"
 # The lab's S3 path (group_data/lab.py): https by default, KVCEPH_LAB_S3_SCHEME=http for the
 # plain variant.
 S3_SCHEME = os.environ.get("KVCEPH_LAB_S3_SCHEME") or "https"
@@ -42,6 +41,19 @@ S3_PORT = {"https": 443, "http": 80}[S3_SCHEME]
 LAB_MODEL_REVISION = runpy.run_path(str(REPO / "group_data" / "lab.py"))["LAB_MODEL_REVISION"]
 MODEL_ARGUMENT = f"/var/lib/kvceph/models/Qwen/Qwen3-32B/{LAB_MODEL_REVISION}"
 LAB_MODEL_DIR = LAB_DIR / "model"
+# KVCEPH_LAB_CEPH=cephadm: the cephadm lab (Ceph 20.2.4; RGW behind cephadm's ingress VIP .100,
+# bound to ceph1's lab address only). Otherwise the Pacific lab (haproxy on ceph1, all addresses).
+CEPHADM = os.environ.get("KVCEPH_LAB_CEPH") == "cephadm"
+S3_HOST = f"{_NET}.100" if CEPHADM else f"{_NET}.11"
+# Where verify.py and the tests' own S3 clients go (kvceph_verify_s3_endpoint).
+S3_URL = f"{S3_SCHEME}://{S3_HOST}:{S3_PORT}"
+# The tests' admin client: the Pacific lab's haproxy also serves plain http on :80; cephadm's
+# ingress has one frontend, in the lab's scheme.
+S3_ADMIN_URL = S3_URL if CEPHADM else f"http://{S3_HOST}:80"
+# kvceph_s3_admin_endpoint of group_data/lab.py: where the S3 tier's admin writes go from ceph1
+ADMIN_ENDPOINT = S3_URL if CEPHADM else f"{S3_SCHEME}://127.0.0.1:{S3_PORT}"
+# The lab CA (lab/tls/), for clients of an https URL.
+CA_BUNDLE = str(LAB_DIR / "tls" / "ca.pem")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -197,6 +209,41 @@ def lab_sh(*args: str, timeout: int = 900) -> str:
     return proc.stdout
 
 
+def _s3_status() -> str:
+    proc = subprocess.run(
+        ["curl", "-s", "--cacert", CA_BUNDLE, "-o", "/dev/null", "-w", "%{http_code}", "-m", "5"]
+        + [S3_ADMIN_URL + "/"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return proc.stdout.strip()
+
+
+def stop_rgw() -> None:
+    """Every RGW daemon down (the lab's units, or `ceph orch stop`), until S3 stops answering."""
+    if CEPHADM:
+        ssh("ceph1", "timeout 120 ceph orch stop rgw.standard")
+    else:
+        ssh("ceph1", "systemctl stop kvlab-rgw@gw1 kvlab-rgw@gw2")
+    deadline = time.monotonic() + 120
+    while _s3_status() == "200":
+        assert time.monotonic() < deadline, "RGW still answers 120 s after the stop"
+        time.sleep(2)
+
+
+def start_rgw() -> None:
+    """The RGW daemons back, until S3 answers again."""
+    if CEPHADM:
+        ssh("ceph1", "timeout 120 ceph orch start rgw.standard")
+    else:
+        ssh("ceph1", "systemctl start kvlab-rgw@gw1 kvlab-rgw@gw2")
+    deadline = time.monotonic() + 180
+    while _s3_status() != "200":
+        assert time.monotonic() < deadline, "RGW not answering 180 s after the start"
+        time.sleep(2)
+
+
 def secrets() -> dict[str, str]:
     return dict(line.split("=", 1) for line in SECRETS.read_text().splitlines() if "=" in line)
 
@@ -212,6 +259,7 @@ def path_style_client(endpoint: str, access_key: str, secret_key: str):
         region_name="default",
         aws_access_key_id=access_key,
         aws_secret_access_key=secret_key,
+        verify=CA_BUNDLE if endpoint.startswith("https:") else None,
         config=Config(
             s3={"addressing_style": "path"},
             connect_timeout=5,

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import HOSTS, REPO, S3_PORT, S3_SCHEME, pyinfra, secrets, ssh
+from conftest import HOSTS, REPO, S3_URL, pyinfra, secrets, ssh, start_rgw, stop_rgw
 from lab_client import wait_health
 
 
@@ -85,15 +85,14 @@ def test_differing_chunk_size_means_no_cross_node_hit(gpu2_drift):
 
 
 def test_rgw_stopped_is_named_in_preflight(converged):
-    ssh("ceph1", "systemctl stop kvlab-rgw@gw1 kvlab-rgw@gw2")
+    stop_rgw()
     try:
         run = verify()
     finally:
-        ssh("ceph1", "systemctl start kvlab-rgw@gw1 kvlab-rgw@gw2")
+        start_rgw()
     assert run.rc != 0
     lines = failed_lines(run)
-    endpoint = f"{S3_SCHEME}://{HOSTS['ceph1']}:{S3_PORT}"
-    assert any(endpoint in line for line in lines), run.output[-4000:]
+    assert any(S3_URL in line for line in lines), run.output[-4000:]
     # Nothing but the S3 preflight failed: engines were healthy, no cache step ran.
     assert not any(": cold:" in line or ": warm:" in line for line in lines), lines
     assert Path(REPO / "reports" / "verify-latest.json").exists()

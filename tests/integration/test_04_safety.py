@@ -11,18 +11,19 @@ import time
 import pytest
 import yaml
 from conftest import (
+    ADMIN_ENDPOINT,
     HOSTS,
     INFERENCE,
     PYINFRA,
     REPO,
-    S3_PORT,
-    S3_SCHEME,
     SECRETS,
     lab_sh,
     pyinfra,
     s3_client,
     secrets,
     ssh,
+    start_rgw,
+    stop_rgw,
 )
 from lab_client import wait_health
 
@@ -109,14 +110,13 @@ def test_host_lost_mid_run_fails_alone_and_leaves_no_half_written_file(converged
 
 def test_rgw_down_stops_the_s3_tier_with_one_line(converged):
     before = main_pids()
-    ssh("ceph1", "systemctl stop kvlab-rgw@gw1 kvlab-rgw@gw2")
+    stop_rgw()
     try:
         run = pyinfra(json_out=False)
     finally:
-        ssh("ceph1", "systemctl start kvlab-rgw@gw1 kvlab-rgw@gw2")
+        start_rgw()
     assert run.rc != 0
-    endpoint = f"{S3_SCHEME}://127.0.0.1:{S3_PORT}"
-    assert f"S3 tier: cannot reach RGW at {endpoint} from ceph1" in run.output
+    assert f"S3 tier: cannot reach RGW at {ADMIN_ENDPOINT} from ceph1" in run.output
     assert main_pids() == before, "engines were touched although the S3 tier failed"
     settle()
 

@@ -20,7 +20,7 @@ import secrets as random
 import threading
 import time
 
-from conftest import HOSTS, INFERENCE, S3_ADMIN_URL, SECRETS, pyinfra, secrets, ssh
+from conftest import CA_BUNDLE, HOSTS, INFERENCE, S3_ADMIN_URL, SECRETS, pyinfra, secrets, ssh
 from lab_client import completion, long_prompt
 from lmcache_log import PREFILTER, trouble
 
@@ -49,6 +49,7 @@ def rejected(access_key: str, secret_key: str) -> str | None:
         region_name="default",
         aws_access_key_id=access_key,
         aws_secret_access_key=secret_key,
+        verify=CA_BUNDLE if S3_ADMIN_URL.startswith("https:") else None,
         config=Config(
             s3={"addressing_style": "path"},
             connect_timeout=5,

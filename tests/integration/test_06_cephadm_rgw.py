@@ -91,3 +91,15 @@ def test_a_stopped_rgw_daemon_leaves_s3_up_through_haproxy(converged):
         assert "Readiness check | Engine answers on port 8000" in run.output
     finally:
         ssh("ceph1", f"timeout 60 ceph orch daemon start {name}", check=False)
+
+
+@pytest.mark.parametrize("port", [8090, 8080])
+def test_frontend_port_change_converges_and_ingress_follows(converged, port):
+    run = pyinfra("--data", f"kvceph_rgw_frontend_port={port}")
+    assert run.rc == 0, run.output[-4000:]
+    assert exported()["spec"]["rgw_frontend_port"] == port
+    ports = sorted(p for d in orch("orch ps --service_name rgw.standard") for p in d["ports"])
+    assert ports == [port, port + 1], ports
+    # cephadm rewrites haproxy's backends: S3 answers through the VIP on the new ports.
+    code = ssh("gpu1", f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://{VIP}/").stdout
+    assert code == "200"
