@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from pyinfra.api import QuoteString, StringCommand
 
 # Ceph's own defaults (no connect timeout, commands that wait forever on a lost quorum) would
@@ -31,3 +33,42 @@ def timeouts(ceph_settings) -> dict[str, int]:
         "connect_timeout": ceph_settings.connect_timeout,
         "command_timeout": ceph_settings.command_timeout,
     }
+
+
+# Spec keys whose values are secrets (the ingress's TLS private key). The orchestrator's answers
+# (``orch ls``, ``--export``) carry them in clear, so the host replaces each by its sha256 before
+# pyinfra reads the output: facts, logs and -vvv output never hold the key.
+SECRET_SPEC_KEYS = ("ssl_key",)
+_REDACT = f"""
+import hashlib, json, sys
+text = sys.stdin.read()
+def walk(v):
+    if isinstance(v, dict):
+        return {{k: ("sha256:" + hashlib.sha256(x.encode()).hexdigest())
+                 if k in {SECRET_SPEC_KEYS!r} and isinstance(x, str) else walk(x)
+                 for k, x in v.items()}}
+    return [walk(x) for x in v] if isinstance(v, list) else v
+try:
+    print(json.dumps(walk(json.loads(text))))
+except ValueError:
+    sys.stdout.write("(redacted)\\n" if "PRIVATE KEY" in text else text)
+"""
+
+
+def secret_hash(value: str) -> str:
+    """How a secret spec value is compared: ``sha256:<hex>`` (as :func:`redacted` prints it)."""
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+
+
+def redacted(command: StringCommand) -> StringCommand:
+    """``command`` (JSON output), every secret spec value replaced by its hash on the host.
+
+    The command's exit status is kept; its stderr is not touched.
+    """
+    return StringCommand(
+        "out=$(",
+        command,
+        "); rc=$?; printf '%s\\n' \"$out\" | python3 -c",
+        QuoteString(_REDACT),
+        "; exit $rc",
+    )

@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand
 
-from deploys.ceph_cli import ceph
+from deploys.ceph_cli import ceph, redacted
 from deploys.facts.ceph import orch_apply_refusal
 
 Run = Callable[[object], "tuple[int, list[str]]"]
@@ -58,9 +59,10 @@ def _one_line(text: str, limit: int = 400) -> str:
 def read_service(run: Run, service_name: str, t: dict) -> dict:
     """One look at a service: the spec the orchestrator holds, its size, its daemons.
 
-    ``orch ls -f json`` carries the spec (as ``--export`` does) plus status and events.
+    ``orch ls -f json`` carries the spec (as ``--export`` does) plus status and events; secret
+    values (an ingress's ``ssl_key``) arrive as their sha256.
     """
-    rc, lines = run(ceph("orch", "ls", "--service_name", service_name, **t))
+    rc, lines = run(redacted(ceph("orch", "ls", "--service_name", service_name, **t)))
     listed = _json(lines) if rc == 0 else None
     listed = listed[0] if isinstance(listed, list) and listed else None
     rc, lines = run(ceph("orch", "ps", "--service_name", service_name, **t))
@@ -69,6 +71,8 @@ def read_service(run: Run, service_name: str, t: dict) -> dict:
             "name": d.get("daemon_name") or f"{d.get('daemon_type')}.{d.get('daemon_id')}",
             "status": d.get("status_desc"),
             "started": d.get("started"),
+            "refreshed": d.get("last_refresh"),
+            "ports": d.get("ports") or [],
         }
         for d in ((_json(lines) or []) if rc == 0 else [])
     ]
@@ -78,6 +82,7 @@ def read_service(run: Run, service_name: str, t: dict) -> dict:
     return {
         "export": spec or None,
         "size": status.get("size"),
+        "created": status.get("created"),
         "daemons": daemons,
         "errors": [e for e in events if "[ERROR]" in e],
     }
@@ -101,11 +106,49 @@ def converged(
             + (f" ({', '.join(others)})" if others else "")
             + (f"; {len(daemons)} placed" if len(daemons) != size else "")
         )
+    # After a re-apply `orch ps` lists the old daemons until cephadm's next refresh (a port
+    # change looked converged at once): only daemons seen since the spec was stored count.
+    stale = [d["name"] for d in daemons if not _after(d.get("refreshed"), seen.get("created"))]
+    if stale:
+        return f"service {service_name}: not refreshed since the apply: {', '.join(stale)}"
+    wrong_port = _off_port(wanted, daemons)
+    if wrong_port:
+        return f"service {service_name}: {wrong_port}"
     if restarted is not None:
         same = [d["name"] for d in running if restarted.get(d["name"]) == d["started"]]
         if same:
             return f"service {service_name}: not restarted yet: {', '.join(same)}"
     return None
+
+
+def _after(when: str | None, created: str | None) -> bool:
+    """Whether an orchestrator timestamp is later than ``created`` (no ``created``: yes)."""
+    if not created:
+        return True
+    if not when:
+        return False
+    try:
+        return datetime.fromisoformat(when) > datetime.fromisoformat(created)
+    except ValueError:
+        return False
+
+
+def _off_port(wanted: dict, daemons: list[dict]) -> str | None:
+    """RGW daemons listening outside ``[rgw_frontend_port, +count_per_host)``, as one phrase."""
+    if wanted.get("service_type") != "rgw":
+        return None
+    port = (wanted.get("spec") or {}).get("rgw_frontend_port")
+    if port is None:
+        return None
+    count = (wanted.get("placement") or {}).get("count_per_host") or 1
+    off = [
+        f"{d['name']} on {d['ports']}"
+        for d in daemons
+        if not d["ports"] or any(not port <= p < port + count for p in d["ports"])
+    ]
+    if not off:
+        return None
+    return f"daemons not on ports {port}-{port + count - 1} yet: {', '.join(off)}"
 
 
 def wait_converged(

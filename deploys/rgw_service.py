@@ -125,6 +125,7 @@ def plan_specs(
             virtual_ip=rgw.ingress_virtual_ip,
             frontend_port=rgw.ingress_frontend_port,
             monitor_port=INGRESS_MONITOR_PORT,
+            ssl_cert=rgw.ingress_ssl_cert,
         )
     plain = render("rgw_spec.yaml.j2", **_common(rgw))
     if not rgw.concentrator:
@@ -267,9 +268,15 @@ def apply(me: HostSettings, checked):
             name=f"Label {ceph_name} {rgw.label}", ceph_host=ceph_name, label=rgw.label, **t
         )
     for spec in specs:
-        service = yaml.safe_load(spec)["service_name"]
+        parsed = yaml.safe_load(spec)
+        service = parsed["service_name"]
+        # The ingress's TLS key travels beside the spec text, never in it (ssl_cert is public).
+        secret = None
+        if parsed["service_type"] == "ingress" and rgw.ingress_ssl_key is not None:
+            secret = {"ssl_key": rgw.ingress_ssl_key}
         ceph.service_spec(
             name=f"Apply the {service} spec (read back: exported, all daemons running)",
             spec=spec,
+            secret_spec=secret,
             **t,
         )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploys import secret_names
-from deploys.secrets import MECHANISM
+from deploys.secrets import MECHANISM, Secret
 
 
 @dataclass(frozen=True)
@@ -110,3 +110,33 @@ def read_ca_bundle(r, path: str) -> str:
 
 
 DEFAULTS = SecuritySettings(vllm_bind="0.0.0.0")
+
+
+_PEM_KEY = re.compile(
+    r"-----BEGIN ((?:RSA |EC )?PRIVATE KEY)-----\r?\n[A-Za-z0-9+/=\r\n]+?-----END \1-----"
+)
+
+
+def read_tls_pem(r, key: str, path: str) -> tuple[str, Secret]:
+    """A server's certificate chain and private key from one PEM file on the controller.
+
+    haproxy's ``crt`` layout (chain, then key), as lab/tls/make-cert.sh writes it. The key comes
+    back as a :class:`Secret`; errors name the file, never its content.
+    """
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise r.fail(
+            key, path, f"cannot be read ({exc})", "give a PEM file on the controller"
+        ) from None
+    certs = _PEM_CERT.findall(text)
+    keys = [m.group(0) for m in _PEM_KEY.finditer(text)]
+    if not certs or len(keys) != 1:
+        raise r.fail(
+            key,
+            path,
+            f"holds {len(certs)} certificate(s) and {len(keys)} private key(s)",
+            "give the certificate chain and its one private key in one PEM file (mode 0600)",
+        )
+    chain = "".join(cert.replace("\r", "") + "\n" for cert in certs)
+    return chain, Secret(keys[0].replace("\r", "") + "\n")

@@ -7,6 +7,7 @@ line naming the host, the key, the bad value and the fix.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -15,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from deploys import engine_list, kv_sizing, model_source, security_settings, versions
+from deploys.secrets import Secret
 
 INFERENCE_GROUPS = ("gpu", "gaudi")
 ACCELERATOR_OF_GROUP = {"gpu": "nvidia", "gaudi": "gaudi"}
@@ -206,6 +208,10 @@ class RgwSettings:
     ingress_virtual_ip: str | None
     ingress_frontend_port: int
     dns_name: str
+    # kvceph_rgw_ingress_ssl_pem: the ingress's certificate chain and private key (haproxy
+    # terminates TLS); the key is a Secret, compared with the cluster's by hash only
+    ingress_ssl_cert: str | None = None
+    ingress_ssl_key: Secret | None = None
 
     @property
     def service_name(self) -> str:
@@ -250,6 +256,10 @@ def _rgw(r: _Reader) -> RgwSettings:
         ingress_frontend_port=r.port("kvceph_rgw_ingress_frontend_port", 80),
         dns_name=dns,
     )
+    pem = r.opt_str("kvceph_rgw_ingress_ssl_pem")
+    if pem is not None:
+        cert, key = security_settings.read_tls_pem(r, "kvceph_rgw_ingress_ssl_pem", pem)
+        rgw = dataclasses.replace(rgw, ingress_ssl_cert=cert, ingress_ssl_key=key)
     if rgw.concentrator and rgw.concentrator_port == rgw.frontend_port:
         raise r.fail(
             "kvceph_rgw_concentrator_port",

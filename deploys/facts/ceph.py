@@ -10,7 +10,7 @@ import re
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
+from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph, redacted
 
 # OSDMap pool types (osd_types.h: TYPE_REPLICATED = 1, TYPE_ERASURE = 3).
 POOL_TYPES = {1: "replicated", 3: "erasure"}
@@ -220,14 +220,17 @@ class CephServiceSpec(FactBase):
         connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
         command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
     ):
-        return ceph(
-            "orch",
-            "ls",
-            "--service_name",
-            service_name,
-            "--export",
-            connect_timeout=connect_timeout,
-            command_timeout=command_timeout,
+        # Secret values (an ingress's ssl_key) come back as their sha256 (ceph_cli.redacted).
+        return redacted(
+            ceph(
+                "orch",
+                "ls",
+                "--service_name",
+                service_name,
+                "--export",
+                connect_timeout=connect_timeout,
+                command_timeout=command_timeout,
+            )
         )
 
     def process(self, output):

@@ -6,9 +6,9 @@ from io import StringIO
 
 import yaml
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, operation
+from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 
-from deploys import orch_readback
+from deploys import ceph_cli, orch_readback
 from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
 from deploys.facts.ceph import (
     CephConfigValue,
@@ -267,6 +267,7 @@ def pool(
 @operation(is_idempotent=True)
 def service_spec(
     spec: str,
+    secret_spec: dict | None = None,
     wait: int = orch_readback.DEFAULT_WAIT,
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
@@ -275,7 +276,10 @@ def service_spec(
     Apply an orchestrator service spec (``ceph orch apply -i``) when the service differs, and
     read it back: the orchestrator must export it and run all its daemons within ``wait``.
 
-    + spec: the spec as YAML text (one service)
+    + spec: the spec as YAML text (one service), without secrets
+    + secret_spec: keys under the spec's ``spec:`` whose values are secrets, e.g.
+      ``{"ssl_key": Secret(...)}``: added to the uploaded file only (0600, removed after the
+      apply), compared with the cluster's by sha256 (``ceph_cli.redacted``), never shown
     + wait: seconds to wait for the service to converge after the apply
     + connect_timeout / command_timeout: seconds for each ``ceph`` call
 
@@ -296,6 +300,9 @@ def service_spec(
     service_name = wanted.get("service_name") or (
         f"{wanted['service_type']}.{wanted['service_id']}"
     )
+    secret_spec = secret_spec or {}
+    for key, value in secret_spec.items():
+        wanted.setdefault("spec", {})[key] = ceph_cli.secret_hash(value.reveal())
     current = host.get_fact(CephServiceSpec, service_name=service_name, **t)
     if current is not None:
         diffs = spec_differences(wanted, current)
@@ -303,6 +310,12 @@ def service_spec(
             host.noop(f"service {service_name} already has this spec")
             return
     remote = host.get_temp_filename(f"kvceph-spec-{service_name}")
+    if secret_spec:
+        full = yaml.safe_load(spec)
+        full.setdefault("spec", {}).update({k: v.reveal() for k, v in secret_spec.items()})
+        spec = yaml.safe_dump(full, sort_keys=False)
+        # An existing file keeps its mode when uploaded over: the key is never world-readable.
+        yield StringCommand("install", "-m", "600", "/dev/null", QuoteString(remote))
     yield FileUploadCommand(StringIO(spec), remote)
     yield orch_readback.apply_command(remote, service_name, wanted, t, wait)
 

@@ -188,3 +188,53 @@ def test_probe_reads_the_recorded_dry_runs(case, accepted):
     rc, lines = recorded(case)
     answer = CephSpecProbe().process(lines + [f"kvceph-orch-apply-rc={rc}"])
     assert answer["accepted"] is accepted
+
+
+def test_frontend_port_change_waits_for_daemons_seen_on_the_new_ports():
+    """Recorded every ~5 s after `orch apply` of rgw_frontend_port 8080 -> 8090 (README there).
+
+    The first answer lists the old daemons on 8080/8081, refreshed after the apply: before the
+    port check, the read-back passed there and the run went on while RGW moved.
+    """
+    moved = {**RGW, "spec": {"rgw_frontend_port": 8090}}
+
+    def look(n: int) -> str | None:
+        cluster = Cluster(ls=[f"ls_port_{n}"], ps=[f"ps_port_{n}"])
+        return orch_readback.converged(
+            "rgw.standard", moved, orch_readback.read_service(cluster, "rgw.standard", T)
+        )
+
+    assert look(1) == (
+        "service rgw.standard: daemons not on ports 8090-8091 yet: "
+        "rgw.standard.ceph1.atdnef on [8081], rgw.standard.ceph1.hbgpuk on [8080]"
+    )
+    assert look(2).endswith("4 placed")  # new daemons starting, old ones not yet removed
+    assert look(5) == "service rgw.standard: 3 of 2 daemons running; 3 placed"
+    # cephadm stored the spec again (status.created) after the daemons' last refresh.
+    assert look(8) == (
+        "service rgw.standard: not refreshed since the apply: "
+        "rgw.standard.ceph1.kqcugp, rgw.standard.ceph1.uoyirw"
+    )
+    assert look(9) is None
+    cluster = Cluster(
+        ls=[f"ls_port_{n}" for n in (1, 2, 5, 8, 9)],
+        ps=[f"ps_port_{n}" for n in (1, 2, 5, 8, 9)],
+    )
+    assert wait(cluster, moved) is None
+    assert sum(" orch ps " in c for c in cluster.commands) == 5
+
+
+def test_a_daemon_without_last_refresh_is_not_counted_as_seen():
+    one = {**RGW, "placement": {"count_per_host": 1, "label": "rgw"}}
+    seen = {
+        "export": one,
+        "size": 1,
+        "created": "2026-12-01T06:06:14.000000Z",
+        "daemons": [
+            {"name": "rgw.a", "status": "running", "started": None, "refreshed": None,
+             "ports": [8080]},
+        ],
+    }  # fmt: skip
+    assert orch_readback.converged("rgw.standard", one, seen) == (
+        "service rgw.standard: not refreshed since the apply: rgw.a"
+    )

@@ -214,3 +214,62 @@ def test_pacific_would_reject_the_concentrator_spec():
     specs, _ = rgw_service.plan_specs(rgw(), IBM_81, ACCEPTED)
     (result,) = _pacific_validate(specs)
     assert "unexpected keyword argument 'concentrator'" in result
+
+
+# --- TLS on the ingress (kvceph_rgw_ingress_ssl_pem): the key is compared by hash only --------
+
+
+@pytest.fixture
+def tls_pem(tmp_path):
+    """A certificate + key PEM as lab/tls/make-cert.sh writes it (a throwaway CA in tmp_path)."""
+    script = Path(__file__).resolve().parents[2] / "lab" / "tls" / "make-cert.sh"
+    subprocess.run(
+        [str(script), str(tmp_path), "s3", "DNS:s3.test", "IP:10.67.67.100"],
+        check=True,
+        timeout=60,
+    )
+    return tmp_path / "s3.pem"
+
+
+def test_ingress_with_tls_carries_the_certificate_but_never_the_key(tls_pem):
+    r = rgw(**VIP, kvceph_rgw_ingress_ssl_pem=str(tls_pem), kvceph_rgw_ingress_frontend_port=443)
+    key = r.ingress_ssl_key.reveal()
+    assert "PRIVATE KEY" in key and repr(r.ingress_ssl_key) == "'***'"
+    specs, _ = rgw_service.plan_specs(r, PACIFIC, REFUSED)
+    assert all("PRIVATE KEY" not in text for text in specs)
+    ingress = yaml.safe_load(specs[1])["spec"]
+    assert ingress["ssl"] is True and ingress["frontend_port"] == 443
+    assert ingress["ssl_cert"] == tls_pem.with_suffix(".crt").read_text()
+    assert "ssl_key" not in ingress
+
+
+def test_tls_pem_without_a_key_is_refused_naming_the_file(tmp_path, tls_pem):
+    cert_only = tmp_path / "cert-only.pem"
+    cert_only.write_text(tls_pem.with_suffix(".crt").read_text())
+    with pytest.raises(settings.SettingsError) as err:
+        rgw(**VIP, kvceph_rgw_ingress_ssl_pem=str(cert_only))
+    assert "kvceph_rgw_ingress_ssl_pem" in str(err.value)
+    assert "1 certificate(s) and 0 private key(s)" in str(err.value)
+
+
+def test_the_hosts_redaction_and_the_wanted_hash_agree(tls_pem):
+    """What ceph_cli.redacted runs on the host turns the exported key into secret_hash(key)."""
+    from deploys import ceph_cli
+
+    key = tls_pem.with_suffix(".key").read_text()
+    export = [{"service_type": "ingress", "spec": {"ssl_key": key, "ssl_cert": "x", "ssl": True}}]
+    command = ceph_cli.redacted(
+        ceph_cli.StringCommand("printf", "%s", ceph_cli.QuoteString(json.dumps(export)))
+    )
+    out = subprocess.run(
+        ["sh", "-c", command.get_raw_value()], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+    assert "PRIVATE KEY" not in out.stdout
+    (seen,) = json.loads(out.stdout)
+    assert seen["spec"]["ssl_key"] == ceph_cli.secret_hash(key)
+    assert seen["spec"]["ssl_cert"] == "x"
+    # The exit status of the ceph command survives the filter; non-JSON passes unchanged.
+    failed = ceph_cli.redacted(ceph_cli.StringCommand("echo", "No services reported;", "false"))
+    out = subprocess.run(["sh", "-c", failed.get_raw_value()], capture_output=True, text=True)
+    assert (out.returncode, out.stdout) == (1, "No services reported\n")
