@@ -31,7 +31,17 @@ kvceph_verify_s3_endpoint = f"{_SCHEME}://{_CEPH1}:{_PORT}"
 if _SCHEME == "https":
     kvceph_s3_ca_bundle = f"{_LAB}/tls/ca.pem"
 
-if os.environ.get("KVCEPH_LAB_CEPH") == "cephadm":
+
+def _lab_ceph() -> str:
+    """KVCEPH_LAB_CEPH, else what the running lab recorded (lab/lab.sh up), else pacific."""
+    try:
+        recorded = open(f"{_LAB}/ceph-mode").read().strip()
+    except OSError:
+        recorded = ""
+    return os.environ.get("KVCEPH_LAB_CEPH") or recorded or "pacific"
+
+
+if _lab_ceph() == "cephadm":
     # The cephadm lab (KVCEPH_LAB_CEPH=cephadm lab/lab.sh up): Ceph 20.2.4 managed by cephadm;
     # kvceph applies the RGW spec for real. 20.2.4 refuses the concentrator (the dry run says
     # so), so RGW gets cephadm's ingress: haproxy + keepalived on a virtual IP in the lab net.
@@ -44,8 +54,13 @@ if os.environ.get("KVCEPH_LAB_CEPH") == "cephadm":
     kvceph_rgw_concentrator = "haproxy"
     kvceph_rgw_ingress_virtual_ip = f"{_VIP}/24"
     kvceph_s3_endpoint_ip = _VIP
-    kvceph_s3_admin_endpoint = f"http://{_VIP}:80"
-    kvceph_verify_s3_endpoint = f"http://{_VIP}:80"
+    # One ingress frontend, in the lab's scheme: https on :443 terminates TLS in cephadm's
+    # haproxy with the lab CA's certificate (it names the VIP); http on :80 without.
+    kvceph_rgw_ingress_frontend_port = _PORT
+    if _SCHEME == "https":
+        kvceph_rgw_ingress_ssl_pem = f"{_LAB}/tls/s3.pem"
+    kvceph_s3_admin_endpoint = f"{_SCHEME}://{_VIP}:{_PORT}"
+    kvceph_verify_s3_endpoint = f"{_SCHEME}://{_VIP}:{_PORT}"
 
 # No accelerators here: the lab engine stands in for vLLM + LMCache.
 kvceph_accelerator_check = False

@@ -33,8 +33,10 @@ fi
 CG=/sys/fs/cgroup
 S3_WAIT=${KVCEPH_LAB_S3_WAIT:-240}
 # Which Ceph ceph1 runs: "cephadm" (Ceph 20.2.4 managed by cephadm, in containers inside ceph1)
-# or "pacific" (Debian's 16.2 daemons started by kvlab-ceph.service, no orchestrator).
-CEPH_MODE=${KVCEPH_LAB_CEPH:-pacific}
+# or "pacific" (Debian's 16.2 daemons started by kvlab-ceph.service, no orchestrator). `up`
+# records it in $LAB/ceph-mode (removed by `down`): later commands, group_data/lab.py and the
+# tests follow the running lab when KVCEPH_LAB_CEPH is not set. `make lab` asks for cephadm.
+CEPH_MODE=${KVCEPH_LAB_CEPH:-$(cat "$LAB/ceph-mode" 2>/dev/null || echo pacific)}
 case $CEPH_MODE in pacific | cephadm) ;; *) echo "[lab] ERROR: KVCEPH_LAB_CEPH=$CEPH_MODE: want pacific or cephadm" >&2; exit 2 ;; esac
 OSD_SIZE=${KVCEPH_LAB_OSD_SIZE:-20G}
 SSH_WAIT=${KVCEPH_LAB_SSH_WAIT:-60}
@@ -105,9 +107,10 @@ write_known_hosts() {  # one line for the IP and one for the name of every host 
 # ---------------------------------------------------------------- TLS
 # The lab CA and RGW's certificate (lab/tls/make-cert.sh; kept, remade when the names change):
 # the wildcard for virtual-hosted buckets, ceph1's address (verify.py, path-style) and 127.0.0.1
-# (the S3 admin writes on ceph1). group_data/lab.py points kvceph_s3_ca_bundle at ca.pem.
+# (the S3 admin writes on ceph1), and the cephadm lab's ingress virtual IP .100. group_data/lab.py
+# points kvceph_s3_ca_bundle at ca.pem.
 ensure_tls() {
-  "$HERE/tls/make-cert.sh" "$LAB/tls" s3 DNS:s3.kvlab 'DNS:*.s3.kvlab' "IP:$NET.11" IP:127.0.0.1
+  "$HERE/tls/make-cert.sh" "$LAB/tls" s3 DNS:s3.kvlab 'DNS:*.s3.kvlab' "IP:$NET.11" IP:127.0.0.1 "IP:$NET.100"
 }
 
 # ---------------------------------------------------------------- network
@@ -347,6 +350,7 @@ cmd_up() {
   for h in $HOSTS; do ensure_host_key "$h"; done
   write_known_hosts
   ensure_net
+  echo "$CEPH_MODE" >"$LAB/ceph-mode"
   for h in $HOSTS; do start_host "$h"; done
   wait_ssh $HOSTS
   log "sshd answers on all hosts ($(elapsed "$t0") s)"
@@ -388,7 +392,7 @@ cmd_down() {
   # shellcheck disable=SC2086
   stop_hosts $all
   for h in $all; do cleanup_host "$h"; done
-  rm -rf "$LAB/hosts"          # next `up` boots fresh hosts (host keys are kept)
+  rm -rf "$LAB/hosts" "$LAB/ceph-mode"  # next `up` boots fresh hosts (host keys are kept)
   teardown_net
   for d in $(cg_dirs x); do rmdir "$(dirname "$d")" 2>/dev/null || true; done
   log "lab is down (cached image kept in $IMG; 'lab.sh purge' removes everything)"

@@ -43,7 +43,12 @@ MODEL_ARGUMENT = f"/var/lib/kvceph/models/Qwen/Qwen3-32B/{LAB_MODEL_REVISION}"
 LAB_MODEL_DIR = LAB_DIR / "model"
 # KVCEPH_LAB_CEPH=cephadm: the cephadm lab (Ceph 20.2.4; RGW behind cephadm's ingress VIP .100,
 # bound to ceph1's lab address only). Otherwise the Pacific lab (haproxy on ceph1, all addresses).
-CEPHADM = os.environ.get("KVCEPH_LAB_CEPH") == "cephadm"
+# Like group_data/lab.py: the variable, else the mode the running lab recorded.
+_RECORDED = LAB_DIR / "ceph-mode"
+CEPHADM = (
+    os.environ.get("KVCEPH_LAB_CEPH")
+    or (_RECORDED.read_text().strip() if _RECORDED.exists() else "pacific")
+) == "cephadm"
 S3_HOST = f"{_NET}.100" if CEPHADM else f"{_NET}.11"
 # Where verify.py and the tests' own S3 clients go (kvceph_verify_s3_endpoint).
 S3_URL = f"{S3_SCHEME}://{S3_HOST}:{S3_PORT}"
@@ -209,7 +214,8 @@ def lab_sh(*args: str, timeout: int = 900) -> str:
     return proc.stdout
 
 
-def _s3_status() -> str:
+def s3_status() -> str:
+    """The HTTP status of GET / on the tests' S3 URL (the lab CA verifies https)."""
     proc = subprocess.run(
         ["curl", "-s", "--cacert", CA_BUNDLE, "-o", "/dev/null", "-w", "%{http_code}", "-m", "5"]
         + [S3_ADMIN_URL + "/"],
@@ -227,7 +233,7 @@ def stop_rgw() -> None:
     else:
         ssh("ceph1", "systemctl stop kvlab-rgw@gw1 kvlab-rgw@gw2")
     deadline = time.monotonic() + 120
-    while _s3_status() == "200":
+    while s3_status() == "200":
         assert time.monotonic() < deadline, "RGW still answers 120 s after the stop"
         time.sleep(2)
 
@@ -239,7 +245,7 @@ def start_rgw() -> None:
     else:
         ssh("ceph1", "systemctl start kvlab-rgw@gw1 kvlab-rgw@gw2")
     deadline = time.monotonic() + 180
-    while _s3_status() != "200":
+    while s3_status() != "200":
         assert time.monotonic() < deadline, "RGW not answering 180 s after the start"
         time.sleep(2)
 
