@@ -196,18 +196,21 @@ class _Restarting(dict):
     """``orch ps`` of one running daemon whose start time is new at every look: a static fake
     cannot see `orch restart` happen, so every read shows the daemon started again."""
 
-    def __init__(self, daemon: str):
+    def __init__(self, daemon: str, ports: list[int]):
         super().__init__(stdout=[])
-        self.daemon, self.looks = daemon, 0
+        self.daemon, self.ports, self.looks = daemon, ports, 0
 
     def get(self, key, default=None):
         if key != "stdout":
             return super().get(key, default)
         self.looks += 1
         started = f"2026-12-01T03:00:{self.looks % 60:02d}.000000Z"
-        return [
-            json.dumps([{"daemon_name": self.daemon, "status_desc": "running", "started": started}])
-        ]
+        # Seen by the orchestrator after the spec was stored (FAKE_CREATED), on its port.
+        daemon = {"daemon_name": self.daemon, "status_desc": "running", "started": started}
+        return [json.dumps([{**daemon, "last_refresh": started, "ports": self.ports}])]
+
+
+FAKE_CREATED = "2026-12-01T02:00:00.000000Z"
 
 
 def _captured(fact_dir: str, case: str) -> list[str]:
@@ -343,9 +346,13 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
         r[key] = [json.dumps([exported])] if converged else ["No services reported"]
         # The read-back after `orch apply` / `orch restart` (executed runs): the service as the
         # orchestrator holds it once applied, all its daemons running.
-        listed = {**exported, "status": {"running": 1, "size": 1}, "events": []}
+        status = {"running": 1, "size": 1, "created": FAKE_CREATED}
+        listed = {**exported, "status": status, "events": []}
         r[f"{ceph} orch ls --service_name {name} -f json"] = [json.dumps([listed])]
-        r[f"{ceph} orch ps --service_name {name} -f json"] = _Restarting(f"{name}.ceph1.a")
+        port = (wanted.get("spec") or {}).get("rgw_frontend_port")
+        r[f"{ceph} orch ps --service_name {name} -f json"] = _Restarting(
+            f"{name}.ceph1.a", [port] if port else []
+        )
 
     # RgwUser / RgwBucket / RgwLifecycle (the runner prints one JSON line; secrets hashed).
     user = {
