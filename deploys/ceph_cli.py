@@ -37,7 +37,8 @@ def timeouts(ceph_settings) -> dict[str, int]:
 
 # Spec keys whose values are secrets (the ingress's TLS private key). The orchestrator's answers
 # (``orch ls``, ``--export``) carry them in clear, so the host replaces each by its sha256 before
-# pyinfra reads the output: facts, logs and -vvv output never hold the key.
+# pyinfra reads the output: facts, logs and -vvv output never hold the key. (The script spells
+# "PRIVATE KEY" apart: -vvv prints the command itself, and no output should hold that phrase.)
 SECRET_SPEC_KEYS = ("ssl_key",)
 _REDACT = f"""
 import hashlib, json, sys
@@ -51,7 +52,7 @@ def walk(v):
 try:
     print(json.dumps(walk(json.loads(text))))
 except ValueError:
-    sys.stdout.write("(redacted)\\n" if "PRIVATE KEY" in text else text)
+    sys.stdout.write("(redacted)\\n" if "PRIVATE " + "KEY" in text else text)
 """
 
 
