@@ -301,9 +301,13 @@ wait_ssh() {  # wait_ssh HOST...
     done
   done
 }
-S3_URL=http://$NET.11:80  # the cephadm lab: the ingress VIP, once deploy.py applied RGW + ingress
-[ "$CEPH_MODE" = cephadm ] && S3_URL=http://$NET.100:80
-s3_answers() { case $(curl -s -m 3 "$S3_URL/" 2>/dev/null) in *ListAllMyBucketsResult*) ;; *) return 1 ;; esac; }
+S3_URL=http://$NET.11:80
+# The cephadm lab: the ingress VIP, once deploy.py applied RGW + ingress, in the lab's scheme.
+if [ "$CEPH_MODE" = cephadm ]; then
+  S3_URL=https://$NET.100:443
+  [ "${KVCEPH_LAB_S3_SCHEME:-https}" = http ] && S3_URL=http://$NET.100:80
+fi
+s3_answers() { case $(curl -s -m 3 --cacert "$LAB/tls/ca.pem" "$S3_URL/" 2>/dev/null) in *ListAllMyBucketsResult*) ;; *) return 1 ;; esac; }
 wait_s3() {
   local end=$(($(date +%s) + S3_WAIT)) n=0
   until s3_answers; do
