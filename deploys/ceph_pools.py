@@ -11,6 +11,7 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
 from deploys import ceph_cli
+from deploys.facts import memo
 from deploys.facts.ceph import CephPools, CephReachable
 from deploys.operations import ceph
 from deploys.settings import HostSettings
@@ -57,7 +58,7 @@ def apply(me: HostSettings):
     t = ceph_cli.timeouts(me.ceph)
     # Read first, while preparing: a failed fact makes pyinfra prompt and print a traceback.
     problem = unreachable_message(
-        host.name, me.ceph.connect_timeout, host.get_fact(CephReachable, **t)
+        host.name, me.ceph.connect_timeout, memo.read(host, CephReachable, **t)
     )
     if problem:
         raise OperationError(problem)
@@ -72,7 +73,7 @@ def apply(me: HostSettings):
     # pyinfra runs ops as it goes, and a refusal found only at the second pool would come
     # after the first pool was already changed.
     ceph.read_pg_budget(desired, t)
-    existing = host.get_fact(CephPools, **t) or {}
+    existing = memo.read(host, CephPools, **t) or {}
     for p in me.ceph.pools:
         ceph.plan_pool(existing.get(p.name), **_pool_args(p, allow_move, allow_decrease))
 

@@ -14,6 +14,7 @@ from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
 from deploys import preflight, render, settings, versions
+from deploys.facts import memo
 from deploys.facts.engine import EngineVersions
 from deploys.operations import engine as engine_ops
 from deploys.settings import EngineProfile, HostSettings
@@ -135,7 +136,7 @@ def apply(me: HostSettings) -> None:
 
         def python_of(name: str) -> str | None:
             venv = checked.hosts[name].engine.venv
-            return inventory.get_host(name).get_fact(EngineVersions, venv=venv).get("python")
+            return memo.read(inventory.get_host(name), EngineVersions, venv=venv).get("python")
 
         error = python_minor_error(me, checked, python_of)
         if error:
@@ -143,7 +144,7 @@ def apply(me: HostSettings) -> None:
 
     if not e.install:
         # The image carries the engine: only check it.
-        installed = host.get_fact(EngineVersions, venv=e.venv).get("packages", {})
+        installed = memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
         error = check_versions(me, installed)
         if error:
             raise DeployError(error)
@@ -159,7 +160,7 @@ def apply(me: HostSettings) -> None:
     find_links = None
     if e.wheelhouse:
         find_links = render.WHEELHOUSE
-        installed = host.get_fact(EngineVersions, venv=e.venv).get("packages", {})
+        installed = memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
         if not engine_ops.missing_pins(pins, installed):
             # The wheels only feed pip: a venv with every pin needs none of them. Checking 2-3
             # facts per wheel was half of a converged re-run's round trips (bench/README.md).

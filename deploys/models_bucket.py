@@ -17,6 +17,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from deploys import model_source, s3_tier
+from deploys.facts import memo
 from deploys.facts.model import MirroredModel
 from deploys.operations import files as kvfiles
 from deploys.operations import model, s3
@@ -99,7 +100,7 @@ def apply(me: HostSettings, checked: Preflight) -> None:
         prefix = src.mirror_prefix
         staging = f"{UPLOAD_DIR}/{src.name}@{src.revision}"
         # Preflight refused a model that is neither in the mirror nor on the controller.
-        if not host.get_fact(MirroredModel, bucket=bucket, prefix=prefix, timeout=timeout):
+        if not memo.read(host, MirroredModel, bucket=bucket, prefix=prefix, timeout=timeout):
             files.sync(
                 name=f"Upload {src.mirror_from} for the mirror",
                 src=src.mirror_from,

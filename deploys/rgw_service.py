@@ -19,6 +19,7 @@ from pyinfra.api import OperationError, deploy
 
 from deploys import ceph_cli
 from deploys.ceph_pools import unreachable_message
+from deploys.facts import memo
 from deploys.facts.ceph import (
     CephOrchStatus,
     CephReachable,
@@ -189,8 +190,8 @@ def wanted_specs(me: HostSettings, t: dict) -> tuple[list[str], str | None]:
     rgw = me.rgw
     probe = None
     if rgw.concentrator:
-        probe = host.get_fact(CephSpecProbe, spec=probe_spec(rgw), **t)
-    versions = host.get_fact(CephVersions, **t)
+        probe = memo.read(host, CephSpecProbe, spec=probe_spec(rgw), **t)
+    versions = memo.read(host, CephVersions, **t)
     return plan_specs(rgw, versions, probe, force=allow_unprobed(host.data))
 
 
@@ -208,7 +209,7 @@ def ceph_hostname(inventory_name: str, data) -> str:
 def _orchestrator(me: HostSettings, t: dict) -> bool:
     """Whether kvceph manages RGW here; stops when it should but no orchestrator answers."""
     rgw = me.rgw
-    orch = host.get_fact(CephOrchStatus, **t) or {"available": False, "error": "no answer"}
+    orch = memo.read(host, CephOrchStatus, **t) or {"available": False, "error": "no answer"}
     if rgw.managed_by == "external":
         state = orch.get("backend") if orch["available"] else orch.get("error")
         logger.warning(
@@ -243,7 +244,7 @@ def check(me: HostSettings) -> None:
         return
     t = ceph_cli.timeouts(me.ceph)
     problem = unreachable_message(
-        host.name, me.ceph.connect_timeout, host.get_fact(CephReachable, **t)
+        host.name, me.ceph.connect_timeout, memo.read(host, CephReachable, **t)
     )
     if problem:
         raise OperationError(problem)

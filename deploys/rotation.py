@@ -21,6 +21,7 @@ from pyinfra.api import OperationError, deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from deploys import render, s3_tier
+from deploys.facts import memo
 from deploys.facts.engine import ServiceDrift
 from deploys.facts.rgw import RgwUser
 from deploys.operations import s3_rotation
@@ -110,7 +111,7 @@ def add(me: HostSettings, checked: Preflight):
     creds = checked.credentials
     timeout = me.ceph.command_timeout if me.ceph else 60
     problem = s3_rotation.add_key_refusal(
-        host.get_fact(RgwUser, uid=me.s3.user, timeout=timeout),
+        memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout),
         me.s3.user,
         creds.access_key,
         creds.secret_key,
@@ -144,7 +145,7 @@ def retire(me: HostSettings, checked: Preflight, inventory, old_access_key: str)
     timeout = me.ceph.command_timeout if me.ceph else 60
     pending = engines_on_old_key(checked, inventory)
     problem = s3_rotation.retire_refusal(
-        host.get_fact(RgwUser, uid=me.s3.user, timeout=timeout),
+        memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout),
         me.s3.user,
         old_access_key,
         creds.access_key,

@@ -15,6 +15,7 @@ from pyinfra.api import OperationError, deploy
 from pyinfra.operations import files
 
 from deploys import ceph_cli, rgw_service
+from deploys.facts import memo
 from deploys.facts.ceph import CephServiceSpec
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
 from deploys.operations import ceph as ceph_ops
@@ -66,14 +67,14 @@ def refusals(me: HostSettings, creds, rules: list[dict], allow_removal: bool, ti
     user operation would come after rgw_dns_name was already set; this reads the same facts
     first. The operations repeat the checks, so they stay safe when used on their own.
     """
-    user = host.get_fact(RgwUser, uid=me.s3.user, timeout=timeout)
-    bucket = host.get_fact(RgwBucket, bucket=me.s3.bucket, timeout=timeout)
+    user = memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout)
+    bucket = memo.read(host, RgwBucket, bucket=me.s3.bucket, timeout=timeout)
     problems = [
         s3.user_refusal(user, me.s3.user, creds.access_key, creds.secret_key),
         s3.bucket_refusal(bucket, me.s3.bucket, me.s3.user),
     ]
     if bucket is not None:
-        current = host.get_fact(RgwLifecycle, bucket=me.s3.bucket, timeout=timeout)
+        current = memo.read(host, RgwLifecycle, bucket=me.s3.bucket, timeout=timeout)
         merge = s3.merge_lifecycle(current, rules, allow_removal=allow_removal)
         problems.append(s3.lifecycle_refusal(merge, me.s3.bucket, rules))
     return [p for p in problems if p]
@@ -89,7 +90,7 @@ def rgw_spec_changes(me: HostSettings, timeouts: dict) -> bool:
         return False  # the RGW service stage stops the run first
     for spec in specs:
         wanted = yaml.safe_load(spec)
-        current = host.get_fact(CephServiceSpec, service_name=wanted["service_name"], **timeouts)
+        current = memo.read(host, CephServiceSpec, service_name=wanted["service_name"], **timeouts)
         if current is None or ceph_ops.spec_differences(wanted, current):
             return True
     return False

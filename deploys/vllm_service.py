@@ -24,6 +24,7 @@ from pyinfra.operations import files as pyinfra_files
 
 from deploys import engine_list, render
 from deploys.engine_list import Engine
+from deploys.facts import memo
 from deploys.facts.engine import Accelerators, EngineUnits, accelerator_present
 from deploys.operations import files, service
 from deploys.operations.files import sha256_text
@@ -60,7 +61,7 @@ def apply(me: HostSettings, checked) -> None:
     # Engines the inventory no longer lists: stopped before any engine (re)starts, so the
     # devices and port they held are free (a host leaving today's single vllm.service too).
     wanted = {engine.unit for engine in e.engines}
-    for unit in sorted(set(host.get_fact(EngineUnits)) - wanted):
+    for unit in sorted(set(memo.read(host, EngineUnits)) - wanted):
         service.removed(
             name=f"Remove engine {unit} (no longer in kvceph_engines)",
             unit=unit,

@@ -10,6 +10,7 @@ from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCo
 
 from deploys import ceph_cli, orch_readback
 from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
+from deploys.facts import memo
 from deploys.facts.ceph import (
     CephConfigValue,
     CephOrchHosts,
@@ -30,7 +31,7 @@ class Refused(OperationError):
 
 
 def _int_config(who: str, option: str, timeouts: dict) -> int:
-    raw = host.get_fact(CephConfigValue, who=who, option=option, **timeouts)
+    raw = memo.read(host, CephConfigValue, who=who, option=option, **timeouts)
     try:
         return int(raw)
     except (TypeError, ValueError):
@@ -73,8 +74,8 @@ def plan_pg_budget(
 
 def read_pg_budget(desired: list[dict], timeouts: dict) -> str:
     """plan_pg_budget on the cluster's facts (pools, OSDs, mon_max_pg_per_osd, default size)."""
-    existing = host.get_fact(CephPools, **timeouts)
-    stat = host.get_fact(CephOsdStat, **timeouts)
+    existing = memo.read(host, CephPools, **timeouts)
+    stat = memo.read(host, CephOsdStat, **timeouts)
     if existing is None or stat is None:
         raise OperationError("cannot read the pools or OSD count from the cluster")
     return plan_pg_budget(
@@ -245,7 +246,7 @@ def pool(
         ceph.pool(pool="default.rgw.buckets.index", pg_num=64, application="rgw")
     """
     t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
-    pools = host.get_fact(CephPools, **t)
+    pools = memo.read(host, CephPools, **t)
     if pools is None:
         raise OperationError(f"pool {pool}: cannot read the cluster's pools")
     steps, notes = plan_pool(
@@ -303,7 +304,7 @@ def service_spec(
     secret_spec = secret_spec or {}
     for key, value in secret_spec.items():
         wanted.setdefault("spec", {})[key] = ceph_cli.secret_hash(value.reveal())
-    current = host.get_fact(CephServiceSpec, service_name=service_name, **t)
+    current = memo.read(host, CephServiceSpec, service_name=service_name, **t)
     if current is not None:
         diffs = spec_differences(wanted, current)
         if not diffs:
@@ -362,7 +363,7 @@ def host_label(
         ceph.host_label(ceph_host="ceph1", label="rgw")
     """
     t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
-    hosts = host.get_fact(CephOrchHosts, **t)
+    hosts = memo.read(host, CephOrchHosts, **t)
     if hosts is None:
         raise OperationError("cannot list the orchestrator's hosts")
     if ceph_host not in hosts:

@@ -11,6 +11,7 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.api.hiddenvalue import HiddenValue
 from pyinfra.facts.server import Groups, Users
 
+from deploys.facts import memo
 from deploys.facts.engine import EngineVersions, _norm
 
 
@@ -61,7 +62,7 @@ def venv_packages(
         engine.venv_packages("/opt/kvceph/venv", ["vllm==0.33.0", "lmcache==0.5.6"])
     """
     pins = parse_pins(packages)
-    fact = host.get_fact(EngineVersions, venv=venv)
+    fact = memo.read(host, EngineVersions, venv=venv)
     todo = missing_pins(pins, fact.get("packages", {}))
     if not todo:
         host.noop(f"{venv} has {', '.join(f'{k}=={v}' for k, v in pins.items())}")
@@ -109,8 +110,8 @@ def service_account(user: str, home: str, shell: str = "/usr/sbin/nologin"):
     pyinfra's ``server.user``/``server.group`` read the ``Os`` fact and crash on ``None`` when
     a host drops mid-run, which aborts the whole run; this fails only the lost host.
     """
-    groups = host.get_fact(Groups)
-    users = host.get_fact(Users)
+    groups = memo.read(host, Groups)
+    users = memo.read(host, Users)
     if groups is None or users is None:
         raise OperationError(f"cannot read users/groups on {host.name} (host unreachable?)")
     if user not in groups:

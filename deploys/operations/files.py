@@ -17,6 +17,8 @@ from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File, Sha256File
 
+from deploys.facts import memo
+
 
 def sha256_text(content: str) -> str:
     """Hex SHA-256 of the UTF-8 text, as ``sha256sum`` prints it for the uploaded file."""
@@ -56,8 +58,8 @@ def atomic_file(
         atomic_file(name="LMCache config", path="/etc/kvceph/lmcache.yaml",
                     content=text, group="vllm", mode="0640")
     """
-    info = host.get_fact(File, path=path)
-    current_hash = host.get_fact(Sha256File, path=path) if info else None
+    info = memo.read(host, File, path=path)
+    current_hash = memo.read(host, Sha256File, path=path) if info else None
     desired_hash = sha256_text(content)
     same_content = current_hash == desired_hash
 

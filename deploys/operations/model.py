@@ -8,6 +8,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File
 
+from deploys.facts import memo
 from deploys.facts.model import MirroredModel, ModelStaged
 from deploys.facts.rgw import RgwUser
 
@@ -63,7 +64,7 @@ def mirror_owner(
     + admin_config: the S3 tier's INI (endpoint and region for the owner's file)
     + owner_config: private INI the owner's keys are written to (0600, root)
     """
-    if host.get_fact(RgwUser, uid=uid) is not None and host.get_fact(File, path=owner_config):
+    if memo.read(host, RgwUser, uid=uid) is not None and memo.read(host, File, path=owner_config):
         host.noop(f"RGW user {uid} exists, its keys in {owner_config}")
         return
     yield _script(
@@ -90,8 +91,8 @@ def mirror_read_policy(bucket: str, reader: str, admin_script: str, owner_config
     + admin_script: s3admin.py on the host
     + owner_config: the owner's private INI
     """
-    current = host.get_fact(
-        MirrorPolicy, bucket=bucket, admin_script=admin_script, owner_config=owner_config
+    current = memo.read(
+        host, MirrorPolicy, bucket=bucket, admin_script=admin_script, owner_config=owner_config
     )
     if current == read_policy(bucket, reader):
         host.noop(f"bucket {bucket} is read-only for {reader}")
@@ -122,7 +123,7 @@ def mirrored(
     + owner_config: the owner's private INI
     + timeout: seconds for the ``radosgw-admin`` fact
     """
-    if host.get_fact(MirroredModel, bucket=bucket, prefix=prefix, timeout=timeout):
+    if memo.read(host, MirroredModel, bucket=bucket, prefix=prefix, timeout=timeout):
         host.noop(f"s3://{bucket}/{prefix} holds the model")
         return
     yield StringCommand(

@@ -16,6 +16,7 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
 from deploys import ceph_cli, orch_readback
+from deploys.facts import memo
 from deploys.facts.rgw import RgwBucket, RgwDnsName, RgwLifecycle, RgwReachable, RgwUser
 
 ROTATION_HINT = "rotate with rotate.py (docs/security.md, 'S3 key rotation')"
@@ -128,8 +129,8 @@ def rgw_dns_name(
 
         rgw_dns_name(dns_name="s3.cephlab.com", service_name="rgw.standard")
     """
-    current = host.get_fact(
-        RgwDnsName, connect_timeout=connect_timeout, command_timeout=command_timeout
+    current = memo.read(
+        host, RgwDnsName, connect_timeout=connect_timeout, command_timeout=command_timeout
     )
     if current == dns_name:
         host.noop(f"rgw_dns_name is already {dns_name}")
@@ -194,7 +195,7 @@ def user(
     An existing user whose key differs is reported and the operation fails: replacing the
     key in place gives every engine 403s and LMCache silently stops using S3.
     """
-    current = host.get_fact(RgwUser, uid=uid, timeout=timeout)
+    current = memo.read(host, RgwUser, uid=uid, timeout=timeout)
     if current is None:
         yield _s3admin(
             admin_script,
@@ -262,7 +263,7 @@ def user_bucket_quota(uid: str, max_size_gb: int, timeout: int = 60):
     + max_size_gb: size limit in GiB per bucket
     + timeout: seconds per ``radosgw-admin`` command
     """
-    current = host.get_fact(RgwUser, uid=uid, timeout=timeout)
+    current = memo.read(host, RgwUser, uid=uid, timeout=timeout)
     quota = (current or {}).get("bucket_quota") or {}
     wanted = max_size_gb * 1024**3
     scope = ("--quota-scope=bucket", QuoteString(f"--uid={uid}"))
@@ -286,7 +287,7 @@ def bucket(bucket_name: str, owner: str, admin_script: str, admin_config: str, t
     + admin_config: private INI file with that user's keys
     + timeout: seconds for the remote command
     """
-    current = host.get_fact(RgwBucket, bucket=bucket_name, timeout=timeout)
+    current = memo.read(host, RgwBucket, bucket=bucket_name, timeout=timeout)
     if current is None:
         yield _s3admin(
             admin_script, admin_config, timeout, "create-bucket", QuoteString(bucket_name)
@@ -416,7 +417,7 @@ def bucket_lifecycle(
       ``--data kvceph_allow_lifecycle_removal=true``)
     + timeout: seconds per remote command
     """
-    current = host.get_fact(RgwLifecycle, bucket=bucket_name, timeout=timeout)
+    current = memo.read(host, RgwLifecycle, bucket=bucket_name, timeout=timeout)
     merge = merge_lifecycle(current, rules, managed_prefix, allow_removal)
     if merge.kept_stale:
         logger.warning(

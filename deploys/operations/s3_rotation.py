@@ -11,6 +11,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import QuoteString, operation
 
+from deploys.facts import memo
 from deploys.facts.rgw import RgwUser
 from deploys.operations.s3 import _fail, _radosgw_admin, _s3admin, secret_sha256, user_refusal
 
@@ -37,7 +38,7 @@ def user_key(
     Engines keep working with the old key, which stays valid until ``user_key_retired``.
     The user holding the access key with another secret is refused: that is a replacement.
     """
-    current = host.get_fact(RgwUser, uid=uid, timeout=timeout)
+    current = memo.read(host, RgwUser, uid=uid, timeout=timeout)
     problem = add_key_refusal(current, uid, access_key, secret_key)
     if problem:
         yield _fail(problem)
@@ -127,7 +128,7 @@ def user_key_retired(
 
     ``radosgw-admin key rm`` takes only the access key: no secret on a command line.
     """
-    current = host.get_fact(RgwUser, uid=uid, timeout=timeout)
+    current = memo.read(host, RgwUser, uid=uid, timeout=timeout)
     problem = retire_refusal(
         current, uid, access_key, keep_access_key, keep_secret_key, engines_on_old_key
     )

@@ -8,6 +8,7 @@ import gevent
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
+from deploys.facts import memo
 from deploys.facts.engine import SECRET_ENV_NAME, EngineReadiness, ServiceDrift, ServiceState
 
 # render.DIGEST_VAR: the variable ServiceState reads as the running digest.
@@ -240,8 +241,8 @@ def rolling_restart(
 
         service.rolling_restart(digest, 8000, "/opt/kvceph/venv/bin/python", 900, batch=2)
     """
-    current = host.get_fact(
-        ServiceDrift, **_state_kwargs(unit, environment, files, secret_environment)
+    current = memo.read(
+        host, ServiceDrift, **_state_kwargs(unit, environment, files, secret_environment)
     )
     reasons = restart_reasons(current, digest, environment, files, secret_environment)
     if not reasons:
@@ -271,7 +272,7 @@ def daemon_reload_if_stale(unit: str = "vllm.service"):
     Catches a run interrupted between writing the unit and reloading; the normal path reloads
     with ``_if=<unit op>.did_change``.
     """
-    if host.get_fact(ServiceState, unit=unit)["need_reload"]:
+    if memo.read(host, ServiceState, unit=unit)["need_reload"]:
         yield "timeout 120 systemctl daemon-reload"
     else:
         host.noop(f"systemd has the current {unit}")
@@ -284,7 +285,7 @@ def enabled(unit: str = "vllm.service"):
 
     + unit: the systemd unit
     """
-    if host.get_fact(ServiceState, unit=unit)["enabled"]:
+    if memo.read(host, ServiceState, unit=unit)["enabled"]:
         host.noop(f"{unit} is enabled")
     else:
         yield StringCommand("timeout 60 systemctl enable", QuoteString(unit))

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -307,6 +308,16 @@ def test_executed_commands_never_carry_the_keys(fresh_executed):
     assert _secrets_in(fresh_executed) == []
     # Keys travel in files (s3-admin.ini, ~/.aws/credentials, secrets.env), never in argv.
     assert [c for c in commands if fake_facts.FAKE_ACCESS_KEY in c] == []
+
+
+def test_converged_run_reads_each_fact_once_per_host():
+    # Executed (-y) on the converged fake cluster nothing changes, so every command is a fact
+    # read, and none needs repeating (deploys/facts/memo.py). Before it, ceph1 ran 39 commands
+    # (``osd pool ls`` 5 times, ``versions`` 3) and each engine host read its unit state twice.
+    proc = _pyinfra("converged", "-y", "-vvv", "--debug")
+    commands = _commands(proc.stdout + proc.stderr)
+    repeated = [f"{h}: {c[:120]}" for (h, c), n in Counter(commands).items() if n > 1]
+    assert commands and repeated == []
 
 
 def _unbounded(output: str) -> set[str]:

@@ -1,0 +1,62 @@
+"""A fact read once per run while nothing has changed on any host.
+
+pyinfra 3.10 keeps no fact cache (``host.get_fact`` runs the fact's command every time) and
+runs each operation's body twice: once to plan, once to execute. On a no-op re-run every fact
+was therefore read at least twice, and the engine's unit state six times per engine (three
+operations read it); ceph1's ``ceph``/``radosgw-admin`` reads (about 1 s each, serial on one
+host) dominated the run (bench/README.md).
+
+``read`` returns the value read earlier in this run while no operation has executed a command
+on any host since: nothing kvceph manages can have changed in between, apart from what the run
+lock keeps out. Once any operation ran a command, the next read goes to the host again, as
+before. So the plan pyinfra prints and the decision it executes come from the same read.
+
+Only facts that describe state go through here, read at an operation's start (before it
+yields). Facts that measure a moment or poll (readiness, TLS handshakes, S3 reachability)
+always go to the host.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+
+from pyinfra.api.state import State
+
+# Per run (pyinfra State) -> (host name, fact, arguments) -> (commands-executed token, value).
+# Not on the host object: operations see ``pyinfra.host``, a proxy shared by every host.
+_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _commands_executed(state: State) -> int:
+    """How many operations, on all hosts, have run at least one command so far."""
+    return sum(
+        1
+        for host_ops in state.ops.values()
+        for data in host_ops.values()
+        if data.operation_meta.executed
+    )
+
+
+def read(host, fact, **kwargs):
+    """``host.get_fact(fact, **kwargs)``, from this run's earlier read while nothing executed.
+
+    + host: the pyinfra host the fact is read on
+    + fact: the fact class
+    + kwargs: the fact's arguments (part of the key: other arguments, another read)
+
+    Returns a copy, so a caller changing the value cannot change a later caller's.
+    """
+    state = getattr(host, "state", None)
+    if not isinstance(state, State):
+        # pyinfra-testing's FakeState/FakeHost: facts come from the fixture, nothing to keep.
+        return host.get_fact(fact, **kwargs)
+    key = (host.name, fact, repr(sorted(kwargs.items())))
+    token = _commands_executed(state)
+    memo = _KEPT.setdefault(state, {})
+    kept = memo.get(key)
+    if kept is not None and kept[0] == token:
+        return copy.deepcopy(kept[1])
+    value = host.get_fact(fact, **kwargs)
+    memo[key] = (token, copy.deepcopy(value))
+    return value
