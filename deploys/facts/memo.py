@@ -1,10 +1,10 @@
 """A fact read once per run while nothing has changed on any host.
 
-pyinfra 3.10 keeps no fact cache (``host.get_fact`` runs the fact's command every time) and
-runs each operation's body twice: once to plan, once to execute. On a no-op re-run every fact
-was therefore read at least twice, and the engine's unit state six times per engine (three
-operations read it); ceph1's ``ceph``/``radosgw-admin`` reads (about 1 s each, serial on one
-host) dominated the run (bench/README.md).
+pyinfra 3.10 keeps no fact cache (``host.get_fact`` runs the fact's command every time), so
+each operation that needs a fact reads it anew: ceph1's ``osd pool ls`` five times per run,
+``ceph versions`` three times (about 1 s per ``ceph`` start, serial on one host), the engine's
+unit state by three operations; and a run without ``-y`` runs every operation's body twice (to
+show the plan, then to execute), reading everything twice (README "Performance").
 
 ``read`` returns the value read earlier in this run while no operation has executed a command
 on any host since: nothing kvceph manages can have changed in between, apart from what the run
