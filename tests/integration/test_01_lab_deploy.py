@@ -108,9 +108,13 @@ def _restart_window(host: str) -> tuple[int, int]:
     out = ssh(
         host,
         "systemctl show vllm.service -p InactiveEnterTimestampMonotonic "
-        "-p ExecMainStartTimestampMonotonic --value",
-    ).stdout.split()
-    return int(out[0]), int(out[1])
+        "-p ExecMainStartTimestampMonotonic",
+    ).stdout
+    # By name: systemctl prints properties in its own order, not the order of the -p flags.
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return int(props["InactiveEnterTimestampMonotonic"]), int(
+        props["ExecMainStartTimestampMonotonic"]
+    )
 
 
 def _main_pids() -> dict[str, str]:
