@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 
 import pytest
 from conftest import CEPHADM, LAB_DIR, S3_SCHEME, pyinfra, s3_status, ssh
@@ -108,3 +109,48 @@ def test_ingress_tls_key_is_compared_by_hash_and_never_shown(converged):
     assert "ingress.rgw.standard already has this spec" in run.output
     assert "PRIVATE KEY" not in run.output
     assert not any(line in run.output for line in key_lines)
+
+
+def test_rgw_dns_name_change_restarts_rgw_through_the_orchestrator(converged):
+    """RGW reads rgw_dns_name only at start: a change restarts the service via the orchestrator.
+
+    Run on ceph1 only (--limit): the lab certificate names *.s3.kvlab, so inference hosts would
+    (rightly) fail their TLS check against another name; the RGW side is what is tested here.
+    """
+
+    def started_after(t0: datetime) -> list[tuple[str, str, bool]]:
+        # Start times, not a before/after map: the orchestrator's daemon cache can still list
+        # daemons a previous test replaced (port change) until its next refresh.
+        return sorted(
+            (d["daemon_name"], d["status_desc"], datetime.fromisoformat(d["started"]) > t0)
+            for d in orch("orch ps --service_name rgw.standard")
+        )
+
+    def dns_name() -> str:
+        return ssh("ceph1", "timeout 60 ceph config get client.rgw rgw_dns_name").stdout.strip()
+
+    port = {"https": 443, "http": 80}[S3_SCHEME]
+    other = (
+        "--data", "kvceph_rgw_dns_name=s3b.kvlab",
+        "--data", f"kvceph_s3_endpoint={S3_SCHEME}://s3b.kvlab:{port}",
+        "--limit", "ceph1",
+    )  # fmt: skip
+    count = exported()["placement"]["count_per_host"]
+    t0 = datetime.now(UTC)
+    try:
+        run = pyinfra(*other)
+        assert run.rc == 0, run.output[-4000:]
+        (op,) = [n for n, h in run.changed() if h == "ceph1" and "rgw_dns_name" in n]
+        assert "s3b.kvlab" in op and "ceph orch restart" in op
+        assert dns_name() == "s3b.kvlab"
+        daemons = started_after(t0)
+        assert [(s, new) for _, s, new in daemons] == [("running", True)] * count, daemons
+        again = pyinfra(*other)
+        assert again.rc == 0 and again.changed() == [], again.changed()
+    finally:
+        back = pyinfra("--limit", "ceph1")
+    assert back.rc == 0, back.output[-4000:]
+    assert dns_name() == "s3.kvlab"
+    assert s3_status() == "200"
+    # The inference hosts were never touched: the whole lab is converged as it was.
+    assert pyinfra().changed() == []
