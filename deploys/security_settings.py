@@ -85,15 +85,20 @@ _PEM_CERT = re.compile(
 )
 
 
-def read_ca_bundle(r, path: str) -> str:
-    """The CA certificates of ``kvceph_s3_ca_bundle`` (PEM, on the controller), normalised."""
-    key = "kvceph_s3_ca_bundle"
+def _read_pem_file(r, key: str, path: str) -> str:
+    """The text of a PEM file on the controller; a one-line error naming ``key`` otherwise."""
     try:
-        text = Path(path).read_text()
+        return Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise r.fail(
             key, path, f"cannot be read ({exc})", "give a PEM file on the controller"
         ) from None
+
+
+def read_ca_bundle(r, path: str) -> str:
+    """The CA certificates of ``kvceph_s3_ca_bundle`` (PEM, on the controller), normalised."""
+    key = "kvceph_s3_ca_bundle"
+    text = _read_pem_file(r, key, path)
     if "PRIVATE KEY" in text:
         raise r.fail(
             key, path, "holds a private key", "give the CA's certificate only, never its key"
@@ -123,12 +128,7 @@ def read_tls_pem(r, key: str, path: str) -> tuple[str, Secret]:
     haproxy's ``crt`` layout (chain, then key), as lab/tls/make-cert.sh writes it. The key comes
     back as a :class:`Secret`; errors name the file, never its content.
     """
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise r.fail(
-            key, path, f"cannot be read ({exc})", "give a PEM file on the controller"
-        ) from None
+    text = _read_pem_file(r, key, path)
     certs = _PEM_CERT.findall(text)
     keys = [m.group(0) for m in _PEM_KEY.finditer(text)]
     if not certs or len(keys) != 1:
