@@ -17,6 +17,7 @@ from deploys import preflight, render, settings, versions
 from deploys.facts import memo
 from deploys.facts.engine import EngineVersions
 from deploys.operations import engine as engine_ops
+from deploys.operations import files as kvfiles
 from deploys.settings import EngineProfile, HostSettings
 
 # The real engine. A profile that does not pin it ships an engine that *emulates* vLLM (the
@@ -122,7 +123,7 @@ def apply(me: HostSettings) -> None:
     engine_ops.service_account(
         name=f"Service account {e.service_user}", user=e.service_user, home=e.service_home
     )
-    files.directory(
+    kvfiles.directory(
         name=f"Service home {e.service_home}",
         path=e.service_home,
         user=e.service_user,
@@ -167,7 +168,7 @@ def apply(me: HostSettings) -> None:
             wheels(e.wheelhouse)  # still refuse an empty wheelhouse setting
             _venv_packages(e, find_links)
             return
-        files.directory(name="Wheelhouse directory", path=find_links, mode="0755")
+        kvfiles.directory(name="Wheelhouse directory", path=find_links, mode="0755")
         for wheel in wheels(e.wheelhouse):
             files.put(
                 name=f"Wheel {wheel.name}",
@@ -180,7 +181,7 @@ def apply(me: HostSettings) -> None:
 
 def _venv_packages(e, find_links) -> None:
     """The venv and its pinned packages (pip runs only when a pin is missing)."""
-    files.directory(name="Venv parent", path=str(Path(e.venv).parent), mode="0755")
+    kvfiles.directory(name="Venv parent", path=str(Path(e.venv).parent), mode="0755")
     engine_ops.venv_packages(
         name=f"Engine packages in {e.venv}",
         venv=e.venv,

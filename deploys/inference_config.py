@@ -12,6 +12,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files as pyinfra_files
 
 from deploys import kv_sizing, render
+from deploys.facts import memo
 from deploys.facts.engine import CacheKeyInUse, cache_key_from_argv
 from deploys.operations import files, tls
 from deploys.secrets import Secret
@@ -93,13 +94,13 @@ def apply(me: HostSettings, checked) -> None:
     # The pinned-RAM rule and the settings that kill an engine were refused by preflight.
     for warning in kv_sizing.warnings(me):
         logger.warning("kvceph: %s", warning)
-    in_use = host.get_fact(
-        CacheKeyInUse, lmcache=render.LMCACHE_PATH, env=render.ENV_PATH, unit=render.UNIT_PATH
+    in_use = memo.read(
+        host, CacheKeyInUse, lmcache=render.LMCACHE_PATH, env=render.ENV_PATH, unit=render.UNIT_PATH
     )
     for warning in cache_key_changes(in_use, me):
         logger.warning(warning)
 
-    pyinfra_files.directory(
+    files.directory(
         name=f"Config directory {render.CONFIG_DIR}",
         path=render.CONFIG_DIR,
         user="root",
@@ -117,9 +118,7 @@ def apply(me: HostSettings, checked) -> None:
 
     # The directory is 0700 before any file lands in it; the files are written privately.
     aws = render.aws_dir(me)
-    pyinfra_files.directory(
-        name=f"AWS directory {aws}", path=aws, user=user, group=user, mode="0700"
-    )
+    files.directory(name=f"AWS directory {aws}", path=aws, user=user, group=user, mode="0700")
     files.private_file(
         name=f"AWS credentials {aws}/credentials",
         path=f"{aws}/credentials",

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyinfra.api import deploy
-from pyinfra.operations import files as pyinfra_files
 
 from deploys import render
 from deploys.operations import files, model
@@ -42,7 +41,7 @@ def apply(me: HostSettings, checked) -> None:
     src = me.engine.source
     if src.source != "mirror":
         return
-    pyinfra_files.directory(
+    files.directory(
         name=f"Directory {SCRIPT_DIR}", path=SCRIPT_DIR, user="root", group="root", mode="755"
     )
     files.atomic_file(

@@ -337,4 +337,8 @@ def _check(inventory) -> Preflight:
     check_templates(hosts, creds)
     result = Preflight(hosts, groups, creds)
     _take_lock(inventory, result)
+    # Under the lock: nothing of kvceph's changes between these reads and the stages.
+    from deploys import prefetch  # here: the stage modules it reads from import preflight
+
+    prefetch.run(inventory, result)
     return result

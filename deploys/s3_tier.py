@@ -12,7 +12,6 @@ from pathlib import Path
 import yaml
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
-from pyinfra.operations import files
 
 from deploys import ceph_cli, rgw_service
 from deploys.facts import memo
@@ -98,7 +97,7 @@ def rgw_spec_changes(me: HostSettings, timeouts: dict) -> bool:
 
 def install_admin_tools(me: HostSettings, creds) -> None:
     """The S3 admin helper and its private key file on the admin host (S3 tier, rotate.py)."""
-    files.directory(
+    kvfiles.directory(
         name=f"Directory {SCRIPT_DIR}", path=SCRIPT_DIR, user="root", group="root", mode="755"
     )
     kvfiles.atomic_file(
@@ -107,7 +106,7 @@ def install_admin_tools(me: HostSettings, creds) -> None:
         content=SCRIPT_SOURCE.read_text(),
         mode="0755",
     )
-    files.directory(
+    kvfiles.directory(
         name=f"Private directory {ADMIN_DIR}", path=ADMIN_DIR, user="root", group="root", mode="700"
     )
     kvfiles.private_file(

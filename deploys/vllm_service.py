@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import DeployError, deploy
-from pyinfra.operations import files as pyinfra_files
 
 from deploys import engine_list, render
 from deploys.engine_list import Engine
@@ -75,17 +74,25 @@ def apply(me: HostSettings, checked) -> None:
         _restart(me, checked, engine, shared, batch)
 
 
-def _shared_files(me: HostSettings, checked) -> dict[str, str]:
-    """The files every engine of the host reads (the secrets file and gate are written here,
-    the LMCache and AWS files by inference_config): path -> sha256 of the desired content."""
-    secrets_text = render.secrets_env_file(checked.credentials)
+def shared_files_desired(me: HostSettings, checked) -> dict[str, str]:
+    """Path -> sha256 of the desired content, for the files every engine of the host reads."""
     aws = render.aws_dir(me)
     desired = {
         render.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
         f"{aws}/credentials": sha256_text(render.aws_credentials(me, checked.credentials)),
         f"{aws}/config": sha256_text(render.aws_config(me)),
-        render.SECRETS_PATH: sha256_text(secrets_text.reveal()),
+        render.SECRETS_PATH: sha256_text(render.secrets_env_file(checked.credentials).reveal()),
     }
+    if me.security.guard:
+        desired[render.GUARD_PATH] = sha256_text(render.guard_module())
+    return desired
+
+
+def _shared_files(me: HostSettings, checked) -> dict[str, str]:
+    """The files every engine of the host reads (the secrets file and gate are written here,
+    the LMCache and AWS files by inference_config): path -> sha256 of the desired content."""
+    secrets_text = render.secrets_env_file(checked.credentials)
+    desired = shared_files_desired(me, checked)
     # Root only: systemd reads it (EnvironmentFile=) before the engine drops to its user.
     files.private_file(
         name=f"Engine secrets {render.SECRETS_PATH}",
@@ -96,8 +103,7 @@ def _shared_files(me: HostSettings, checked) -> dict[str, str]:
         mode="0600",
     )
     if me.security.guard:
-        desired[render.GUARD_PATH] = sha256_text(render.guard_module())
-        pyinfra_files.directory(
+        files.directory(
             name=f"Engine gate directory {render.GUARD_DIR}",
             path=render.GUARD_DIR,
             user="root",
@@ -142,30 +148,37 @@ def _engine_files(me: HostSettings, checked, engine: Engine) -> None:
     service.enabled(name=f"Enable {engine.unit}", unit=engine.unit)
 
 
-def _restart(me: HostSettings, checked, engine: Engine, shared: dict[str, str], batch: int):
-    """Restart the engine in the run's roll when what runs is not its desired configuration."""
-    e = me.engine
+def running_state(me: HostSettings, checked, engine: Engine, shared: dict[str, str]) -> dict:
+    """What the engine must run with (``service.rolling_restart``'s digest, unit, environment,
+    secret environment and files), as this run leaves its host."""
     digest = render.digest(me, checked.credentials, engine)
-    # Every file the engine reads, as this run leaves it: a host whose copy differs, or
-    # changed since the start, restarts.
-    desired_files = {
-        **shared,
-        render.env_path(engine): sha256_text(render.env_file(me, digest, engine)),
-        render.unit_path(engine): sha256_text(render.unit(me, engine)),
-    }
-    service.rolling_restart(
-        name=f"Rolling restart of {engine.unit}",
-        digest=digest,
-        port=engine.port,
-        python=f"{e.venv}/bin/python",
-        health_timeout=e.health_timeout,
-        unit=engine.unit,
-        environment=dict(render.environment(me, digest, engine)),
-        secret_environment={
+    return {
+        "digest": digest,
+        "unit": engine.unit,
+        "environment": dict(render.environment(me, digest, engine)),
+        "secret_environment": {
             name: sha256_text(value.reveal())
             for name, value in render.secret_environment(checked.credentials)
         },
-        files=desired_files,
+        # Every file the engine reads: a host whose copy differs, or changed since the
+        # start, restarts.
+        "files": {
+            **shared,
+            render.env_path(engine): sha256_text(render.env_file(me, digest, engine)),
+            render.unit_path(engine): sha256_text(render.unit(me, engine)),
+        },
+    }
+
+
+def _restart(me: HostSettings, checked, engine: Engine, shared: dict[str, str], batch: int):
+    """Restart the engine in the run's roll when what runs is not its desired configuration."""
+    e = me.engine
+    service.rolling_restart(
+        name=f"Rolling restart of {engine.unit}",
+        **running_state(me, checked, engine, shared),
+        port=engine.port,
+        python=f"{e.venv}/bin/python",
+        health_timeout=e.health_timeout,
         # Whether the S3 tier this engine starts with is worth it, as last measured (probe.py).
         note=last_verdict(me.verify.report_dir, me.host) if me.verify else None,
         batch=batch,

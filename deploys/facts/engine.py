@@ -438,3 +438,41 @@ class CacheKeyInUse(FactBase):
                 key, value = line.split(":", 1)
                 found[key.strip()] = _unquote(value)
         return found
+
+
+class ServiceAccount(FactBase):
+    """
+    One account and its own group: ``{"group": True, "user": {"group": "vllm", "home":
+    "/var/lib/vllm", "shell": "/usr/sbin/nologin"}}``; ``"user"`` is None when there is no such
+    user, ``"group"`` False when there is no such group.
+
+    Two ``getent`` lookups, not pyinfra's ``Users`` and ``Groups``: ``Users`` loops over every
+    account with ``lastlog`` and ``groups`` each, the costliest read of an inference host.
+    """
+
+    @staticmethod
+    def default():
+        return None
+
+    def command(self, user: str):
+        u = shlex.quote(user)
+        return (
+            f"if getent group {u} >/dev/null; then echo group=yes; else echo group=no; fi; "
+            f"if getent passwd {u}; then echo primary=$(id -gn {u}); fi"
+        )
+
+    def process(self, output):
+        lines = [line for line in output if line.strip()]
+        if not lines or not lines[0].startswith("group="):
+            return None
+        account = {"group": lines[0] == "group=yes", "user": None}
+        entry = next((line for line in lines[1:] if line.count(":") >= 6), None)
+        primary = next((line for line in lines if line.startswith("primary=")), None)
+        if entry is not None:
+            fields = entry.split(":")
+            account["user"] = {
+                "group": primary.split("=", 1)[1] if primary else None,
+                "home": fields[5],
+                "shell": fields[6],
+            }
+        return account

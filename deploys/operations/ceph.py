@@ -24,6 +24,8 @@ from deploys.orch_readback import spec_differences  # noqa: F401 (s3_tier, tests
 MIN_OSDS_IN_PG_LIMIT = 3
 OPT_IN_DATA_MOVEMENT = "--data kvceph_allow_data_movement=true"
 OPT_IN_PG_DECREASE = "--data kvceph_allow_pg_decrease=true"
+# The monitor options the PG budget reads (``read_pg_budget``; prefetched by deploys/prefetch.py).
+PG_BUDGET_OPTIONS = (("mon", "mon_max_pg_per_osd"), ("mon", "osd_pool_default_size"))
 
 
 class Refused(OperationError):
@@ -78,13 +80,8 @@ def read_pg_budget(desired: list[dict], timeouts: dict) -> str:
     stat = memo.read(host, CephOsdStat, **timeouts)
     if existing is None or stat is None:
         raise OperationError("cannot read the pools or OSD count from the cluster")
-    return plan_pg_budget(
-        existing,
-        desired,
-        _int_config("mon", "mon_max_pg_per_osd", timeouts),
-        stat["num_in_osds"],
-        _int_config("mon", "osd_pool_default_size", timeouts),
-    )
+    max_per_osd, default_size = (_int_config(w, o, timeouts) for w, o in PG_BUDGET_OPTIONS)
+    return plan_pg_budget(existing, desired, max_per_osd, stat["num_in_osds"], default_size)
 
 
 @operation(is_idempotent=True)

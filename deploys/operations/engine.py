@@ -9,10 +9,9 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.hiddenvalue import HiddenValue
-from pyinfra.facts.server import Groups, Users
 
 from deploys.facts import memo
-from deploys.facts.engine import EngineVersions, _norm
+from deploys.facts.engine import EngineVersions, ServiceAccount, _norm
 
 
 def parse_pins(packages) -> dict[str, str]:
@@ -110,13 +109,12 @@ def service_account(user: str, home: str, shell: str = "/usr/sbin/nologin"):
     pyinfra's ``server.user``/``server.group`` read the ``Os`` fact and crash on ``None`` when
     a host drops mid-run, which aborts the whole run; this fails only the lost host.
     """
-    groups = memo.read(host, Groups)
-    users = memo.read(host, Users)
-    if groups is None or users is None:
-        raise OperationError(f"cannot read users/groups on {host.name} (host unreachable?)")
-    if user not in groups:
+    account = memo.read(host, ServiceAccount, user=user)
+    if account is None:
+        raise OperationError(f"cannot read the account {user} on {host.name} (host unreachable?)")
+    if not account["group"]:
         yield StringCommand("groupadd", "--system", QuoteString(user))
-    current = users.get(user)
+    current = account["user"]
     if current is None:
         yield StringCommand(
             "useradd", "--system", "--gid", QuoteString(user), "--home-dir", QuoteString(home),
@@ -127,5 +125,5 @@ def service_account(user: str, home: str, shell: str = "/usr/sbin/nologin"):
             "usermod", "--gid", QuoteString(user), "--home", QuoteString(home),
             "--shell", QuoteString(shell), QuoteString(user),
         )  # fmt: skip
-    elif user in groups:
+    elif account["group"]:
         host.noop(f"service account {user} exists")

@@ -14,8 +14,8 @@ import posixpath
 from io import BytesIO
 
 from pyinfra import host, logger, state
-from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
-from pyinfra.facts.files import File, Sha256File
+from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.facts.files import Directory, File, Sha256File
 
 from deploys.facts import memo
 
@@ -108,3 +108,46 @@ def private_file(path: str, content: str, user: str, group: str, mode: str = "06
     prints an unnamed operation's arguments, and a Secret prints as ``***``.
     """
     yield from atomic_file._inner(path, content, user, group, mode, private=True)
+
+
+@operation()
+def directory(
+    path: str, user: str | None = None, group: str | None = None, mode: str | None = None
+):
+    """
+    A directory, created with its parents when missing, with this owner and mode.
+
+    + path: absolute path of the directory on the host
+    + user: owner (left as it is when None)
+    + group: group (left as it is when None)
+    + mode: octal permissions, e.g. ``"0755"`` (left as they are when None)
+
+    pyinfra's ``files.directory`` for the cases kvceph uses, its fact read through the memo
+    (prefetched with the host's other facts, deploys/prefetch.py). Example:
+
+    .. code:: python
+
+        directory(name="AWS directory", path="/var/lib/vllm/.aws", user="vllm",
+                  group="vllm", mode="0700")
+    """
+    info = memo.read(host, Directory, path=path)
+    if info is False:
+        raise OperationError(f"{path} exists and is not a directory; fix: move it away")
+    changed = False
+    if info is None:
+        yield StringCommand("mkdir", "-p", QuoteString(path))
+        info, changed = {}, True
+    if mode is not None and not _mode_matches(info.get("mode"), mode):
+        yield StringCommand("chmod", mode, QuoteString(path))
+        changed = True
+    wrong_user = user is not None and info.get("user") != user
+    wrong_group = group is not None and info.get("group") != group
+    if wrong_user or wrong_group:
+        if user is None:
+            yield StringCommand("chgrp", QuoteString(group), QuoteString(path))
+        else:
+            owner = f"{user}:{group}" if group is not None else user
+            yield StringCommand("chown", QuoteString(owner), QuoteString(path))
+        changed = True
+    if not changed:
+        host.noop(f"{path} is a directory with the right owner and mode")

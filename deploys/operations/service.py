@@ -132,7 +132,7 @@ def _sha256(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
-def _state_kwargs(unit: str, environment, files, secret_environment=None) -> dict:
+def state_kwargs(unit: str, environment, files, secret_environment=None) -> dict:
     """ServiceDrift's arguments: secret-looking variables are read back as hashes only."""
     kwargs: dict = {"unit": unit}
     # The digest has its own line in ServiceState's part of the command.
@@ -155,7 +155,7 @@ def restart_reasons(
 ) -> list[str]:
     """Why the running engine is not the desired one ([] when it is); no secret values.
 
-    + current: the ServiceDrift fact read with ``_state_kwargs``
+    + current: the ServiceDrift fact read with ``state_kwargs``
     + digest: the desired ``KVCEPH_DIGEST``
     + environment: desired variable -> value (the env file's, ``render.environment``)
     + files: config file path -> sha256 of its desired content
@@ -242,7 +242,7 @@ def rolling_restart(
         service.rolling_restart(digest, 8000, "/opt/kvceph/venv/bin/python", 900, batch=2)
     """
     current = memo.read(
-        host, ServiceDrift, **_state_kwargs(unit, environment, files, secret_environment)
+        host, ServiceDrift, **state_kwargs(unit, environment, files, secret_environment)
     )
     reasons = restart_reasons(current, digest, environment, files, secret_environment)
     if not reasons:

@@ -7,6 +7,7 @@ import posixpath
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 
+from deploys.facts import memo
 from deploys.facts.tls import TRUST_STORES, TlsHandshake, TrustStore
 from deploys.operations.files import atomic_file
 
@@ -24,7 +25,7 @@ def ca_trusted(pem: str):
     ``update-ca-certificates``; RHEL family: ``/etc/pki/ca-trust/source/anchors/`` then
     ``update-ca-trust extract``. Idempotent: nothing runs when the anchor is already there.
     """
-    family = host.get_fact(TrustStore)
+    family = memo.read(host, TrustStore)
     store = next((store for name, store in TRUST_STORES.items() if family == name), None)
     if store is None:
         raise OperationError(

@@ -110,6 +110,41 @@ TENTACLE = "ceph version 20.2.0 (69f84cc2651aa259a15bc192ddaabd3baba07489) tenta
 OS_RELEASE_PYTHON = "3.11.2"
 
 
+def _answer_batches() -> None:
+    """Answer kvceph's prefetch batch (deploys/facts/memo.py) the way a shell would: each part
+    with its own scripted response, under the batch's markers. The fake connector alone would
+    answer the whole batch with the first key found anywhere in it."""
+    from pyinfra import logger
+    from pyinfra.connectors.fake import FakeConnector
+    from pyinfra.connectors.util import CommandOutput, OutputLine
+
+    from deploys.facts import memo
+
+    original = FakeConnector._lookup_response
+    if getattr(original, "kvceph_batches", False):
+        return
+
+    def lookup(self, command_str: str):
+        batch = memo.batch_parts(command_str)
+        if batch is None:
+            return original(self, command_str)
+        marker, parts = batch
+        lines = []
+        for i, part in enumerate(parts):
+            # Logged like any command, so the tests see every fact command a host was asked.
+            logger.debug("[fake] simulating command on %s: %s", self.host.name, part)
+            ok, output = original(self, part)
+            lines.append(OutputLine("stdout", f"{marker} {i} {0 if ok else 1}"))
+            lines += [OutputLine("stdout", line) for line in output.stdout_lines]
+        return True, CommandOutput(lines)
+
+    lookup.kvceph_batches = True
+    FakeConnector._lookup_response = lookup
+
+
+_answer_batches()
+
+
 def export_fake_credentials() -> None:
     """In the pyinfra process only: the deploy's preflight reads the keys from the environment."""
     os.environ.setdefault(secrets.ACCESS_ENV, FAKE_ACCESS_KEY)
@@ -426,14 +461,15 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         # engine.EngineUnits: today's single engine where the host is converged.
         "for f in /etc/systemd/system/vllm.service": ["vllm.service"] if converged else [],
     }
-    passwd = ["root:x:0:0:root:/root:/bin/bash|root|root||"]
-    etc_group = ["root:x:0:"]
+    # engine.ServiceAccount: the service user and its group, where the host is converged.
+    account = ["group=no"]
     if converged:
-        passwd.append(f"{user}:x:999:999::{e.service_home}:/usr/sbin/nologin|{user}|{user}||!")
-        etc_group.append(f"{user}:x:999:")
-    # server.Users / server.Groups
-    r["for i in `cat /etc/passwd"] = passwd
-    r["cat /etc/group"] = etc_group
+        account = [
+            "group=yes",
+            f"{user}:x:999:999::{e.service_home}:/usr/sbin/nologin",
+            f"primary={user}",
+        ]
+    r[f"getent group {user}"] = account
 
     pins = dict(p.split("==", 1) for p in e.profile.packages)  # what a finished install reports
     r[f"if test -x {e.venv}/bin/python"] = (
