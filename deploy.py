@@ -20,7 +20,7 @@ from pyinfra import host, inventory, state
 from deploys import preflight
 from deploys.operations.run import barrier
 
-checked = preflight.run(state, inventory)
+checked = preflight.run(state, inventory, prefetch=True)
 me = checked.hosts[host.name]
 
 if me.is_ceph_admin:

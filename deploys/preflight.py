@@ -79,12 +79,16 @@ def _take_lock(inventory, checked: Preflight) -> None:
     logger.info("kvceph: run lock on %s: %s", admin.name, status)
 
 
-def run(state, inventory) -> Preflight:
-    """Validate every host's settings and the cross-host invariants (once per run)."""
+def run(state, inventory, prefetch: bool = False) -> Preflight:
+    """Validate every host's settings and the cross-host invariants (once per run).
+
+    ``prefetch``: then read every host's state facts for the deploy's stages, all hosts at once
+    (deploys/prefetch.py; deploy.py only: verify, probe and rotate read other things).
+    """
     with _ONCE:
         cached = _CACHE.get(id(state))
         if cached is None:
-            cached = _CACHE[id(state)] = _check(inventory)
+            cached = _CACHE[id(state)] = _check(inventory, prefetch)
         return cached
 
 
@@ -302,7 +306,7 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             )
 
 
-def _check(inventory) -> Preflight:
+def _check(inventory, prefetch: bool) -> Preflight:
     try:
         hosts = {
             h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inventory
@@ -337,8 +341,9 @@ def _check(inventory) -> Preflight:
     check_templates(hosts, creds)
     result = Preflight(hosts, groups, creds)
     _take_lock(inventory, result)
-    # Under the lock: nothing of kvceph's changes between these reads and the stages.
-    from deploys import prefetch  # here: the stage modules it reads from import preflight
+    if prefetch:
+        # Under the lock: nothing of kvceph's changes between these reads and the stages.
+        from deploys import prefetch as facts  # here: the stages it lists import preflight
 
-    prefetch.run(inventory, result)
+        facts.run(inventory, result)
     return result
