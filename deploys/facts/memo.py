@@ -89,15 +89,17 @@ _PREFETCHED: weakref.WeakSet = weakref.WeakSet()
 _BATCH_START = "d=$(mktemp -d) || exit 1\n"
 
 
+def _part_end(i: int) -> str:
+    return f'\n) >"$d/o{i}" 2>/dev/null </dev/null; echo $? >"$d/r{i}"; }} &'
+
+
 def batch_command(commands: list[str], marker: str) -> str:
     """One shell command that runs ``commands`` side by side and prints each one's output
     after a ``<marker> <index> <exit status>`` line, in order (stderr is dropped, as a fact's
     is). Output without a final newline gets one, so the next marker starts its own line."""
-    lines = ["d=$(mktemp -d) || exit 1"]
-    for i, command in enumerate(commands):
-        lines.append(
-            f'{{ ( {command}\n) >"$d/o{i}" 2>/dev/null </dev/null; echo $? >"$d/r{i}"; }} &'
-        )
+    lines = [_BATCH_START.rstrip("\n")]
+    # The newline before ")" ends a part that ends in a comment or a here-document.
+    lines += [f"{{ ( {command}{_part_end(i)}" for i, command in enumerate(commands)]
     lines.append("wait")
     lines.append(
         f"for i in {' '.join(str(i) for i in range(len(commands)))}; do "
@@ -107,10 +109,6 @@ def batch_command(commands: list[str], marker: str) -> str:
     )
     lines.append('rmdir "$d"')
     return "\n".join(lines)
-
-
-def _part_end(i: int) -> str:
-    return f'\n) >"$d/o{i}" 2>/dev/null </dev/null; echo $? >"$d/r{i}"; }} &'
 
 
 def batch_parts(command: str) -> tuple[str, list[str]] | None:
