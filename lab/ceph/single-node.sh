@@ -75,8 +75,8 @@ osd_memory_target = 1073741824
 osd_crush_chooseleaf_type = 0
 mgr_initial_modules = iostat
 paxos_propose_interval = 0.1
-# The CLI gets no admin socket, as in Ceph's defaults: with one fixed $name.asok path,
-# concurrent ceph clients fight over it and print "bind_and_listen ... File exists".
+# The CLI gets no admin socket, as in Ceph's defaults: with one fixed socket path for
+# client.admin, concurrent ceph clients fight over it ("bind_and_listen ... File exists").
 [client.admin]
 admin_socket =
 [client.rgw.gw]
