@@ -7,7 +7,8 @@ gpu1..gpuN (``KVCEPH_LAB_HOSTS=N lab/lab.sh up``), converges it once, then times
 times each (min / median / max):
 
   floor        one new SSH connection per host, all in parallel, each running the commands
-               behind the facts kvceph reads on an inference host (taken from a ``-vv`` plan)
+               kvceph sends it while planning (its fact reads; bench/fact_commands.py)
+  pyinfra      pyinfra alone on the same inventory: bench/empty_deploy.py, no operation
   noop         kvceph's converged re-run (``pyinfra -y inventories/lab.py deploy.py``): checked
                to change nothing
   ansible-noop the ansible-core peer (bench/ansible/site.yml) on the same hosts: checked
@@ -46,7 +47,7 @@ LAB = Path(os.environ.get("KVCEPH_LAB_DIR", f"/var/lib/kvceph-lab{INSTANCE or ''
 NET = f"10.213.{7 + INSTANCE}"
 PYINFRA = REPO / ".venv" / "bin" / "pyinfra"
 ANSIBLE = REPO / ".venv" / "ansible" / "bin" / "ansible-playbook"
-CASES = ("floor", "noop", "ansible-noop", "converge", "ansible-converge")
+CASES = ("floor", "pyinfra", "noop", "ansible-noop", "converge", "ansible-converge")
 
 
 def log(msg: str) -> None:
@@ -229,6 +230,10 @@ def bench_n(n: int, repeat: int, vars_file: Path) -> dict:
     for _ in range(repeat):
         sample("floor", floor(commands))
     for _ in range(repeat):
+        secs, proc = run([str(PYINFRA), "-y", "inventories/lab.py", "bench/empty_deploy.py"], env)
+        must("pyinfra with no operation", proc)
+        sample("pyinfra", secs)
+    for _ in range(repeat):
         secs, changed, _ = kvceph(env)
         if changed:
             checks.append(f"kvceph no-op changed {changed} operations")
@@ -279,6 +284,9 @@ def ratios(results: list[dict]) -> dict:
         s = {c: v["median"] for c, v in r["stats"].items()}
         out[r["hosts"]] = {
             "noop_over_floor": s["noop"] / s["floor"],
+            # What the no-op spends beyond the floor, and how much of a run is pyinfra's alone.
+            "noop_minus_floor_s": s["noop"] - s["floor"],
+            "pyinfra_alone_over_noop": s["pyinfra"] / s["noop"],
             "ansible_over_kvceph_noop": s["ansible-noop"] / s["noop"],
             "ansible_over_kvceph_converge": s["ansible-converge"] / s["converge"],
         }
