@@ -164,10 +164,18 @@ def reads(me: HostSettings, checked) -> list[Read]:
     return out
 
 
+# The orchestrator's reads go one at a time, as the stages would send them: the cephadm mgr
+# module answers them (``orch apply --dry-run`` among them, which stores a preview) and a run
+# with them sent at once was once seen never to converge a changed RGW spec (cause not proven).
+ORCHESTRATOR_LANE = {
+    cls: "orchestrator" for cls in (CephOrchStatus, CephOrchHosts, CephSpecProbe, CephServiceSpec)
+}
+
+
 def _prefetch_host(host, me: HostSettings, checked) -> tuple[int, int]:
     """(facts kept, facts asked) on one host."""
     wanted = reads(me, checked)
-    kept = memo.prefetch(host, wanted)
+    kept = memo.prefetch(host, wanted, ORCHESTRATOR_LANE)
     if me.is_ceph_admin and me.ceph is not None:
         reachable = memo.read(host, CephReachable, **ceph_cli.timeouts(me.ceph))
         if reachable and reachable.get("reachable"):

@@ -87,19 +87,28 @@ _PREFETCHED: weakref.WeakSet = weakref.WeakSet()
 
 
 _BATCH_START = "d=$(mktemp -d) || exit 1\n"
+_PART_END = re.compile(r'\n\) >"\$d/o(\d+)" 2>/dev/null </dev/null; echo \$\? >"\$d/r\1"')
 
 
-def _part_end(i: int) -> str:
-    return f'\n) >"$d/o{i}" 2>/dev/null </dev/null; echo $? >"$d/r{i}"; }} &'
+def _part(i: int, command: str) -> str:
+    # The newline before ")" ends a part that ends in a comment or a here-document.
+    return f'( {command}\n) >"$d/o{i}" 2>/dev/null </dev/null; echo $? >"$d/r{i}"'
 
 
-def batch_command(commands: list[str], marker: str) -> str:
+def batch_command(commands: list[str], marker: str, lanes: list[str | None] | None = None) -> str:
     """One shell command that runs ``commands`` side by side and prints each one's output
     after a ``<marker> <index> <exit status>`` line, in order (stderr is dropped, as a fact's
-    is). Output without a final newline gets one, so the next marker starts its own line."""
+    is). Output without a final newline gets one, so the next marker starts its own line.
+
+    ``lanes``: per command, None (runs beside all others) or a name: commands of one lane run
+    one after another, in order, beside the rest.
+    """
+    jobs: dict[object, list[str]] = {}
+    for i, command in enumerate(commands):
+        lane = lanes[i] if lanes and lanes[i] is not None else ("own", i)
+        jobs.setdefault(lane, []).append(_part(i, command))
     lines = [_BATCH_START.rstrip("\n")]
-    # The newline before ")" ends a part that ends in a comment or a here-document.
-    lines += [f"{{ ( {command}{_part_end(i)}" for i, command in enumerate(commands)]
+    lines += ["{ " + ";\n  ".join(parts) + "; } &" for parts in jobs.values()]
     lines.append("wait")
     lines.append(
         f"for i in {' '.join(str(i) for i in range(len(commands)))}; do "
@@ -114,17 +123,28 @@ def batch_command(commands: list[str], marker: str) -> str:
 def batch_parts(command: str) -> tuple[str, list[str]] | None:
     """``batch_command``'s (marker, commands) from its text, or None for another command
     (a stand-in host answering each part as it would alone: tests/inventories/fake_facts.py)."""
-    found = re.search(r'^for i in [0-9 ]*; do echo "(\S+) \$i ', command, re.M)
+    found = re.search(r'^for i in ([0-9 ]*); do echo "(\S+) \$i ', command, re.M)
     if not command.startswith(_BATCH_START) or not found:
         return None
-    parts, pos = [], len(_BATCH_START)
-    while command.startswith("{ ( ", pos):
-        end = command.find(_part_end(len(parts)), pos)
-        if end < 0:
+    parts: dict[int, str] = {}
+    pos = len(_BATCH_START)
+    while True:
+        # The separators batch_command writes before a part: a new job, or the next in a lane.
+        for opener in ("{ ( ", ";\n  ( ", "; } &\n{ ( "):
+            if command.startswith(opener, pos):
+                pos += len(opener)
+                break
+        else:
+            break
+        end = _PART_END.search(command, pos)
+        if end is None:
             return None
-        parts.append(command[pos + 4 : end])
-        pos = end + len(_part_end(len(parts) - 1)) + 1
-    return found.group(1), parts
+        parts[int(end.group(1))] = command[pos : end.start()]
+        pos = end.end()
+    count = len(found.group(1).split())
+    if sorted(parts) != list(range(count)):
+        return None
+    return found.group(2), [parts[i] for i in range(count)]
 
 
 def split_batch(lines: list[str], marker: str, count: int) -> list[tuple[int, list[str]] | None]:
@@ -145,8 +165,11 @@ def split_batch(lines: list[str], marker: str, count: int) -> list[tuple[int, li
     return out
 
 
-def prefetch(host, reads: list[tuple[type, dict]]) -> int:
+def prefetch(host, reads: list[tuple[type, dict]], lanes: dict[type, str] | None = None) -> int:
     """Read ``reads`` (fact class, arguments) on the host in one command into the memo.
+
+    ``lanes``: fact class -> lane name; facts of one lane are read one after another (a
+    service that should not answer them at once), the others all side by side.
 
     Each value is what ``host.get_fact`` would return for the same command output: the fact's
     ``default()`` when its command failed or printed nothing. A fact whose client is missing
@@ -156,6 +179,7 @@ def prefetch(host, reads: list[tuple[type, dict]]) -> int:
     state = getattr(host, "state", None)
     if not isinstance(state, State) or not reads:
         return 0
+    lanes = lanes or {}
     facts, commands, global_kwargs = [], [], {}
     for cls, kwargs in reads:
         fact = cls()
@@ -174,7 +198,7 @@ def prefetch(host, reads: list[tuple[type, dict]]) -> int:
     executor_kwargs = {k: v for k, v in global_kwargs.items() if k in CONNECTOR_ARGUMENT_KEYS}
     try:
         ok, output = host.run_shell_command(
-            StringCommand(batch_command(commands, marker)),
+            StringCommand(batch_command(commands, marker, [lanes.get(c) for c, _, _ in facts])),
             print_output=state.print_fact_output,
             print_input=state.print_fact_input,
             **executor_kwargs,

@@ -191,3 +191,17 @@ def test_split_batch_drops_a_part_whose_marker_is_torn():
     lines = ["@m 0 0", "a", "@m 1 ", "half", "@m 2 1", "b"]
     assert memo.split_batch(lines, "@m", 4) == [(0, ["a"]), None, (1, ["b"]), None]
     assert memo.batch_parts("echo not a batch") is None
+
+
+def test_a_lane_runs_its_commands_one_after_another(tmp_path):
+    flag = tmp_path / "first-done"
+    commands = [f"sleep 0.2; touch {flag}", "echo beside", f"test -e {flag} && echo after"]
+    lanes = ["orchestrator", None, "orchestrator"]
+    command = memo.batch_command(commands, "@m", lanes)
+    assert memo.batch_parts(command) == ("@m", commands)
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    assert memo.split_batch(out.stdout.splitlines(), "@m", 3) == [
+        (0, []),
+        (0, ["beside"]),
+        (0, ["after"]),
+    ]
