@@ -71,7 +71,7 @@ def _ca_anchor(me: HostSettings) -> list[Read]:
 def _rgw_service_names(me: HostSettings) -> list[str]:
     """Every service the RGW stage may apply (each orchestrator answer), as preflight renders."""
     names: list[str] = []
-    for probe in ({"accepted": False, "rc": 0}, {"accepted": True, "rc": 0}):
+    for _, probe in rgw_service.PROBE_ANSWERS:
         try:
             specs, _ = rgw_service.plan_specs(me.rgw, None, probe)
         except rgw_service.SpecError:

@@ -92,14 +92,6 @@ def run(state, inventory, prefetch: bool = False) -> Preflight:
         return cached
 
 
-# The orchestrator's possible answers to the concentrator dry run: every template the RGW stage
-# could choose is rendered (the stage picks one from the cluster's real answer).
-_SPEC_ANSWERS = (
-    ("RGW spec, concentrator refused", {"accepted": False, "rc": 0, "message": "refused"}),
-    ("RGW spec, concentrator accepted", {"accepted": True, "rc": 0, "message": None}),
-)
-
-
 def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
     """(template, render call) for every file kvceph writes for this host's roles."""
     calls: list[tuple[str, object]] = []
@@ -117,8 +109,9 @@ def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
             ("aws_config.j2", lambda: render.aws_config(me)),
         ]
     if me.is_ceph_admin and me.rgw.managed_by == "cephadm":
-        for label, probe in _SPEC_ANSWERS:
-            calls.append((label, _spec_render(me, probe)))
+        # Every template the RGW stage could choose (it picks one from the cluster's answer).
+        for label, probe in rgw_service.PROBE_ANSWERS:
+            calls.append((f"RGW spec, {label}", _spec_render(me, probe)))
     return calls
 
 

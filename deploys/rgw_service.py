@@ -106,6 +106,15 @@ def _release(versions: dict | None) -> str:
     return f"Ceph {versions['oldest']} ({versions['release']}{hint})"
 
 
+# The orchestrator's possible answers to the concentrator dry run (``CephSpecProbe``): what is
+# decided before the cluster answers (preflight's template check, the prefetch's spec reads)
+# covers every spec the stage could choose from the real answer.
+PROBE_ANSWERS = (
+    ("concentrator refused", {"accepted": False, "rc": 0, "message": "refused"}),
+    ("concentrator accepted", {"accepted": True, "rc": 0, "message": None}),
+)
+
+
 def plan_specs(
     rgw: RgwSettings, versions: dict | None, probe: dict | None, force: bool = False
 ) -> tuple[list[str], str | None]:
