@@ -128,9 +128,7 @@ class Metrics:
                 "# TYPE vllm:request_success_total counter",
             ]
             for reason, v in self.success.items():
-                out.append(
-                    f"vllm:request_success_total{{{by(finished_reason=reason)}}} {_f(v)}"
-                )
+                out.append(f"vllm:request_success_total{{{by(finished_reason=reason)}}} {_f(v)}")
             name = "vllm:time_to_first_token_seconds"
             out += [
                 f"# HELP {name} Histogram of time to first token in seconds.",
