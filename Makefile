@@ -18,7 +18,7 @@ WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
 APT_PKGS := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime \
             ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
 
-.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify probe bench dry clean \
+.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify probe status bench dry clean \
         rotate-add rotate-retire
 
 help:
@@ -120,6 +120,10 @@ verify: venv
 
 probe: venv
 	$(BIN)/pyinfra -y inventories/lab.py probe.py
+
+# Read-only fleet status (docs/status.md): table, reports/status-<run>.json and .png.
+status: venv
+	$(BIN)/pyinfra -y inventories/lab.py status.py
 
 # Provisioning benchmark (bench/README.md): never part of `make test`. BENCH_HOSTS="2 4 8 16".
 BENCH_HOSTS ?= 2 4 8 16

@@ -79,16 +79,18 @@ def _take_lock(inventory, checked: Preflight) -> None:
     logger.info("kvceph: run lock on %s: %s", admin.name, status)
 
 
-def run(state, inventory, prefetch: bool = False) -> Preflight:
+def run(state, inventory, prefetch: bool = False, lock: bool = True) -> Preflight:
     """Validate every host's settings and the cross-host invariants (once per run).
 
     ``prefetch``: then read every host's state facts for the deploy's stages, all hosts at once
     (deploys/prefetch.py; deploy.py only: verify, probe and rotate read other things).
+    ``lock``: take the run lock (False for status.py: it writes nothing, and a deploy started
+    while it reads must not find the lock held).
     """
     with _ONCE:
         cached = _CACHE.get(id(state))
         if cached is None:
-            cached = _CACHE[id(state)] = _check(inventory, prefetch)
+            cached = _CACHE[id(state)] = _check(inventory, prefetch, lock)
         return cached
 
 
@@ -299,7 +301,7 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             )
 
 
-def _check(inventory, prefetch: bool) -> Preflight:
+def _check(inventory, prefetch: bool, lock: bool = True) -> Preflight:
     try:
         hosts = {
             h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inventory
@@ -333,7 +335,8 @@ def _check(inventory, prefetch: bool) -> Preflight:
         )
     check_templates(hosts, creds)
     result = Preflight(hosts, groups, creds)
-    _take_lock(inventory, result)
+    if lock:
+        _take_lock(inventory, result)
     if prefetch:
         # Under the lock: nothing of kvceph's changes between these reads and the stages.
         from deploys import prefetch as facts  # here: the stages it lists import preflight
