@@ -16,11 +16,11 @@ from deploys.facts import memo
 from deploys.facts.ceph import CephOrchStatus, CephReachable
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
 from deploys.facts.rgw import RgwLifecycle, RgwReachable, RgwUser
+from deploys.facts.status import BucketUsage, EngineAnswers, RgwDaemons, UnitTimes
 from deploys.operations import service
 from deploys.orch_readback import _host_run, read_service
 from deploys.prefetch import ORCHESTRATOR_LANE, _rgw_service_names
 from deploys.status import drift
-from deploys.status.facts import BucketUsage, EngineAnswers, RgwDaemons, UnitTimes
 
 # Seconds per request to an engine's /health, /version, /metrics.
 ENGINE_TIMEOUT = 10

@@ -8,9 +8,9 @@ vLLM 0.26 (vllm/v1/metrics/loggers.py, PrometheusStatLogger) counts, per engine 
   through the connector (a claimed chunk that failed to load is recomputed, not counted here);
 - ``vllm:prefix_cache_queries`` / ``_hits``: vLLM's own GPU prefix cache. The real engine adds
   to its queries each time the scheduler looks at a request, also while the request waits for
-  an asynchronous load: on the H200 one 16k-token warm request added 3.7 M queries (recorded in
-  tests/facts/status.EngineAnswers/vllm-0.26-h200-warm.json), so its ratio is shown, never
-  used for savings;
+  an asynchronous load: on the H200 one 16k-token warm request added 3.7 M queries (recorded
+  in tests/facts/status.EngineAnswers/vllm-0.26-h200-warm-async-timeout.json), so its ratio
+  is shown, never used for savings;
 - ``vllm:request_success{finished_reason}``: finished requests; ``vllm:prompt_tokens``.
 
 Counters reset when the engine restarts: every figure here is "since the unit's start".
@@ -94,6 +94,15 @@ def from_text(text: str) -> Counters:
         local_queries=read(LOCAL_QUERIES),
         local_hits=read(LOCAL_HITS),
     )
+
+
+def as_dict(c: Counters) -> dict:
+    """The raw counters (a fact's value: plain JSON)."""
+    return asdict(c)
+
+
+def from_dict(d: dict) -> Counters:
+    return Counters(**{f: d.get(f) for f in Counters.__dataclass_fields__})
 
 
 def missing(c: Counters) -> list[str]:

@@ -47,7 +47,8 @@ def engine_rows(name: str, me, read: dict | None, probe: dict | None, error: str
     rows = []
     for item in read["engines"]:
         state, times, answers = item["state"], item["times"], item["answers"]
-        c = counters.from_text(answers.get("metrics") or "")
+        raw = answers.get("counters")
+        c = counters.from_dict(raw or {})
         figure = savings.prefill_seconds_per_token(me, c.mean_prompt_tokens)
         reused = c.reused_tokens
         drifted = bool(item["reasons"])
@@ -71,8 +72,8 @@ def engine_rows(name: str, me, read: dict | None, probe: dict | None, error: str
                 # (written, not yet restarted), then the reasons say what runs differs.
                 "drift_settings": item["settings"],
                 "health": answers.get("health"),
-                "metrics_error": answers.get("error") if answers.get("metrics") is None else None,
-                "missing_metrics": counters.missing(c) if answers.get("metrics") else [],
+                "metrics_error": answers.get("error") if raw is None else None,
+                "missing_metrics": counters.missing(c) if raw is not None else [],
                 **c.to_dict(),
                 "prefill_seconds_per_token": figure.seconds_per_token,
                 "prefill_source": figure.source,

@@ -201,6 +201,9 @@ def write_png(doc: dict, path: str | Path) -> tuple[Path | None, str | None]:
         )
     b.bar(range(len(rows)), saved, color="tab:green")
     b.set_xticks(range(len(rows)), labels, fontsize=8)
+    b.set_ylim(0, max(saved) * 1.15 or 1.0)
+    for i in range(len(rows)):
+        b.annotate(f"{saved[i]:.2f} s", (i, saved[i]), ha="center", va="bottom", fontsize=7)
     b.set_ylabel("GPU prefill seconds saved")
     b.set_title("GPU time the cache saved since engine start", fontsize=10)
     measured = all(r.get("prefill_measured") for r in rows)

@@ -4,8 +4,8 @@ Names, help texts, types, label names (model_name, engine[, source | finished_re
 TTFT buckets follow vLLM 0.26.0's vllm/v1/metrics/loggers.py (PrometheusStatLogger) as
 prometheus_client renders them: counters get a `_total` sample and `_created`, values are
 floats, and labels are written sorted by name (``engine="0",model_name=...``), which is what a
-real vLLM 0.26 /metrics shows (tests/facts/status.EngineMetrics/vllm-0.26-h200.json). Only the
-metrics the lab needs exist.
+real vLLM 0.26 /metrics shows (kvceph's tests/facts/status.EngineAnswers/vllm-0.26-h200-*.json).
+Only the metrics the lab needs exist.
 """
 
 from __future__ import annotations

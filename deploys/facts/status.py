@@ -9,6 +9,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from deploys.ceph_cli import ceph
 from deploys.facts.probe_output import last_json_line
+from deploys.status import counters
 
 _ENGINE_SCRIPT = """
 import json, re, sys, urllib.request
@@ -57,12 +58,14 @@ class EngineAnswers(FactBase):
     + timeout: seconds per request
     + secrets: the engine's secrets file (``VLLM_API_KEY=``)
 
-    Returns ``{"health": 200, "version": "0.26.0", "metrics": "<text>", "error": None}``;
-    ``error`` names the first request that failed. A moment's answer: never memoised.
+    Returns ``{"health": 200, "version": "0.26.0", "counters": {...}, "error": None}``: the
+    counters status.py reads, parsed from the /metrics text by ``deploys/status/counters``
+    (None when /metrics did not answer); ``error`` names the first request that failed. A
+    moment's answer: never memoised.
     """
 
     def default(self):
-        return {"health": None, "version": None, "metrics": None, "error": "no answer"}
+        return {"health": None, "version": None, "counters": None, "error": "no answer"}
 
     def command(self, python: str, port: int, timeout: int = 10, secrets: str = "/dev/null"):
         return StringCommand(
@@ -81,14 +84,17 @@ class EngineAnswers(FactBase):
         answer = last_json_line(output)
         if answer is None:
             return {**self.default(), "error": " ".join(output)[-300:] or "no answer"}
-        return {**self.default(), **answer}
+        text = answer.pop("metrics", None)
+        parsed = None if text is None else counters.as_dict(counters.from_text(text))
+        return {**self.default(), **answer, "counters": parsed}
 
 
 class UnitTimes(FactBase):
     """
-    When a unit entered its state and when its main process started (systemd's own words):
-    ``{"active": "active", "sub": "running", "main_pid": 123, "since": "Tue 2026-12-01
-    20:01:02.123456 UTC", "started": "..."}``; times are None when systemd has none (n/a).
+    When a unit entered its present state and when its main process started (systemd's own
+    words): ``{"active": "active", "sub": "running", "main_pid": 123, "since": "Tue 2026-12-01
+    20:01:02.123456 UTC", "started": "..."}``. ``since`` is when it became active, or for a unit
+    that is not, when it stopped being so; times are None where systemd has none (n/a).
 
     + unit: the systemd unit
     """
@@ -97,13 +103,17 @@ class UnitTimes(FactBase):
         return {"active": "unknown", "sub": None, "main_pid": 0, "since": None, "started": None}
 
     def command(self, unit: str):
+        props = (
+            "-p ActiveState -p SubState -p MainPID -p ActiveEnterTimestamp"
+            " -p InactiveEnterTimestamp -p ExecMainStartTimestamp"
+        )
+        # --timestamp=us+utc needs systemd >= 248; older ones print local time.
         return StringCommand(
             "timeout 20 systemctl show --timestamp=us+utc",
-            "-p ActiveState -p SubState -p MainPID -p ActiveEnterTimestamp",
-            "-p ExecMainStartTimestamp",
+            props,
             QuoteString(unit),
-            "2>/dev/null || timeout 20 systemctl show -p ActiveState -p SubState -p MainPID",
-            "-p ActiveEnterTimestamp -p ExecMainStartTimestamp",
+            "2>/dev/null || timeout 20 systemctl show",
+            props,
             QuoteString(unit),
         )
 
@@ -113,17 +123,22 @@ class UnitTimes(FactBase):
             "ActiveState": "active",
             "SubState": "sub",
             "MainPID": "main_pid",
-            "ActiveEnterTimestamp": "since",
+            "ActiveEnterTimestamp": "active_since",
+            "InactiveEnterTimestamp": "inactive_since",
             "ExecMainStartTimestamp": "started",
         }
+        seen = {}
         for line in output:
             key, _, value = line.strip().partition("=")
-            if key not in names:
-                continue
-            if key == "MainPID":
-                found["main_pid"] = int(value) if value.isdigit() else 0
-            else:
-                found[names[key]] = value if value and value != "n/a" else None
+            if key in names:
+                seen[names[key]] = value if value and value != "n/a" else None
+        found["active"] = seen.get("active") or "unknown"
+        found["sub"] = seen.get("sub")
+        pid = seen.get("main_pid") or ""
+        found["main_pid"] = int(pid) if pid.isdigit() else 0
+        found["started"] = seen.get("started")
+        active = found["active"] in ("active", "reloading", "deactivating")
+        found["since"] = seen.get("active_since" if active else "inactive_since")
         return found
 
 
