@@ -145,7 +145,8 @@ class UnitTimes(FactBase):
 class BucketUsage(FactBase):
     """
     A bucket's objects, bytes and quota (``radosgw-admin bucket stats``), None when the bucket
-    does not exist. Bytes are RGW's ``size_actual`` over every category of the bucket's usage.
+    does not exist. Bytes are RGW's ``size`` (the objects' own bytes, what a listing sums; RGW's
+    ``size_actual`` rounds each object up to 4 KiB) over every category of the bucket's usage.
 
     + bucket: the bucket
     + timeout: seconds for radosgw-admin
@@ -185,7 +186,7 @@ class BucketUsage(FactBase):
         quota = data.get("bucket_quota") or {}
         return {
             "objects": sum(int(u.get("num_objects", 0)) for u in usage.values()),
-            "bytes": sum(int(u.get("size_actual", u.get("size", 0))) for u in usage.values()),
+            "bytes": sum(int(u.get("size", 0)) for u in usage.values()),
             "quota": {
                 "enabled": bool(quota.get("enabled")),
                 "max_size": int(quota.get("max_size", -1)),
