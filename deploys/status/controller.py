@@ -62,7 +62,7 @@ def build(state, inventory, checked) -> dict:
         if not target.connected:
             outside = not state.is_host_in_limit(target)
             errors[name] = (
-                "outside this run (--limit)"
+                document.OUTSIDE
                 if outside
                 else f"{document.UNREACHABLE}: SSH connect failed (pyinfra's line above says why)"
             )

@@ -11,6 +11,8 @@ from deploys.status import counters, savings
 from deploys.status.reports import age
 
 UNREACHABLE = "unreachable"
+# A host left out with --limit: a row, but not a failure (the operator asked for part).
+OUTSIDE = "outside this run (--limit)"
 
 
 def _version(answers: dict, versions: dict | None, profile) -> dict:
@@ -160,13 +162,14 @@ def problems(doc: dict) -> list[str]:
     out = []
     for r in doc["engines"]:
         label = f"{r['host']} {r['unit']}"
-        if not r["reachable"]:
+        if not r["reachable"] and r["error"] != OUTSIDE:
             out.append(f"{label}: {r['error']}")
         elif r.get("metrics_error"):
             out.append(f"{label}: no /metrics ({r['metrics_error']})")
     c = doc["cluster"]
     if c and not c["reachable"]:
-        out.append(f"{c['host']}: {c['error']}")
+        if c["error"] != OUTSIDE:
+            out.append(f"{c['host']}: {c['error']}")
     elif c and not c.get("mon"):
         out.append(f"{c['host']}: no mon answered: bucket, quota, lifecycle and daemons unread")
     return list(dict.fromkeys(out))

@@ -15,6 +15,7 @@ import shlex
 
 import yaml
 
+from deploys.facts.engine import SECRET_ENV_NAME
 from deploys.inference_config import _CACHE_KEY_SETTINGS
 
 # ExecStart flags -> the group_data key that sets them (render.exec_start).
@@ -107,7 +108,9 @@ def unit_changes(path: str, running: list[str] | None, desired: str) -> list[dic
     others = [x for x in running if not x.startswith("ExecStart=")]
     wanted = [x for x in want_lines if not x.startswith("ExecStart=")]
     if others != wanted:
-        out.append(_named(path, "(other unit lines)", None, None, None))
+        # The directives whose lines differ (a unit holds no secret: they live in files).
+        keys = {x.split("=", 1)[0] for x in set(others) ^ set(wanted) if x.strip()}
+        out.append(_named(path, "unit lines " + ", ".join(sorted(keys)), None, None, None))
     return out
 
 
@@ -132,7 +135,10 @@ def env_changes(path: str, running: list[str] | None, desired: str) -> list[dict
     for name in sorted((set(have) | set(want)) - {DIGEST_VAR}):
         if have.get(name) != want.get(name):
             key = ENV_KEYS.get(name, "kvceph_extra_env / kvceph_engine_profile env")
-            out.append(_named(path, name, have.get(name), want.get(name), key))
+            old, new = have.get(name), want.get(name)
+            if SECRET_ENV_NAME.search(name):  # as the deploy's drift reasons: never the value
+                old, new = old and "(set)", new and "(set, differs)"
+            out.append(_named(path, name, old, new, key))
     return out
 
 

@@ -46,8 +46,9 @@ def _drift_text(r: dict) -> str:
     named = [
         f"{s['field']} {s['running']} -> {s['desired']}"
         + (f" ({s['setting']})" if s.get("setting") else "")
+        if s["running"] is not None or s["desired"] is not None
+        else s["field"]
         for s in r["drift_settings"]
-        if s["field"] != "(other unit lines)"
     ]
     return "DRIFT: " + "; ".join(named or r["drift_reasons"])
 

@@ -331,3 +331,22 @@ def test_cephadm_services_from_a_real_orchestrator():
     assert "service ingress.rgw.standard: 2/2 running" in "\n".join(
         output.cluster_lines({"cluster": row})
     )
+
+
+def test_drift_never_shows_a_secret_looking_value_and_names_other_unit_lines():
+    env = drift.env_changes("/e", ["MY_TOKEN=old"], "MY_TOKEN=new\n")
+    assert [(c["running"], c["desired"]) for c in env] == [("(set)", "(set, differs)")]
+    unit = render.unit(host())
+    changed = unit.replace("Restart=", "Restart=no\n#Restart=", 1)
+    assert changed != unit
+    (c,) = drift.unit_changes(render.UNIT_PATH, _lines(changed), unit)
+    assert c["field"].startswith("unit lines ") and "Restart" in c["field"]
+
+
+def test_hosts_left_out_with_limit_are_rows_not_problems(tmp_path):
+    me = host()
+    rows = document.engine_rows("gpu1", me, _engine_read(me), None, None)
+    rows += document.engine_rows("gpu2", me, None, None, document.OUTSIDE)
+    cluster = document.cluster_row("ceph1", host("ceph1", "ceph_admin"), None, document.OUTSIDE)
+    doc = _doc(rows, cluster, tmp_path)
+    assert not doc["partial"] and "OUTSIDE THIS RUN" in output.table(doc)
