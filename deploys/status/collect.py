@@ -1,17 +1,18 @@
 """Read one host's status: the deploy's own facts through the memo, plus status's moment reads.
 
 State facts (engine versions, the unit's drift, the files, the cache key in use; the RGW user,
-bucket and lifecycle) are the facts and arguments the deploy's stages read, prefetched in one
-command per host and read back through ``deploys/facts/memo`` as the stages read them. What
-measures a moment (an engine's /health and /metrics, the S3 endpoint answering) always goes to
-the host. Nothing here writes: every command is a fact's.
+bucket and lifecycle) are the facts and arguments the deploy's stages read, read through
+``deploys/facts/memo`` as the stages read them. What measures a moment (an engine's /health
+and /metrics, the S3 endpoint answering) always goes to the host. Nothing here writes: every
+command is a fact's, or an orchestrator read (``ceph orch ls`` / ``orch ps``).
 """
 
 from __future__ import annotations
 
+import yaml
 from pyinfra.facts.files import FileContents
 
-from deploys import ceph_cli, render, vllm_service
+from deploys import ceph_cli, render, rgw_service, vllm_service
 from deploys.facts import memo
 from deploys.facts.ceph import CephOrchStatus, CephReachable
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
@@ -19,7 +20,6 @@ from deploys.facts.rgw import RgwLifecycle, RgwReachable, RgwUser
 from deploys.facts.status import BucketUsage, EngineAnswers, RgwDaemons, UnitTimes
 from deploys.operations import service
 from deploys.orch_readback import _host_run, read_service
-from deploys.prefetch import ORCHESTRATOR_LANE, _rgw_service_names
 from deploys.status import drift
 
 # Seconds per request to an engine's /health, /version, /metrics.
@@ -33,32 +33,24 @@ def _cache_key_read() -> tuple[type, dict]:
     )
 
 
-def engine_reads(me, checked) -> list[tuple[type, dict]]:
-    """The state facts one inference host's status needs (what the deploy reads, and the
-    non-secret files' text for naming a drifted setting)."""
-    e = me.engine
-    shared = vllm_service.shared_files_desired(me, checked)
-    reads: list[tuple[type, dict]] = [(EngineVersions, {"venv": e.venv}), _cache_key_read()]
-    for path in (render.LMCACHE_PATH, f"{render.aws_dir(me)}/config"):
-        reads.append((FileContents, {"path": path}))
-    for engine in e.engines:
-        wanted = vllm_service.running_state(me, checked, engine, shared)
-        kwargs = service.state_kwargs(
-            wanted["unit"], wanted["environment"], wanted["files"], wanted["secret_environment"]
-        )
-        reads += [
-            (ServiceDrift, kwargs),
-            (UnitTimes, {"unit": engine.unit}),
-            (FileContents, {"path": render.env_path(engine)}),
-            (FileContents, {"path": render.unit_path(engine)}),
-        ]
-    return reads
+def rgw_service_names(me) -> list[str]:
+    """Every orchestrator service the RGW stage may apply (one per answer of its dry run)."""
+    names: list[str] = []
+    for _, probe in rgw_service.PROBE_ANSWERS:
+        try:
+            specs, _ = rgw_service.plan_specs(me.rgw, None, probe)
+        except rgw_service.SpecError:
+            continue
+        for spec in specs:
+            name = yaml.safe_load(spec)["service_name"]
+            if name not in names:
+                names.append(name)
+    return names
 
 
 def read_engines(host, me, checked) -> dict:
     """Versions, cache key in use, and per engine: unit, drift, live answers."""
     e = me.engine
-    memo.prefetch(host, engine_reads(me, checked))
     versions = memo.read(host, EngineVersions, venv=e.venv)
     in_use = memo.read(host, _cache_key_read()[0], **_cache_key_read()[1])
     lmcache_text = memo.read(host, FileContents, path=render.LMCACHE_PATH)
@@ -128,15 +120,6 @@ def read_cluster(host, me) -> dict:
     }
     if not (out["mon"] or {}).get("reachable"):
         return out  # radosgw-admin has no connect timeout: it would wait out its own
-    rados = [
-        (RgwUser, {"uid": me.s3.user, "timeout": timeout}),
-        (RgwLifecycle, {"bucket": me.s3.bucket, "timeout": timeout}),
-        (BucketUsage, {"bucket": me.s3.bucket, "timeout": timeout}),
-        (RgwDaemons, t),
-    ]
-    if me.rgw.managed_by == "cephadm":
-        rados.append((CephOrchStatus, t))
-    memo.prefetch(host, rados, ORCHESTRATOR_LANE)
     user = memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout) or {}
     out["user_bucket_quota"] = user.get("bucket_quota")
     out["lifecycle"] = memo.read(host, RgwLifecycle, bucket=me.s3.bucket, timeout=timeout)
@@ -145,5 +128,5 @@ def read_cluster(host, me) -> dict:
     if me.rgw.managed_by == "cephadm":
         out["orchestrator"] = memo.read(host, CephOrchStatus, **t)
         run = _host_run(host)
-        out["services"] = {name: read_service(run, name, t) for name in _rgw_service_names(me)}
+        out["services"] = {name: read_service(run, name, t) for name in rgw_service_names(me)}
     return out

@@ -189,12 +189,14 @@ def write_png(doc: dict, path: str | Path) -> tuple[Path | None, str | None]:
     fig, (a, b) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(rows) * 2), 4))
     a.bar(range(len(rows)), ratios, color="tab:blue")
     a.set_xticks(range(len(rows)), labels, fontsize=8)
-    a.set_ylim(0, 100)
+    a.set_ylim(0, 112)  # room for the labels above a 100 % bar
+    a.set_yticks(range(0, 101, 20))
     a.set_ylabel("LMCache hit tokens / queried tokens (%)")
     a.set_title("cache hit ratio since engine start", fontsize=10)
     for i, r in enumerate(rows):
         a.annotate(
-            f"{r.get('external_hits') or 0:.0f}/{r.get('external_queries') or 0:.0f}",
+            f"{ratios[i]:.1f} %\n{r.get('external_hits') or 0:.0f}/"
+            f"{r.get('external_queries') or 0:.0f} tokens",
             (i, ratios[i]),
             ha="center",
             va="bottom",
