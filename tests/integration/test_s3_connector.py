@@ -213,7 +213,8 @@ def test_a_cut_upload_is_never_a_hit(world, https):
 
 def test_rgw_stopped_mid_read_is_misses_then_the_tier_comes_back(world, https):
     items = [[chunk_key(i, "mid"), 100 + i, 8 * MIB] for i in range(32)]
-    assert https.put(items=items)["result"] == [True] * 32
+    put = https.put(items=items)
+    assert put["result"] == [True] * 32, put["log"]
     slow = Peer(world, tls=True, connections=1)  # one GET at a time: the stop lands mid-read
     try:
         slow.proc.stdin.write(json.dumps({"op": "get", "items": items}) + "\n")

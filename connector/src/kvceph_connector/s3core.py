@@ -114,22 +114,30 @@ def crc32c(data) -> int:
 
 
 class _Body:
-    """A zero-copy request body over a bytes-like object (awscrt reads it with readinto)."""
+    """A zero-copy request body over a bytes-like object (awscrt reads it with readinto).
 
-    def __init__(self, data):
+    + data: the bytes-like body. + progress: called on every read (the upload moves).
+    """
+
+    def __init__(self, data, progress=None):
         self.mv = memoryview(data).cast("B")
         self.pos = 0
+        self.progress = progress
 
     def readinto(self, buf) -> int:
         n = min(len(buf), len(self.mv) - self.pos)
         buf[:n] = self.mv[self.pos : self.pos + n]
         self.pos += n
+        if self.progress is not None:
+            self.progress()
         return n
 
     def read(self, size: int = -1):
         end = len(self.mv) if size is None or size < 0 else min(len(self.mv), self.pos + size)
         out = self.mv[self.pos : end]
         self.pos = end
+        if self.progress is not None:
+            self.progress()
         return out
 
     def seek(self, offset: int, whence: int = 0) -> int:
@@ -448,7 +456,7 @@ class S3Core:
         body = None
         if op.kind == "PUT":
             try:
-                body = _Body(op.data)
+                body = _Body(op.data, progress=lambda: self._moved(op))
             except TypeError as exc:
                 self._fail(op, "data", f"put data is not bytes-like: {exc}")
                 self._finish(op)
@@ -487,6 +495,9 @@ class S3Core:
         self._wake.set()
 
     # -- CRT callbacks (CRT threads, with the GIL) -----------------------------------------
+    def _moved(self, op: _Op) -> None:
+        op.deadline = time.monotonic() + self._timeout
+
     def _on_headers(self, op: _Op, status_code=None, headers=None, **_):
         try:
             op.status = status_code
