@@ -12,7 +12,7 @@ from __future__ import annotations
 import yaml
 from pyinfra.facts.files import FileContents
 
-from deploys import ceph_cli, render, rgw_service, vllm_service
+from deploys import ceph_cli, paths, render
 from deploys.facts import memo
 from deploys.facts.ceph import CephOrchStatus, CephReachable
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
@@ -20,6 +20,7 @@ from deploys.facts.rgw import RgwLifecycle, RgwReachable, RgwUser
 from deploys.facts.status import BucketUsage, EngineAnswers, RgwDaemons, UnitTimes
 from deploys.operations import service
 from deploys.orch_readback import _host_run, read_service
+from deploys.stages import rgw_service, vllm_service
 from deploys.status import drift
 
 # Seconds per request to an engine's /health, /version, /metrics.
@@ -29,7 +30,7 @@ ENGINE_TIMEOUT = 10
 def _cache_key_read() -> tuple[type, dict]:
     return (
         CacheKeyInUse,
-        {"lmcache": render.LMCACHE_PATH, "env": render.ENV_PATH, "unit": render.UNIT_PATH},
+        {"lmcache": paths.LMCACHE_PATH, "env": paths.ENV_PATH, "unit": paths.UNIT_PATH},
     )
 
 
@@ -53,7 +54,7 @@ def read_engines(host, me, checked) -> dict:
     e = me.engine
     versions = memo.read(host, EngineVersions, venv=e.venv)
     in_use = memo.read(host, _cache_key_read()[0], **_cache_key_read()[1])
-    lmcache_text = memo.read(host, FileContents, path=render.LMCACHE_PATH)
+    lmcache_text = memo.read(host, FileContents, path=paths.LMCACHE_PATH)
     aws_path = f"{render.aws_dir(me)}/config"
     aws_text = memo.read(host, FileContents, path=aws_path)
     shared = vllm_service.shared_files_desired(me, checked)
@@ -82,7 +83,7 @@ def read_engines(host, me, checked) -> dict:
                 memo.read(host, FileContents, path=env_path),
                 render.env_file(me, digest, engine),
             ),
-            *drift.lmcache_changes(render.LMCACHE_PATH, lmcache_text, render.lmcache_yaml(me)),
+            *drift.lmcache_changes(paths.LMCACHE_PATH, lmcache_text, render.lmcache_yaml(me)),
             *drift.text_changes(aws_path, aws_text, render.aws_config(me)),
         ]
         answers = host.get_fact(
@@ -90,7 +91,7 @@ def read_engines(host, me, checked) -> dict:
             python=f"{e.venv}/bin/python",
             port=engine.port,
             timeout=ENGINE_TIMEOUT,
-            secrets=render.SECRETS_PATH,
+            secrets=paths.SECRETS_PATH,
         )
         engines.append(
             {

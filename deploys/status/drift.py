@@ -16,7 +16,7 @@ import shlex
 import yaml
 
 from deploys.facts.engine import SECRET_ENV_NAME
-from deploys.inference_config import _CACHE_KEY_SETTINGS
+from deploys.stages.inference_config import _CACHE_KEY_SETTINGS
 
 # ExecStart flags -> the group_data key that sets them (render.exec_start).
 FLAG_KEYS = {

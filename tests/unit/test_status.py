@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from deploys import render
+from deploys import paths, render
 from deploys import settings as s
 from deploys.facts.status import EngineAnswers
 from deploys.orch_readback import read_service
 from deploys.secrets import S3Credentials, Secret
+from deploys.settings.inventory import CacheGroup
 from deploys.status import counters, document, drift, output, reports, savings
 from deploys.verification import metrics
 
@@ -136,32 +137,32 @@ def _lines(text: str) -> list[str]:
 
 def test_drift_names_the_flag_and_its_setting():
     old, new = host(), host(kvceph_gpu_memory_utilization=0.5)
-    changes = drift.unit_changes(render.UNIT_PATH, _lines(render.unit(old)), render.unit(new))
+    changes = drift.unit_changes(paths.UNIT_PATH, _lines(render.unit(old)), render.unit(new))
     assert [(c["field"], c["running"], c["desired"], c["setting"]) for c in changes] == [
         ("--gpu-memory-utilization", "0.55", "0.5", "kvceph_gpu_memory_utilization")
     ]
-    assert drift.unit_changes(render.UNIT_PATH, _lines(render.unit(old)), render.unit(old)) == []
+    assert drift.unit_changes(paths.UNIT_PATH, _lines(render.unit(old)), render.unit(old)) == []
 
 
 def test_drift_names_lmcache_keys_env_and_missing_files():
     old, new = host(), host(kvceph_lmcache_chunk_size=512, kvceph_python_hash_seed=7)
     lm = drift.lmcache_changes(
-        render.LMCACHE_PATH, _lines(render.lmcache_yaml(old)), render.lmcache_yaml(new)
+        paths.LMCACHE_PATH, _lines(render.lmcache_yaml(old)), render.lmcache_yaml(new)
     )
     assert ("chunk_size", "kvceph_lmcache_chunk_size") in [(c["field"], c["setting"]) for c in lm]
     env = drift.env_changes(
-        render.ENV_PATH, _lines(render.env_file(old, "a" * 64)), render.env_file(new, "b" * 64)
+        paths.ENV_PATH, _lines(render.env_file(old, "a" * 64)), render.env_file(new, "b" * 64)
     )
     # The digest line differs too: it is the digest's own reason, not a setting.
     assert [(c["field"], c["running"], c["desired"], c["setting"]) for c in env] == [
         ("PYTHONHASHSEED", "67", "7", "kvceph_python_hash_seed")
     ]
-    assert drift.env_changes(render.ENV_PATH, None, "X=1\n")[0]["field"] == "(file)"
+    assert drift.env_changes(paths.ENV_PATH, None, "X=1\n")[0]["field"] == "(file)"
     assert drift.text_changes("/x", ["a"], "a\n") == []
 
 
 def test_cache_group_split_on_what_runs():
-    group = s.CacheGroup("Qwen/Qwen3-32B", 2, ("gpu1", "gpu2"))
+    group = CacheGroup("Qwen/Qwen3-32B", 2, ("gpu1", "gpu2"))
     in_use = {"gpu1": {"chunk_size": "256"}, "gpu2": {"chunk_size": "512"}}
     (split,) = drift.group_splits(in_use, [group])
     assert split["setting"] == "kvceph_lmcache_chunk_size"
@@ -274,7 +275,7 @@ def test_rows_fields_and_saved_time(tmp_path):
 def test_drift_row_names_the_setting(tmp_path):
     me = host()
     change = {
-        "file": render.UNIT_PATH,
+        "file": paths.UNIT_PATH,
         "field": "--gpu-memory-utilization",
         "running": "0.55",
         "desired": "0.5",
@@ -339,7 +340,7 @@ def test_drift_never_shows_a_secret_looking_value_and_names_other_unit_lines():
     unit = render.unit(host())
     changed = unit.replace("Restart=", "Restart=no\n#Restart=", 1)
     assert changed != unit
-    (c,) = drift.unit_changes(render.UNIT_PATH, _lines(changed), unit)
+    (c,) = drift.unit_changes(paths.UNIT_PATH, _lines(changed), unit)
     assert c["field"].startswith("unit lines ") and "Restart" in c["field"]
 
 
