@@ -196,9 +196,12 @@ def test_verify_loads_show_up_as_hits_and_saved_time(first, tmp_path):
     assert rose == 4096  # the cross-node step's whole document
 
 
-def test_a_changed_setting_is_drift_exactly_where_it_applies(converged, tmp_path):
-    # The lab inventory with gpu2 alone given another GPU memory share (not deployed).
-    (tmp_path / "lab.py").write_text(
+@pytest.fixture(scope="module")
+def drift_run(converged, tmp_path_factory):
+    """One status run of the lab inventory with gpu2 alone given another GPU memory share (not
+    deployed), and a deploy started while it reads (one status run for both checks)."""
+    tmp = tmp_path_factory.mktemp("drift")
+    (tmp / "lab.py").write_text(
         textwrap.dedent(
             f"""
             import runpy as _runpy
@@ -211,22 +214,10 @@ def test_a_changed_setting_is_drift_exactly_where_it_applies(converged, tmp_path
             """
         )
     )
-    run = status(inventory=str(tmp_path / "lab.py"), json_path=tmp_path / "drift.json")
-    assert run.rc == 0, run.output[-5000:]
-    rows = {r["host"]: r for r in json.loads((tmp_path / "drift.json").read_text())["engines"]}
-    assert [h for h, r in rows.items() if r["drift"]] == ["gpu2"]
-    assert "running digest differs" in rows["gpu2"]["drift_reasons"]
-    named = [(s["field"], s["running"], s["desired"], s["setting"])
-             for s in rows["gpu2"]["drift_settings"]]  # fmt: skip
-    assert named == [("--gpu-memory-utilization", "0.55", "0.5", "kvceph_gpu_memory_utilization")]
-    assert (
-        "DRIFT: --gpu-memory-utilization 0.55 -> 0.5 (kvceph_gpu_memory_utilization)" in run.output
-    )
-
-
-def test_a_deploy_started_during_a_status_run_is_not_blocked(converged):
+    path = tmp / "drift.json"
+    argv = [PYINFRA, "-y", "--data", f"kvceph_status_json={path}", str(tmp / "lab.py")]
     proc = subprocess.Popen(
-        [PYINFRA, "-y", "inventories/lab.py", "status.py"],
+        [*argv, "status.py"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -239,18 +230,38 @@ def test_a_deploy_started_during_a_status_run_is_not_blocked(converged):
             seen.append(line)
             if "Loading: status.py" in line:
                 break
-        assert proc.poll() is None, "".join(seen)
+        running = proc.poll() is None
         # The Ceph admin host alone: the run lock lives there (the quickest deploy taking it).
         deploy = pyinfra("--limit", "ceph1", json_out=False)
         rest, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
+    output = "".join(seen) + rest
+    doc = json.loads(path.read_text()) if path.exists() else None
+    return {"rc": proc.returncode, "output": output, "rest": rest, "doc": doc,
+            "running": running, "deploy": deploy}  # fmt: skip
+
+
+def test_a_changed_setting_is_drift_exactly_where_it_applies(drift_run):
+    assert drift_run["rc"] == 0, drift_run["output"][-5000:]
+    rows = {r["host"]: r for r in drift_run["doc"]["engines"]}
+    assert [h for h, r in rows.items() if r["drift"]] == ["gpu2"]
+    assert "running digest differs" in rows["gpu2"]["drift_reasons"]
+    named = [(s["field"], s["running"], s["desired"], s["setting"])
+             for s in rows["gpu2"]["drift_settings"]]  # fmt: skip
+    assert named == [("--gpu-memory-utilization", "0.55", "0.5", "kvceph_gpu_memory_utilization")]
+    shown = "DRIFT: --gpu-memory-utilization 0.55 -> 0.5 (kvceph_gpu_memory_utilization)"
+    assert shown in drift_run["output"]
+
+
+def test_a_deploy_started_during_a_status_run_is_not_blocked(drift_run):
+    deploy = drift_run["deploy"]
+    assert drift_run["running"], drift_run["output"][-4000:]
     assert deploy.rc == 0 and "holds the lock" not in deploy.output, deploy.output[-4000:]
     assert "run lock on ceph1: taken" in deploy.output
-    assert proc.returncode == 0, ("".join(seen) + rest)[-4000:]
     # Status read and reported after the deploy had been started beside it.
-    assert "kvceph status: report" in rest
+    assert "kvceph status: report" in drift_run["rest"]
 
 
 def test_a_host_down_is_a_row_and_the_run_is_partial(converged, tmp_path):
