@@ -61,8 +61,9 @@ class S3Config:
     + region: the signing region (RGW accepts any, "us-east-1" by convention).
     + tls: https (True) or plain http.
     + connections: requests in flight at once, and the CRT client's connection limit.
-    + timeout_s: a request that makes no progress for this long is cancelled (a miss); also
-      the connect timeout. Queued requests do not count: only in-flight ones.
+    + timeout_s: a request is cancelled (a miss) when no request of the core made progress
+      for this long, or it alone made none for 3 x this while others did; also the connect
+      timeout. Queued requests do not count: only in-flight ones.
     + access_key_id / secret_access_key: static keys; both unset = awscrt's default chain
       (AWS_ACCESS_KEY_ID..., AWS_PROFILE + ~/.aws/credentials).
     + ca_file: a PEM bundle to trust instead of the system's (tests, the lab CA).
