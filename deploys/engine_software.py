@@ -13,7 +13,7 @@ from pyinfra import host, inventory, logger, state
 from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
-from deploys import preflight, render, settings, versions
+from deploys import preflight, render, settings, tier_software, versions
 from deploys.facts import memo
 from deploys.facts.engine import EngineVersions
 from deploys.operations import engine as engine_ops
@@ -117,6 +117,13 @@ def wheels(directory: str) -> list[Path]:
 
 @deploy("Engine software")
 def apply(me: HostSettings) -> None:
+    _engine_packages(me)
+    # kvceph's connector (when chosen) and LMCache's compiled ops: deploys/tier_software.py.
+    tier_software.apply(me)
+
+
+def _engine_packages(me: HostSettings) -> None:
+    """The service account, its home, and the pinned engine packages in the venv."""
     e = me.engine
     pins = engine_ops.parse_pins(e.profile.packages)
     engine_distribution(e.profile)  # fail early on an ambiguous profile
