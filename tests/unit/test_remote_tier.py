@@ -2,7 +2,14 @@
 
 The lines are LMCache's templates as vLLM's journal shows them (prefix, level, file suffix)."""
 
+import logging
+
+import pytest
+from kvceph_lab_engine import remote_plugin
+
+from deploys import connector_package, render
 from deploys import remote_tier as rt
+from deploys import settings as s
 
 P = "(EngineCore_DP0 pid=812) [2026-12-01 20:01:02,123] LMCache"
 OK_LINES = [
@@ -54,3 +61,67 @@ def test_failure_message_is_one_line_with_the_fix():
     msg = rt.failure_message("gpu1", "vllm.service", "kvceph", rt.verdict(IMPORT_FAILED))
     assert msg.startswith("gpu1: vllm.service serves with no remote tier: LMCache logged ")
     assert "kvceph_connector is installed" in msg and "; fix: " in msg and "\n" not in msg
+
+
+# --- The lab engine fails as LMCache fails: the same lines, the same verdict -------------------
+
+
+def _extra(**changes):
+    me = s.load(
+        {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_lmcache_connector": "kvceph"},
+        "gpu1",
+        ("gpu",),
+    )
+    return {**render.lmcache_config(me)["extra_config"], **changes}
+
+
+def _connect(caplog, extra):
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="kvceph_lab_engine.lmcache"):
+        config = remote_plugin.connect("kvceph", extra)
+    return config, [r.getMessage() for r in caplog.records]
+
+
+@pytest.fixture
+def connector_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(connector_package.ROOT / "src"))
+
+
+def test_lab_engine_connects_with_the_rendered_config(caplog, connector_on_path):
+    config, lines = _connect(caplog, _extra())
+    assert config.endpoint == "lmcache.s3.cephlab.com:80" and config.tls is False
+    assert config.min_hit_tokens == 0
+    assert rt.verdict(lines).state == rt.OK
+    assert lines[-1] == "Created remote backend for plugin: kvceph"
+
+
+@pytest.mark.parametrize(
+    "changes,cause",
+    [
+        (
+            {"remote_storage_plugin.kvceph.module_path": "kvceph_nowhere.plugin"},
+            "No adapter found for URL: plugin://kvceph",
+        ),
+        ({"remote_storage_plugin.kvceph.class_name": "Nope"}, "No adapter found"),
+        ({"kvceph.bogus": 1}, "unknown keys kvceph.bogus"),
+        ({"kvceph.endpoint": ""}, "missing kvceph.endpoint"),
+        ({"kvceph.connections": "16"}, "kvceph.connections = '16' is not int"),
+    ],
+)
+def test_lab_engine_fails_like_lmcache(caplog, connector_on_path, changes, cause):
+    config, lines = _connect(caplog, _extra(**changes))
+    assert config is None
+    v = rt.verdict(lines)
+    assert v.state == rt.MISSING and cause in v.cause
+    # LMCache logs the misleading "created" line anyway; so does the stand-in.
+    assert lines[-1] == "Created remote backend for plugin: kvceph"
+
+
+def test_lab_engine_import_failure_names_the_module(caplog):
+    extra = _extra(**{"remote_storage_plugin.kvceph.module_path": "kvceph_nowhere.plugin"})
+    _, lines = _connect(caplog, extra)
+    assert any(
+        "Failed to load remote connector kvceph due to import/attribute error: No module named"
+        in line
+        for line in lines
+    )

@@ -22,6 +22,7 @@ from kvceph_lab_engine import BANNER, __version__
 from kvceph_lab_engine.versions import DEFAULT_VLLM_VERSION, KV_TRANSFER_FIELDS
 
 log = logging.getLogger("kvceph_lab_engine")
+lmcache_log = logging.getLogger("kvceph_lab_engine.lmcache")
 VLLM_WATCHDOG_SECONDS = 5.0
 
 
@@ -106,7 +107,7 @@ def _refuse(msg: str) -> int:
 def build(args):
     """Validate everything the real pair validates at startup; return (App, info). Raises
     SystemExit-worthy errors as (kind, message) via StartupError."""
-    from kvceph_lab_engine import asgi, lmcache_config, model_dir
+    from kvceph_lab_engine import asgi, lmcache_config, model_dir, remote_plugin
     from kvceph_lab_engine.auth import ApiKeys
     from kvceph_lab_engine.engine import KVEngine, LoadLimits, LocalCpuTier
     from kvceph_lab_engine.hashing import ChunkHasher
@@ -151,6 +152,7 @@ def build(args):
     store = None
     local_cpu = None
     hasher = None
+    min_hit_tokens = 0  # kvceph's connector: lookups below it report 0 hits
     limits = LoadLimits(load_bytes_per_s=args.load_bytes_per_s)
     if kv is not None:
         try:
@@ -211,6 +213,14 @@ def build(args):
             except ValueError as exc:
                 raise StartupError(f"ValueError: {exc}") from exc
             store = S3Store(s3settings)
+            lmcache_log.info("Connection initialized/re-established at %s", view.remote_url)
+        # LMCache 0.5.6's plugins: a tier that fails is only logged (remote_plugin.py).
+        for plugin in view.remote_storage_plugins:
+            kvceph = remote_plugin.connect(plugin, view.extra_config)
+            if kvceph is not None and store is None:
+                extra = {"s3_region": kvceph.region, "disable_tls": not kvceph.tls}
+                store = S3Store(settings_from_extra(f"s3://{kvceph.endpoint}", extra))
+                min_hit_tokens = kvceph.min_hit_tokens
     engine = KVEngine(
         hasher=hasher
         or ChunkHasher(
@@ -233,6 +243,7 @@ def build(args):
         if args.no_enable_prefix_caching
         else max(args.max_model_len * 4, 1 << 16),
         limits=limits,
+        min_hit_tokens=min_hit_tokens,
     )
     if kv is None:
         engine.kv_role = "none"

@@ -163,8 +163,12 @@ class KVEngine:
         kv_role: str = "kv_both",
         local_cache_tokens: int = 1 << 20,
         limits: LoadLimits | None = None,
+        min_hit_tokens: int = 0,
     ):
         self.hasher = hasher
+        # kvceph's connector (kvceph.min_hit_tokens): a hit shorter than the crossover is
+        # reported as 0 hits, so the request recomputes without reading S3.
+        self.min_hit_tokens = min_hit_tokens
         self.tp = tp
         self.bytes_per_token = bytes_per_token
         self.prefill_ms_per_token = prefill_ms_per_token
@@ -204,6 +208,8 @@ class KVEngine:
                 hits += 1
                 continue
             break
+        if hits and chunks[hits - 1][1] < self.min_hit_tokens:
+            return chunks, 0
         return chunks, hits
 
     def _load(self, chunks: list[tuple[int, int, int]]) -> int:
