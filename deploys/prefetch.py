@@ -32,6 +32,7 @@ from deploys.facts.ceph import (
     CephSpecProbe,
     CephVersions,
 )
+from deploys.facts.connector import ConnectorInstalled
 from deploys.facts.engine import (
     CacheKeyInUse,
     EngineUnits,
@@ -140,6 +141,8 @@ def inference_reads(me: HostSettings, checked) -> list[Read]:
     ]
     if me.security.guard:
         reads += _directory(render.GUARD_DIR)
+    if me.lmcache.tier.connector == "kvceph":
+        reads.append((ConnectorInstalled, {"venv": e.venv}))
     shared = vllm_service.shared_files_desired(me, checked)
     paths = list(shared)
     for engine in e.engines:
