@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import hashlib
 import io
 import tomllib
@@ -157,6 +158,13 @@ def build(root: Path = ROOT) -> Wheel:
         supported_lmcache=supported,
         content=content_hash(record),
     )
+
+
+@functools.cache
+def current() -> Wheel:
+    """``build()`` of this checkout's connector/, once per process (a run's every caller
+    sees the same wheel)."""
+    return build(ROOT)
 
 
 def lmcache_refusal(host: str, lmcache_version: str, wheel: Wheel) -> str | None:

@@ -94,7 +94,7 @@ def lmcache_config(me: HostSettings) -> dict[str, Any]:
     # (5 GB, 3000 ms) never hit after a restart and killed the engine at 30k tokens on an H200.
     limits = kv_sizing.limits(me)
     remote: dict[str, Any] = {"remote_url": me.s3.remote_url}
-    if lmc.tier is not None and lmc.tier.connector == "kvceph":
+    if _kvceph(me):
         # An LMCache plugin, never beside remote_url: that would make two remote tiers.
         remote = {"remote_storage_plugins": [connector_package.PLUGIN_NAME]}
         extra = kvceph_extra_config(me)
@@ -111,6 +111,14 @@ def lmcache_config(me: HostSettings) -> dict[str, Any]:
         "pre_caching_hash_algorithm": lmc.hash_algorithm,
         "extra_config": dict(sorted(extra.items())),
     }
+
+
+def _kvceph(me: HostSettings) -> bool:
+    return (
+        me.lmcache is not None
+        and me.lmcache.tier is not None
+        and (me.lmcache.tier.connector == "kvceph")
+    )
 
 
 def kvceph_extra_config(me: HostSettings) -> dict[str, Any]:
@@ -374,6 +382,9 @@ def digest(me: HostSettings, credentials, engine: Engine | None = None) -> str:
         secrets_env_file(credentials).reveal(),
         guard_module() if me.security.guard else "",
         me.security.s3_ca_pem or "",
+        # kvceph's connector is code the engine loads at start: a new build restarts it. Only
+        # with that connector, so the digests of stock-connector engines stay as they were.
+        *([connector_package.current().content] if _kvceph(me) else []),
     ):
         data = part.encode()
         # Length-prefixed, so moving text between files changes the digest.

@@ -10,7 +10,7 @@ from deploys import connector_package, crossover, measured
 from deploys.settings import HostSettings, SettingsError
 
 
-def check_connector(hosts: dict[str, HostSettings], build=connector_package.build) -> None:
+def check_connector(hosts: dict[str, HostSettings], build=connector_package.current) -> None:
     """Refuse, in one line, a host whose LMCache pin kvceph's connector does not support.
 
     + hosts: every host's settings

@@ -26,7 +26,7 @@ from deploys.settings import HostSettings
 def apply(me: HostSettings) -> None:
     e = me.engine
     if me.lmcache.tier.connector == "kvceph":
-        wheel = connector_package.build()
+        wheel = connector_package.current()
         fact = memo.read(host, ConnectorInstalled, venv=e.venv)
         if connector_ops.needs_install(fact, wheel.version, wheel.content):
             kvfiles.directory(

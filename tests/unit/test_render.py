@@ -529,3 +529,15 @@ def test_kvceph_min_hit_tokens_from_the_resolved_crossover():
     assert "  kvceph.min_hit_tokens: 4096\n" in render.lmcache_yaml(me)
     # A new crossover is a new lmcache.yaml, so a new digest: the group rolls.
     assert render.digest(me, CREDS) != render.digest(host(kvceph_lmcache_connector="kvceph"), CREDS)
+
+
+def test_a_new_connector_build_restarts_its_engines_only(monkeypatch):
+    from deploys import connector_package
+
+    kvceph, stock = host(kvceph_lmcache_connector="kvceph"), host()
+    before = (render.digest(kvceph, CREDS), render.digest(stock, CREDS))
+    wheel = connector_package.current()
+    changed = __import__("dataclasses").replace(wheel, content="0" * 64)
+    monkeypatch.setattr(connector_package, "current", lambda: changed)
+    assert render.digest(kvceph, CREDS) != before[0]
+    assert render.digest(stock, CREDS) == before[1]
