@@ -19,7 +19,6 @@ ON = ("--data", "kvceph_lmcache_connector=kvceph")
 VENV = "/opt/kvceph/venv"
 WHEEL = connector_package.current()
 INSTALL = f"Engine software | kvceph connector {WHEEL.version} in {VENV}"
-TIER = "Readiness check | Engine on port 8000 has its remote (S3) tier"
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +58,15 @@ def test_engine_without_its_plugin_fails_readiness_naming_the_cause(kvceph_on):
     # What an operator's hand-made venv change does: the engine restarts without the plugin.
     ssh("gpu1", f"{VENV}/bin/python -m pip uninstall -q -y kvceph-connector")
     ssh("gpu1", "timeout 120 systemctl restart vllm")
-    broken = pyinfra(*ON)
+    broken = pyinfra(*ON, json_out=False)
     assert broken.rc != 0
-    assert (TIER, "gpu1") in broken.errors(), broken.errors()
-    assert "gpu1: vllm.service serves with no remote tier: LMCache logged " in broken.output
-    assert "No adapter found for URL: plugin://kvceph" in broken.output
+    failure = next(x for x in broken.output.splitlines() if "serves with no remote tier" in x)
+    assert "gpu1: vllm.service serves with no remote tier: LMCache logged " in failure
+    assert "No adapter found for URL: plugin://kvceph" in failure
+    assert not [x for x in broken.output.splitlines() if "no remote tier" in x and "gpu1" not in x]
     # The run put the connector back; the digest is unchanged, so the engine is restarted by
     # hand, as the message says, and the next run is clean.
-    assert (INSTALL, "gpu1") in broken.changed()
+    ssh("gpu1", f"{VENV}/bin/python -c 'import kvceph_connector'")  # fails the test if absent
     ssh("gpu1", "timeout 120 systemctl restart vllm")
     healed = pyinfra(*ON)
     assert healed.rc == 0, healed.output[-4000:]
