@@ -31,6 +31,9 @@ DEFAULT_PREFILL = {
 }
 # A single configured rate (the old flat kvceph_prefill_tokens_per_s) is taken at this length.
 FLAT_AT_TOKENS = 16384
+# The curve is fitted only over lengths at least this far apart (longest / shortest); closer
+# points give a straight line (verify.py's 16k cold TTFT beside a 16k figure is one length).
+MIN_SPREAD = 2.0
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,8 @@ class Prefill:
 def fit(points: Iterable[tuple[int, float]]) -> Prefill:
     """Least squares of prefill(n) = a n + b n^2 through (tokens, seconds), a, b >= 0.
 
-    + points: (prompt tokens, cold TTFT seconds); >= 2 distinct lengths fit the curve, one
-      length gives a straight line (b = 0)
+    + points: (prompt tokens, cold TTFT seconds); lengths spanning MIN_SPREAD fit the curve,
+      closer ones give a straight line (b = 0)
 
     H200 (16384 tokens, 4.0 s) and (131072, 53.7 s): a = 2.20e-4 s, b = 1.45e-9 s.
     """
@@ -63,7 +66,9 @@ def fit(points: Iterable[tuple[int, float]]) -> Prefill:
     def line() -> Prefill:
         return Prefill(sum(n * t for n, t in pts) / sum(n * n for n, _ in pts) / 1000, 0.0)
 
-    if len({n for n, _ in pts}) < 2:
+    lengths = [n for n, _ in pts]
+    if max(lengths) < MIN_SPREAD * min(lengths):
+        # Lengths this close carry no curvature: two points 1% apart would fit any b.
         return line()
     s2, s3, s4 = (sum(n**k for n, _ in pts) for k in (2, 3, 4))
     y1, y2 = sum(n * t for n, t in pts), sum(n * n * t for n, t in pts)
@@ -164,7 +169,7 @@ def decide(
     return Crossover(
         min_hit_tokens(estimate, chunk_size, max_model_len),
         f"measured by verify.py run {measured.get('verify_run')} at "
-        f"{measured.get('measured_at')}: {tokens} tokens loaded at {rate:.2f} GB/s, cold "
+        f"{measured.get('measured_at')}: {tokens} tokens loaded at {rate:.3g} GB/s, cold "
         f"{cold:.2f} s ({measured_path})",
         estimate,
     )

@@ -33,6 +33,13 @@ def test_one_length_is_a_straight_line():
     )
 
 
+def test_nearby_lengths_give_a_line_not_a_wild_curve():
+    # The lab's flat 5,000 tok/s at 16384 beside verify.py's cold at 16411 tokens: one length.
+    p = c.fit(((16384, 16384 / 5000), (16411, 3.394)))
+    assert p.b == 0 and 2e-4 < p.a < 2.1e-4
+    assert c.crossover_tokens(p, 1.549 / 16411) == 0.0  # warm x0.46: pays at every length
+
+
 def test_sublinear_data_falls_back_to_a_line():
     p = c.fit(((1000, 1.0), (2000, 1.5)))  # second length cheaper per token
     assert p.b == 0 and p.a > 0
