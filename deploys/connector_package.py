@@ -24,11 +24,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "connector"
+from deploys import paths
+
+ROOT = paths.CONNECTOR_SOURCE
 PACKAGE = "kvceph_connector"
 DISTRIBUTION = "kvceph-connector"
-# Where the wheel lies on an inference host (beside the engine wheelhouse, docs/design.md).
-HOST_DIR = "/var/cache/kvceph/connector"
+HOST_DIR = paths.CONNECTOR_DIR
 # The plugin LMCache loads (the contract between connector/ and lmcache.yaml).
 PLUGIN_NAME = "kvceph"
 MODULE_PATH = f"{PACKAGE}.lmcache_plugin"

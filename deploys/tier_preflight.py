@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from deploys import connector_package, crossover, measured
-from deploys.settings import HostSettings, SettingsError
+from deploys.settings import HostSettings
+from deploys.settings.reader import SettingsError
 
 
 def check_connector(hosts: dict[str, HostSettings], build=connector_package.current) -> None:

@@ -9,6 +9,8 @@ import pytest
 
 from deploys import connector_package, measured, render, tier_preflight
 from deploys import settings as s
+from deploys.settings.inventory import check_inventory
+from deploys.settings.reader import SettingsError
 from deploys.verification import controller, runner
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_lmcache_connector": "kvceph"}
@@ -21,7 +23,7 @@ def fleet(tmp_path, **gpu):
         "gpu1": s.load(data, "gpu1", ("gpu",)),
         "gpu2": s.load({**data, "kvceph_lmcache_connector": "lmcache"}, "gpu2", ("gpu",)),
     }
-    return hosts, s.check_inventory(list(hosts.values()))
+    return hosts, check_inventory(list(hosts.values()))
 
 
 def test_unsupported_lmcache_is_refused_before_any_host(tmp_path):
@@ -29,7 +31,7 @@ def test_unsupported_lmcache_is_refused_before_any_host(tmp_path):
     wheel = connector_package.build()
     tier_preflight.check_connector(hosts)  # 0.5.6: fine
     other = dataclasses.replace(wheel, supported_lmcache=("0.6.0",))
-    with pytest.raises(s.SettingsError, match="gpu1: kvceph_lmcache_connector = 'kvceph': "):
+    with pytest.raises(SettingsError, match="gpu1: kvceph_lmcache_connector = 'kvceph': "):
         tier_preflight.check_connector(hosts, build=lambda: other)
 
 
@@ -39,7 +41,7 @@ def test_missing_package_is_a_settings_error(tmp_path):
     def gone():
         raise connector_package.PackageError("controller: connector/: gone; fix: x")
 
-    with pytest.raises(s.SettingsError, match="connector/: gone"):
+    with pytest.raises(SettingsError, match="connector/: gone"):
         tier_preflight.check_connector(hosts, build=gone)
 
 
@@ -84,5 +86,5 @@ def test_an_unusable_measurement_file_stops_the_run(tmp_path):
     path = measured.path_for(str(tmp_path / "measured"), "Qwen/Qwen3-32B", 2)
     path.parent.mkdir(parents=True)
     path.write_text('{"prompt_tokens": 0}')
-    with pytest.raises(s.SettingsError, match="missing or not > 0; fix: delete it"):
+    with pytest.raises(SettingsError, match="missing or not > 0; fix: delete it"):
         tier_preflight.resolve(hosts)

@@ -5,6 +5,8 @@ import pytest
 
 from deploys import crossover
 from deploys import settings as s
+from deploys.settings.inventory import check_inventory
+from deploys.settings.reader import SettingsError
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 
@@ -55,7 +57,7 @@ BAD = [
 
 @pytest.mark.parametrize("data,key,expected", BAD, ids=[b[2] for b in BAD])
 def test_bad_values_are_one_line_errors(data, key, expected):
-    with pytest.raises(s.SettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         load(host="h1", **data)
     message = str(err.value)
     assert message.startswith(f"h1: {key} = ") and expected in message
@@ -78,12 +80,12 @@ def _fleet(gpu1, gpu2):
 def test_a_cache_group_may_mix_connectors():
     """The docs' promise: kvceph's connector names objects as the stock one does, so a group
     of both is one cache group (and can move from one to the other without losing its cache)."""
-    groups = s.check_inventory(_fleet({"kvceph_lmcache_connector": "kvceph"}, {}))
+    groups = check_inventory(_fleet({"kvceph_lmcache_connector": "kvceph"}, {}))
     assert [g.hosts for g in groups] == [("gpu1", "gpu2")]
 
 
 def test_mixing_connectors_does_not_hide_a_key_difference():
-    with pytest.raises(s.SettingsError, match="gpu2: kvceph_lmcache_chunk_size = 512"):
-        s.check_inventory(
+    with pytest.raises(SettingsError, match="gpu2: kvceph_lmcache_chunk_size = 512"):
+        check_inventory(
             _fleet({"kvceph_lmcache_connector": "kvceph"}, {"kvceph_lmcache_chunk_size": 512})
         )

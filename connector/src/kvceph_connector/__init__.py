@@ -1,10 +1,8 @@
-"""kvceph's S3 connector for LMCache (placeholder: the names of the contract, no S3 yet).
+"""kvceph's S3 connector for LMCache: an S3 core (s3core) and LMCache's plugin (lmcache_plugin)."""
 
-Branch ``connector`` replaces this package with the real one (S3Core + the LMCache plugin);
-until then the deploy can install it, and an engine that loads it gets no remote tier, as
-LMCache does with a plugin whose connector cannot be created.
-"""
+__version__ = "0.1.0"
 
-__version__ = "0.0.1"
-# The LMCache releases whose plugin interface this package implements.
+#: The LMCache releases whose RemoteConnector / ConnectorAdapter API the plugin was built and
+#: tested against (lmcache/v1/storage_backend/connector/base_connector.py of each). Any other
+#: release is refused when the plugin loads: the API moves between minor releases.
 SUPPORTED_LMCACHE = ("0.5.6",)

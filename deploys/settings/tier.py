@@ -1,6 +1,7 @@
 """Settings of the remote tier: which LMCache connector, its knobs, and the crossover's inputs.
 
-Pure module, read by deploys/settings.py for each inference host (``r`` is its typed reader).
+Pure module, read by deploys/settings/lmcache.py for each inference host (``r`` is its typed
+reader, deploys/settings/reader.py).
 Every error is one line naming host, key, value and fix.
 """
 
