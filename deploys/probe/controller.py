@@ -34,9 +34,10 @@ def shape_of(me) -> verdicts.Shape:
 
 
 def probe_args(me, nonce: str) -> list[str]:
-    """s3probe.py's arguments for this host: endpoint, region, TLS and I/O threads as LMCache
-    reads them from the host's lmcache.yaml (``render.lmcache_config``), object size from the
-    same derivation, so the probe takes the path the engine takes."""
+    """s3probe.py's arguments for this host: endpoint, region, TLS and I/O threads (kvceph's
+    connector: its core, connections and timeout) as the engine reads them from lmcache.yaml
+    (``render.lmcache_config``), object size from the same derivation, so the probe takes the
+    path the engine takes."""
     e, lmc, probe = me.engine, me.lmcache, me.probe
     config = render.lmcache_config(me)
     extra = config["extra_config"]
@@ -73,6 +74,10 @@ def probe_args(me, nonce: str) -> list[str]:
         argv.append("--disable-tls")
     if http2:
         argv.append("--prefer-http2")
+    if kvceph:
+        # s3probe.py measures through the connector's own S3 core, with its knobs.
+        argv += ["--connector", "kvceph", "--connections", str(threads)]
+        argv += ["--timeout-s", repr(float(extra["kvceph.timeout_s"]))]
     return argv
 
 

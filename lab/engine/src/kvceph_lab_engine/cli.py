@@ -22,7 +22,6 @@ from kvceph_lab_engine import BANNER, __version__
 from kvceph_lab_engine.versions import DEFAULT_VLLM_VERSION, KV_TRANSFER_FIELDS
 
 log = logging.getLogger("kvceph_lab_engine")
-lmcache_log = logging.getLogger("kvceph_lab_engine.lmcache")
 VLLM_WATCHDOG_SECONDS = 5.0
 
 
@@ -107,7 +106,7 @@ def _refuse(msg: str) -> int:
 def build(args):
     """Validate everything the real pair validates at startup; return (App, info). Raises
     SystemExit-worthy errors as (kind, message) via StartupError."""
-    from kvceph_lab_engine import asgi, lmcache_config, model_dir, remote_plugin
+    from kvceph_lab_engine import asgi, lmcache_config, model_dir
     from kvceph_lab_engine.auth import ApiKeys
     from kvceph_lab_engine.engine import KVEngine, LoadLimits, LocalCpuTier
     from kvceph_lab_engine.hashing import ChunkHasher
@@ -152,7 +151,6 @@ def build(args):
     store = None
     local_cpu = None
     hasher = None
-    min_hit_tokens = 0  # kvceph's connector: lookups below it report 0 hits
     limits = LoadLimits(load_bytes_per_s=args.load_bytes_per_s)
     if kv is not None:
         try:
@@ -172,10 +170,11 @@ def build(args):
         except ValueError as exc:
             raise StartupError(f"ValueError: {exc}") from exc
         log.info(
-            "LMCache: chunk_size=%d remote_url=%s save_unfull_chunk=%s hash=%s "
-            "(effective %s) local_cpu=%s",
+            "LMCache: chunk_size=%d remote_url=%s remote_storage_plugins=%s "
+            "save_unfull_chunk=%s hash=%s (effective %s) local_cpu=%s",
             view.chunk_size,
             view.remote_url,
+            view.remote_storage_plugins,
             view.save_unfull_chunk,
             view.pre_caching_hash_algorithm,
             hasher.algorithm,
@@ -201,7 +200,23 @@ def build(args):
         )
         if view.local_cpu:
             local_cpu = LocalCpuTier(int(view.max_local_cpu_size * (1 << 30)))
-        if view.remote_url:
+        if view.remote_storage_plugins:
+            # LMCache 0.5.6 makes one RemoteBackend per plugin; the lab knows kvceph's only.
+            from kvceph_lab_engine import kvceph_store
+
+            unknown = [p for p in view.remote_storage_plugins if p != kvceph_store.PLUGIN]
+            if unknown:
+                raise StartupError(
+                    f"remote_storage_plugins {unknown}: the lab engine emulates only "
+                    f"{kvceph_store.PLUGIN!r}"
+                )
+            if view.remote_url:
+                log.warning(
+                    "remote_url and remote_storage_plugins are both set: LMCache makes two "
+                    "remote tiers; the lab engine uses the plugin's only"
+                )
+            store = kvceph_store.create(view.extra_config, view.chunk_size)
+        elif view.remote_url:
             if not view.remote_url.startswith("s3://"):
                 raise StartupError(
                     f"remote_url {view.remote_url!r}: the lab engine emulates only s3:// remotes"
@@ -213,14 +228,6 @@ def build(args):
             except ValueError as exc:
                 raise StartupError(f"ValueError: {exc}") from exc
             store = S3Store(s3settings)
-            lmcache_log.info("Connection initialized/re-established at %s", view.remote_url)
-        # LMCache 0.5.6's plugins: a tier that fails is only logged (remote_plugin.py).
-        for plugin in view.remote_storage_plugins:
-            kvceph = remote_plugin.connect(plugin, view.extra_config)
-            if kvceph is not None and store is None:
-                extra = {"s3_region": kvceph.region, "disable_tls": not kvceph.tls}
-                store = S3Store(settings_from_extra(f"s3://{kvceph.endpoint}", extra))
-                min_hit_tokens = kvceph.min_hit_tokens
     engine = KVEngine(
         hasher=hasher
         or ChunkHasher(
@@ -243,7 +250,6 @@ def build(args):
         if args.no_enable_prefix_caching
         else max(args.max_model_len * 4, 1 << 16),
         limits=limits,
-        min_hit_tokens=min_hit_tokens,
     )
     if kv is None:
         engine.kv_role = "none"

@@ -29,7 +29,7 @@ class LMCacheView:
     source: str
     chunk_size: int = 256
     remote_url: str | None = None
-    remote_storage_plugins: list = field(default_factory=list)
+    remote_storage_plugins: list[str] = field(default_factory=list)
     save_unfull_chunk: bool = False
     pre_caching_hash_algorithm: str = "builtin"
     local_cpu: bool = True
