@@ -3,7 +3,8 @@
 # package registries: the wheels the GPU image lacks (wheels.txt, cp312 manylinux), a minimal Ceph
 # 16.2.15 + haproxy (binaries, plugins and every shared library they load, from Debian packages),
 # one tar split into parts of at most PART_MIB (default 61) MiB, because one transfer to that
-# machine carries at most 64 MiB including the repository.
+# machine carries at most 64 MiB including the repository; and LMCache 0.5.6's csrc/ from its
+# sdist (lmcache-csrc.tgz, for buildops.py).
 #   hw/h200/prepare.sh [OUT]     (default: <repo>/.ship/parts; work files in $BUILD, default /tmp/h200-build)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
@@ -50,6 +51,26 @@ missing=$(find "$M/usr/bin" -type f | while read -r f; do LD_LIBRARY_PATH="$M/$L
 [ -z "$missing" ] || { echo "missing libraries: $missing"; exit 1; }
 tar -C "$M" -cf - . | xz -T2 -6 > "$B/cephmin.tar.xz"
 say "cephmin.tar.xz $(du -m "$B/cephmin.tar.xz" | cut -f1) MiB"
+
+# LMCache 0.5.6's C++/CUDA sources, for buildops.py on the GPU machine: pip fetches the sdist and
+# then installs its build requirements (torch 2.13, minutes) to read its metadata; the file is
+# taken from pip's work directory as soon as it is there, and checked against its published hash.
+SDIST_SHA=d6951e60ce8818a76aa42d0866a4ba85f1c95cd919355fff30ff24dcc3243f1e
+SD=$B/lmcache-0.5.6.tar.gz
+if [ ! -f "$SD" ] && [ -n "${LMCACHE_SDIST:-}" ]; then cp "$LMCACHE_SDIST" "$SD"; fi
+if [ ! -f "$SD" ]; then
+  say "LMCache 0.5.6 sdist"
+  rm -rf "$B/piptmp"; mkdir -p "$B/piptmp"
+  TMPDIR=$B/piptmp timeout 900 $PY -m pip download -q --no-deps --no-binary :all: -d "$B/piptmp/dl" lmcache==0.5.6 >/dev/null 2>&1 &
+  pip_pid=$!
+  for _ in $(seq 1 300); do f=$(find "$B/piptmp" -name lmcache-0.5.6.tar.gz -size +9M 2>/dev/null | head -1)
+    [ -n "$f" ] && echo "$SDIST_SHA  $f" | sha256sum -c --quiet 2>/dev/null && cp "$f" "$SD" && break; sleep 1; done
+  kill "$pip_pid" 2>/dev/null; wait "$pip_pid" 2>/dev/null
+fi
+echo "$SDIST_SHA  $SD" | sha256sum -c --quiet || { echo "no LMCache 0.5.6 sdist (set LMCACHE_SDIST=<file>)"; exit 1; }
+rm -rf "$B/csrc"; mkdir -p "$B/csrc"; tar -xzf "$SD" -C "$B/csrc" lmcache-0.5.6/csrc
+tar -C "$B/csrc/lmcache-0.5.6" -czf "$OUT/lmcache-csrc.tgz" csrc
+say "lmcache-csrc.tgz $(du -k "$OUT/lmcache-csrc.tgz" | cut -f1) KiB"
 
 say "payload -> $OUT/part.NN (<= $PART_MIB MiB each)"
 rm -f "$OUT"/part.*
