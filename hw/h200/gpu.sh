@@ -18,7 +18,7 @@ OUTD=${OUT:-/tmp/h200-out}; mkdir -p "$OUTD"
 START=$(date +%s); BUDGET=${BUDGET:-560}
 PY=${PY:-python3}; export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 S3=${S3_ADDR:-127.0.0.1:7480}; DNS=${DNS_NAME:-s3.lab}; RGW_TOTAL=${RGW_COUNT:-4}
-NUM_OSDS=${NUM_OSDS:-4}; OSD_GB=${OSD_GB:-14}; OPS_WAIT=${OPS_WAIT:-420}
+NUM_OSDS=${NUM_OSDS:-4}; OSD_GB=${OSD_GB:-14}; OPS_WAIT=${OPS_WAIT:-330}
 UNIT=/etc/systemd/system/vllm.service; API=http://127.0.0.1:8000
 export KVCEPH_H200_TRACE=$S/trace.jsonl
 
@@ -34,7 +34,7 @@ pack() {
   local lg
   for lg in "$S"/engine.*.log; do [ -f "$lg" ] || continue
     { echo "== $lg: $(wc -l <"$lg") lines; Failed to allocate: $(grep -c 'Failed to allocate' "$lg"); still waiting: $(grep -c 'still waiting' "$lg")"
-      sed 's/\x1b\[[0-9;]*m//g' "$lg" | grep -E 'LMCache (INFO|WARNING|ERROR).*(hit tokens|Retrieved|Stored [0-9]|still waiting|Failed|rror|disabled|config|plugin|remote backend|cuda_ops|kvceph)|kvceph|Error|error:|Traceback|KV cache|max_model_len|Available KV|backend' \
+      sed 's/\x1b\[[0-9;]*m//g' "$lg" | grep -E 'LMCache (INFO|WARNING|ERROR).*(hit tokens|Retrieved|Stored [0-9]|still waiting|Failed|rror|disabled|config|plugin|remote backend|Connection initialized|No adapter|cuda_ops|kvceph)|kvceph|Error|error:|Traceback|KV cache|max_model_len|Available KV|backend' \
         | grep -v -E 'Discovered API|Auto-selected backend' | cut -c1-400 | tail -200; } > "$R/$(basename "$lg" .log).filtered.txt"
   done
   [ -d /tmp/ceph/log ] && for f in /tmp/ceph/log/*.log; do tail -30 "$f"; done > "$R/ceph-logs-tail.txt" 2>&1
@@ -172,23 +172,37 @@ use() {
   fi
   ensure_engine
   need "$STEP_NEED" "$STEP (after the engine start)"
+  # kvceph's plugin: LMCache logs "Created remote backend" even when the connector failed; only
+  # this line proves the tier (branch tier's deploys/remote_tier.py reads the same). Without it,
+  # the variant's steps are skipped (recorded), so the loan goes on with the others.
+  case "$1" in kv*)
+    grep -q "Connection initialized/re-established at plugin://kvceph" "$(engine_log)" && return 0
+    log "NO REMOTE TIER in variant $1: $(sed 's/\x1b\[[0-9;]*m//g' "$(engine_log)" | grep -E 'plugin|kvceph|remote connect' | tail -3 | cut -c1-300 | tr '\n' ' ')"
+    echo "{\"label\": \"$STEP\", \"kind\": \"skipped\", \"variant\": \"$1\", \"why\": \"no remote tier\"}" >> "$R/cells.jsonl"
+    return 1 ;;
+  esac
 }
+engine_log() { ls -t "$S"/engine.*.log | head -1; }
 
 cell() { local id=$1 v=$2 n=$3 c=${4:-}
-  use "$v"
+  use "$v" || return 0
   M cold "$id" "$n"; M warm "$id-warm" "$id"
   [ "$c" = ceil ] && ceil "$id"
   M clear "$id" >/dev/null; gc
 }
 verify() { local id=$1 v=$2 rv=$3 n=$4
-  use "$v"
+  use "$v" || return 0
   log "verifier at $n tokens, $(grep -o '"warm_ratio": [0-9.]*' "$(rendered "$rv")/runner.json")"
   py "$HERE/prove.py" "$(rendered "$rv")" "$S" "$R" "$n" 2>&1 | tee -a "$S/prove.log" | grep -v '^\[prove'
   ensure_engine
 }
 
 # ---- 7 the plan (plan.txt), skipping what an earlier loan did (meta/done-before.txt)
-[ -f "$SHIP/meta/done-before.txt" ] && ! done_ before && { for id in $(cat "$SHIP/meta/done-before.txt"); do touch "$S/done.$id"; done; mark before; }
+# (the set-up and the layout's ceiling always run: every loan measures its own)
+if [ -f "$SHIP/meta/done-before.txt" ] && ! done_ before; then
+  for id in $(grep -v -x -E 'unpack|files|ops|ceiling|before' "$SHIP/meta/done-before.txt"); do touch "$S/done.$id"; done
+  mark before; log "an earlier loan did: $(tr '\n' ' ' < "$SHIP/meta/done-before.txt")"
+fi
 while read -r id needs action args; do
   case "$id" in ''|'#'*) continue ;; esac
   done_ "$id" && continue
