@@ -25,12 +25,15 @@ from urllib.parse import quote
 from awscrt import auth, io, s3
 from awscrt.http import HttpHeaders, HttpRequest
 
+# what kvceph renders for this RGW (kvceph.region / s3_region): RGW takes the SigV4 scope as sent
+REGION = os.environ.get("KVCEPH_H200_REGION", "default")
+
 
 def _objects(host: str, bucket: str, prefix: str) -> list[tuple[str, int]]:
     import boto3
 
     b = boto3.Session(profile_name=os.environ.get("AWS_PROFILE")).client(
-        "s3", endpoint_url=f"http://{host}", region_name="us-east-1"
+        "s3", endpoint_url=f"http://{host}", region_name=REGION
     )
     pages = b.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return sorted((o["Key"], o["Size"]) for p in pages for o in p.get("Contents", ()))
@@ -43,7 +46,7 @@ class Client:
         boot = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
         self.creds = auth.AwsCredentialsProvider.new_default_chain(boot)
         self.client = s3.S3Client(
-            bootstrap=boot, region="us-east-1", tls_mode=s3.S3RequestTlsMode.DISABLED,
+            bootstrap=boot, region=REGION, tls_mode=s3.S3RequestTlsMode.DISABLED,
             credential_provider=self.creds, throughput_target_gbps=100.0,
         )  # fmt: skip
 
@@ -58,7 +61,7 @@ class Client:
             kw["request_body"] = pyio.BytesIO(kw.pop("body"))
         req = HttpRequest(method, "/" + quote(key), h, kw.pop("request_body", None))
         return s3.S3Request(client=self.client, type=kind, request=req,
-                            credential_provider=self.creds, region="us-east-1", **kw)  # fmt: skip
+                            credential_provider=self.creds, region=REGION, **kw)  # fmt: skip
 
 
 def _buffers(sizes: list[int]):

@@ -18,7 +18,8 @@ OUTD=${OUT:-/tmp/h200-out}; mkdir -p "$OUTD"
 START=$(date +%s); BUDGET=${BUDGET:-560}
 PY=${PY:-python3}; export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 S3=${S3_ADDR:-127.0.0.1:7480}; DNS=${DNS_NAME:-s3.lab}; RGW_TOTAL=${RGW_COUNT:-4}
-NUM_OSDS=${NUM_OSDS:-4}; OSD_GB=${OSD_GB:-14}; OPS_WAIT=${OPS_WAIT:-330}
+NUM_OSDS=${NUM_OSDS:-4}; OSD_GB=${OSD_GB:-14}; OPS_WAIT=${OPS_WAIT:-330}; CD=${CEPH_DATA:-/tmp/ceph}
+CEIL_PUT=${CEIL_PUT:-64 64}   # the layout's ceiling: N objects of MiB MiB
 UNIT=/etc/systemd/system/vllm.service; API=http://127.0.0.1:8000
 export KVCEPH_H200_TRACE=$S/trace.jsonl
 
@@ -37,7 +38,7 @@ pack() {
       sed 's/\x1b\[[0-9;]*m//g' "$lg" | grep -E 'LMCache (INFO|WARNING|ERROR).*(hit tokens|Retrieved|Stored [0-9]|still waiting|Failed|rror|disabled|config|plugin|remote backend|Connection initialized|No adapter|cuda_ops|kvceph)|kvceph|Error|error:|Traceback|KV cache|max_model_len|Available KV|backend' \
         | grep -v -E 'Discovered API|Auto-selected backend' | cut -c1-400 | tail -200; } > "$R/$(basename "$lg" .log).filtered.txt"
   done
-  [ -d /tmp/ceph/log ] && for f in /tmp/ceph/log/*.log; do tail -30 "$f"; done > "$R/ceph-logs-tail.txt" 2>&1
+  [ -d "$CD/log" ] && for f in "$CD"/log/*.log; do tail -30 "$f"; done > "$R/ceph-logs-tail.txt" 2>&1
   [ -f "$KVCEPH_H200_TRACE" ] && cp "$KVCEPH_H200_TRACE" "$R/trace.jsonl"
   cp "$S/progress.log" "$R/" 2>/dev/null
   tar -C "$S" -czf "$OUTD/h200-results.tgz" results 2>/dev/null
@@ -86,6 +87,7 @@ install_files() { local d; d=$(rendered "$1")
   install -D -m644 "$d/lmcache.yaml" /etc/kvceph/lmcache.yaml && install -D -m644 "$d/vllm.env" /etc/kvceph/vllm.env &&
   install -D -m644 "$d/vllm.service" "$UNIT" && install -d -m700 /var/lib/vllm/.aws &&
   install -m600 "$d/credentials" "$d/config" /var/lib/vllm/.aws/ || return 1
+  install -D -m644 "$d/kvceph_engine_guard.py" "$(py -c 'import json,sys; print(json.load(open(sys.argv[1]))["paths"]["guard"])' "$d/runner.json")" || return 1
   grep -q '# kvceph$' /etc/hosts || cat "$d/hosts" >> /etc/hosts
   echo "$1" > "$S/variant"; mkdir -p "$R/rendered-$1"; cp "$d"/{lmcache.yaml,vllm.env,vllm.service,config,hosts,runner.json} "$R/rendered-$1/"
   log "installed kvceph's files, variant $1: $(grep -E '^(chunk_size|max_local_cpu_size|enable_async_loading|remote_url|remote_storage_plugins)|min_hit_tokens|connections' /etc/kvceph/lmcache.yaml | tr -s ' ' | tr '\n' ' ')"
@@ -111,7 +113,7 @@ fi
 if ! curl -sf -m 3 "http://$S3/" >/dev/null; then
   need 60 "ceph"
   log "ceph-up: $NUM_OSDS memstore OSDs of $OSD_GB GiB, $RGW_TOTAL radosgw, haproxy"
-  CEPH_PREFIX=$CEPH CEPH_DATA=/tmp/ceph OSD_STORE=memstore NUM_OSDS=$NUM_OSDS OSD_GB=$OSD_GB \
+  CEPH_PREFIX=$CEPH CEPH_DATA=$CD OSD_STORE=memstore NUM_OSDS=$NUM_OSDS OSD_GB=$OSD_GB \
     RGW_COUNT=$RGW_TOTAL S3_PORT=${S3##*:} DNS_NAME=$DNS PY=$PY CREDS=/var/lib/vllm/.aws/credentials \
     timeout 240 bash "$HERE/ceph-up.sh" > "$S/ceph.log" 2>&1; rc=$?
   tail -8 "$S/ceph.log"; cp "$S/ceph.log" "$R/"
@@ -119,7 +121,7 @@ if ! curl -sf -m 3 "http://$S3/" >/dev/null; then
   printf '{"osd_store": "memstore", "osds": %s, "osd_gb": %s, "radosgw": %s, "haproxy": true, "ceph": "%s"}\n' \
     "$NUM_OSDS" "$OSD_GB" "$RGW_TOTAL" "$(grep -o 'ceph version [^ ]*' "$R/env.txt" | head -1)" > "$R/layout.json"
 fi
-gc() { LD_LIBRARY_PATH=$CEPH/usr/lib/x86_64-linux-gnu:$CEPH/usr/lib/x86_64-linux-gnu/ceph:$CEPH/lib CEPH_CONF=/tmp/ceph/ceph.conf \
+gc() { LD_LIBRARY_PATH=$CEPH/usr/lib/x86_64-linux-gnu:$CEPH/usr/lib/x86_64-linux-gnu/ceph:$CEPH/lib CEPH_CONF=$CD/ceph.conf \
   timeout 120 "$CEPH/usr/bin/radosgw-admin" -n client.rgw.gw1 gc process --include-all >/dev/null 2>&1; }
 M() { py "$HERE/measure.py" "$(rendered "$(cat "$S/variant")")" "$S" "$R" "$@" 2>&1 | tail -1 | cut -c1-400; }
 ceil() { HOME=/var/lib/vllm AWS_PROFILE=lmcache timeout 200 "$PY" "$HERE/ceiling.py" "$DNS:${S3##*:}" lmcache "$@" 2>&1 |
@@ -128,7 +130,8 @@ ceil() { HOME=/var/lib/vllm AWS_PROFILE=lmcache timeout 200 "$PY" "$HERE/ceiling
 # ---- 4 the layout's ceiling before any engine holds memory: 64 objects of 64 MiB (one 16k
 # prompt's KV at chunk 256), GET twice into pinned memory and on to the GPU; then deleted
 if ! done_ ceiling; then need 60 "layout ceiling"
-  ceil layout --prefix ceiling- --put 64 64 --reps 2; M clear ceiling >/dev/null; gc; mark ceiling; fi
+  # shellcheck disable=SC2086
+  ceil layout --prefix ceiling- --put $CEIL_PUT --reps 2; M clear ceiling >/dev/null; gc; mark ceiling; fi
 
 # ---- 5 the compiled ops: installed into $SITE/lmcache if the build finished and they load
 if ! done_ ops; then

@@ -26,31 +26,36 @@ grep -v -E '^\s*(#|$)' "$HERE/wheels.txt" | while read -r req; do
 done
 n=$(ls "$B/whl"/*.whl | wc -l); say "$n wheels, $(du -sm "$B/whl" | cut -f1) MiB"
 
-say "Debian packages -> $B/deb"
-(cd "$B/deb" && apt-get download -q $(grep -v -E '^\s*(#|$)' "$HERE/debs.txt") >/dev/null)
-for d in "$B"/deb/*.deb; do dpkg-deb -x "$d" "$B/root"; done
+# the minimal Ceph: reused when an intact one from an earlier run is there (rm it to rebuild)
+if [ -f "$B/cephmin.tar.xz" ] && xz -t "$B/cephmin.tar.xz" 2>/dev/null; then
+  say "minimal Ceph + haproxy: reusing $B/cephmin.tar.xz"
+else
+  say "Debian packages -> $B/deb"
+  (cd "$B/deb" && apt-get download -q $(grep -v -E '^\s*(#|$)' "$HERE/debs.txt") >/dev/null)
+  for d in "$B"/deb/*.deb; do dpkg-deb -x "$d" "$B/root"; done
 
-say "minimal Ceph + haproxy"
-M=$B/min; rm -rf "$M"; mkdir -p "$M/usr/bin" "$M/usr/lib/x86_64-linux-gnu" "$M/lib"
-R=$B/root; L=usr/lib/x86_64-linux-gnu
-BINS="ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph-authtool"
-for b in $BINS; do cp -a "$R/usr/bin/$b" "$M/usr/bin/"; done
-cp -a "$R/usr/sbin/haproxy" "$M/usr/bin/"
-cp -a "$R/$L"/lib{rados,radosstriper,rbd,rgw,cephfs}.so* "$M/$L/"
-cp -a "$R/$L/ceph" "$R/$L/rados-classes" "$M/$L/"
-# Every shared library the binaries and plugins load, except the C library itself: the GPU image
-# is another distribution, so ship bookworm's copies next to the binaries (LD_LIBRARY_PATH).
-export LD_LIBRARY_PATH="$R/$L:$R/$L/ceph:$R/lib/x86_64-linux-gnu"
-find "$M" -type f \( -name '*.so*' -o -perm -u+x \) | while read -r f; do ldd "$f" 2>/dev/null || true; done |
-  awk '/=> \//{print $3}' | sort -u | while read -r lib; do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libresolv.so*|libutil.so*) continue ;;
-    esac
-    [ -e "$M/$L/$(basename "$lib")" ] || cp -L "$lib" "$M/lib/"
-  done
-missing=$(find "$M/usr/bin" -type f | while read -r f; do LD_LIBRARY_PATH="$M/$L:$M/$L/ceph:$M/lib" ldd "$f" | grep 'not found' || true; done)
-[ -z "$missing" ] || { echo "missing libraries: $missing"; exit 1; }
-tar -C "$M" -cf - . | xz -T2 -6 > "$B/cephmin.tar.xz"
+  say "minimal Ceph + haproxy"
+  M=$B/min; rm -rf "$M"; mkdir -p "$M/usr/bin" "$M/usr/lib/x86_64-linux-gnu" "$M/lib"
+  R=$B/root; L=usr/lib/x86_64-linux-gnu
+  BINS="ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph-authtool"
+  for b in $BINS; do cp -a "$R/usr/bin/$b" "$M/usr/bin/"; done
+  cp -a "$R/usr/sbin/haproxy" "$M/usr/bin/"
+  cp -a "$R/$L"/lib{rados,radosstriper,rbd,rgw,cephfs}.so* "$M/$L/"
+  cp -a "$R/$L/ceph" "$R/$L/rados-classes" "$M/$L/"
+  # Every shared library the binaries and plugins load, except the C library itself: the GPU image
+  # is another distribution, so ship bookworm's copies next to the binaries (LD_LIBRARY_PATH).
+  export LD_LIBRARY_PATH="$R/$L:$R/$L/ceph:$R/lib/x86_64-linux-gnu"
+  find "$M" -type f \( -name '*.so*' -o -perm -u+x \) | while read -r f; do ldd "$f" 2>/dev/null || true; done |
+    awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libresolv.so*|libutil.so*) continue ;;
+      esac
+      [ -e "$M/$L/$(basename "$lib")" ] || cp -L "$lib" "$M/lib/"
+    done
+  missing=$(find "$M/usr/bin" -type f | while read -r f; do LD_LIBRARY_PATH="$M/$L:$M/$L/ceph:$M/lib" ldd "$f" | grep 'not found' || true; done)
+  [ -z "$missing" ] || { echo "missing libraries: $missing"; exit 1; }
+  tar -C "$M" -cf - . | xz -T2 -6 > "$B/cephmin.tar.xz"
+fi
 say "cephmin.tar.xz $(du -m "$B/cephmin.tar.xz" | cut -f1) MiB"
 
 # LMCache 0.5.6's C++/CUDA sources, for buildops.py on the GPU machine: pip fetches the sdist and

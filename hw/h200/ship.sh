@@ -23,7 +23,9 @@ export KVCEPH_S3_SECRET_KEY=${KVCEPH_S3_SECRET_KEY:-$(openssl rand -base64 30 | 
 PIN=kvceph_lmcache_max_local_cpu_size=31.5
 ST="kvceph_lmcache_connector=lmcache $PIN"
 KV="kvceph_lmcache_connector=kvceph kvceph_min_hit_tokens=12288 $PIN"
-r() { "$PY" "$HERE/render.py" "$S/rendered" "$@"; }
+# H200_RENDER_EXTRA: more key=value overrides for every variant (the CPU dry run moves the ports)
+# shellcheck disable=SC2086
+r() { "$PY" "$HERE/render.py" "$S/rendered" "$@" ${H200_RENDER_EXTRA:-}; }
 r st $ST
 r st1024 $ST kvceph_lmcache_chunk_size=1024
 r kv $KV
