@@ -76,7 +76,11 @@ if ! done_ unpack; then
   py -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$STAGE"/x/whl/*.whl "$SHIP"/meta/whl/*.whl 2>&1 | grep -v -i warning | tail -3
   rm -rf "$STAGE/x" "$STAGE"/part.*
   { date -u +"date %Y-%m-%dT%H:%M:%SZ"; uname -r; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-    py -c 'import importlib.metadata as m, sys; print("python", sys.version.split()[0]); [print(p, m.version(p)) for p in ("vllm","lmcache","torch","awscrt","boto3","transformers","tokenizers","kvceph-connector")]'
+    py -c 'import importlib.metadata as m, sys
+print("python", sys.version.split()[0])
+for p in ("vllm", "lmcache", "torch", "awscrt", "boto3", "transformers", "tokenizers", "kvceph-connector"):
+    try: print(p, m.version(p))
+    except m.PackageNotFoundError: print(p, "absent")'
     LD_LIBRARY_PATH=$CEPH/usr/lib/x86_64-linux-gnu:$CEPH/usr/lib/x86_64-linux-gnu/ceph:$CEPH/lib $CEPH/usr/bin/radosgw --version
     LD_LIBRARY_PATH=$CEPH/lib $CEPH/usr/bin/haproxy -v | head -1; nproc; free -g | head -2; df -h / /tmp | tail -2; } > "$R/env.txt" 2>&1
   cat "$R/env.txt"; mark unpack; log "unpacked"
