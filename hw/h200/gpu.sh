@@ -107,6 +107,8 @@ if ! done_ files; then
   chmod +x /opt/kvceph/venv/bin/vllm; fi
   model=$(sed -n 's/^ExecStart=[^ ]* serve \([^ ]*\) .*/\1/p' "$UNIT")
   py "$HERE/model.py" "$model" || finish 1
+  # the CPU dry run's lab engine reads only its own tokenizer (lab/engine model_dir.py)
+  [ -n "${H200_DRY_RUN:-}" ] && echo '{"model": {"type": "kvceph-lab-words", "vocab_size": 151936}}' > "$model/tokenizer.json"
   mark files; log "model dir $model; hosts: $(getent hosts lmcache.s3.lab | tr -s ' ')"
 fi
 
