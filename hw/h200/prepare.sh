@@ -71,7 +71,7 @@ if [ ! -f "$SD" ]; then
   pip_pid=$!
   for _ in $(seq 1 300); do f=$(find "$B/piptmp" -name lmcache-0.5.6.tar.gz -size +9M 2>/dev/null | head -1)
     [ -n "$f" ] && echo "$SDIST_SHA  $f" | sha256sum -c --quiet 2>/dev/null && cp "$f" "$SD" && break; sleep 1; done
-  kill "$pip_pid" 2>/dev/null; wait "$pip_pid" 2>/dev/null
+  kill "$pip_pid" 2>/dev/null; wait "$pip_pid" 2>/dev/null || true
 fi
 echo "$SDIST_SHA  $SD" | sha256sum -c --quiet || { echo "no LMCache 0.5.6 sdist (set LMCACHE_SDIST=<file>)"; exit 1; }
 rm -rf "$B/csrc"; mkdir -p "$B/csrc"; tar -xzf "$SD" -C "$B/csrc" lmcache-0.5.6/csrc
