@@ -91,7 +91,7 @@ install_files() { local d; d=$(rendered "$1")
   install -D -m644 "$d/lmcache.yaml" /etc/kvceph/lmcache.yaml && install -D -m644 "$d/vllm.env" /etc/kvceph/vllm.env &&
   install -D -m644 "$d/vllm.service" "$UNIT" && install -d -m700 /var/lib/vllm/.aws &&
   install -m600 "$d/credentials" "$d/config" /var/lib/vllm/.aws/ || return 1
-  install -D -m644 "$d/kvceph_engine_guard.py" "$(py -c 'import json,sys; print(json.load(open(sys.argv[1]))["paths"]["guard"])' "$d/runner.json")" || return 1
+  [ ! -s "$d/kvceph_engine_guard.py" ] || install -D -m644 "$d/kvceph_engine_guard.py" "$(py -c 'import json,sys; print(json.load(open(sys.argv[1]))["paths"]["guard"])' "$d/runner.json")" || return 1
   grep -q '# kvceph$' /etc/hosts || cat "$d/hosts" >> /etc/hosts
   echo "$1" > "$S/variant"; mkdir -p "$R/rendered-$1"; cp "$d"/{lmcache.yaml,vllm.env,vllm.service,config,hosts,runner.json} "$R/rendered-$1/"
   log "installed kvceph's files, variant $1: $(grep -E '^(chunk_size|max_local_cpu_size|enable_async_loading|remote_url|remote_storage_plugins)|min_hit_tokens|connections' /etc/kvceph/lmcache.yaml | tr -s ' ' | tr '\n' ' ')"

@@ -4,7 +4,7 @@
 
 Loads ``hw/h200/h200.py`` the way ``pyinfra`` does (the repository's group_data, then
 ``hw/h200/group_data``; ``key=value`` pairs override like ``--data``), checks the settings with
-``deploys/settings.py``, and writes into ``OUT/NAME/`` exactly what ``deploys/render.py`` renders
+``deploys/settings/``, and writes into ``OUT/NAME/`` exactly what ``deploys/render.py`` renders
 for the host: ``lmcache.yaml``, ``vllm.env`` (with its digest), ``vllm.service``, ``credentials``,
 ``config``, ``hosts``, the engine gate's module; plus ``runner.json``, the verifier's target and
 options for ``hw/h200/prove.py``. S3 keys come from ``KVCEPH_S3_ACCESS_KEY``/
@@ -29,8 +29,9 @@ from pyinfra.api import Config, Inventory, State  # noqa: E402
 from pyinfra.context import ctx_state  # noqa: E402
 from pyinfra_cli.inventory import make_inventory  # noqa: E402
 
-from deploys import kv_sizing, preflight, render, secrets, settings  # noqa: E402
+from deploys import kv_sizing, paths, preflight, render, secrets, settings  # noqa: E402
 from deploys.probe.controller import probe_args, shape_of  # noqa: E402
+from deploys.settings.inventory import check_inventory  # noqa: E402
 from deploys.verification.controller import target_for  # noqa: E402
 from deploys.verification.runner import Options  # noqa: E402
 
@@ -53,7 +54,7 @@ def load(overrides: dict) -> tuple[object, settings.HostSettings]:
     with ctx_state.use(State(Inventory(([], {})), Config())):
         inv = make_inventory(str(INVENTORY), override_data=overrides or None, cwd=str(REPO))
     hosts = {h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inv}
-    settings.check_inventory(list(hosts.values()))
+    check_inventory(list(hosts.values()))
     # preflight reads the model directory's config.json from the host; the GPU machine is not
     # reachable from here, so read the one hw/h200/model.py writes there
     hosts = preflight.resolve_kv_sizes(hosts, lambda _host, _path: model.CONFIG)
@@ -98,8 +99,8 @@ def main(argv: list[str]) -> int:
         "credentials": render.aws_credentials(me, creds),
         "config": render.aws_config(me),
         "hosts": (render.hosts_line(me) or "") + "\n",
-        # the unit's --middleware: kvceph's gate, installed at render.GUARD_PATH
-        "kvceph_engine_guard.py": render.guard_module(),
+        # the unit's --middleware (when the gate is on): installed at paths.GUARD_PATH
+        "kvceph_engine_guard.py": render.guard_module() if me.security.guard else "",
     }
     for name, text in files.items():
         (out / name).write_text(text)
@@ -118,11 +119,11 @@ def main(argv: list[str]) -> int:
             "timeout": me.verify.s3_timeout,
         },
         "paths": {
-            "lmcache": render.LMCACHE_PATH,
-            "env": render.ENV_PATH,
-            "unit": render.UNIT_PATH,
+            "lmcache": paths.LMCACHE_PATH,
+            "env": paths.ENV_PATH,
+            "unit": paths.UNIT_PATH,
             "aws_dir": render.aws_dir(me),
-            "guard": render.GUARD_PATH,
+            "guard": paths.GUARD_PATH,
         },
         "lmcache": render.lmcache_config(me),
         "kv_sizing": _sizing(me),
