@@ -57,7 +57,10 @@ def main(results: str, out: str) -> None:
     b.set(xscale="log", xlabel="prompt (k tokens)", ylabel="warm / cold", ylim=(0, None),
           title="warm / cold TTFT against the targets")  # fmt: skip
     b.legend(fontsize=8)
-    ceil = [r for r in base if r["ceiling_GBps"]]
+    ceil = [r for r in base if r["ceiling_GBps"] and r["ceiling_of"] != "layout"]
+    layout = next((r["ceiling_GBps"] for r in base if r["ceiling_of"] == "layout"), None)
+    if layout:
+        c.axhline(layout, color="grey", ls="--", label="the layout's ceiling (64 x 64 MiB)")
     if ceil:
         xs = sorted({r["tokens"] for r in ceil})
         cv = [max(r["ceiling_GBps"] for r in ceil if r["tokens"] == n) for n in xs]

@@ -89,12 +89,13 @@ def rows(results: Path) -> list[dict]:
         ratio = _med(ratios)
         target = TARGETS.get(n)
         mh = ps[0]["warm"].get("min_hit_tokens")
+        loaded = int(_med([p["warm"]["hit_tokens"] for p in ps]) or 0)
         blog = BLOG.get(n)
         out.append({
             "connector": conn, "chunk": chunk, "kv": dtype, "tokens": n, "reps": len(ps),
             "kv_GB": round(ps[0]["warm"]["kv_bytes"] / 1e9, 2),
             "cold_s": _stats(colds), "warm_s": _stats(warms), "warm/cold": ratio,
-            "loaded": int(_med([p["warm"]["hit_tokens"] for p in ps]) or 0),
+            "loaded": loaded,
             "skip_below": mh,
             "fetch_GBps": f, "ceiling_GBps": c, "ceiling_of": src,
             "fetch/ceiling": round(f / c, 2) if f and c else None,
@@ -104,7 +105,9 @@ def rows(results: Path) -> list[dict]:
             "copy_s": _med([i.get("copy_s") for i in inside]),
             "gaps": _gaps(inside),
             "target": target,
-            "warm_ok": (ratio <= target) if ratio is not None and target else None,
+            # where the tier should load, a warm request that loaded nothing proves nothing
+            "warm_ok": (ratio <= target and (loaded > 0 or bool(mh and n < mh)))
+            if ratio is not None and target else None,
             "fetch_ok": (f / c >= FETCH_TARGET) if f and c else None,
             "blog": round(blog[1] / blog[0], 2) if blog else None,
         })  # fmt: skip
