@@ -80,6 +80,7 @@ def engine_rows(name: str, me, read: dict | None, probe: dict | None, error: str
                 "prefill_seconds_per_token": figure.seconds_per_token,
                 "prefill_source": figure.source,
                 "prefill_measured": figure.measured,
+                "prefill_at_tokens": figure.at_tokens,
                 "saved_gpu_seconds": savings.saved_seconds(reused, figure),
                 "probe": probe,
             }

@@ -210,7 +210,11 @@ def write_png(doc: dict, path: str | Path) -> tuple[Path | None, str | None]:
     b.set_ylabel("GPU prefill seconds saved")
     b.set_title("GPU time the cache saved since engine start", fontsize=10)
     measured = all(r.get("prefill_measured") for r in rows)
-    note = "measured prefill s/token" if measured else "flat configured prefill rate (not measured)"
+    note = (
+        "prefill s/token measured on this fleet"
+        if measured
+        else "prefill s/token from configured figures (not measured on this fleet)"
+    )
     fig.suptitle(f"kvceph status {doc['run']}: {note}", fontsize=10)
     fig.tight_layout()
     path = Path(path)

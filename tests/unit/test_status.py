@@ -119,13 +119,31 @@ def test_engine_answers_without_metrics():
 # --- savings --------------------------------------------------------------------------------
 
 
-def test_saved_time_uses_the_flat_rate_and_says_so():
+def test_saved_time_with_one_configured_rate_is_flat_and_says_so():
     me = host(kvceph_prefill_tokens_per_s=5000)
-    figure = savings.prefill_seconds_per_token(me, 16384)
+    figure = savings.prefill_seconds_per_token(me, 16384, read=lambda path: None)
     assert figure.seconds_per_token == pytest.approx(1 / 5000) and not figure.measured
-    assert "kvceph_prefill_tokens_per_s = 5000" in figure.source and "not measured" in figure.source
+    assert "kvceph_prefill_tokens_per_s {16384: 5000}" in figure.source
+    assert "straight line" in figure.source and "not measured on this fleet" in figure.source
     assert savings.saved_seconds(16384, figure) == pytest.approx(16384 / 5000)
     assert savings.saved_seconds(None, figure) is None
+
+
+def test_saved_time_at_the_served_length_off_the_prefill_curve():
+    # The defaults: H200 TP 1 at 16k and 128k (4100 and 2440 tokens/s): per token dearer long.
+    me = host()
+    short = savings.prefill_seconds_per_token(me, 16384, read=lambda path: None)
+    long = savings.prefill_seconds_per_token(me, 131072, read=lambda path: None)
+    assert short.seconds_per_token == pytest.approx(1 / 4100, rel=0.02)
+    assert long.seconds_per_token == pytest.approx(1 / 2440, rel=0.02)
+    assert "default prefill figures" in short.source and not short.measured
+    # verify.py's cold prefill of this cache group joins the curve, and is said.
+    cold = {"prompt_tokens": 4096, "cold_ttft_s": 0.5, "warm_ttft_s": 0.2, "kv_bytes": 1}
+    seen = []
+    fig = savings.prefill_seconds_per_token(me, 4096, read=lambda p: seen.append(p) or cold)
+    assert fig.measured and "verify.py's cold prefill" in fig.source
+    assert seen[0].name == "Qwen--Qwen3-32B-tp2.json"
+    assert fig.seconds_per_token != short.seconds_per_token
 
 
 # --- drift ----------------------------------------------------------------------------------
