@@ -155,7 +155,15 @@ def table(doc: dict) -> str:
             f"{split['setting']}): these engines do not reuse each other's chunks"
         )
     lines += report_lines(doc)
-    lines.append(f"saved GPU time: {doc['prefill_note']}")
+    by_source: dict[str, list[str]] = {}
+    for r in doc["engines"]:
+        if r.get("prefill_source"):
+            at = f"{r['host']} at {r['prefill_at_tokens']:.0f} tokens"
+            by_source.setdefault(r["prefill_source"], []).append(at)
+    for source, engines in by_source.items():
+        lines.append(f"saved GPU time ({', '.join(engines)}): {source}")
+    if not by_source:
+        lines.append(f"saved GPU time: {doc['prefill_note']}")
     lines.append(summary_line(doc))
     if doc["partial"]:
         lines.append("PARTIAL: " + "; ".join(doc["problems"]))

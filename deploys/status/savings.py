@@ -22,7 +22,7 @@ class PrefillFigure:
     seconds_per_token: float
     source: str  # where the figure comes from, said in every output
     measured: bool  # verify.py measured this cache group's cold prefill on this fleet
-    at_tokens: float  # the length it was read at
+    at_tokens: float  # the length it was read at (the engine's mean prompt)
 
 
 def _points_text(points) -> str:
@@ -60,7 +60,7 @@ def prefill_seconds_per_token(
         what += f" and verify.py's cold prefill of this cache group ({tokens} tokens, {path})"
     curve = crossover.fit_rates(points)
     shape = "a straight line: the same at every length" if curve.b == 0 else "a n + b n^2"
-    source = f"prefill curve ({shape}) from {what}, read at {at:.0f} tokens"
+    source = f"prefill curve ({shape}) from {what}"
     if not figures:
         source += "; not measured on this fleet (verify.py measures it)"
     return PrefillFigure(curve.seconds(at) / at, source, bool(figures), at)

@@ -120,7 +120,7 @@ def ssh_argv(host: str) -> list[str]:
 def test_every_field_is_present_and_true(first):
     run, doc = first["run"], first["doc"]
     assert run.rc == 0, run.output[-5000:]
-    assert "saved GPU time: prefill curve" in run.output
+    assert "saved GPU time (gpu1 at " in run.output and "): prefill curve (" in run.output
     assert not doc["partial"] and doc["problems"] == []
     rows = {r["host"]: r for r in doc["engines"]}
     assert sorted(rows) == sorted(INFERENCE)
