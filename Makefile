@@ -15,15 +15,24 @@ WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
 
 # System packages: the lab (nspawn hosts, mmdebstrap), Ceph for fact fixtures and spec
 # validation (python3-ceph-common), systemd-analyze for unit checks.
-APT_PKGS := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime \
-            ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
+APT_LAB  := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime
+APT_CEPH := ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
+APT_PKGS := $(APT_LAB) $(APT_CEPH)
+# A long quiet step as a line when it starts and one with its seconds when it ends.
+STEP := lab/step.sh
 
-.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify probe bench dry clean \
-        rotate-add rotate-retire
+.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down lab-purge deploy verify \
+        probe bench dry clean rotate-add rotate-retire images wheelhouse _integration _test _lab _lab-up
+
+# A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
+# instance's claim while it runs, what it starts (sub-makes, pytest, lab.sh) passes; a second
+# run on a busy instance stops at once in one line. Nested calls just run the target.
+CLAIM = $(PY) lab/claim.py run "make $@" -- $(MAKE) --no-print-directory
 
 help:
 	@echo "make lab       bring up the local lab, deploy, verify (README quick start)"
-	@echo "make lab-down  stop the lab and remove everything it created"
+	@echo "make lab-down  stop the lab, remove its hosts (keeps images, wheelhouse, keys, secrets)"
+	@echo "make lab-purge lab-down, then remove the rest of the instance's state dir too"
 	@echo "make test      lint + unit tests + integration tests on the lab (what CI runs)"
 	@echo "make unit      offline unit tests only"
 	@echo "make dry       plan the lab deploy with pyinfra --dry"
@@ -31,27 +40,32 @@ help:
 deps: $(VENV)/.deps-apt
 $(VENV)/.deps-apt:
 	@mkdir -p $(VENV)
-	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "apt: installing $$missing"; \
-	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-	    --no-install-recommends $$missing >/dev/null; \
+	@missing() { for p in "$$@"; do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done; }; \
+	lab=$$(missing $(APT_LAB) | xargs); ceph=$$(missing $(APT_CEPH) | xargs); \
+	apt=(env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq); \
+	if [ -n "$$lab$$ceph" ]; then \
+	  $(STEP) deps "apt: package lists" "$${apt[@]}" update && \
+	  { [ -z "$$lab" ] || $(STEP) deps "apt: lab tools ($$lab)" \
+	      "$${apt[@]}" install -y --no-install-recommends $$lab >/dev/null; } && \
+	  { [ -z "$$ceph" ] || $(STEP) deps "apt: Ceph client and fixtures ($$ceph)" \
+	      "$${apt[@]}" install -y --no-install-recommends $$ceph >/dev/null; }; \
 	fi
 	@touch $@
 
 venv: $(BIN)/.installed
 $(BIN)/.installed: pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,report]'
-	$(BIN)/pip install -q -e lab/engine
+	@$(STEP) venv "python venv $(VENV)" $(PY) -m venv $(VENV)
+	@$(STEP) venv "pip: pip itself" $(BIN)/pip install -q --upgrade pip
+	@$(STEP) venv "pip: kvceph (pyinfra, boto3, paramiko, jinja2) + dev (pytest, ruff) + report (matplotlib)" \
+	  $(BIN)/pip install -q -e '.[dev,report]'
+	@$(STEP) venv "pip: lab engine (lab/engine)" $(BIN)/pip install -q -e lab/engine
 	@touch $@
 
 lmcache-venv: $(LMCACHE_VENV)/.installed
 $(LMCACHE_VENV)/.installed:
-	$(PY) -m venv $(LMCACHE_VENV)
-	$(LMCACHE_VENV)/bin/pip install -q --no-deps lmcache==0.5.6 pyyaml requests urllib3 idna certifi
+	@$(STEP) venv "lmcache venv $(LMCACHE_VENV): lmcache 0.5.6, no torch (config loader for unit tests)" \
+	  sh -c '$(PY) -m venv $(LMCACHE_VENV) && \
+	  $(LMCACHE_VENV)/bin/pip install -q --no-deps lmcache==0.5.6 pyyaml requests urllib3 idna certifi'
 	@touch $@
 
 lint: venv
@@ -61,7 +75,9 @@ lint: venv
 unit: venv deps lmcache-venv
 	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py
 
-integration: venv deps
+integration:
+	@$(CLAIM) _integration
+_integration: venv deps
 	$(BIN)/pytest -q -x tests/integration
 
 # Integration tests by lab (lab/README.md "Which lab"): the deploy chain, verification, node
@@ -71,17 +87,32 @@ CEPHADM_TESTS := $(addprefix tests/integration/,test_01_lab_deploy.py test_02_ve
                  test_03_node_replacement.py test_11_cephadm_rgw.py)
 PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integration/test_*.py)))
 
-test: lint venv deps lmcache-venv
+test:
+	@$(CLAIM) _test
+_test: lint venv deps lmcache-venv
 	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py \
 	  $(PACIFIC_TESTS)
 	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(CEPHADM_TESTS)
 
 # The cephadm lab unless KVCEPH_LAB_CEPH=pacific is set.
-lab: venv deps
+lab:
+	@$(CLAIM) _lab
+# The images (the longest step) build while pip fills the venv and the wheelhouse: apt first,
+# since the image build needs mmdebstrap.
+_lab: deps
+	@KVCEPH_LAB_CEPH=$${KVCEPH_LAB_CEPH:-cephadm} $(MAKE) --no-print-directory -j3 venv images wheelhouse
 	KVCEPH_LAB_CEPH=$${KVCEPH_LAB_CEPH:-cephadm} $(MAKE) -s lab-up deploy verify
+
+# The lab's root filesystems (and the cephadm lab's container images), built once, cached.
+images: deps
+	lab/lab.sh build
+
+wheelhouse: $(WHEELHOUSE)/.built
 	@echo "lab is up: reports in reports/, stop it with: make lab-down"
 
-lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
+lab-up:
+	@$(CLAIM) _lab-up
+_lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
 	@# Labs made before the API key existed get one (the lab runs with a key by default).
 	@grep -q '^KVCEPH_VLLM_API_KEY=' $(KVCEPH_SECRETS_FILE) || { umask 077; \
 	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')" \
@@ -96,7 +127,8 @@ lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
 
 # The lab engine and its dependencies as wheels: lab hosts have no route to any index.
 $(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.toml | grep -v /tests/)
-	rm -rf $(WHEELHOUSE) && lab/engine/build-wheelhouse.sh $(WHEELHOUSE) >/dev/null
+	@rm -rf $(WHEELHOUSE) && $(STEP) wheelhouse "pip: lab engine + lmcache wheels for the offline hosts" \
+	  lab/engine/build-wheelhouse.sh $(WHEELHOUSE) >/dev/null
 	@touch $@
 
 $(KVCEPH_SECRETS_FILE):
@@ -106,8 +138,13 @@ $(KVCEPH_SECRETS_FILE):
 	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')"; } > $@
 	@echo "lab S3 keys and engine API key written to $@ (0600)"
 
+# lab-down keeps what is slow to make again (images, wheelhouse) and the lab's identity (SSH
+# keys, TLS CA, secrets); lab-purge removes the instance's whole state dir.
 lab-down:
 	lab/lab.sh down
+
+lab-purge:
+	lab/lab.sh purge
 
 deploy: venv
 	$(BIN)/pyinfra -y inventories/lab.py deploy.py

@@ -330,6 +330,11 @@ lab_ssh() {  # lab_ssh HOST [CMD...]
 
 lock() { mkdir -p "$LAB"; exec 9>"$LAB/.lock"; flock 9; }
 
+# A lab instance belongs to one run at a time (lab/claim.py): a command that changes the lab
+# runs inside the claim of the run that started it (KVCEPH_LAB_CLAIM, e.g. `make test`'s),
+# else it claims the instance for itself; a busy instance stops it at once in one line.
+claimed() { [ -n "${KVCEPH_LAB_CLAIM:-}" ] && grep -qxF "token=$KVCEPH_LAB_CLAIM" "$LAB/claim" 2>/dev/null; }
+
 build() {
   ensure_host_packages
   if [ "$CEPH_MODE" = cephadm ]; then "$HERE/image/build.sh" cephadm; else "$HERE/image/build.sh" all; fi
@@ -416,6 +421,10 @@ cmd_status() {
 
 main() {
   local cmd=${1:-help}; shift || true
+  case $cmd in
+  up | down | purge | build | stop | kill | start | replace | blank)
+    claimed || exec python3 "$HERE/claim.py" run "lab.sh $cmd${*:+ $*}" -- "$0" "$cmd" "$@" ;;
+  esac
   case $cmd in
   up) need_root; lock; cmd_up ;;
   down) need_root; lock; cmd_down ;;
