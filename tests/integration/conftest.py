@@ -339,7 +339,9 @@ def _claim_instance() -> str | None:
 
 # The lab's boot steps shown in the test output while they run (pytest -q otherwise shows
 # nothing for minutes): the lab scripts' own tagged lines, one per step, no command output.
-_STEP = re.compile(r"^(\[(lab|image|cephadm-images|kvlab-cephadm)\] |== kvceph lab)")
+_STEP = re.compile(
+    r"^(\[(lab|image|cephadm-images|kvlab-cephadm|wheelhouse|deps|venv)\] |== kvceph lab)"
+)
 
 
 def _lab_up(pytestconfig) -> None:
