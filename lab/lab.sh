@@ -404,7 +404,8 @@ cmd_down() {
   rm -rf "$LAB/hosts" "$LAB/ceph-mode"  # next `up` boots fresh hosts (host keys are kept)
   teardown_net
   for d in $(cg_dirs x); do rmdir "$(dirname "$d")" 2>/dev/null || true; done
-  local kept; kept=$(cd "$LAB" && du -scLh image cephadm-images wheelhouse model tls hostkeys id_ed25519* secrets.env 2>/dev/null | tail -1 | cut -f1)
+  local kept  # du exits 1 when one of them is missing: the total is still right
+  kept=$(cd "$LAB" && { du -scLh image cephadm-images wheelhouse model tls hostkeys id_ed25519* secrets.env 2>/dev/null || true; } | tail -1 | cut -f1)
   log "lab is down; kept in $LAB ($kept): images, wheelhouse, SSH keys, TLS CA, secrets; 'make lab-purge' (lab.sh purge) removes them"
 }
 
