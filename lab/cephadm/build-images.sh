@@ -27,6 +27,7 @@ log() { echo "[cephadm-images] $*" >&2; }
 die() { echo "[cephadm-images] ERROR: $*" >&2; exit 1; }
 
 [ -f "$OUT/stamp" ] && [ "$(cat "$OUT/stamp")" = "$STAMP" ] && exit 0
+log "container images for Ceph $CEPH_V, haproxy, keepalived: reading Debian sid's package lists ..."
 rm -rf "$OUT"; mkdir -p "$SID/lists/partial" "$SID/cache/archives/partial"
 echo "deb [signed-by=$KR] $MIRROR sid main" >"$SID/sources.list"
 apt-get -q "${APT[@]}" update >/dev/null
