@@ -102,13 +102,13 @@ lab:
 _lab: deps
 	@KVCEPH_LAB_CEPH=$${KVCEPH_LAB_CEPH:-cephadm} $(MAKE) --no-print-directory -j3 venv images wheelhouse
 	KVCEPH_LAB_CEPH=$${KVCEPH_LAB_CEPH:-cephadm} $(MAKE) -s lab-up deploy verify
+	@echo "lab is up: reports in reports/, stop it with: make lab-down"
 
 # The lab's root filesystems (and the cephadm lab's container images), built once, cached.
 images: deps
 	lab/lab.sh build
 
 wheelhouse: $(WHEELHOUSE)/.built
-	@echo "lab is up: reports in reports/, stop it with: make lab-down"
 
 lab-up:
 	@$(CLAIM) _lab-up
