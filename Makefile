@@ -22,7 +22,7 @@ APT_PKGS := $(APT_LAB) $(APT_CEPH)
 STEP := lab/step.sh
 
 .PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down lab-purge deploy verify \
-        probe bench dry clean rotate-add rotate-retire images wheelhouse _integration _test _lab _lab-up
+        probe bench dry clean rotate-add rotate-retire images wheelhouse _integration _test _lab _lab-up _bench
 
 # A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
 # instance's claim while it runs, what it starts (sub-makes, pytest, lab.sh) passes; a second
@@ -160,7 +160,9 @@ probe: venv
 
 # Provisioning benchmark (bench/README.md): never part of `make test`. BENCH_HOSTS="2 4 8 16".
 BENCH_HOSTS ?= 2 4 8 16
-bench: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built $(VENV)/ansible/.installed
+bench:
+	@$(CLAIM) _bench
+_bench: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built $(VENV)/ansible/.installed
 	$(BIN)/python bench/run.py --hosts $(BENCH_HOSTS) --repeat 3
 
 $(VENV)/ansible/.installed:
