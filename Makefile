@@ -12,6 +12,10 @@ export KVCEPH_LMCACHE_PYTHON ?= $(CURDIR)/$(LMCACHE_VENV)/bin/python
 # The lab's S3 keys: generated once per lab, mode 0600, never committed.
 export KVCEPH_SECRETS_FILE ?= $(KVCEPH_LAB_DIR)/secrets.env
 WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
+# kvceph's LMCache connector (connector/) and its tests against real LMCache 0.5.6 classes on the
+# CPU: CPU torch 2.13.0 (the file on this machine's disk; a plain `torch` would pull a CUDA build),
+# lmcache --no-deps and the pinned import-time deps (connector/tests/requirements-cpu.txt).
+CONNECTOR_VENV := $(VENV)/connector
 
 # System packages: the lab (nspawn hosts, mmdebstrap), Ceph for fact fixtures and spec
 # validation (python3-ceph-common), systemd-analyze for unit checks.
@@ -21,8 +25,9 @@ APT_PKGS := $(APT_LAB) $(APT_CEPH)
 # A long quiet step as a line when it starts and one with its seconds when it ends.
 STEP := lab/step.sh
 
-.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down lab-purge deploy verify \
-        probe bench dry clean rotate-add rotate-retire images wheelhouse _integration _test _lab _lab-up _bench
+.PHONY: help deps venv lmcache-venv connector-venv connector-unit lint unit integration test lab lab-up \
+        lab-down lab-purge deploy verify probe bench dry clean rotate-add rotate-retire images wheelhouse \
+        _integration _test _lab _lab-up _bench
 
 # A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
 # instance's claim while it runs, what it starts (sub-makes, pytest, lab.sh) passes; a second
@@ -68,11 +73,23 @@ $(LMCACHE_VENV)/.installed:
 	  $(LMCACHE_VENV)/bin/pip install -q --no-deps lmcache==0.5.6 pyyaml requests urllib3 idna certifi'
 	@touch $@
 
+connector-venv: $(CONNECTOR_VENV)/.installed
+$(CONNECTOR_VENV)/.installed: connector/pyproject.toml connector/tests/requirements-cpu.txt
+	$(PY) -m venv $(CONNECTOR_VENV)
+	$(CONNECTOR_VENV)/bin/pip install -q --no-deps torch==2.13.0 lmcache==0.5.6 \
+	  -r connector/tests/requirements-cpu.txt
+	$(CONNECTOR_VENV)/bin/pip install -q --no-deps -e connector
+	@touch $@
+
+# The connector's own tests (loopback S3 + real LMCache classes); part of `make unit`.
+connector-unit: connector-venv
+	cd connector && ../$(CONNECTOR_VENV)/bin/pytest -q -p no:cacheprovider tests
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-unit: venv deps lmcache-venv
+unit: venv deps lmcache-venv connector-unit
 	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py
 
 integration:
@@ -89,7 +106,7 @@ PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integrati
 
 test:
 	@$(CLAIM) _test
-_test: lint venv deps lmcache-venv
+_test: lint venv deps lmcache-venv connector-unit
 	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py \
 	  $(PACIFIC_TESTS)
 	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(CEPHADM_TESTS)
