@@ -75,10 +75,11 @@ $(LMCACHE_VENV)/.installed:
 
 connector-venv: $(CONNECTOR_VENV)/.installed
 $(CONNECTOR_VENV)/.installed: connector/pyproject.toml connector/tests/requirements-cpu.txt
-	$(PY) -m venv $(CONNECTOR_VENV)
-	$(CONNECTOR_VENV)/bin/pip install -q --no-deps torch==2.13.0 lmcache==0.5.6 \
+	@$(STEP) venv "python venv $(CONNECTOR_VENV)" $(PY) -m venv $(CONNECTOR_VENV)
+	@$(STEP) venv "pip: torch 2.13.0 (CPU) + lmcache 0.5.6 + the connector's test deps" \
+	  $(CONNECTOR_VENV)/bin/pip install -q --no-deps torch==2.13.0 lmcache==0.5.6 \
 	  -r connector/tests/requirements-cpu.txt
-	$(CONNECTOR_VENV)/bin/pip install -q --no-deps -e connector
+	@$(STEP) venv "pip: kvceph connector (connector/)" $(CONNECTOR_VENV)/bin/pip install -q --no-deps -e connector
 	@touch $@
 
 # The connector's own tests (loopback S3 + real LMCache classes); part of `make unit`.
