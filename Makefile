@@ -58,12 +58,13 @@ $(VENV)/.deps-apt:
 	@touch $@
 
 venv: $(BIN)/.installed
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml connector/pyproject.toml
 	@$(STEP) venv "python venv $(VENV)" $(PY) -m venv $(VENV)
 	@$(STEP) venv "pip: pip itself" $(BIN)/pip install -q --upgrade pip
 	@$(STEP) venv "pip: kvceph (pyinfra, boto3, paramiko, jinja2) + dev (pytest, ruff) + report (matplotlib)" \
 	  $(BIN)/pip install -q -e '.[dev,report]'
 	@$(STEP) venv "pip: lab engine (lab/engine)" $(BIN)/pip install -q -e lab/engine
+	@$(STEP) venv "pip: kvceph connector (connector/)" $(BIN)/pip install -q --no-deps -e connector
 	@touch $@
 
 lmcache-venv: $(LMCACHE_VENV)/.installed
@@ -91,7 +92,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 unit: venv deps lmcache-venv connector-unit
-	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py
+	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py lab/engine/tests/test_kvceph_store.py
 
 integration:
 	@$(CLAIM) _integration
@@ -109,6 +110,7 @@ test:
 	@$(CLAIM) _test
 _test: lint venv deps lmcache-venv connector-unit
 	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py \
+	  lab/engine/tests/test_kvceph_store.py \
 	  $(PACIFIC_TESTS)
 	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(CEPHADM_TESTS)
 
