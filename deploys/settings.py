@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from deploys import engine_list, kv_sizing, model_source, security_settings, versions
+from deploys import (
+    engine_env,
+    engine_list,
+    kv_sizing,
+    model_source,
+    security_settings,
+    setting_keys,
+    versions,
+)
 from deploys.secrets import Secret
 
 INFERENCE_GROUPS = ("gpu", "gaudi")
@@ -502,13 +510,20 @@ def _profile(r: _Reader, accelerator: str) -> EngineProfile:
     ):
         raise r.fail(f"{key}.env", env, "must map UPPER_CASE names to values", "fix the names")
     security_settings.refuse_secret_env(r, f"{key}.env", env)
+    if not isinstance(raw["extra_args"], (list, tuple)):
+        # a string would be split into characters, one argument each
+        raise r.fail(
+            f"{key}.extra_args", "...", "must be a list of arguments", "one list item per argument"
+        )
+    extra_args = tuple(str(a) for a in raw["extra_args"])
+    security_settings.refuse_secret_args(r, f"{key}.extra_args", extra_args)
     return EngineProfile(
         name=str(raw["name"]),
         packages=tuple(str(p) for p in raw["packages"]),
         executable=exe,
         vllm_version=str(raw["vllm_version"]),
         lmcache_version=str(raw["lmcache_version"]),
-        extra_args=tuple(str(a) for a in raw["extra_args"]),
+        extra_args=extra_args,
         env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
     )
 
@@ -814,6 +829,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     groups = tuple(groups)
     r = _Reader(data, host)
     security_settings.refuse_secrets_in_data(r)
+    setting_keys.refuse_unknown(r)
     inference = [g for g in INFERENCE_GROUPS if g in groups]
     if len(inference) > 1:
         raise r.fail("groups", list(groups), "host is in both gpu and gaudi", "put it in one group")
@@ -823,6 +839,9 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     if inference:
         engine = _engine(r, ACCELERATOR_OF_GROUP[inference[0]])
         lmcache = _lmcache(r, engine)
+    security = security_settings.load(r)
+    if engine is not None:
+        engine_env.check(r, engine, security.guard)
     return HostSettings(
         host=host,
         groups=groups,
@@ -833,7 +852,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
         lmcache=lmcache,
         lock_stale_after=r.int("kvceph_lock_stale_after", 3600, lo=60),
         verify=_verify(r),
-        security=security_settings.load(r),
+        security=security,
         probe=_probe(r),
     )
 

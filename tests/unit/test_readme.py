@@ -1,19 +1,21 @@
-"""The README's group_data reference lists every setting the code reads."""
+"""The README's group_data reference lists every setting the code reads: the same registry
+(deploys/setting_keys.py) that refuses unknown kvceph_* keys."""
 
-import re
 from pathlib import Path
 
-from deploys import render, secret_names
+from deploys import render, setting_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_setting_is_documented():
-    code = "".join(p.read_text() for p in (ROOT / "deploys").rglob("*.py"))
-    keys = set(re.findall(r'"(kvceph_[a-z0-9_]+)"', code))
-    # refused (documented as such), and an internal marker in lifecycle rules
-    # (and the engine gate's module name, which is no setting)
-    keys -= {*secret_names.GROUP_DATA_SECRETS, "kvceph_untranslatable", render.GUARD_MODULE}
+    keys = setting_keys.documented()
+    assert "kvceph_tensor_parallel_size" in keys and "kvceph_rotation" in keys
     readme = (ROOT / "README.md").read_text()
     missing = sorted(k for k in keys if k not in readme)
     assert not missing, f"README group_data reference lacks: {missing}"
+
+
+def test_the_registry_leaves_out_only_literals_that_name_no_setting():
+    assert render.GUARD_MODULE in setting_keys.NOT_SETTINGS
+    assert not setting_keys.NOT_SETTINGS & setting_keys.known()
