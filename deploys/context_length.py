@@ -3,11 +3,11 @@ refuses at start (``User-specified max_model_len ... is greater than the derived
 max_model_len``), after the restart, on every host of the batch. Refused before any change.
 
 The native context comes from the model's ``config.json`` where kvceph reads one (a model
-directory on the host, or a mirrored model's directory on the controller), else from the known
-model table (deploys/kv_sizing.py ``KNOWN_MODELS``). A hub model kvceph does not know is not
-checked: vLLM's own refusal at start is the check. Not refused either where the operator
-configured longer contexts: rope scaling in ``config.json``, ``--hf-overrides`` that set it,
-or ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``. Pure: no pyinfra state.
+directory on the host; a mirrored model's copy on the controller, else its staged directory),
+else from the known model table (deploys/kv_sizing.py ``KNOWN_MODELS``). A hub model kvceph
+does not know is not checked: vLLM's own refusal at start is the check. Not refused either
+where the operator configured longer contexts: rope scaling in ``config.json``,
+``--hf-overrides`` that set it, or ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``. Pure: no pyinfra state.
 """
 
 from __future__ import annotations

@@ -234,19 +234,23 @@ def check_model_directories(hosts: dict[str, settings.HostSettings], read_config
 
 def _model_config(name: str, me: settings.HostSettings, read_config):
     """(config.json, where it was read) of a model served from a directory; (None, "") when
-    kvceph reads none (a hub model id, a mirrored model neither staged nor on the controller)."""
+    kvceph reads none (a hub model id, a mirrored model neither on the controller nor staged).
+
+    A mirrored model's copy on the controller (kvceph_model_mirror_from) is what the mirror and
+    every staged directory hold: read there, no host is asked.
+    """
     path, src = me.engine.serve_model, me.engine.source
     if not path.startswith("/"):
         return None, ""
-    config = read_config(name, path)
-    if config is not None:  # or OUTSIDE_RUN
-        return config, f"{path}/config.json"
     if src.source == "mirror" and src.mirror_from:
         local = Path(src.mirror_from) / "config.json"
         try:
             return json.loads(local.read_text()), f"{local} on the controller"
         except (OSError, ValueError):
-            pass  # check_mirror names the missing file
+            return None, ""  # check_mirror names the missing file
+    config = read_config(name, path)
+    if config is not None:  # or OUTSIDE_RUN
+        return config, f"{path}/config.json"
     return None, ""
 
 

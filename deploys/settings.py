@@ -573,7 +573,8 @@ def _engine(r: _Reader, accelerator: str) -> EngineSettings:
         tensor_parallel_size=tp,
         gpu_memory_utilization=r.float("kvceph_gpu_memory_utilization", 0.55),
         # Qwen3-32B's native context is 40960; the seed's 131072 makes vLLM refuse to start
-        # unless YaRN is configured (no --rope-scaling in 0.33) or the override env is set.
+        # unless YaRN is configured (no --rope-scaling in 0.33) or the override env is set:
+        # preflight refuses it first (deploys/context_length.py).
         max_model_len=max_len,
         port=port,
         # vLLM's --kv-cache-dtype values that both supported versions accept (0.33 has no

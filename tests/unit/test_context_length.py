@@ -106,20 +106,21 @@ def test_a_multimodal_config_is_read_from_its_text_config():
         check(load(kvceph_max_model_len=65536, **PATH), config)
 
 
-def test_a_mirrored_model_reads_the_staged_directory_then_the_controllers_copy(tmp_path):
-    mirror = {
-        "kvceph_model_source": "mirror",
-        "kvceph_model_revision": "0" * 40,
-        "kvceph_model_mirror_from": str(tmp_path),
-    }
+def test_a_mirrored_model_reads_the_controllers_copy_else_the_staged_directory(tmp_path):
+    mirror = {"kvceph_model_source": "mirror", "kvceph_model_revision": "0" * 40}
     (tmp_path / "config.json").write_text(json.dumps(YARN))
-    me = load(kvceph_max_model_len=131072, **mirror)
-    check(me, None)  # not staged yet: the controller's YaRN config.json allows it
-    with pytest.raises(s.SettingsError, match=r"config.json\), and no rope"):
-        check(me, QWEN)  # the staged directory's own config.json comes first
-    (tmp_path / "config.json").unlink()
+    me = load(kvceph_max_model_len=131072, kvceph_model_mirror_from=str(tmp_path), **mirror)
+    asked = []
+    preflight.check_context_lengths({"gpu1": me}, lambda *where: asked.append(where))
+    assert asked == []  # the controller's YaRN config.json allows it; no host is asked
+    (tmp_path / "config.json").write_text(json.dumps(QWEN))
+    with pytest.raises(s.SettingsError, match=r"on the controller\), and no rope"):
+        check(me)
+    staged = load(kvceph_max_model_len=131072, **mirror)  # the mirror holds it already
+    with pytest.raises(s.SettingsError, match=r"/config.json\), and no rope"):
+        check(staged, QWEN)
     with pytest.raises(s.SettingsError, match="KNOWN_MODELS"):
-        check(me, None)  # neither: the known model table
+        check(staged, None)  # not staged yet: the known model table
 
 
 def test_hosts_outside_the_run_are_not_read():
