@@ -13,7 +13,7 @@ from pyinfra.api.command import StringCommand
 from deploys.verification import report as reporting
 from deploys.verification import runner
 
-UNIT = "vllm"  # the default engine's unit (deploys/engine_list.py)
+UNIT = "vllm"  # the default engine's unit (deploys/settings/engine_list.py)
 
 
 class SshControl:

@@ -1,5 +1,5 @@
 """kvceph_max_model_len over the model's native context is refused before any change, unless
-rope scaling or vLLM's opt-in is configured (deploys/context_length.py, preflight)."""
+rope scaling or vLLM's opt-in is configured (deploys/settings/context_length.py, preflight)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from deploys import context_length, preflight
+from deploys import preflight
 from deploys import settings as s
+from deploys.settings import context_length
+from deploys.settings.reader import SettingsError
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 # Qwen3-32B's published config.json: 40960 positions, no rope scaling.
@@ -34,7 +36,7 @@ def check(me, config=None) -> None:
 
 
 def test_a_hub_model_over_its_native_context_is_refused_from_the_table():
-    with pytest.raises(s.SettingsError) as e:
+    with pytest.raises(SettingsError) as e:
         check(load(kvceph_max_model_len=131072))
     assert str(e.value) == (
         "gpu1: kvceph_max_model_len = 131072: over the native context of Qwen/Qwen3-32B, 40960 "
@@ -74,7 +76,7 @@ def test_an_unrelated_hf_override_or_a_zero_opt_in_does_not():
         {"kvceph_engine_profile": {"extra_args": ["--hf-overrides", '{"torch_dtype": "float16"}']}},
         {"kvceph_extra_env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "0"}},
     ):
-        with pytest.raises(s.SettingsError, match="over the native context"):
+        with pytest.raises(SettingsError, match="over the native context"):
             check(load(kvceph_max_model_len=131072, **data))
 
 
@@ -87,7 +89,7 @@ PATH = {"kvceph_model_source": "path", "kvceph_model_path": "/mnt/models/qwen"}
 
 
 def test_a_model_directory_is_checked_against_its_config_json():
-    with pytest.raises(s.SettingsError) as e:
+    with pytest.raises(SettingsError) as e:
         check(load(kvceph_max_model_len=65536, **PATH), QWEN)
     assert str(e.value).startswith(
         "gpu1: kvceph_max_model_len = 65536: over the native context of Qwen/Qwen3-32B, 40960 "
@@ -95,14 +97,14 @@ def test_a_model_directory_is_checked_against_its_config_json():
     )
     check(load(kvceph_max_model_len=131072, **PATH), YARN)  # rope scaling in config.json
     # vLLM takes the smallest length field present
-    with pytest.raises(s.SettingsError, match="4096 tokens"):
+    with pytest.raises(SettingsError, match="4096 tokens"):
         check(load(kvceph_max_model_len=8192, **PATH), {"n_positions": 4096, "seq_length": 8192})
     check(load(kvceph_max_model_len=8192, **PATH), {"model_type": "x"})  # no length: unchecked
 
 
 def test_a_multimodal_config_is_read_from_its_text_config():
     config = {"model_type": "x", "text_config": QWEN}
-    with pytest.raises(s.SettingsError, match="40960 tokens"):
+    with pytest.raises(SettingsError, match="40960 tokens"):
         check(load(kvceph_max_model_len=65536, **PATH), config)
 
 
@@ -114,12 +116,12 @@ def test_a_mirrored_model_reads_the_controllers_copy_else_the_staged_directory(t
     preflight.check_context_lengths({"gpu1": me}, lambda *where: asked.append(where))
     assert asked == []  # the controller's YaRN config.json allows it; no host is asked
     (tmp_path / "config.json").write_text(json.dumps(QWEN))
-    with pytest.raises(s.SettingsError, match=r"on the controller\), and no rope"):
+    with pytest.raises(SettingsError, match=r"on the controller\), and no rope"):
         check(me)
     staged = load(kvceph_max_model_len=131072, **mirror)  # the mirror holds it already
-    with pytest.raises(s.SettingsError, match=r"/config.json\), and no rope"):
+    with pytest.raises(SettingsError, match=r"/config.json\), and no rope"):
         check(staged, QWEN)
-    with pytest.raises(s.SettingsError, match="KNOWN_MODELS"):
+    with pytest.raises(SettingsError, match="KNOWN_MODELS"):
         check(staged, None)  # not staged yet: the known model table
 
 

@@ -1,13 +1,15 @@
 """kvceph_extra_env / a profile's env: a value the env file cannot hold, or a variable kvceph
-sets itself, is refused in settings, naming the key (deploys/engine_env.py), not by the
+sets itself, is refused in settings, naming the key (deploys/settings/engine_env.py), not by the
 template check."""
 
 from __future__ import annotations
 
 import pytest
 
-from deploys import engine_env, render
+from deploys import render
 from deploys import settings as s
+from deploys.settings import engine_env
+from deploys.settings.reader import SettingsError
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 ENGINES = {
@@ -25,7 +27,7 @@ def load(groups=("gpu",), **data):
 
 
 def refusal(**data) -> str:
-    with pytest.raises(s.SettingsError) as e:
+    with pytest.raises(SettingsError) as e:
         load(**data)
     return str(e.value)
 

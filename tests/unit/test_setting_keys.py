@@ -14,8 +14,11 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.context import ctx_state
 from pyinfra_cli.inventory import make_inventory
 
-from deploys import preflight, setting_keys
+from deploys import preflight
 from deploys import settings as s
+from deploys.settings import keys as setting_keys
+from deploys.settings.inventory import check_inventory
+from deploys.settings.reader import SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
@@ -26,7 +29,7 @@ MECHANISM = (
 
 
 def refusal(**data) -> str:
-    with pytest.raises(s.SettingsError) as exc:
+    with pytest.raises(SettingsError) as exc:
         s.load({**BASE, **data}, "gpu1", ("gpu",))
     return str(exc.value)
 
@@ -106,7 +109,7 @@ def test_pyinfra_host_data_is_read_with_every_layer():
     )
     host = inventory.get_host("gpu1")
     assert "kvceph_tensor_paralel_size" in setting_keys.data_keys(host.data)
-    with pytest.raises(s.SettingsError, match="did you mean kvceph_tensor_parallel_size"):
+    with pytest.raises(SettingsError, match="did you mean kvceph_tensor_parallel_size"):
         s.load(host.data, "gpu1", ("gpu",))
 
 
@@ -134,7 +137,7 @@ def test_the_lab_inventory_passes(env, tmp_path):
     inventory = _inventory("inventories/lab.py", {**base, **env})
     hosts = {h.name: s.load(h.data, h.name, list(h.groups)) for h in inventory}
     assert "ssh_key" in setting_keys.data_keys(inventory.get_host("gpu1").data)
-    s.check_inventory(list(hosts.values()))
+    check_inventory(list(hosts.values()))
 
 
 def test_the_h200_inventory_and_group_data_pass():

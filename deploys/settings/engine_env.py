@@ -9,8 +9,8 @@ template). Pure: no pyinfra state.
 
 from __future__ import annotations
 
-from deploys import model_source
-from deploys.engine_list import DEVICE_VARIABLE
+from deploys.settings import model_source
+from deploys.settings.engine_list import DEVICE_VARIABLE
 
 # What render.environment sets in every engine's env file (tests/unit/test_engine_env.py keeps
 # the two in step): the LMCache config, the hash seed, the S3 profile and home, the digest.

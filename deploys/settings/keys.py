@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import deploys
-from deploys import secret_names
 from deploys.secrets import MECHANISM
+from deploys.settings import secret_names
 
 PREFIX = "kvceph_"
 _LITERAL = re.compile(r"""["'](kvceph_[a-z0-9_]+)["']""")
 # kvceph_* literals that name no setting: the marker of an untranslatable lifecycle rule
-# (deploys/facts/rgw.py) and the engine gate's module name (render.GUARD_MODULE).
+# (deploys/facts/rgw.py) and the engine gate's module name (paths.GUARD_MODULE).
 NOT_SETTINGS = frozenset({"kvceph_untranslatable", "kvceph_engine_guard"})
 
 
