@@ -3,9 +3,9 @@ touched: a misspelled ``kvceph_*`` key (it would be ignored and the default depl
 that looks like a secret, whatever its prefix.
 
 The registry is the code itself: every ``"kvceph_..."`` string literal in the ``deploys``
-package. The docs' group_data reference is tested against the same set
-(tests/unit/test_readme.py), so a setting is known, and must be documented, as soon as the code
-reads it; no list is kept by hand.
+package, and the one-run opt-ins named from ``run_control.RunControl``'s fields. The docs'
+group_data reference is tested against the same set (tests/unit/test_readme.py), so a setting
+is known, and must be documented, as soon as the code reads it; no list is kept by hand.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import deploys
 from deploys.secrets import MECHANISM
-from deploys.settings import secret_names
+from deploys.settings import run_control, secret_names
 
 PREFIX = "kvceph_"
 _LITERAL = re.compile(r"""["'](kvceph_[a-z0-9_]+)["']""")
@@ -31,9 +31,9 @@ NOT_SETTINGS = frozenset({"kvceph_untranslatable", "kvceph_engine_guard"})
 @cache
 def known() -> frozenset[str]:
     """Every key the code reads, the refused secret names (secret_names.GROUP_DATA_SECRETS)
-    included."""
+    included: the literals, and the run's ``--data`` opt-ins (named from RunControl's fields)."""
     root = Path(deploys.__file__).resolve().parent
-    found: set[str] = set()
+    found: set[str] = set(run_control.KEYS)
     for path in sorted(root.rglob("*.py")):
         found.update(_LITERAL.findall(path.read_text()))
     return frozenset(found - NOT_SETTINGS)
