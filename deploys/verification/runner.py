@@ -446,9 +446,12 @@ class Runner:
                     + (f"; {verdicts.CAUSE_401}" if status == 401 else "")
                 )
             try:
-                served = [m.get("id") for m in json.loads(body).get("data", [])]
+                listed = {m.get("id"): m.get("owned_by") for m in json.loads(body).get("data", [])}
             except (ValueError, AttributeError):
                 raise CheckFailed("/v1/models: not an OpenAI model list") from None
+            served = list(listed)
+            # who answers: vLLM says "vllm", the lab engine "kvceph-lab-engine" (the chart says so)
+            self.report.engines[t.name] = str(listed.get(t.model) or "unknown")
             if t.model not in served:
                 raise CheckFailed(
                     f"/v1/models lists {served}, not the configured {t.model!r} (kvceph_model)"
@@ -716,6 +719,7 @@ class Runner:
 
     def run(self, groups: list[list[Target]]) -> Report:
         """Preflight every host, then one cycle per cache group."""
+        self.report.groups = [[t.name for t in g] for g in groups]
         ok = {t.name: self.preflight(t) for g in groups for t in g}
         s3_ok = self.check_s3()
         for group in groups:

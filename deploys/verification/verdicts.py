@@ -40,7 +40,7 @@ CAUSE_S3_DISABLED = (
 
 
 # LMCache 0.5.6's own log lines for the two failures an undersized lmcache.yaml caused on a real
-# H200 (../shared/recipes/gpu-real-engine), and what each means.
+# H200 (docs/procedure.md, "Pinned memory and timeouts"), and what each means.
 LOG_LOOKUP_TIMEOUT = "is still waiting for async lookup"
 LOG_NO_MEMORY = "Failed to allocate memory block"
 LMCACHE_LOG_CAUSES = (

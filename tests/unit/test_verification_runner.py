@@ -129,7 +129,7 @@ def _handler(engine):
             if self.path == "/health":
                 self._send(engine.health, "")
             elif self.path == "/v1/models":
-                self._send(200, json.dumps({"data": [{"id": engine.model}]}))
+                self._send(200, json.dumps({"data": [{"id": engine.model, "owned_by": "vllm"}]}))
             elif self.path == "/metrics":
                 self._send(200, engine.metrics(), "text/plain")
             else:
@@ -257,6 +257,9 @@ def test_healthy_chain_passes_and_touches_only_its_objects(lab, tmp_path):
     path = reporting.write_json(rep, tmp_path)
     data = json.loads(path.read_text())
     assert data["passed"] and data["run_id"] == rep.run_id
+    assert data["groups"] == [["gpu1", "gpu2"], ["gaudi1"]]
+    assert data["engines"] == {"gpu1": "vllm", "gpu2": "vllm", "gaudi1": "vllm"}
+    assert reporting.simulated_note(rep) is None  # vLLM answered: nothing simulated
     assert (tmp_path / "verify-latest.json").exists()
     png, notice = reporting.write_png(rep, tmp_path)
     assert png or "matplotlib" in notice
