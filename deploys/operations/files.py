@@ -17,6 +17,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Directory, File, Sha256File
 
+from deploys import paths
 from deploys.facts import memo
 
 
@@ -151,3 +152,36 @@ def directory(
         changed = True
     if not changed:
         host.noop(f"{path} is a directory with the right owner and mode")
+
+
+def helper_script(
+    label: str,
+    path: str,
+    content: str,
+    mode: str = "0755",
+    directory_label: str | None = "Directory",
+    directory_mode: str = "755",
+) -> None:
+    """kvceph's script directory (``paths.SCRIPT_DIR``, root 0755), then one script in it.
+
+    Two operations, the way every stage installs a helper it runs on the host (the S3 admin
+    helper, the model mirror pull, the engine gate): the directory, then the file written
+    atomically (root:root).
+
+    + label: the script's name in the plan, e.g. ``"S3 admin helper"`` (the path is added)
+    + path: where the script goes, under ``paths.SCRIPT_DIR``
+    + content: its text (the source under deploys/remote/)
+    + mode: the script's permissions (``"0644"`` for a module Python imports)
+    + directory_label: the directory operation's name before the path, or None when an
+      earlier stage on this host already made it
+    + directory_mode: the directory's permissions
+    """
+    if directory_label is not None:
+        directory(
+            name=f"{directory_label} {paths.SCRIPT_DIR}",
+            path=paths.SCRIPT_DIR,
+            user="root",
+            group="root",
+            mode=directory_mode,
+        )
+    atomic_file(name=f"{label} {path}", path=path, content=content, mode=mode)

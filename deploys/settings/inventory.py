@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from deploys.settings import engine_list
+from deploys.settings import cache_key, engine_list
 from deploys.settings.reader import SettingsError
 
 if TYPE_CHECKING:
@@ -20,23 +20,6 @@ class CacheGroup:
     model: str
     tensor_parallel_size: int
     hosts: tuple[str, ...]
-
-
-# What must agree inside a cache group, or keys differ and nodes never reuse each other's cache.
-_KEY_INVARIANTS = (
-    ("kvceph_kv_dtype", lambda h: h.engine.kv_dtype),
-    ("kvceph_lmcache_chunk_size", lambda h: h.lmcache.chunk_size),
-    ("kvceph_lmcache_hash_algorithm", lambda h: h.lmcache.hash_algorithm),
-    ("kvceph_python_hash_seed", lambda h: h.engine.python_hash_seed),
-    ("kvceph_lmcache_remote_serde", lambda h: h.lmcache.remote_serde),
-    ("kvceph_s3_bucket", lambda h: h.s3.bucket),
-    ("kvceph_s3_endpoint", lambda h: h.s3.endpoint),
-    ("kvceph_engine_profile.vllm_version", lambda h: h.engine.profile.vllm_minor),
-    # The serve argument is in every key; the source and revision decide which weights it is.
-    ("kvceph_model_source", lambda h: h.engine.source.source),
-    ("kvceph_model_revision", lambda h: h.engine.source.revision),
-    ("kvceph_model_path", lambda h: h.engine.serve_model),
-)
 
 
 def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
@@ -57,7 +40,8 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
         groups.setdefault((h.engine.model, h.engine.tensor_parallel_size), []).append(h)
     for (model, tp), members in groups.items():
         first = members[0]
-        for key, get in _KEY_INVARIANTS:
+        for setting in cache_key.GROUP_INVARIANTS:
+            key, get = setting.key, setting.get
             for other in members[1:]:
                 if get(other) != get(first):
                     raise SettingsError(

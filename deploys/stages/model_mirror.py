@@ -42,11 +42,12 @@ def apply(me: HostSettings, checked: Preflight) -> None:
     bucket, owner, reader = model_source.mirror_users(sources)
     creds = checked.credentials
     timeout = me.ceph.command_timeout if me.ceph else 60
-    kvfiles.atomic_file(
-        name=f"Model mirror helper {paths.MIRROR_SCRIPT}",
-        path=paths.MIRROR_SCRIPT,
-        content=paths.MIRROR_SOURCE.read_text(),
-        mode="0755",
+    # The S3 tier made the script directory on this host.
+    kvfiles.helper_script(
+        "Model mirror helper",
+        paths.MIRROR_SCRIPT,
+        paths.MIRROR_SOURCE.read_text(),
+        directory_label=None,
     )
     model.mirror_owner(
         name=f"RGW user {owner} (owns the model mirror)",

@@ -11,7 +11,7 @@ from pyinfra import logger
 from pyinfra.api.command import StringCommand
 
 from deploys.verification import report as reporting
-from deploys.verification import runner
+from deploys.verification import runner, transport
 
 UNIT = "vllm"  # the default engine's unit (deploys/settings/engine_list.py)
 
@@ -113,7 +113,7 @@ def run_cycle(state, host, checked, inv) -> bool:
         if me.is_inference
         for engine in me.engine.engines
     }
-    bucket = runner.Boto3Bucket(
+    bucket = transport.Boto3Bucket(
         endpoint=vs.s3_endpoint or s3.endpoint,
         bucket=s3.bucket,
         region=s3.region,
@@ -126,7 +126,7 @@ def run_cycle(state, host, checked, inv) -> bool:
         runner.Options.from_settings(vs),
         bucket,
         SshControl(inv, units),
-        http=runner.Http(api_key=checked.credentials.vllm_api_key),
+        http=transport.Http(api_key=checked.credentials.vllm_api_key),
         log=logger.info,
     )
     result = cycle.run(groups)

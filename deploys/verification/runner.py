@@ -1,30 +1,24 @@
 """The cold -> warm -> cold cycle across the inference hosts, as plain Python.
 
-verify.py calls :func:`verify` once, from the controller, with the hosts' settings; the three
-side-effecting collaborators are passed in so that tests can replace them:
-
-- :class:`Http` talks to the engines' OpenAI API (``/health``, ``/v1/models``, ``/metrics``,
-  chat completions, streamed for TTFT);
-- a ``Bucket`` (:class:`Boto3Bucket` in production) lists and deletes objects;
-- a ``Control`` restarts a host's engine unit and greps its journal (pyinfra SSH in verify.py).
-
-Every wait and request is bounded by a setting; nothing retries without a limit.
+verify.py builds one :class:`Runner` per run, from the controller, with the hosts' settings and
+its three side-effecting collaborators (deploys/verification/transport.py; tests replace them):
+``Http`` (the engines' OpenAI API), a ``Bucket`` (lists and deletes objects) and a ``Control``
+(restarts an engine unit, greps its journal). Each step of the cycle is one method: ``cold``,
+``warm``, ``cross``, ``fallback``. Every wait and request is bounded by a setting.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
 
 from deploys.verification import bookkeeping, document, metrics, sse, verdicts
 from deploys.verification.bookkeeping import ObjectInfo
 from deploys.verification.report import Report, StepResult
+from deploys.verification.transport import Bucket, CheckFailed, Control, Http, RestartFailed
 from deploys.verification.verdicts import FAIL, PASS, SKIP, WARN, Verdict
 
 S3_DISABLED = "S3 connection disabled"
@@ -95,222 +89,19 @@ class Options:
         )
 
 
-class CheckFailed(RuntimeError):
-    """A request or wait failed; the message is one line for the report."""
-
-    def __init__(self, message: str):
-        super().__init__(" ".join(str(message).split()))
-
-
-class RestartFailed(CheckFailed):
-    """The engine did not come back after a restart (unit or health), not a request fault."""
-
-
-class Bucket(Protocol):
-    endpoint: str
-
-    def check(self) -> str | None: ...  # None, or why the bucket cannot be used
-
-    def list(self, prefix: str) -> dict[str, ObjectInfo]: ...
-
-    def delete(self, keys: list[str]) -> int: ...
-
-
-class Control(Protocol):
-    def restart(self, host: str, timeout: int) -> str | None: ...  # None, or the error
-
-    def journal_has(self, host: str, since: float, text: str) -> bool | None: ...
-
-
-# --- HTTP ----------------------------------------------------------------------------------
-
-
-class Http:
-    """Bounded HTTP to one engine API (urllib: no extra dependency, honours timeouts).
-
-    ``api_key`` (a ``Secret``, or None) is sent as ``Authorization: Bearer`` on every request.
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic, api_key=None):
-        self.clock = clock
-        self._api_key = api_key
-
-    def _open(self, url: str, body: dict | None, timeout: float):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
-        if self._api_key:
-            req.add_header("Authorization", "Bearer " + str.__str__(self._api_key))
-        if body is not None:
-            req.add_header("Content-Type", "application/json")
-        return urllib.request.urlopen(req, timeout=timeout)  # noqa: S310 (http/https from settings)
-
-    def get(self, url: str, timeout: float) -> tuple[int | None, str]:
-        """(status, body); status None with the reason as body when unreachable."""
-        try:
-            with self._open(url, None, timeout) as resp:
-                return resp.status, resp.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as exc:
-            return exc.code, _read_error(exc)
-        except (OSError, ValueError) as exc:
-            return None, _reason(exc)
-
-    def post(self, url: str, body: dict, timeout: float) -> dict:
-        try:
-            with self._open(url, body, timeout) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            raise CheckFailed(_http_failure(exc)) from None
-        except (OSError, ValueError) as exc:
-            raise CheckFailed(f"{url}: {_reason(exc)}") from None
-
-    def stream(self, url: str, body: dict, timeout: float) -> sse.StreamResult:
-        """Send a streamed request; TTFT from the arrival of the first generated text."""
-        deadline_note = f"no complete answer within {timeout}s (kvceph_verify_request_timeout)"
-        t0 = self.clock()
-        try:
-            with self._open(url, body, timeout) as resp:
-
-                def lines():
-                    for line in resp:
-                        now = self.clock()
-                        if now - t0 > timeout:
-                            raise CheckFailed(deadline_note)
-                        yield now, line
-
-                return sse.parse(lines(), t0)
-        except urllib.error.HTTPError as exc:
-            raise CheckFailed(_http_failure(exc)) from None
-        except sse.StreamError as exc:
-            raise CheckFailed(str(exc)) from None
-        except TimeoutError:
-            raise CheckFailed(deadline_note) from None
-        except (OSError, ValueError) as exc:
-            raise CheckFailed(f"{url}: {_reason(exc)}") from None
-
-
-def _reason(exc: BaseException) -> str:
-    inner = getattr(exc, "reason", None)
-    return f"{type(exc).__name__}: {inner or exc}"
-
-
-def _read_error(exc: urllib.error.HTTPError) -> str:
-    try:
-        return exc.read(2000).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _http_failure(exc: urllib.error.HTTPError) -> str:
-    body = _read_error(exc)
-    try:
-        err = json.loads(body)
-        err = err.get("error", err)
-        body = err.get("message", body) if isinstance(err, dict) else str(err)
-    except (ValueError, AttributeError):
-        pass
-    line = f"HTTP {exc.code} from {exc.url}: {' '.join(str(body).split())[:200]}"
-    if exc.code == 401:
-        line += f"; {verdicts.CAUSE_401}"
-    return line
-
-
-# --- S3 ------------------------------------------------------------------------------------
-
-
-class Boto3Bucket:
-    """The bucket as the controller sees it (path-style, bounded timeouts and retries)."""
-
-    def __init__(
-        self,
-        endpoint: str,
-        bucket: str,
-        region: str,
-        credentials,
-        timeout: int,
-        max_objects: int,
-        ca_bundle: str | None = None,
-    ):
-        import boto3
-        from botocore.config import Config
-
-        self.endpoint, self.bucket, self.max_objects = endpoint, bucket, max_objects
-        self._client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name=region,
-            aws_access_key_id=credentials.access_key.reveal(),
-            aws_secret_access_key=credentials.secret_key.reveal(),
-            # kvceph_s3_ca_bundle: RGW's private CA (None: botocore's own bundle).
-            verify=ca_bundle,
-            config=Config(
-                connect_timeout=timeout,
-                read_timeout=timeout,
-                retries={"max_attempts": 3, "mode": "standard"},
-                s3={"addressing_style": "path"},
-            ),
-        )
-
-    def check(self) -> str | None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            self._client.head_bucket(Bucket=self.bucket)
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "?")
-            hint = {
-                "403": "credentials rejected (wrong key, or stray whitespace in it)",
-                "404": "bucket does not exist (run deploy.py's S3 tier stage)",
-            }.get(str(code), "S3 error")
-            return f"S3 {self.endpoint} bucket {self.bucket}: HTTP {code}: {hint}"
-        except BotoCoreError as exc:
-            return f"S3 {self.endpoint} unreachable: {exc}: {verdicts.CAUSE_UNREACHABLE}"
-        return None
-
-    def list(self, prefix: str) -> dict[str, ObjectInfo]:
-        return self._s3_call(f"list {prefix!r}", self._list, prefix)
-
-    def delete(self, keys: list[str]) -> int:
-        return self._s3_call(f"delete {len(keys)} objects", self._delete, keys)
-
-    def _s3_call(self, what: str, fn, *args):
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            return fn(*args)
-        except (BotoCoreError, ClientError) as exc:
-            raise CheckFailed(f"S3 {self.endpoint} bucket {self.bucket}: {what}: {exc}") from None
-
-    def _list(self, prefix: str) -> dict[str, ObjectInfo]:
-        out: dict[str, ObjectInfo] = {}
-        pages = self._client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": 1000}
-        )
-        for page in pages:
-            for o in page.get("Contents", ()):
-                out[o["Key"]] = ObjectInfo(o["Key"], int(o["Size"]), o["LastModified"])
-            if len(out) > self.max_objects:
-                raise CheckFailed(
-                    f"more than {self.max_objects} objects under {prefix!r}: listing stopped "
-                    "(raise kvceph_verify_max_listed_objects)"
-                )
-        return out
-
-    def _delete(self, keys: list[str]) -> int:
-        deleted = 0
-        for i in range(0, len(keys), 1000):
-            batch = [{"Key": k} for k in keys[i : i + 1000]]
-            resp = self._client.delete_objects(
-                Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}
-            )
-            errors = resp.get("Errors") or []
-            if errors:
-                e = errors[0]
-                raise CheckFailed(f"delete {e.get('Key')}: {e.get('Code')} {e.get('Message')}")
-            deleted += len(batch)
-        return deleted
-
-
 # --- The cycle ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cold:
+    """What the cold step leaves for the steps after it."""
+
+    ttft: float | None
+    created: dict[str, ObjectInfo]  # the run's objects: key -> listing
+    expected: int  # objects the cold request should have written
+    expected_hit: int  # tokens a later request should hit
+    kv_bytes: int
+    since_wall: float  # wall clock before the cold request (journal greps start here)
 
 
 class Runner:
@@ -484,17 +275,25 @@ class Runner:
         """Cold on A, warm on A after a restart, cross-engine / cross-node on each peer (another
         engine of A's host, an engine of another host), fallback on A."""
         peers = [] if b is None else [b] if isinstance(b, Target) else list(b)
-        add, o = self.report.add, self.o
+        cold = self.cold(a)
+        if cold is None:
+            self._skip_rest(a, b, "the cold request failed")
+            return
+        self.warm(a, cold)
+        self.cross(a, peers, cold, no_peer)
+        self.fallback(a, cold.created, cold.expected, cold.ttft)
+
+    def cold(self, a: Target) -> Cold | None:
+        """The document on A with nothing cached: its chunks must land in the bucket."""
         since_wall = self.wall()
         since = datetime.fromtimestamp(since_wall, UTC)
         try:
             before = self.bucket.list(a.prefix)
-            cold, _, _ = self.ask(a)
+            got, _, _ = self.ask(a)
         except CheckFailed as exc:
-            add(StepResult(a.name, "cold", Verdict(FAIL, str(exc))))
-            self._skip_rest(a, b, "the cold request failed")
-            return
-        pt = cold.prompt_tokens
+            self.report.add(StepResult(a.name, "cold", Verdict(FAIL, str(exc))))
+            return None
+        pt = got.prompt_tokens
         expected = (
             bookkeeping.expected_objects(
                 pt, a.chunk_size, a.tensor_parallel_size, a.save_unfull_chunk
@@ -505,102 +304,103 @@ class Runner:
         created = self.wait_objects(a.prefix, before, since, expected) if expected else {}
         disabled = self.s3_disabled(a, since_wall) if len(created) < expected else None
         kv_bytes = sum(x.size for x in created.values())
-        per_worker = bookkeeping.worker_counts(created)
-        add(
+        self.report.add(
             StepResult(
                 a.name,
                 "cold",
                 verdicts.cold(pt, len(created), expected, disabled),
-                ttft=cold.ttft,
+                ttft=got.ttft,
                 objects=len(created),
                 figures={
                     "prompt_tokens": pt,
                     "expected_objects": expected,
                     "kv_bytes": kv_bytes,
-                    "objects_per_worker": per_worker,
+                    "objects_per_worker": bookkeeping.worker_counts(created),
                 },
             )
         )
         expected_hit = (
             bookkeeping.expected_hit_tokens(pt, a.chunk_size, a.save_unfull_chunk) if pt else 0
         )
+        return Cold(got.ttft, created, expected, expected_hit, kv_bytes, since_wall)
 
-        # Warm: a restart empties GPU and CPU caches, so every hit comes from the bucket.
+    def _hit_diagnosis(self, t: Target, cold: Cold, hit: int | None) -> dict:
+        """Why a hit fell short, read only when it did (journal greps cost an SSH round trip)."""
+        return {
+            "s3_disabled": self.s3_disabled(t, cold.since_wall) if not hit else None,
+            "causes": self.lmcache_causes(t, cold.since_wall)
+            if (hit or 0) < cold.expected_hit
+            else (),
+        }
+
+    def warm(self, a: Target, cold: Cold) -> None:
+        """A after a restart: a restart empties GPU and CPU caches, so every hit is the bucket's."""
         try:
             self.restart(a)
-            warm, metric, hit = self.ask(a)
-            add(
+            got, metric, hit = self.ask(a)
+            self.report.add(
                 StepResult(
                     a.name,
                     "warm",
                     verdicts.warm(
                         hit=hit,
-                        expected_hit=expected_hit,
+                        expected_hit=cold.expected_hit,
                         metric=metric,
-                        warm_ttft=warm.ttft,
+                        warm_ttft=got.ttft,
                         cold_ttft=cold.ttft,
-                        ratio=o.warm_ratio,
-                        kv_bytes=kv_bytes,
-                        objects=len(created),
-                        s3_disabled=self.s3_disabled(a, since_wall) if not hit else None,
-                        causes=self.lmcache_causes(a, since_wall)
-                        if (hit or 0) < expected_hit
-                        else (),
+                        ratio=self.o.warm_ratio,
+                        kv_bytes=cold.kv_bytes,
+                        objects=len(cold.created),
+                        **self._hit_diagnosis(a, cold, hit),
                     ),
-                    ttft=warm.ttft,
+                    ttft=got.ttft,
                     hit_tokens=hit,
-                    objects=len(created),
+                    objects=len(cold.created),
                     figures={
                         "metric": metric,
-                        "expected_hit_tokens": expected_hit,
-                        "ttft_ratio": warm.ttft / cold.ttft if cold.ttft else None,
-                        "load_bytes_per_s": kv_bytes / warm.ttft if warm.ttft else None,
-                        "break_even_bytes_per_s": kv_bytes / cold.ttft if cold.ttft else None,
+                        "expected_hit_tokens": cold.expected_hit,
+                        "ttft_ratio": got.ttft / cold.ttft if cold.ttft else None,
+                        "load_bytes_per_s": cold.kv_bytes / got.ttft if got.ttft else None,
+                        "break_even_bytes_per_s": cold.kv_bytes / cold.ttft if cold.ttft else None,
                     },
                 )
             )
         except CheckFailed as exc:
-            causes = "".join(f"; {c}" for c in self.lmcache_causes(a, since_wall))
-            add(StepResult(a.name, "warm", Verdict(FAIL, f"{exc}{causes}")))
+            self._failed(a, "warm", exc, cold)
 
+    def cross(self, a: Target, peers: list[Target], cold: Cold, no_peer: str) -> None:
+        """Each peer asks the same document: its hits are A's objects (another engine of A's
+        host: cross-engine; another host: cross-node)."""
         if not peers:
-            add(
-                StepResult(
-                    a.name,
-                    "cross-node",
-                    Verdict(SKIP, no_peer),
-                )
-            )
+            self.report.add(StepResult(a.name, "cross-node", Verdict(SKIP, no_peer)))
         for b in peers:
             step = "cross-engine" if b.host == a.host else "cross-node"
             try:
                 got, metric, hit = self.ask(b)
-                add(
+                self.report.add(
                     StepResult(
                         b.name,
                         step,
                         verdicts.cross_node(
                             hit=hit,
-                            expected_hit=expected_hit,
+                            expected_hit=cold.expected_hit,
                             metric=metric,
                             writer=a.name,
                             ttft=got.ttft,
                             cold_ttft=cold.ttft,
-                            s3_disabled=self.s3_disabled(b, since_wall) if not hit else None,
-                            causes=self.lmcache_causes(b, since_wall)
-                            if (hit or 0) < expected_hit
-                            else (),
+                            **self._hit_diagnosis(b, cold, hit),
                         ),
                         ttft=got.ttft,
                         hit_tokens=hit,
-                        figures={"metric": metric, "expected_hit_tokens": expected_hit},
+                        figures={"metric": metric, "expected_hit_tokens": cold.expected_hit},
                     )
                 )
             except CheckFailed as exc:
-                causes = "".join(f"; {c}" for c in self.lmcache_causes(b, since_wall))
-                add(StepResult(b.name, step, Verdict(FAIL, f"{exc}{causes}")))
+                self._failed(b, step, exc, cold)
 
-        self.fallback(a, created, expected, cold.ttft)
+    def _failed(self, t: Target, step: str, exc: CheckFailed, cold: Cold) -> None:
+        causes = "".join(f"; {c}" for c in self.lmcache_causes(t, cold.since_wall))
+        self.report.add(StepResult(t.name, step, Verdict(FAIL, f"{exc}{causes}")))
 
     def fallback(self, a: Target, created: dict, expected: int, cold_ttft: float | None) -> None:
         add, o = self.report.add, self.o
@@ -692,4 +492,4 @@ class Runner:
         return self.report
 
 
-__all__ = ["Boto3Bucket", "CheckFailed", "Http", "Options", "Runner", "Target", "WARN"]
+__all__ = ["Cold", "Options", "Runner", "Target", "WARN"]

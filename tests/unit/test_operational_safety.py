@@ -392,19 +392,6 @@ def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, 
     assert fake_facts.FAKE_SECRET_KEY not in message
 
 
-def test_broken_rgw_spec_template_is_one_preflight_line(monkeypatch, tmp_path):
-    from deploys import preflight
-
-    folder = _broken_templates(tmp_path, "rgw_spec.yaml.j2", "service_id: {{ service_idd }}\n")
-    monkeypatch.setattr(paths, "TEMPLATES", folder)
-    with pytest.raises(preflight.PreflightError) as caught:
-        preflight.check_templates(*_hosts_and_creds())
-    assert str(caught.value) == (
-        "kvceph: @fake/ceph1: template rgw_spec.yaml.j2: UndefinedError: 'service_idd' is "
-        "undefined; fix: correct templates/rgw_spec.yaml.j2 or the setting it renders"
-    )
-
-
 # --- never destroy data --------------------------------------------------------------------------
 
 # Verbs that delete pools, buckets, users, keys, objects, services or lifecycle rules.

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from deploys.verification import report as reporting
-from deploys.verification import runner
+from deploys.verification import runner, transport
 from deploys.verification.bookkeeping import ObjectInfo
 
 MODEL = "Qwen/Qwen3-32B"
@@ -411,7 +411,7 @@ def test_bucket_failure_between_steps_aborts_the_group_with_a_line(lab):
     def flaky(prefix):
         calls["n"] += bool(prefix)  # the fake engine lists "" for its lookups
         if calls["n"] > 1:  # the listing before the cold request works, the next one fails
-            raise runner.CheckFailed("S3 memory://bucket: list: connection reset")
+            raise transport.CheckFailed("S3 memory://bucket: list: connection reset")
         return real_list(prefix)
 
     bucket.list = flaky
@@ -424,9 +424,9 @@ def test_bucket_failure_between_steps_aborts_the_group_with_a_line(lab):
 def test_boto3_bucket_unreachable_endpoint_is_named():
     creds = type("C", (), {})()
     creds.access_key = creds.secret_key = type("S", (str,), {"reveal": lambda self: "x"})("x")
-    b = runner.Boto3Bucket("http://127.0.0.1:9", "lmcache", "default", creds, 1, 1000)
+    b = transport.Boto3Bucket("http://127.0.0.1:9", "lmcache", "default", creds, 1, 1000)
     assert b.check().startswith("S3 http://127.0.0.1:9 unreachable")
-    with pytest.raises(runner.CheckFailed, match=r"S3 http://127.0.0.1:9 bucket lmcache: list"):
+    with pytest.raises(transport.CheckFailed, match=r"S3 http://127.0.0.1:9 bucket lmcache: list"):
         b.list("Qwen_Qwen3-32B@2@")
 
 
