@@ -95,14 +95,16 @@ def atomic_file(
 
 
 @operation()
-def private_file(path: str, content: str, user: str, group: str, mode: str = "0600"):
+def private_file(
+    path: str, content: str, user: str = "root", group: str = "root", mode: str = "0600"
+):
     """
     Write a secret file atomically and privately; its content is never diffed or logged.
 
     + path: absolute path of the file on the host
     + content: the desired text (holds secrets)
-    + user: owner of the file
-    + group: group of the file
+    + user: owner of the file (root by default)
+    + group: group of the file (root by default)
     + mode: octal permissions, ``"0600"`` by default
 
     Pass ``content`` as a ``deploys.secrets.Secret`` (or give the op a ``name=``): pyinfra

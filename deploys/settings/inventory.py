@@ -39,17 +39,12 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
     for h in inference:
         groups.setdefault((h.engine.model, h.engine.tensor_parallel_size), []).append(h)
     for (model, tp), members in groups.items():
-        first = members[0]
-        for setting in cache_key.GROUP_INVARIANTS:
-            key, get = setting.key, setting.get
-            for other in members[1:]:
-                if get(other) != get(first):
-                    raise SettingsError(
-                        f"{other.host}: {key} = {get(other)!r} differs from {first.host}'s "
-                        f"{get(first)!r} in cache group {model} TP={tp}: their cache keys would "
-                        "differ and the nodes would never reuse each other's cache; "
-                        "fix: use one value across the group"
-                    )
+        _agree(
+            members,
+            [(s.key, s.get) for s in cache_key.GROUP_INVARIANTS],
+            f"in cache group {model} TP={tp}: their cache keys would differ and the nodes would "
+            "never reuse each other's cache; fix: use one value across the group",
+        )
     _check_roll(inference, groups)
     return [
         CacheGroup(model, tp, tuple(h.host for h in members))
@@ -57,20 +52,31 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
     ]
 
 
+def _agree(hosts: list[HostSettings], settings, why: str) -> None:
+    """Each (key, getter) gives every host the first host's value, or one line: who differs,
+    with what, and ``why`` (how it ends, fix included)."""
+    first = hosts[0]
+    for key, get in settings:
+        for other in hosts[1:]:
+            if get(other) != get(first):
+                sep = "" if why.startswith(":") else " "
+                raise SettingsError(
+                    f"{other.host}: {key} = {get(other)!r} differs from {first.host}'s "
+                    f"{get(first)!r}{sep}{why}"
+                )
+
+
 def _check_roll(inference: list[HostSettings], groups) -> None:
     """One restart batch for the whole inventory, never a whole cache group at once."""
     first = inference[0]
-    for key, get in (
-        ("kvceph_restart_batch", lambda h: h.engine.restart_batch),
-        (engine_list.WHOLE_GROUP_OPT_IN, lambda h: h.engine.restart_whole_group),
-    ):
-        for other in inference[1:]:
-            if get(other) != get(first):
-                raise SettingsError(
-                    f"{other.host}: {key} = {get(other)!r} differs from {first.host}'s "
-                    f"{get(first)!r}: the roll is one for the whole run; "
-                    "fix: set it once, in group_data/all.py"
-                )
+    _agree(
+        inference,
+        [
+            ("kvceph_restart_batch", lambda h: h.engine.restart_batch),
+            (engine_list.WHOLE_GROUP_OPT_IN, lambda h: h.engine.restart_whole_group),
+        ],
+        ": the roll is one for the whole run; fix: set it once, in group_data/all.py",
+    )
     refusal = engine_list.roll_refusal(
         first.engine.restart_batch,
         first.engine.restart_whole_group,

@@ -40,9 +40,6 @@ def apply(me: HostSettings, checked) -> None:
         name=f"Model mirror key {paths.MODELS_READER_CONFIG}",
         path=paths.MODELS_READER_CONFIG,
         content=reader_config(me, checked.credentials),
-        user="root",
-        group="root",
-        mode="0600",
     )
     model.staged(
         name=f"Model {src.name}@{src.revision} in {src.path}",

@@ -89,9 +89,6 @@ def install_admin_tools(me: HostSettings, creds) -> None:
         name=f"S3 admin credentials {paths.ADMIN_CONFIG}",
         path=paths.ADMIN_CONFIG,
         content=admin_config(me, creds.access_key, creds.secret_key),
-        user="root",
-        group="root",
-        mode="0600",
     )
 
 
@@ -149,8 +146,6 @@ def apply(me: HostSettings, checked: Preflight):
         display_name=me.s3.user_display_name,
         access_key=creds.access_key,
         secret_key=creds.secret_key,
-        admin_script=paths.ADMIN_SCRIPT,
-        admin_config=paths.ADMIN_CONFIG,
         timeout=timeout,
     )
     if me.s3.quota_max_size_gb is not None:
@@ -164,16 +159,12 @@ def apply(me: HostSettings, checked: Preflight):
         name=f"Bucket {me.s3.bucket}",
         bucket_name=me.s3.bucket,
         owner=me.s3.user,
-        admin_script=paths.ADMIN_SCRIPT,
-        admin_config=paths.ADMIN_CONFIG,
         timeout=timeout,
     )
     s3.bucket_lifecycle(
         name=f"Lifecycle of bucket {me.s3.bucket}",
         bucket_name=me.s3.bucket,
         rules=rules,
-        admin_script=paths.ADMIN_SCRIPT,
-        admin_config=paths.ADMIN_CONFIG,
         allow_removal=allow_removal,
         timeout=timeout,
     )

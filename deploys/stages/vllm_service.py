@@ -98,9 +98,6 @@ def _shared_files(me: HostSettings, checked) -> dict[str, str]:
         name=f"Engine secrets {paths.SECRETS_PATH}",
         path=paths.SECRETS_PATH,
         content=secrets_text,
-        user="root",
-        group="root",
-        mode="0600",
     )
     if me.security.guard:
         files.helper_script(
