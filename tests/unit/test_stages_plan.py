@@ -39,8 +39,10 @@ class Recorder:
 
         def call(*args, **kwargs):
             real = {k: v for k, v in kwargs.items() if k not in GLOBAL}
-            inspect.signature(op._inner).bind(*args, **real)
-            self.calls.append((f"{self.module.__name__.rsplit('.', 1)[-1]}.{attr}", kwargs))
+            bound = inspect.signature(op._inner).bind(*args, **real)
+            bound.apply_defaults()  # what the operation gets, defaults included
+            given = {**bound.arguments, **{k: v for k, v in kwargs.items() if k in GLOBAL}}
+            self.calls.append((f"{self.module.__name__.rsplit('.', 1)[-1]}.{attr}", given))
             return SimpleNamespace(did_change=lambda: True)
 
         return call
