@@ -45,11 +45,12 @@ $(VENV)/.deps-apt:
 	@touch $@
 
 venv: $(BIN)/.installed
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml connector/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,report]'
 	$(BIN)/pip install -q -e lab/engine
+	$(BIN)/pip install -q --no-deps -e connector
 	@touch $@
 
 lmcache-venv: $(LMCACHE_VENV)/.installed
@@ -75,7 +76,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 unit: venv deps lmcache-venv connector-unit
-	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py
+	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py lab/engine/tests/test_kvceph_store.py
 
 integration: venv deps
 	$(BIN)/pytest -q -x tests/integration
@@ -89,6 +90,7 @@ PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integrati
 
 test: lint venv deps lmcache-venv connector-unit
 	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py \
+	  lab/engine/tests/test_kvceph_store.py \
 	  $(PACIFIC_TESTS)
 	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(CEPHADM_TESTS)
 

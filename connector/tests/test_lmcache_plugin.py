@@ -218,10 +218,20 @@ def test_broken_module_path_is_logged_by_lmcache(tmp_path, s3, loop, caplog, cap
     assert "ready for plugin://kvceph" not in err
 
 
-def test_unsupported_lmcache_is_not_loaded(tmp_path, s3, loop, caplog, capfd, monkeypatch):
-    import lmcache
+def test_bad_kvceph_value_is_lmcaches_failure_line(tmp_path, s3, loop, caplog, capfd):
+    backends, _ = build(tmp_path, s3, loop, min_hit="-5")
+    err = logged(caplog, capfd)
+    assert (
+        "Failed to initialize/re-establish remote connection: "
+        "kvceph.min_hit_tokens must be >= 0, not -5" in err
+    )
+    assert backends["RemoteBackend-kvceph"].connection is None
 
-    monkeypatch.setattr(lmcache, "__version__", "0.9.9")
+
+def test_unsupported_lmcache_is_not_loaded(tmp_path, s3, loop, caplog, capfd, monkeypatch):
+    import kvceph_connector.versions
+
+    monkeypatch.setattr(kvceph_connector.versions, "lmcache_version", lambda: "0.9.9")
     monkeypatch.delitem(sys.modules, "kvceph_connector.lmcache_plugin")
     backends, _ = build(tmp_path, s3, loop)
     err = logged(caplog, capfd)

@@ -47,7 +47,11 @@ def world(lab, tmp_path_factory):
     hosts = tmp_path_factory.mktemp("conn") / "hosts"
     hosts.write_text(f"127.0.0.1 localhost\n{S3_HOST} {DNS} {name}.{DNS}\n")
     yield {"bucket": name, "keys": keys, "hosts": hosts, "admin": admin}
-    ssh("ceph1", f"radosgw-admin user rm --uid={name} --purge-data", check=False)
+    left = admin.list_objects_v2(Bucket=name).get("Contents", [])
+    if left:
+        admin.delete_objects(Bucket=name, Delete={"Objects": [{"Key": o["Key"]} for o in left]})
+    admin.delete_bucket(Bucket=name)
+    ssh("ceph1", f"radosgw-admin user rm --uid={name}", check=False)
 
 
 class Peer:
@@ -94,7 +98,11 @@ class Peer:
 
     def close(self):
         self.proc.stdin.close()
-        self.proc.wait(30)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 @pytest.fixture(scope="module")
