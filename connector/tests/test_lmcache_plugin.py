@@ -200,6 +200,28 @@ def test_a_miss_is_not_remembered(tmp_path, s3, loop):
     remote.close()
 
 
+def test_lmcache_giving_up_frees_the_buffers(tmp_path, s3, loop):
+    # RemoteBackend bounds a load with asyncio.wait_for(blocking_timeout_secs): the cancelled
+    # load must stop writing into its MemoryObjs and give them back.
+    backends, _ = build(tmp_path, s3, loop)
+    remote, cpu = backends["RemoteBackend-kvceph"], backends["LocalCPUBackend"]
+    obj, _ = filled(cpu, 30)
+    remote.submit_put_task(key(30), obj).result(30)
+    obj.ref_count_down()
+    conn = remote.connection.getWrappedConnector()
+    taken = []
+    allocate = conn._allocate
+    conn._allocate = lambda: taken.append(allocate()) or taken[-1]
+    s3.faults[s3.name(key(30).to_string())] = "drip"
+    try:
+        with pytest.raises(TimeoutError):
+            run(loop, asyncio.wait_for(conn.batched_get_non_blocking("r", [key(30)] * 2), 0.3))
+    finally:
+        s3.faults.clear()
+    assert len(taken) == 2 and [o.get_ref_count() for o in taken] == [0, 0]
+    remote.close()
+
+
 def test_broken_module_path_is_logged_by_lmcache(tmp_path, s3, loop, caplog, capfd):
     backends, _ = build(tmp_path, s3, loop, module="kvceph_connector.no_such_module")
     err = logged(caplog, capfd)

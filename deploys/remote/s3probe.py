@@ -325,6 +325,7 @@ if __name__ == "__main__":
             sys.exit(1)
         raise
     except ImportError as exc:
-        lacks = "kvceph-connector" if "kvceph_connector" in str(exc) else "awscrt"
+        missing = f"{getattr(exc, 'name', None) or ''}."
+        lacks = "kvceph-connector" if missing.startswith("kvceph_connector.") else "awscrt"
         print(f"s3probe: {exc} (the engine venv lacks {lacks}?)", file=sys.stderr)
         sys.exit(1)

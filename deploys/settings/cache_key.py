@@ -62,6 +62,9 @@ SETTINGS = (
 )
 
 #: What must agree inside a cache group, or keys differ and nodes never reuse each other's cache.
+# Not kvceph_lmcache_connector: kvceph's connector names objects exactly as LMCache's stock one
+# (CacheEngineKey.to_string() at the bucket root) and reads stock-written objects (accepted on
+# size alone), so a group may mix the two and move between them without losing its cache.
 GROUP_INVARIANTS = tuple(s for s in SETTINGS if not s.names_group)
 #: (name in the engine's files, group_data key) of every setting the engine's files carry.
 IN_FILES = tuple((s.in_files, s.key) for s in SETTINGS if s.in_files)

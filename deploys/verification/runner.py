@@ -15,81 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from deploys import remote_tier
 from deploys.verification import bookkeeping, document, metrics, sse, verdicts
 from deploys.verification.bookkeeping import ObjectInfo
 from deploys.verification.report import Report, StepResult
+from deploys.verification.targets import Options, Target, peers_of
 from deploys.verification.transport import Bucket, CheckFailed, Control, Http, RestartFailed
 from deploys.verification.verdicts import FAIL, PASS, SKIP, WARN, Verdict
 
 S3_DISABLED = "S3 connection disabled"
-
-
-@dataclass(frozen=True)
-class Target:
-    """One inference host as the controller reaches it."""
-
-    name: str
-    base_url: str  # scheme://address:port, no trailing slash
-    model: str
-    tensor_parallel_size: int
-    chunk_size: int
-    save_unfull_chunk: bool
-    health_timeout: int
-    max_model_len: int
-    # The `vllm serve` argument LMCache puts in its keys; "" when it is the model name (hub).
-    serve_model: str = ""
-
-    @property
-    def prefix(self) -> str:
-        return bookkeeping.object_prefix(self.serve_model or self.model, self.tensor_parallel_size)
-
-    @property
-    def host(self) -> str:
-        """The host the engine runs on (names are ``host`` or ``host/engine``)."""
-        return self.name.split("/", 1)[0]
-
-
-def peers_of(a: Target, healthy: list[Target]) -> list[Target]:
-    """Who must load A's chunks: another engine on A's host, and one on another host (each
-    when there is one): reuse inside a host and across hosts are both proved."""
-    same = [t for t in healthy if t.host == a.host and t.name != a.name]
-    other = [t for t in healthy if t.host != a.host]
-    return same[:1] + other[:1]
-
-
-@dataclass(frozen=True)
-class Options:
-    """The figures of VerifySettings the cycle needs (kept separate: tests build it by hand)."""
-
-    document_tokens: int = 16384
-    output_tokens: int = 32
-    warm_ratio: float = 1.0
-    fallback_tolerance: float = 0.5
-    request_timeout: int = 600
-    restart_timeout: int = 180
-    s3_timeout: float = 30
-    objects_timeout: float = 120
-    clock_skew: int = 120
-    cleanup: bool = True
-    poll_interval: float = 1.0
-
-    @classmethod
-    def from_settings(cls, vs) -> Options:
-        return cls(
-            document_tokens=vs.document_tokens,
-            output_tokens=vs.output_tokens,
-            warm_ratio=vs.warm_ratio,
-            fallback_tolerance=vs.fallback_tolerance,
-            request_timeout=vs.request_timeout,
-            restart_timeout=vs.restart_timeout,
-            s3_timeout=vs.s3_timeout,
-            objects_timeout=vs.objects_timeout,
-            clock_skew=vs.clock_skew,
-            cleanup=vs.cleanup,
-        )
-
-
-# --- The cycle ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -102,6 +36,10 @@ class Cold:
     expected_hit: int  # tokens a later request should hit
     kv_bytes: int
     since_wall: float  # wall clock before the cold request (journal greps start here)
+    prompt_tokens: int | None = None
+    # kvceph's connector reports 0 hits below its crossover: the later steps verify that, and
+    # measure nothing (crossover.py: the load is measured only by a document above it).
+    below_crossover: bool = False
 
 
 class Runner:
@@ -123,6 +61,9 @@ class Runner:
         self.nonce = nonce or document.new_nonce(wall)
         started = datetime.fromtimestamp(wall(), UTC)
         self.report = Report(self.nonce, started.isoformat(timespec="seconds"))
+        # (writer target, figures) of every warm step that loaded all its chunks: what the
+        # controller stores as the cache group's measurement (deploys/measured.py).
+        self.measured: list[tuple[Target, dict]] = []
 
     # -- engine helpers --
 
@@ -191,6 +132,14 @@ class Runner:
                 pass
         return tuple(found)
 
+    def remote_tier(self, t: Target) -> remote_tier.Verdict:
+        """What LMCache logged about the engine's remote tier since it started."""
+        try:
+            lines = self.control.remote_tier(t.name)
+        except Exception:  # noqa: BLE001 - a diagnostic must not hide the verdict
+            lines = None
+        return remote_tier.verdict(lines) if lines is not None else remote_tier.Verdict("unknown")
+
     def s3_disabled(self, t: Target, since: float) -> bool | None:
         try:
             return self.control.journal_has(t.name, since, S3_DISABLED)
@@ -218,9 +167,12 @@ class Runner:
                     + (f"; {verdicts.CAUSE_401}" if status == 401 else "")
                 )
             try:
-                served = [m.get("id") for m in json.loads(body).get("data", [])]
+                listed = {m.get("id"): m.get("owned_by") for m in json.loads(body).get("data", [])}
             except (ValueError, AttributeError):
                 raise CheckFailed("/v1/models: not an OpenAI model list") from None
+            served = list(listed)
+            # who answers: vLLM says "vllm", the lab engine "kvceph-lab-engine" (the chart says so)
+            self.report.engines[t.name] = str(listed.get(t.model) or "unknown")
             if t.model not in served:
                 raise CheckFailed(
                     f"/v1/models lists {served}, not the configured {t.model!r} (kvceph_model)"
@@ -237,6 +189,11 @@ class Runner:
             )
             if not answer.get("choices"):
                 raise CheckFailed(f"minimal request answered without choices: {str(answer)[:120]}")
+            tier = self.remote_tier(t)
+            if tier.state == remote_tier.MISSING:
+                raise CheckFailed(
+                    remote_tier.failure_message(t.name, "the engine", t.connector, tier)
+                )
         except CheckFailed as exc:
             add(StepResult(t.name, "preflight", Verdict(FAIL, f"{t.base_url}: {exc}")))
             return False
@@ -322,7 +279,8 @@ class Runner:
         expected_hit = (
             bookkeeping.expected_hit_tokens(pt, a.chunk_size, a.save_unfull_chunk) if pt else 0
         )
-        return Cold(got.ttft, created, expected, expected_hit, kv_bytes, since_wall)
+        below = a.connector == "kvceph" and 0 < expected_hit < a.min_hit_tokens
+        return Cold(got.ttft, created, expected, expected_hit, kv_bytes, since_wall, pt, below)
 
     def _hit_diagnosis(self, t: Target, cold: Cold, hit: int | None) -> dict:
         """Why a hit fell short, read only when it did (journal greps cost an SSH round trip)."""
@@ -338,11 +296,18 @@ class Runner:
         try:
             self.restart(a)
             got, metric, hit = self.ask(a)
+            full = hit is not None and hit >= cold.expected_hit > 0
+            if not cold.below_crossover and full and cold.ttft:
+                figures = {"prompt_tokens": cold.prompt_tokens, "cold_ttft_s": cold.ttft}
+                figures |= {"warm_ttft_s": got.ttft, "kv_bytes": cold.kv_bytes}
+                self.measured.append((a, figures))
             self.report.add(
                 StepResult(
                     a.name,
                     "warm",
-                    verdicts.warm(
+                    self._below(a, cold, hit)
+                    if cold.below_crossover
+                    else verdicts.warm(
                         hit=hit,
                         expected_hit=cold.expected_hit,
                         metric=metric,
@@ -362,6 +327,8 @@ class Runner:
                         "ttft_ratio": got.ttft / cold.ttft if cold.ttft else None,
                         "load_bytes_per_s": cold.kv_bytes / got.ttft if got.ttft else None,
                         "break_even_bytes_per_s": cold.kv_bytes / cold.ttft if cold.ttft else None,
+                        "min_hit_tokens": a.min_hit_tokens if a.connector == "kvceph" else None,
+                        "crossover": a.crossover,
                     },
                 )
             )
@@ -381,7 +348,9 @@ class Runner:
                     StepResult(
                         b.name,
                         step,
-                        verdicts.cross_node(
+                        self._below(a, cold, hit)
+                        if cold.below_crossover
+                        else verdicts.cross_node(
                             hit=hit,
                             expected_hit=cold.expected_hit,
                             metric=metric,
@@ -397,6 +366,13 @@ class Runner:
                 )
             except CheckFailed as exc:
                 self._failed(b, step, exc, cold)
+
+    @staticmethod
+    def _below(a: Target, cold: Cold, hit: int | None) -> Verdict:
+        """A document below the writer's crossover: kvceph's connector must report 0 hits."""
+        return verdicts.below_crossover(
+            hit=hit, tokens=cold.expected_hit, min_hit=a.min_hit_tokens, source=a.crossover
+        )
 
     def _failed(self, t: Target, step: str, exc: CheckFailed, cold: Cold) -> None:
         causes = "".join(f"; {c}" for c in self.lmcache_causes(t, cold.since_wall))
@@ -463,6 +439,7 @@ class Runner:
 
     def run(self, groups: list[list[Target]]) -> Report:
         """Preflight every host, then one cycle per cache group."""
+        self.report.groups = [[t.name for t in g] for g in groups]
         ok = {t.name: self.preflight(t) for g in groups for t in g}
         s3_ok = self.check_s3()
         for group in groups:
@@ -492,4 +469,4 @@ class Runner:
         return self.report
 
 
-__all__ = ["Cold", "Options", "Runner", "Target", "WARN"]
+__all__ = ["Cold", "Runner", "WARN"]

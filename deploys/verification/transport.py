@@ -44,6 +44,9 @@ class Control(Protocol):
 
     def journal_has(self, host: str, since: float, text: str) -> bool | None: ...
 
+    # LMCache's remote-backend lines since the engine started (remote_tier.PREFILTER), or None.
+    def remote_tier(self, host: str) -> list[str] | None: ...
+
 
 # --- HTTP ----------------------------------------------------------------------------------
 

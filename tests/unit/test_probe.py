@@ -177,6 +177,22 @@ def test_remote_command_takes_the_engines_path_and_no_secret():
     assert "--prefer-http2" in tail and "--io-threads 8" in tail
 
 
+def test_kvceph_connector_probes_its_endpoint_and_connections():
+    """With kvceph's connector the probe reads the same kvceph.* keys the plugin does (no
+    remote_url, no stock keys in that lmcache.yaml)."""
+    me = gpu_host(
+        kvceph_lmcache_connector="kvceph",
+        kvceph_connector_connections=24,
+        kvceph_s3_endpoint="https://s3.kvlab:443",
+    )
+    tail = controller.probe_command(me, "n").rsplit("if __name__", 1)[1]
+    assert "--endpoint lmcache.s3.kvlab:443" in tail and "--io-threads 24" in tail
+    assert "--disable-tls" not in tail and "--prefer-http2" not in tail
+    assert "--connector kvceph --connections 24 --timeout-s 5.0" in tail
+    args = s3probe.parse(controller.probe_args(me, "n"))
+    assert (args.connector, args.connections, args.timeout_s) == ("kvceph", 24, 5.0)
+
+
 def test_remote_output_is_the_json_line_among_the_others():
     out = "warning: x; " + json.dumps(RAW)
     assert controller.parse_output(out)["objects"] == 128

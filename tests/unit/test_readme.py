@@ -3,6 +3,7 @@ and the README stays a front door (what it is, how to start, where each step liv
 
 import importlib.util
 import re
+import subprocess
 from pathlib import Path
 
 from deploys import paths
@@ -30,3 +31,30 @@ def test_readme_is_short_and_links_the_reference():
     for target in ("docs/settings.md", "docs/design.md", "hw/h200/README.md", "bench/README.md"):
         assert f"]({target})" in readme, target
         assert (ROOT / target).is_file(), target
+
+
+# What a user of the project does not have: the workspace the project was made in.
+OUTSIDE = re.compile(r"\.\./shared\b|/work/shared\b|\bshared/(seed|recipes|reference)/")
+
+
+def test_nothing_refers_outside_the_repository():
+    """No tracked file (product, docs, comments, tests) points at ../shared or the like."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    this = Path(__file__).resolve().relative_to(ROOT).as_posix()
+    found = []
+    for name in files:
+        path = ROOT / name
+        if not name or name == this or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        found += [
+            f"{name}:{n}: {line.strip()[:80]}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if OUTSIDE.search(line)
+        ]
+    assert not found, "references outside the repository:\n" + "\n".join(found)

@@ -144,7 +144,17 @@ class KvcephS3Connector(RemoteConnector):
             (key.to_string(), obj.data_ptr, obj.get_size())
             for key, obj in zip(keys, objs, strict=False)
         ]
-        ok = await asyncio.wrap_future(self.core.get_many_into_future(items)) if items else []
+        ok: list[bool] = []
+        if items:
+            batch = self.core.get_many_into_future(items)
+            try:
+                ok = await asyncio.wrap_future(batch)
+            except asyncio.CancelledError:
+                # LMCache gave up (RemoteBackend's wait_for): stop the writes, free the buffers.
+                self.core.abandon(batch)
+                for obj in objs:
+                    obj.ref_count_down()
+                raise
         out: list[MemoryObj | None] = []
         for obj, good in zip(objs, ok, strict=True):
             if good:

@@ -82,3 +82,32 @@ def test_unsupported_lmcache_is_not_loaded(s3, caplog, monkeypatch):
     monkeypatch.setattr(versions, "lmcache_version", lambda: "0.6.0")
     assert kvceph_store.create({**EXTRA, "kvceph.endpoint": s3.endpoint}, 16) is None
     assert "supports LMCache 0.5.6, not the installed 0.6.0" in lines(caplog)
+
+
+def test_the_engine_stores_and_loads_through_the_core(s3):
+    from kvceph_lab_engine.engine import KVEngine, LoadLimits
+    from kvceph_lab_engine.hashing import ChunkHasher
+
+    def engine(min_hit=0):
+        hasher = ChunkHasher(
+            model="/models/m", world_size=2, kv_dtype="bfloat16", chunk_size=16,
+            save_unfull_chunk=False, algorithm="sha256_cbor", seed="0",
+        )  # fmt: skip
+        extra = {**EXTRA, "kvceph.endpoint": s3.endpoint, "kvceph.min_hit_tokens": min_hit}
+        return KVEngine(
+            hasher=hasher, tp=2, bytes_per_token=64, prefill_ms_per_token=0.0,
+            store=kvceph_store.create(extra, 16), load_failure_policy="recompute",
+            local_cache_tokens=0, limits=LoadLimits(),
+        )  # fmt: skip
+
+    tokens = list(range(100, 164))  # 4 chunks of 16
+    cold = engine()
+    result, chunks = cold.prefill("cold", tokens)
+    assert result.loaded == 0 and cold.save("cold", chunks) == 4
+    assert len(s3.objects) == 8  # 4 chunks x 2 workers, LMCache's names
+    assert all(name.startswith("/_models_m@2@") for name in s3.objects)
+    warm, _ = engine().prefill("warm", tokens)
+    assert warm.loaded == 63  # the last token is recomputed (vLLM's rule)
+    gets = s3.count("GET")
+    skipped, _ = engine(min_hit=128).prefill("below", tokens)  # 64 tokens < 128
+    assert skipped.loaded == 0 and skipped.computed == 64 and s3.count("GET") == gets
