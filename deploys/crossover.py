@@ -173,3 +173,23 @@ def decide(
         f"{cold:.2f} s ({measured_path})",
         estimate,
     )
+
+
+# A new measurement replaces the stored one only when its crossover moves by more than this
+# share of the one in use, and by more than NOISE_CHUNKS chunks: warm TTFTs of one document vary
+# by ~10 % run to run, and each replacement rolls the cache group.
+NOISE_SHARE = 0.10
+NOISE_CHUNKS = 2
+
+
+def worth_replacing(in_use: int, new: int, measured_before: bool, chunk_size: int) -> bool:
+    """Whether verify.py stores a new measurement (and so the next deploy rolls the group).
+
+    + in_use: min_hit_tokens the group runs with now
+    + new: the one the new figures give
+    + measured_before: the group's figures came from an earlier verify.py run
+    + chunk_size: LMCache tokens per chunk
+    """
+    if not measured_before:
+        return True
+    return abs(new - in_use) > max(NOISE_SHARE * in_use, NOISE_CHUNKS * chunk_size)

@@ -183,7 +183,6 @@ def record_measurement(checked, writer, figures: dict, run_id: str, started: str
         "measured_at": started,
         "load_bytes_per_s": figures["kv_bytes"] / figures["warm_ttft_s"],
     }
-    measured.write(path, data)
     new = crossover.decide(
         override=tier.min_hit_tokens,
         measured=data,
@@ -194,12 +193,19 @@ def record_measurement(checked, writer, figures: dict, run_id: str, started: str
         max_model_len=e.max_model_len,
     )
     was = tier.crossover.min_hit_tokens if tier.crossover else 0
+    group = f"cache group {e.model} TP={e.tensor_parallel_size}"
+    if not crossover.worth_replacing(was, new.min_hit_tokens, path.exists(), me.lmcache.chunk_size):
+        return (
+            f"kvceph verify: {group}: these figures give a crossover of {new.min_hit_tokens} "
+            f"tokens, within noise of the {was} in use: {path} kept (no roll for noise)"
+        )
+    measured.write(path, data)
     change = (
         "unchanged"
         if new.min_hit_tokens == was
         else f"was {was}: the next deploy.py renders it into lmcache.yaml and rolls the group"
     )
     return (
-        f"kvceph verify: measured figures of cache group {e.model} TP={e.tensor_parallel_size} "
-        f"written to {path}; crossover from them: {new.describe()}, {change}"
+        f"kvceph verify: measured figures of {group} written to {path}; crossover from them: "
+        f"{new.describe()}, {change}"
     )

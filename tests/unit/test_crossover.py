@@ -121,3 +121,11 @@ def test_measured_figures_decide():
     d = _decide(measured=slow)
     assert d.min_hit_tokens % 256 == 0 and d.min_hit_tokens > 16384
     assert d.min_hit_tokens == min(131328, math.ceil(d.estimate / 256) * 256)
+
+
+def test_a_new_measurement_replaces_the_old_only_beyond_noise():
+    assert c.worth_replacing(0, 0, False, 256)  # first measurement: always stored
+    assert not c.worth_replacing(40960, 43008, True, 256)  # +5 %: noise
+    assert c.worth_replacing(40960, 46080, True, 256)  # +12.5 %
+    assert not c.worth_replacing(0, 512, True, 256)  # two chunks: noise
+    assert c.worth_replacing(0, 1024, True, 256)

@@ -76,6 +76,10 @@ def test_verify_measurement_changes_the_crossover_and_lmcache_yaml(tmp_path):
     assert decided.min_hit_tokens > 16384 and "measured by verify.py run v1" in decided.source
     after = render.lmcache_yaml(again["gpu1"])
     assert after != before and f"kvceph.min_hit_tokens: {decided.min_hit_tokens}\n" in after
+    # A second run within noise of the crossover in use keeps the file: no roll for noise.
+    noisy = {**figures, "warm_ttft_s": 7.25}
+    kept = controller.record_measurement(_checked(again, groups), writer, noisy, "v2", "t1")
+    assert "within noise" in kept and json.loads(path.read_text())["verify_run"] == "v1"
     # The setting still wins over any measurement.
     fixed, _ = fleet(tmp_path, kvceph_min_hit_tokens=512)
     assert tier_preflight.resolve(fixed)["gpu1"].lmcache.tier.crossover.min_hit_tokens == 512
