@@ -82,12 +82,16 @@ def _take_lock(inventory, checked: Preflight) -> None:
     logger.info("kvceph: run lock on %s: %s", admin.name, status)
 
 
-def run(state, inventory) -> Preflight:
-    """Validate every host's settings and the cross-host invariants (once per run)."""
+def run(state, inventory, lock: bool = True) -> Preflight:
+    """Validate every host's settings and the cross-host invariants (once per run).
+
+    ``lock``: take the run lock (False for status.py: it writes nothing, and a deploy started
+    while it reads must not find the lock held).
+    """
     with _ONCE:
         cached = _CACHE.get(id(state))
         if cached is None:
-            cached = _CACHE[id(state)] = _check(inventory)
+            cached = _CACHE[id(state)] = _check(inventory, lock)
         return cached
 
 
@@ -322,7 +326,7 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             )
 
 
-def _check(inventory) -> Preflight:
+def _check(inventory, lock: bool = True) -> Preflight:
     try:
         hosts = {
             h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inventory
@@ -368,5 +372,6 @@ def _check(inventory) -> Preflight:
         logger.info(line)
     check_templates(hosts, creds)
     result = Preflight(hosts, groups, creds)
-    _take_lock(inventory, result)
+    if lock:
+        _take_lock(inventory, result)
     return result

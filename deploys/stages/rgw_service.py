@@ -61,6 +61,14 @@ def _release(versions: dict | None) -> str:
     return f"Ceph {versions['oldest']} ({versions['release']}{hint})"
 
 
+# The orchestrator's possible answers to the concentrator dry run (``CephSpecProbe``): every
+# service the stage could apply, whatever the cluster answers (status.py reads them all).
+PROBE_ANSWERS = (
+    ("concentrator refused", {"accepted": False, "rc": 0, "message": "refused"}),
+    ("concentrator accepted", {"accepted": True, "rc": 0, "message": None}),
+)
+
+
 def plan_specs(
     rgw: RgwSettings, versions: dict | None, probe: dict | None, force: bool = False
 ) -> tuple[list[dict], str | None]:
