@@ -79,6 +79,8 @@ def plan(monkeypatch):
         parts = [stage, *(v for v in vars(stage).values() if v is tier_software)]
         for part in parts:
             for name, value in list(vars(part).items()):
+                if isinstance(value, Recorder):  # a second plan in one test records anew
+                    value = value.module
                 if inspect.ismodule(value) and value.__name__.startswith(
                     ("pyinfra.operations", "deploys.operations")
                 ):
@@ -313,6 +315,7 @@ def test_a_removed_engine_goes_and_only_that_one(plan):
     removed = [kw["unit"] for n, kw in calls if n == "service.removed"]
     assert removed == ["vllm-engine-c.service"]
     converged = plan(vllm_service, me, {"EngineUnits": units[:2]}, CHECKED)
+    assert converged, "the second plan recorded nothing"
     assert "service.removed" not in names(converged)
 
 
