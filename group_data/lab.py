@@ -54,6 +54,10 @@ if _lab_ceph() == "cephadm":
     kvceph_rgw_count_per_host = 2
     kvceph_rgw_frontend_port = 8080
     kvceph_rgw_concentrator = "haproxy"
+    # A stopping radosgw drains for rgw_exit_timeout_secs (120 s), but 20.2.4's podman stops its
+    # container after 10 s and SIGKILLs it: the daemon then reads `error`, not `stopped`
+    # (test_11's intermittent failures). 5 s: every stop in the lab ends clean.
+    kvceph_rgw_exit_timeout_secs = 5
     kvceph_rgw_ingress_virtual_ip = f"{_VIP}/24"
     kvceph_s3_endpoint_ip = _VIP
     # One ingress frontend, in the lab's scheme: https on :443 terminates TLS in cephadm's

@@ -341,6 +341,38 @@ def service_restart(
 
 
 @operation(is_idempotent=True)
+def config_option(
+    who: str,
+    option: str,
+    value: str,
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+):
+    """
+    Set one option in the monitors' config database (``ceph config set``) when it differs.
+
+    + who: the section, e.g. ``client.rgw`` (every RGW daemon)
+    + option: the option name, e.g. ``rgw_exit_timeout_secs``
+    + value: the wanted value, compared with what ``ceph config get <who> <option>`` says
+    + connect_timeout / command_timeout: seconds for each ``ceph`` call
+
+    Only for options daemons read at runtime: nothing is restarted.
+
+    **Example:**
+
+    .. code:: python
+
+        ceph.config_option(who="client.rgw", option="rgw_exit_timeout_secs", value="5")
+    """
+    t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
+    current = memo.read(host, CephConfigValue, who=who, option=option, **t)
+    if current == str(value):
+        host.noop(f"{who} {option} is already {value}")
+        return
+    yield ceph("config", "set", who, option, value, **t, json=False)
+
+
+@operation(is_idempotent=True)
 def host_label(
     ceph_host: str,
     label: str,

@@ -104,6 +104,8 @@ class RgwSettings:
     ingress_virtual_ip: str | None
     ingress_frontend_port: int
     dns_name: str
+    # kvceph_rgw_exit_timeout_secs: how long a stopping radosgw drains (None: the cluster's own)
+    exit_timeout_secs: int | None = None
     # kvceph_rgw_ingress_ssl_pem: the ingress's certificate chain and private key (haproxy
     # terminates TLS); the key is a Secret, compared with the cluster's by hash only
     ingress_ssl_cert: str | None = None
@@ -139,6 +141,7 @@ def rgw_settings(r: Reader) -> RgwSettings:
         ingress_virtual_ip=vip,
         ingress_frontend_port=r.port("kvceph_rgw_ingress_frontend_port", 80),
         dns_name=dns,
+        exit_timeout_secs=r.opt_int("kvceph_rgw_exit_timeout_secs", lo=1, hi=3600),
     )
     pem = r.opt_str("kvceph_rgw_ingress_ssl_pem")
     if pem is not None:

@@ -198,6 +198,20 @@ def apply(me: HostSettings, checked):
     if notice:
         logger.warning(notice)
 
+    if rgw.exit_timeout_secs is not None:
+        # Before any daemon (re)starts, so even this run's restarts drain within the bound:
+        # 20.2.4's cephadm hands the spec's rgw_exit_timeout_secs to radosgw as a stray
+        # `--stop-timeout` argument, so podman stops RGW after its default 10 s and SIGKILLs
+        # one still draining (exit 137: cephadm then shows the daemon in `error`). radosgw
+        # reads the option from the config database at runtime.
+        ceph.config_option(
+            name=f"RGW drains at most {rgw.exit_timeout_secs} s when stopped "
+            "(client.rgw rgw_exit_timeout_secs)",
+            who="client.rgw",
+            option="rgw_exit_timeout_secs",
+            value=str(rgw.exit_timeout_secs),
+            **t,
+        )
     # Labels first: the spec's placement selects hosts by label.
     for name in sorted(n for n, h in checked.hosts.items() if "rgw" in h.groups):
         ceph_name = ceph_hostname(name, inventory.get_host(name).data)

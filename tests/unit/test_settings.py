@@ -84,6 +84,7 @@ BAD = [
     ((), {"kvceph_rgw_frontend_port": 70000}, "kvceph_rgw_frontend_port = 70000"),
     ((), {"kvceph_rgw_concentrator_port": 8080}, "equals kvceph_rgw_frontend_port"),
     ((), {"kvceph_rgw_networks": ["10.67.67.0/33"]}, "is not a CIDR"),
+    ((), {"kvceph_rgw_exit_timeout_secs": 0}, "kvceph_rgw_exit_timeout_secs = 0"),
     ((), {"kvceph_s3_bucket": "LMCache"}, "DNS-legal"),
     ((), {"kvceph_s3_bucket": "lm.cache"}, "DNS-legal"),
     ((), {"kvceph_s3_endpoint": "s3.cephlab.com:80"}, "scheme must be http or https"),
