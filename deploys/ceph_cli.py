@@ -10,6 +10,11 @@ from pyinfra.api import QuoteString, StringCommand
 # hang a deploy; these are the fallbacks when a caller has no CephSettings at hand.
 DEFAULT_CONNECT_TIMEOUT = 10
 DEFAULT_COMMAND_TIMEOUT = 60
+# Seconds between the deadline's TERM and a KILL. A containerized `ceph` (`cephadm shell`, a
+# podman wrapper) can outlive TERM: timeout signals its whole process group, podman's own
+# `crun kill` that would forward TERM into the container dies of it, and `podman run` waits on
+# a CLI that waits on a stopped mgr forever (measured on the cephadm lab: 10 min and counting).
+KILL_AFTER = 5
 
 
 def ceph(
@@ -18,8 +23,11 @@ def ceph(
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
     json: bool = True,
 ) -> StringCommand:
-    """``timeout <s> ceph --connect-timeout <s> <args...> [-f json]``; args are shell-quoted."""
-    parts: list = ["timeout", str(int(command_timeout)), "ceph"]
+    """``timeout -k 5 <s> ceph --connect-timeout <s> <args...> [-f json]``; args are shell-quoted.
+
+    Exit status 124 when TERM at the deadline ended it, 137 when only the KILL did.
+    """
+    parts: list = ["timeout", "-k", str(KILL_AFTER), str(int(command_timeout)), "ceph"]
     parts += ["--connect-timeout", str(int(connect_timeout))]
     parts += [QuoteString(str(a)) for a in args]
     if json:

@@ -19,9 +19,9 @@ def me(**data):
 
 def test_ceph_command_is_bounded_and_quoted():
     cmd = get_command_string(ceph("osd", "pool", "ls", connect_timeout=3, command_timeout=20))
-    assert cmd == "timeout 20 ceph --connect-timeout 3 osd pool ls -f json"
+    assert cmd == "timeout -k 5 20 ceph --connect-timeout 3 osd pool ls -f json"
     cmd = get_command_string(ceph("osd", "pool", "create", "a;rm -rf /", 8, json=False))
-    assert cmd == "timeout 60 ceph --connect-timeout 10 osd pool create 'a;rm -rf /' 8"
+    assert cmd == "timeout -k 5 60 ceph --connect-timeout 10 osd pool create 'a;rm -rf /' 8"
 
 
 def test_min_size_one_warning_names_the_pools_once():
@@ -80,7 +80,9 @@ def test_ceph_reachable_reads_health_and_failures():
 
     fact = CephReachable()
     cmd = str(fact.command(connect_timeout=5, command_timeout=60))
-    assert cmd == ("timeout 60 ceph --connect-timeout 5 health 2>&1 || echo kvceph-ceph-failed=$?")
+    assert cmd == (
+        "timeout -k 5 60 ceph --connect-timeout 5 health 2>&1 || echo kvceph-ceph-failed=$?"
+    )
     assert fact.process(["HEALTH_WARN 1 pool(s) have no replicas configured"])["reachable"]
     monclient = "2026-11-30T01:00:00.000+0000 7f monclient(hunting): authenticate timed out after 5"
     assert fact.process([monclient, MON_TIMEOUT, "kvceph-ceph-failed=1"]) == {

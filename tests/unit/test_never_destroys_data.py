@@ -31,7 +31,8 @@ def _destructive(text: str) -> list[str]:
 
 def test_destructive_patterns_catch_what_they_should():
     for bad in (
-        "timeout 60 ceph --connect-timeout 5 osd pool delete p p --yes-i-really-really-mean-it",
+        "timeout -k 5 60 ceph --connect-timeout 5 osd pool delete p p"
+        " --yes-i-really-really-mean-it",
         "timeout 60 radosgw-admin bucket rm --bucket=lmcache --purge-objects",
         "timeout 60 radosgw-admin user rm --uid=lmcache",
         "client.delete_bucket_lifecycle(Bucket=name)",
