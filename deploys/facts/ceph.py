@@ -160,7 +160,9 @@ class CephOrchStatus(_CephFact):
     Whether an orchestrator backend (cephadm, rook) answers ``ceph orch status``.
 
     A cluster without one is a normal state (packages, not cephadm), so the failure is data:
-    ``{"available": False, "backend": None, "error": "Error ENOENT: No orchestrator ..."}``.
+    ``{"available": False, "backend": None, "error": "Error ENOENT: No orchestrator ...",
+    "timed_out": False}``. ``timed_out``: no answer before the command timeout (exit 124/137:
+    no active mgr, or its orchestrator module stuck), a fault rather than a configuration.
     """
 
     ceph_args = ("orch", "status")
@@ -169,13 +171,20 @@ class CephOrchStatus(_CephFact):
     def process(self, output):
         lines = [line for line in output if line.strip()]
         if lines and lines[-1].startswith(_ORCH_FAILED):
-            error = " ".join(lines[:-1]).strip() or lines[-1]
-            return {"available": False, "backend": None, "error": error}
+            rc = int(lines[-1].split("=", 1)[1] or 1)
+            said = " ".join(lines[:-1]).strip()
+            timed_out = rc in (124, 137)
+            if timed_out:
+                error = f"no answer, killed by timeout (exit {rc})" + (f": {said}" if said else "")
+            else:
+                error = said or f"exit status {rc}"
+            return {"available": False, "backend": None, "error": error, "timed_out": timed_out}
         status = _json(lines)
         return {
             "available": bool(status.get("available")),
             "backend": status.get("backend"),
             "error": status.get("message") or None,
+            "timed_out": False,
         }
 
 

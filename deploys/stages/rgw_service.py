@@ -142,6 +142,17 @@ def ceph_hostname(inventory_name: str, data) -> str:
     return value
 
 
+def orchestrator_silent_message(host_name: str, command_timeout: int) -> str:
+    """The one line for an orchestrator that does not answer at all (mgr gone or stuck)."""
+    return (
+        f"{host_name}: RGW service: `ceph orch status` gave no answer in {command_timeout} s "
+        "(kvceph_ceph_command_timeout): no active mgr, or its orchestrator module is stuck; "
+        f"nothing was changed; fix: on {host_name} check `ceph mgr stat` and start a mgr "
+        "(`ceph orch daemon start mgr.<id>` once one runs, else `systemctl start "
+        "ceph-<fsid>@mgr.<id>`) or fail over a stuck one (`ceph mgr fail`), then run again"
+    )
+
+
 def _orchestrator(me: HostSettings, t: dict) -> bool:
     """Whether kvceph manages RGW here; stops when it should but no orchestrator answers."""
     rgw = me.rgw
@@ -153,6 +164,8 @@ def _orchestrator(me: HostSettings, t: dict) -> bool:
             f"{state}); RGW daemons, ports and labels are managed outside kvceph"
         )
         return False
+    if orch.get("timed_out"):
+        raise OperationError(orchestrator_silent_message(host.name, me.ceph.command_timeout))
     if not orch["available"]:
         raise OperationError(
             f"RGW service: kvceph_rgw_managed_by = 'cephadm' but no orchestrator answers "

@@ -267,3 +267,23 @@ def test_the_hosts_redaction_and_the_wanted_hash_agree(tls_pem):
     failed = ceph_cli.redacted(ceph_cli.StringCommand("echo", "No services reported;", "false"))
     out = subprocess.run(["sh", "-c", failed.get_raw_value()], capture_output=True, text=True)
     assert (out.returncode, out.stdout) == (1, "No services reported\n")
+
+
+def test_an_orchestrator_that_never_answers_stops_in_one_line_naming_host_and_fix(monkeypatch):
+    """Both mgrs stopped on the cephadm lab: `ceph orch status` killed by timeout (recorded)."""
+    case = json.loads((FACTS / "ceph.CephOrchStatus" / "tentacle_no_mgr.json").read_text())
+    me = settings.load(
+        {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_ceph_command_timeout": 20},
+        "ceph1",
+        ["ceph_admin", "rgw"],
+    )
+    monkeypatch.setattr(rgw_service, "host", type("H", (), {"name": "ceph1"})())
+    monkeypatch.setattr(rgw_service.memo, "read", lambda *a, **k: case["fact"])
+    with pytest.raises(OperationError) as err:
+        rgw_service._orchestrator(me, {})
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith("ceph1: RGW service: `ceph orch status` gave no answer in 20 s")
+    assert "nothing was changed" in line and "fix: on ceph1 check `ceph mgr stat`" in line
+    # Not the "enable cephadm" advice a cluster without an orchestrator gets.
+    assert "mgr module enable cephadm" not in line
