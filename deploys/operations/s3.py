@@ -60,21 +60,31 @@ def _fail(message: str) -> StringCommand:
     return StringCommand("echo", QuoteString(message), ">&2", "&&", "exit", "1")
 
 
-def unreachable_message(endpoint: str, host_name: str, probe: dict | None) -> str | None:
-    """The one line that stops the S3 tier when RGW does not answer HTTP, or None."""
+DEFAULT_UNREACHABLE_FIX = "start RGW / check the endpoint"
+
+
+def unreachable_message(
+    endpoint: str, host_name: str, probe: dict | None, fix: str = DEFAULT_UNREACHABLE_FIX
+) -> str | None:
+    """The one line that stops the S3 tier when RGW does not answer HTTP, or None.
+
+    + fix: what to do, as the caller knows who serves the endpoint (e.g. cephadm's ingress)
+    """
     if probe and probe.get("reachable"):
         return None
     attempts = (probe or {}).get("attempts") or []
     reason = attempts[-1].split(": ", 1)[-1] if attempts else "no answer from the probe"
-    return (
-        f"S3 tier: cannot reach RGW at {endpoint} from {host_name}: {reason}; "
-        "fix: start RGW / check the endpoint"
-    )
+    return f"S3 tier: cannot reach RGW at {endpoint} from {host_name}: {reason}; fix: {fix}"
 
 
 @operation(is_idempotent=True)
 def rgw_reachable(
-    endpoint: str, timeout: int = 5, tries: int = 3, delay: int = 2, deploying: bool = False
+    endpoint: str,
+    timeout: int = 5,
+    tries: int = 3,
+    delay: int = 2,
+    deploying: bool = False,
+    fix: str = DEFAULT_UNREACHABLE_FIX,
 ):
     """
     Check that RGW answers HTTP at ``endpoint`` from this host; fail the run if it does not.
@@ -85,6 +95,7 @@ def rgw_reachable(
     + delay: seconds between tries
     + deploying: this run applies the RGW service spec first, so while planning (before it
       is applied) RGW may not answer yet; the check then only fails when the run executes
+    + fix: the failure line's fix (who serves the endpoint decides what to start)
 
     Only reads. ``radosgw-admin`` reads go through RADOS and succeed with RGW stopped, so
     without this a converged tier would report no change while the engines' S3 path is down.
@@ -99,7 +110,7 @@ def rgw_reachable(
     )
     for attempt in (probe or {}).get("attempts") or []:
         logger.warning("S3 tier: RGW at %s from %s: %s", endpoint, host.name, attempt)
-    problem = unreachable_message(endpoint, host.name, probe)
+    problem = unreachable_message(endpoint, host.name, probe, fix)
     if problem and deploying and not host.state.is_executing:
         host.noop(
             f"RGW does not answer at {endpoint} yet; this run applies its service spec first, "

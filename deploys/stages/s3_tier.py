@@ -28,6 +28,20 @@ RGW_PROBE_DELAY = 2
 RGW_PROBE_TRIES_DEPLOYING = 20  # about 2.5 min for cephadm to (re)start RGW
 
 
+def unreachable_fix(me: HostSettings) -> str:
+    """What to start when RGW does not answer: behind cephadm's ingress, its daemons too."""
+    rgw = me.rgw
+    if rgw.managed_by != "cephadm":
+        return s3.DEFAULT_UNREACHABLE_FIX
+    ps = f"`ceph orch ps --service_name {rgw.service_name}`"
+    if rgw.ingress_virtual_ip:
+        ps += f" and `ceph orch ps --service_name ingress.{rgw.service_name}` (haproxy, keepalived)"
+    return (
+        f"on {me.host} {ps} name the daemons not running: "
+        "`ceph orch daemon start <name>` for each, then run again"
+    )
+
+
 def admin_config(me: HostSettings, access_key, secret_key) -> str:
     """INI text for s3admin.py; the only place the keys are revealed."""
     return (
@@ -117,6 +131,7 @@ def apply(me: HostSettings, checked: Preflight):
         tries=RGW_PROBE_TRIES_DEPLOYING if deploying else RGW_PROBE_TRIES,
         delay=RGW_PROBE_DELAY,
         deploying=deploying,
+        fix=unreachable_fix(me),
     )
     problems = refusals(me, creds, rules, allow_removal, timeout)
     if problems:

@@ -115,7 +115,8 @@ def test_unreachable_message_is_one_line_naming_endpoint_and_host():
 RGW_DOWN_LINE = (
     "S3 tier: cannot reach RGW at http://127.0.0.1:80 from @fake/ceph1: HTTP 503 from a proxy, "
     "not RGW: 503 Service Unavailable No server is available to handle this request.; "
-    "fix: start RGW / check the endpoint"
+    "fix: on @fake/ceph1 `ceph orch ps --service_name rgw.standard` name the daemons not "
+    "running: `ceph orch daemon start <name>` for each, then run again"
 )
 
 
@@ -154,3 +155,24 @@ def test_rgw_down_executed_stops_before_any_s3_write():
     # The run applied the RGW spec first: the probe gives cephadm time to start RGW.
     assert "http://127.0.0.1:80 5 20 2 2>&1" in commands[probe]
     assert probe == len(commands) - 1 or all("radosgw-admin" in c for c in commands[probe + 1 :])
+
+
+def test_unreachable_behind_cephadm_ingress_names_the_ingress_daemons_to_start():
+    from deploys import settings
+    from deploys.stages import s3_tier
+
+    me = settings.load(
+        {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_rgw_ingress_virtual_ip": "10.0.0.100/24"},
+        "ceph1",
+        ["ceph_admin", "rgw"],
+    )
+    probe = {"reachable": False, "status": None, "attempts": ["try 3/3: [Errno 111] refused"]}
+    line = s3.unreachable_message(
+        "https://10.0.0.100:443", "ceph1", probe, s3_tier.unreachable_fix(me)
+    )
+    assert line == (
+        "S3 tier: cannot reach RGW at https://10.0.0.100:443 from ceph1: [Errno 111] refused; "
+        "fix: on ceph1 `ceph orch ps --service_name rgw.standard` and `ceph orch ps "
+        "--service_name ingress.rgw.standard` (haproxy, keepalived) name the daemons not "
+        "running: `ceph orch daemon start <name>` for each, then run again"
+    )
