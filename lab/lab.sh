@@ -167,9 +167,10 @@ inject() {  # inject HOST MERGED: per-host files written into the overlay before
   done
   # haproxy's certificate + key, root-only (haproxy reads it before dropping privileges)
   [ "$h" = ceph1 ] && install -D -m600 "$LAB/tls/s3.pem" "$M/etc/haproxy/kvlab-s3.pem"
-  # the cephadm lab's CLI wrappers at every boot (the image has them too): changed without a rebuild
+  # the cephadm lab's CLI wrappers (lab/cephadm/cli), over the image's older copies: outside the
+  # image's stamp, so changing them rebuilds no shared image
   [ "$h" = ceph1 ] && [ "$CEPH_MODE" = cephadm ] &&
-    install -m755 "$HERE/cephadm/host/usr/local/bin/ceph" "$HERE/cephadm/host/usr/local/bin/radosgw-admin" "$M/usr/local/bin/"
+    install -m755 "$HERE/cephadm/cli/ceph" "$HERE/cephadm/cli/radosgw-admin" "$M/usr/local/bin/"
   # Ceph files only on a blank disk: after stop/start, keep what the deploy may have changed
   if [ "$h" = ceph1 ] && [ "$CEPH_MODE" = pacific ] && [ ! -f "$M/etc/kvlab-ceph.injected" ]; then
     touch "$M/etc/kvlab-ceph.injected"
