@@ -16,8 +16,9 @@ from pyinfra.api.exceptions import FactProcessError
 
 from deploys import ceph_cli
 
-# Runner: argv = timeout, mode, command...; prints one JSON line (null when the subject does
-# not exist) or exits non-zero with radosgw-admin's last error line. Python 3.6 compatible.
+# Runner: argv = timeout, mode (user, bucket, usage: a bucket's stats; lc), command...; prints
+# one JSON line (null when the subject does not exist) or exits non-zero with radosgw-admin's
+# last error line. Python 3.6 compatible.
 RADOSGW_JSON = r"""
 import hashlib, json, subprocess, sys
 t, mode, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -29,6 +30,7 @@ except subprocess.TimeoutExpired:
     sys.exit("%s timed out after %ds" % (" ".join(cmd[:3]), t))
 missing = {"user": ["no user info saved"],
            "bucket": ["(2002)", "could not get bucket info", "could not init bucket"],
+           "usage": ["(2002)", "could not get bucket info", "could not init bucket"],
            "lc": ["could not init bucket"]}[mode]
 if p.returncode:
     if any(m in err for m in missing):
@@ -50,13 +52,15 @@ if mode == "user":
 elif mode == "bucket":
     data = {"bucket": data["bucket"], "owner": data["owner"],
             "bucket_quota": data.get("bucket_quota")}
+elif mode == "usage":
+    data = {"usage": data.get("usage"), "bucket_quota": data.get("bucket_quota")}
 else:
     data = [r["rule"] for r in data.get("rule_map", [])]
 print(json.dumps(data, sort_keys=True))
 """.strip()
 
 
-def _radosgw_json(timeout: int, mode: str, *args: str) -> StringCommand:
+def radosgw_json(timeout: int, mode: str, *args: str) -> StringCommand:
     # The outer timeout is a backstop; the runner's own one reports which command hung.
     return StringCommand(
         "timeout",
@@ -123,7 +127,7 @@ class RgwUser(FactBase):
     requires_command = "radosgw-admin"
 
     def command(self, uid: str, timeout: int = 60):
-        return _radosgw_json(timeout, "user", "user", "info", f"--uid={uid}")
+        return radosgw_json(timeout, "user", "user", "info", f"--uid={uid}")
 
     @staticmethod
     def default():
@@ -141,7 +145,7 @@ class RgwBucket(FactBase):
     requires_command = "radosgw-admin"
 
     def command(self, bucket: str, timeout: int = 60):
-        return _radosgw_json(timeout, "bucket", "bucket", "stats", f"--bucket={bucket}")
+        return radosgw_json(timeout, "bucket", "bucket", "stats", f"--bucket={bucket}")
 
     @staticmethod
     def default():
@@ -249,7 +253,7 @@ class RgwLifecycle(FactBase):
     requires_command = "radosgw-admin"
 
     def command(self, bucket: str, timeout: int = 60):
-        return _radosgw_json(timeout, "lc", "lc", "get", f"--bucket={bucket}")
+        return radosgw_json(timeout, "lc", "lc", "get", f"--bucket={bucket}")
 
     @staticmethod
     def default():

@@ -565,3 +565,9 @@ def inventory(layout: Layout) -> dict[str, list]:
             responses.update(inference_responses(me, layout))
         data[host] = {**layout.host_data(host), "fake_responses": responses}
     return {g: [(h, data[h]) for h in members] for g, members in layout.groups.items()}
+
+
+def groups(layout: Layout) -> dict[str, list]:
+    """An inventory module's groups (``globals().update`` them), the fake keys exported first."""
+    export_fake_credentials()
+    return inventory(layout)
