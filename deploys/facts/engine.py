@@ -348,16 +348,9 @@ class EngineReadiness(FactBase):
     def command(
         self, python: str, port: int, model: str, timeout: int = 60, secrets: str = "/dev/null"
     ):
-        return probe_command(
-            2 * timeout + 10,
-            python,
-            _READY_SCRIPT,
-            str(port),
-            QuoteString(model),
-            str(timeout),
-            QuoteString(secrets),
-            failed='{"health": null, "choices": false, "error": "probe failed"}',
-        )
+        failed = '{"health": null, "choices": false, "error": "probe failed"}'
+        args = (port, model, timeout, secrets)
+        return probe_command(2 * timeout + 10, python, _READY_SCRIPT, args, failed)
 
     def process(self, output):
         answer = last_json_line(output)

@@ -39,22 +39,23 @@ def engine_headers(secrets, **headers):
 """
 
 
-def probe_command(backstop: int, python: str, script: str, *args, failed: str) -> StringCommand:
+def probe_command(backstop: int, python: str, script: str, args, failed: str) -> StringCommand:
     """
     ``python -c script args`` on the host under ``timeout backstop``, its stderr with its output.
 
     + backstop: seconds before ``timeout`` kills the probe (its own requests time out sooner)
     + python: the interpreter on the host
     + script: the probe's source
-    + args: its arguments, as words of the command (quote what needs it)
+    + args: its arguments (each quoted for the shell)
     + failed: the JSON line printed when the probe fails or is killed
     """
+    words = (QuoteString(str(arg)) for arg in args)
     return StringCommand(
         "timeout",
         str(backstop),
         QuoteString(python),
         "-c",
         QuoteString(script),
-        *args,
+        *words,
         f"2>&1 || echo '{failed}'",
     )

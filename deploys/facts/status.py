@@ -62,15 +62,9 @@ class EngineAnswers(FactBase):
         return {"health": None, "version": None, "counters": None, "error": "no answer"}
 
     def command(self, python: str, port: int, timeout: int = 10, secrets: str = "/dev/null"):
-        return probe_command(
-            3 * timeout + 10,
-            python,
-            _ENGINE_SCRIPT,
-            str(port),
-            str(timeout),
-            QuoteString(secrets),
-            failed='{"error": "engine probe failed"}',
-        )
+        failed = '{"error": "engine probe failed"}'
+        args = (port, timeout, secrets)
+        return probe_command(3 * timeout + 10, python, _ENGINE_SCRIPT, args, failed)
 
     def process(self, output):
         answer = last_json_line(output)

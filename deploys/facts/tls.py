@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase, QuoteString
+from pyinfra.api import FactBase
 
 from deploys.facts.probe_output import last_json_line, probe_command
 
@@ -97,15 +97,9 @@ class TlsHandshake(FactBase):
         return {"ok": False, "problem": "no answer from the probe"}
 
     def command(self, python: str, server: str, port: int, timeout: int = 10):
-        return probe_command(
-            3 * timeout + 5,
-            python,
-            _HANDSHAKE_SCRIPT,
-            QuoteString(server),
-            str(port),
-            str(timeout),
-            failed='{"ok": false, "problem": "probe failed or timed out"}',
-        )
+        failed = '{"ok": false, "problem": "probe failed or timed out"}'
+        args = (server, port, timeout)
+        return probe_command(3 * timeout + 5, python, _HANDSHAKE_SCRIPT, args, failed)
 
     def process(self, output):
         answer = last_json_line(output)
