@@ -34,6 +34,7 @@ if str(REPO) not in sys.path:
 from deploys import connector_package, paths, render, secrets, settings  # noqa: E402
 from deploys.operations import s3  # noqa: E402
 from deploys.operations.files import sha256_text  # noqa: E402
+from deploys.settings import group_data  # noqa: E402
 from deploys.stages import rgw_service, s3_tier  # noqa: E402
 
 FACTS = REPO / "tests" / "facts"
@@ -54,13 +55,12 @@ GROUPS = {
     "gaudi": ["@fake/gaudi1"],
 }
 
+# group_data/lab.py's engine profile without the lab engine's device ledger and its KV and S3
+# emulation flags (these hosts run nothing).
+_LAB_PROFILE = group_data.read(["lab"])["kvceph_engine_profile"]
 LAB_PROFILE = {
-    "name": "lab-engine",
-    "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
-    "executable": "kvceph-lab-engine",
-    "vllm_version": "0.33.0",
-    "lmcache_version": "0.5.6",
-    "extra_args": ["--vllm-version", "0.33.0"],
+    **{k: v for k, v in _LAB_PROFILE.items() if k not in ("env", "extra_args")},
+    "extra_args": ["--vllm-version", _LAB_PROFILE["vllm_version"]],
 }
 
 # Settings like group_data/lab.py, as host data (host data outranks the repo's group_data,
