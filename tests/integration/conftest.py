@@ -262,7 +262,9 @@ def secrets() -> dict[str, str]:
     return dict(line.split("=", 1) for line in SECRETS.read_text().splitlines() if "=" in line)
 
 
-def path_style_client(endpoint: str, access_key: str, secret_key: str):
+def path_style_client(
+    endpoint: str, access_key: str, secret_key: str, read_timeout: int = 30, attempts: int = 2
+):
     """A boto3 S3 client as the tests use it: path-style, bounded timeouts and retries."""
     import boto3
     from botocore.config import Config
@@ -277,8 +279,8 @@ def path_style_client(endpoint: str, access_key: str, secret_key: str):
         config=Config(
             s3={"addressing_style": "path"},
             connect_timeout=5,
-            read_timeout=30,
-            retries={"max_attempts": 2},
+            read_timeout=read_timeout,
+            retries={"max_attempts": attempts},
         ),
     )
 
