@@ -78,13 +78,7 @@ def rgw_spec_changes(me: HostSettings, timeouts: dict) -> bool:
 def install_admin_tools(me: HostSettings, creds) -> None:
     """The S3 admin helper and its private key file on the admin host (S3 tier, rotate.py)."""
     kvfiles.helper_script("S3 admin helper", paths.ADMIN_SCRIPT, paths.ADMIN_SOURCE.read_text())
-    kvfiles.directory(
-        name=f"Private directory {paths.ADMIN_DIR}",
-        path=paths.ADMIN_DIR,
-        user="root",
-        group="root",
-        mode="700",
-    )
+    kvfiles.named_directory("Private directory", paths.ADMIN_DIR, "700")
     kvfiles.private_file(
         name=f"S3 admin credentials {paths.ADMIN_CONFIG}",
         path=paths.ADMIN_CONFIG,
