@@ -444,10 +444,6 @@ class ServiceAccount(FactBase):
     account with ``lastlog`` and ``groups`` each, the costliest read of an inference host.
     """
 
-    @staticmethod
-    def default():
-        return None
-
     def command(self, user: str):
         u = shlex.quote(user)
         return (

@@ -111,7 +111,16 @@ class RgwDnsName(FactBase):
         return "\n".join(output).strip()
 
 
-class RgwUser(FactBase):
+class _RadosgwJson(FactBase):
+    """A fact the radosgw-admin runner answers: its JSON (None: the subject does not exist)."""
+
+    requires_command = "radosgw-admin"
+
+    def process(self, output):
+        return _json(output)
+
+
+class RgwUser(_RadosgwJson):
     """
     An RGW user (``radosgw-admin user info``), or None if it does not exist.
 
@@ -124,35 +133,17 @@ class RgwUser(FactBase):
          "bucket_quota": {"enabled": True, "max_size": 4294967296, ...}, "user_quota": {...}}
     """
 
-    requires_command = "radosgw-admin"
-
     def command(self, uid: str, timeout: int = 60):
         return radosgw_json(timeout, "user", "user", "info", f"--uid={uid}")
 
-    @staticmethod
-    def default():
-        return None
 
-    def process(self, output):
-        return _json(output)
-
-
-class RgwBucket(FactBase):
+class RgwBucket(_RadosgwJson):
     """
     A bucket's owner and bucket quota (``radosgw-admin bucket stats``), or None if missing.
     """
 
-    requires_command = "radosgw-admin"
-
     def command(self, bucket: str, timeout: int = 60):
         return radosgw_json(timeout, "bucket", "bucket", "stats", f"--bucket={bucket}")
-
-    @staticmethod
-    def default():
-        return None
-
-    def process(self, output):
-        return _json(output)
 
 
 # Keys of a Pacific rule dump (``radosgw-admin lc get``) this module knows how to translate.
@@ -255,10 +246,6 @@ class RgwLifecycle(FactBase):
     def command(self, bucket: str, timeout: int = 60):
         return radosgw_json(timeout, "lc", "lc", "get", f"--bucket={bucket}")
 
-    @staticmethod
-    def default():
-        return None
-
     def process(self, output):
         rules = _json(output)
         if rules is None:
@@ -324,10 +311,6 @@ class RgwReachable(FactBase):
             "echo",
             f"{_PROBE_FAILED}=$?",
         )
-
-    @staticmethod
-    def default():
-        return None
 
     def process(self, output):
         lines = [line.strip() for line in output if line.strip()]

@@ -143,10 +143,6 @@ class BucketUsage(FactBase):
 
     requires_command = "radosgw-admin"
 
-    @staticmethod
-    def default():
-        return None
-
     def command(self, bucket: str, timeout: int = 60):
         # RgwBucket's runner: a missing bucket prints null, any other failure exits non-zero.
         return radosgw_json(timeout, "usage", "bucket", "stats", f"--bucket={bucket}")
@@ -182,10 +178,6 @@ class RgwDaemons(FactBase):
     (by the daemon's id, as in ``client.rgw.<id>``); None when no
     mon answered. A daemon that stopped stays listed until the manager's beacon grace ends.
     """
-
-    @staticmethod
-    def default():
-        return None
 
     def command(self, connect_timeout: int = 10, command_timeout: int = 60):
         return ceph(
