@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
 
@@ -82,6 +83,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # quiet
         pass
 
+    @contextmanager
+    def _request(self):
+        """The request's path; the request counts as in flight until its handler returns."""
+        path = self._enter()
+        try:
+            yield path
+        finally:
+            self._leave()
+
     def _enter(self):
         s = self.server
         with s.lock:
@@ -122,20 +132,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
 
     def do_HEAD(self):
-        path = self._enter()
-        try:
+        with self._request() as path:
             time.sleep(self.server.head_delay_s)
             fault, obj = self._lookup(path)
             if obj is None:
                 return
             self._headers(200, len(obj[0]), obj[1])
             self.end_headers()
-        finally:
-            self._leave()
 
     def do_GET(self):
-        path = self._enter()
-        try:
+        with self._request() as path:
             fault, obj = self._lookup(path)
             if obj is None:
                 return
@@ -170,12 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             self.wfile.write(body)
-        finally:
-            self._leave()
 
     def do_PUT(self):
-        path = self._enter()
-        try:
+        with self._request() as path:
             n = int(self.headers.get("Content-Length", "0"))
             data = self.rfile.read(n)
             fault = self.server.faults.get(path)
@@ -189,13 +192,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("ETag", '"0"')
             self.send_header("Content-Length", "0")
             self.end_headers()
-        finally:
-            self._leave()
 
     def do_DELETE(self):
-        path = self._enter()
-        try:
+        with self._request() as path:
             self.server.objects.pop(path, None)
             self._status(204)
-        finally:
-            self._leave()
