@@ -254,6 +254,16 @@ def _directory(path: str, user: str, group: str, mode: str) -> dict:
     return {_exists(path): _stat(path, user, group, _mode_string(mode), kind="d")}
 
 
+# A settled pool's PG counts: all at pg_num (no split or merge under way).
+_PG_COUNTS = (
+    "pg_num",
+    "pg_placement_num",
+    "pg_num_target",
+    "pg_placement_num_target",
+    "pg_num_pending",
+)
+
+
 def _pools_output(me: settings.HostSettings, converged: bool) -> list[str]:
     """``ceph osd pool ls detail``: RGW's own pools (captured), plus kvceph's when converged."""
     raw = json.loads("\n".join(_captured("ceph.CephPools", "fresh_cluster")))
@@ -261,17 +271,9 @@ def _pools_output(me: settings.HostSettings, converged: bool) -> list[str]:
         template = raw[0]
         for i, p in enumerate(me.ceph.pools):
             pool = copy.deepcopy(template)
+            pool.update(pool_id=100 + i, pool_name=p.name, size=p.size, min_size=p.min_size)
             pool.update(
-                pool_id=100 + i,
-                pool_name=p.name,
-                size=p.size,
-                min_size=p.min_size,
-                pg_num=p.pg_num,
-                pg_placement_num=p.pg_num,
-                pg_num_target=p.pg_num,
-                pg_placement_num_target=p.pg_num,
-                pg_num_pending=p.pg_num,
-                application_metadata={p.application: {}},
+                dict.fromkeys(_PG_COUNTS, p.pg_num), application_metadata={p.application: {}}
             )
             raw.append(pool)
     return ["", json.dumps(raw, separators=(",", ":"))]
