@@ -173,26 +173,30 @@ def pyinfra(
     return Run(proc.returncode, proc.stdout + proc.stderr, results, time.monotonic() - started)
 
 
+def ssh_argv(host: str) -> list[str]:
+    """``ssh`` to a lab host as root: the lab's key, its pinned host keys, no prompt."""
+    return [
+        "ssh",
+        "-i",
+        str(LAB_DIR / "id_ed25519"),
+        "-o",
+        f"UserKnownHostsFile={LAB_DIR / 'known_hosts'}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=10",
+        f"root@{HOSTS[host]}",
+    ]
+
+
 def ssh(
     host: str, command: str, check: bool = True, timeout: int = 120
 ) -> subprocess.CompletedProcess:
     """Run a command on a lab host over real SSH, with strict host key checking."""
     proc = subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(LAB_DIR / "id_ed25519"),
-            "-o",
-            f"UserKnownHostsFile={LAB_DIR / 'known_hosts'}",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ConnectTimeout=10",
-            f"root@{HOSTS[host]}",
-            command,
-        ],
+        [*ssh_argv(host), command],
         capture_output=True,
         text=True,
         timeout=timeout,
