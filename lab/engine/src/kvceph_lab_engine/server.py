@@ -18,8 +18,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kvceph_lab_engine import BANNER, __version__, asgi
@@ -51,23 +49,30 @@ class ApiError(Exception):
         }
 
 
-@dataclass(kw_only=True, eq=False)
 class App:
     """Everything a request handler needs."""
 
-    model: str
-    max_model_len: int
-    engine: KVEngine
-    metrics: Metrics
-    vllm_version: str
-    api_keys: ApiKeys | None = None  # None: no key required
-    middleware: tuple = ()
-    created: int = field(init=False, default_factory=lambda: int(time.time()))
-    # Called once when the engine core dies (the server then exits, as vLLM's does).
-    on_dead: Callable[[], None] = field(init=False, default=lambda: None)
-
-    def __post_init__(self):
-        self.api_keys = self.api_keys or ApiKeys([])
+    def __init__(
+        self,
+        *,
+        model: str,
+        max_model_len: int,
+        engine: KVEngine,
+        metrics: Metrics,
+        vllm_version: str,
+        api_keys: ApiKeys | None = None,
+        middleware: tuple = (),
+    ):
+        self.api_keys = api_keys or ApiKeys([])
+        self.middleware = middleware
+        self.model = model
+        self.max_model_len = max_model_len
+        self.engine = engine
+        self.metrics = metrics
+        self.vllm_version = vllm_version
+        self.created = int(time.time())
+        # Called once when the engine core dies (the server then exits, as vLLM's does).
+        self.on_dead = lambda: None
 
     def engine_died(self, why: str) -> None:
         log.error(
