@@ -129,6 +129,12 @@ def test_an_rgw_daemon_stopped_during_a_deploy_costs_it_nothing(converged):
 
 
 def test_an_rgw_daemon_stopped_during_verify_fails_no_check(converged):
+    # cephadm refuses to stop an RGW while it counts fewer than 2 running (ok-to-stop): the
+    # previous test's restarted daemon must be in its refreshed cache first.
+    deadline = time.monotonic() + 60
+    while [s for _, s in rgw_daemons()] != ["running"] * 2 and time.monotonic() < deadline:
+        ssh("ceph1", "timeout 60 ceph orch ps --refresh >/dev/null", check=False)
+        time.sleep(5)
     name, _ = rgw_daemons()[0]
     background = in_background(pyinfra, deploy="verify.py")
     try:
