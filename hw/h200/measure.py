@@ -70,8 +70,12 @@ def lmcache_lines(log_path: str, since: float, words=("Retrieved", "hit tokens")
 
 
 def connector(cfg: dict) -> str:
-    """Which S3 connector the variant's lmcache.yaml loads: kvceph's plugin or LMCache's."""
-    return "kvceph" if cfg["lmcache"].get("remote_storage_plugins") else "lmcache"
+    """Which S3 connector the variant's lmcache.yaml loads: kvceph's plugin ("kvceph-shm" when
+    its GET bodies land in files, kvceph.receive_dir) or LMCache's."""
+    if not cfg["lmcache"].get("remote_storage_plugins"):
+        return "lmcache"
+    extra = cfg["lmcache"].get("extra_config") or {}
+    return "kvceph-shm" if extra.get("kvceph.receive_dir") else "kvceph"
 
 
 def inside(t0: float, ttft: float | None) -> dict | None:

@@ -33,6 +33,7 @@ r kv-r06 $KV kvceph_verify_warm_ratio=0.6      # the verifier at 16k: warm <= 0.
 r kv-r05 $KV kvceph_verify_warm_ratio=0.5      # at 32k: warm <= 0.5 x cold
 r kv1024 $KV kvceph_lmcache_chunk_size=1024
 r kvfp8 $KV kvceph_kv_dtype=fp8
+r kvshm $KV kvceph_connector_receive_dir=/dev/shm   # GET bodies via files on tmpfs
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
 for d in "$S"/rendered/*/; do v=$(basename "$d")

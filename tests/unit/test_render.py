@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from deploys import paths, render, versions
 from deploys import settings as s
@@ -460,6 +461,19 @@ def _lmcache_source(python: str) -> Path:
         timeout=60,
     ).stdout.strip()
     return Path(src)
+
+
+def test_receive_dir_is_rendered_only_when_set():
+    """kvceph_connector_receive_dir reaches the plugin as kvceph.receive_dir; unset, the file
+    is byte-identical to one rendered before the key existed (no roll on upgrade)."""
+    acc, v = MATRIX[0]
+    plain = render.lmcache_yaml(host(acc, v, kvceph_lmcache_connector="kvceph"))
+    assert "receive_dir" not in plain
+    shm = render.lmcache_yaml(
+        host(acc, v, kvceph_lmcache_connector="kvceph", kvceph_connector_receive_dir="/dev/shm")
+    )
+    assert yaml.safe_load(shm)["extra_config"]["kvceph.receive_dir"] == "/dev/shm"
+    assert [x for x in shm.splitlines() if "receive_dir" not in x] == plain.splitlines()
 
 
 @pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
