@@ -111,8 +111,13 @@ def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
 
 
 # The plan's words for each default (deploys/preflight.py prints them).
-FROM_VIP = "default: the ingress VIP (kvceph_rgw_ingress_virtual_ip)"
-FROM_RGW_GROUP = "default: every host of the rgw group (the concentrator on each)"
+FROM_VIP = (
+    "default: the ingress VIP kvceph_rgw_ingress_virtual_ip, as keepalived keeps it on a live "
+    "rgw host whose haproxy spreads over every RGW; the hosts' own addresses serve no S3 there"
+)
+FROM_RGW_GROUP = (
+    "default: every host of the rgw group, as each runs a concentrator and no VIP fronts them"
+)
 
 
 def endpoint_ips(r: Reader, rgw: RgwSettings, wildcard: bool) -> tuple[tuple[str, ...], str]:

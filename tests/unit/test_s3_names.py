@@ -122,3 +122,15 @@ def test_wildcard_dns_must_answer_every_address():
     assert "no address" in s3_names.refusal(me, fact("no-lines.txt"), [])
     # wildcard DNS without addresses: nothing to check (as before)
     assert gpu(kvceph_s3_wildcard_dns=True).s3.endpoint_ips == ()
+
+
+def test_plan_line_says_why_the_default_was_chosen():
+    vip = gpu(kvceph_rgw_managed_by="cephadm", kvceph_rgw_ingress_virtual_ip="10.0.0.100/24")
+    (line,) = s3_names.plan_lines({"gpu1": vip})
+    assert line.startswith("kvceph: S3 name lmcache.s3.kvlab /etc/hosts: 10.0.0.100 (default: ")
+    assert "keepalived keeps it on a live rgw host" in line and line.endswith("): gpu1")
+    conc = s3_names.fill_rgw_group(
+        {"gpu1": gpu(kvceph_rgw_managed_by="cephadm")}, ["10.0.0.11", "10.0.0.12"]
+    )
+    (line,) = s3_names.plan_lines(conc)
+    assert "10.0.0.11, 10.0.0.12 (default: every host of the rgw group, as each runs" in line
