@@ -81,24 +81,30 @@ LAB_LOAD_BYTES_PER_S = 2_000_000
 kvceph_kv_bytes_per_token = LAB_KV_BYTES_PER_TOKEN
 kvceph_kv_load_gb_per_s = LAB_LOAD_BYTES_PER_S / 2 / 1e9
 kvceph_prefill_tokens_per_s = 5000  # the lab engine's --prefill-ms-per-token 0.2
-kvceph_engine_profile = {
-    "name": "lab-engine",
-    "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
-    "executable": "kvceph-lab-engine",
-    "vllm_version": "0.33.0",
-    "lmcache_version": "0.5.6",
-    # The lab engine's emulated device memory: two engines on one device fail to start, as
-    # vLLM's do (lab/engine devices.py).
-    "env": {"KVCEPH_LAB_DEVICE_LEDGER": "/dev/shm/kvceph-lab-devices"},
-    "extra_args": [
-        "--vllm-version",
-        "0.33.0",
-        "--bytes-per-token",
-        str(LAB_KV_BYTES_PER_TOKEN // 2),  # per worker, TP 2
-        "--load-bytes-per-s",
-        str(LAB_LOAD_BYTES_PER_S),
-    ],
-}
+
+
+def _lab_engine(name: str, vllm_version: str, bytes_per_token: int) -> dict:
+    """The lab engine's profile emulating ``vllm_version``, ``bytes_per_token`` of KV per worker
+    (inventories/lab.py's Gaudi host takes one too)."""
+    return {
+        "name": name,
+        "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
+        "executable": "kvceph-lab-engine",
+        "vllm_version": vllm_version,
+        "lmcache_version": "0.5.6",
+        # The lab engine's emulated device memory: two engines on one device fail to start, as
+        # vLLM's do (lab/engine devices.py).
+        "env": {"KVCEPH_LAB_DEVICE_LEDGER": "/dev/shm/kvceph-lab-devices"},
+        "extra_args": [
+            *("--vllm-version", vllm_version),
+            *("--bytes-per-token", str(bytes_per_token)),
+            *("--load-bytes-per-s", str(LAB_LOAD_BYTES_PER_S)),
+        ],
+    }
+
+
+# TP 2: each worker holds half the lab model's KV.
+kvceph_engine_profile = _lab_engine("lab-engine", "0.33.0", LAB_KV_BYTES_PER_TOKEN // 2)
 kvceph_health_timeout = 60
 
 # The lab's model (lab/model.sh makes it on the controller at `make lab-up`): mirrored once into
