@@ -215,8 +215,8 @@ def test_inference_config_files_and_modes(plan, caplog):
     assert order.index("AWS directory /var/lib/vllm/.aws") < order.index(
         "AWS credentials /var/lib/vllm/.aws/credentials"
     )
-    hosts = by_name["/etc/hosts entry for lmcache.s3.cephlab.com"][1]
-    assert hosts["replace"].endswith("# kvceph")
+    hosts = by_name["/etc/hosts entries for lmcache.s3.cephlab.com (1)"][1]
+    assert [x.endswith("# kvceph") for x in hosts["lines"]] == [True]
     # An override below the derived timeout is named in the plan with LMCache's own words.
     assert "is still waiting for async lookup" in caplog.text
     assert "plan-secret-value" not in caplog.text
