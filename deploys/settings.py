@@ -455,6 +455,8 @@ class EngineSettings:
     engines: tuple[engine_list.Engine, ...] = (engine_list.Engine("vllm", None, 8000),)
     restart_batch: int | str = 1
     restart_whole_group: bool = False
+    # Seconds a restart waits for the engine to go idle (deploys/drain.py) before it cuts.
+    drain_timeout: int = 120
 
     @property
     def serve_model(self) -> str:
@@ -575,6 +577,7 @@ def _engine(r: _Reader, accelerator: str) -> EngineSettings:
             "kvceph_service_home", f"/var/lib/{user}", pattern=r"/[A-Za-z0-9_./\-]+"
         ),
         health_timeout=r.int("kvceph_health_timeout", 900, lo=5, hi=7200),
+        drain_timeout=r.int("kvceph_drain_timeout", 120, lo=0, hi=7200),
         extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
         source=model_source.load(r, model),
         engines=engine_list.load(r, port, tp, count),

@@ -182,4 +182,6 @@ def _restart(me: HostSettings, checked, engine: Engine, shared: dict[str, str], 
         # Whether the S3 tier this engine starts with is worth it, as last measured (probe.py).
         note=last_verdict(me.verify.report_dir, me.host) if me.verify else None,
         batch=batch,
+        # Without the gate nothing can stop admitting requests: no drain (deploys/drain.py).
+        drain_timeout=e.drain_timeout if me.security.guard else None,
     )

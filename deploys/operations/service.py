@@ -8,6 +8,7 @@ import gevent
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
+from deploys import drain
 from deploys.facts import memo
 from deploys.facts.engine import SECRET_ENV_NAME, EngineReadiness, ServiceDrift, ServiceState
 
@@ -81,8 +82,22 @@ class _HostFunction(FunctionCommand):
         return self.function(state, host, connector_arguments, *self.args, **self.kwargs)
 
 
-def _restart_in_roll(state, host, connector_arguments, unit, port, python, health_timeout, batch):
-    """Restart ``unit`` in its batch and wait for /health; False stops the roll."""
+def _drain(state, host, connector_arguments, unit, port, python, timeout) -> None:
+    """Drain the engine (deploys/drain.py) and log what the restart will cut; never fails:
+    past the timeout the restart goes ahead."""
+    ok, output = drain.command(python, port, timeout).execute(
+        state, host, dict(connector_arguments)
+    )
+    result = drain.parse(output.stdout_lines if output else ())
+    line = drain.summary(result, timeout)
+    log = logger.warning if result.cut or result.state == "failed" else logger.info
+    log("%skvceph: drain %s %s: %s", host.print_prefix, host.name, unit, line)
+
+
+def _restart_in_roll(
+    state, host, connector_arguments, unit, port, python, health_timeout, batch, drain_timeout
+):
+    """Drain and restart ``unit`` in its batch and wait for /health; False stops the roll."""
     roll = _roll(state, batch)
     label = f"{host.name} {unit}"
     number = roll.admit(label)
@@ -98,8 +113,10 @@ def _restart_in_roll(state, host, connector_arguments, unit, port, python, healt
     logger.info("%skvceph: restart batch %d: %s", host.print_prefix, number, label)
     ok = False
     try:
+        if drain_timeout is not None:
+            _drain(state, host, connector_arguments, unit, port, python, drain_timeout)
         for command in (
-            StringCommand("timeout 300 systemctl restart", QuoteString(unit)),
+            drain.restart_command(unit, port),
             StringCommand(
                 "timeout",
                 str(health_timeout + 30),
@@ -205,6 +222,7 @@ def rolling_restart(
     secret_environment: dict[str, str] | None = None,
     note: str | None = None,
     batch: int = 1,
+    drain_timeout: int | None = None,
 ):
     """
     Restart the engine when what runs is not the desired configuration, then wait for /health.
@@ -225,6 +243,8 @@ def rolling_restart(
       probe verdict, ``deploys/probe/report.last_verdict``)
     + batch: how many engines of the run may restart at once (``kvceph_restart_batch``
       resolved to a count); the first call of a run sets it
+    + drain_timeout: seconds to drain the engine before its restart (``kvceph_drain_timeout``,
+      deploys/drain.py); None where the gate is off (``kvceph_vllm_guard`` False): no drain
 
     The host restarts when it is not active, its running ``KVCEPH_DIGEST`` differs, its running
     environment differs, or a config file differs or is newer than the process: so a hand edit
@@ -250,16 +270,21 @@ def rolling_restart(
         return
     running = current["digest"][:12] if current["digest"] else "none"
     logger.info(
-        "%s%s restarts: %s; running digest %s, desired %s",
+        "%s%s restarts: %s; running digest %s, desired %s; %s",
         host.print_prefix,
         unit,
         "; ".join(reasons),
         running,
         digest[:12],
+        "not running: no drain"
+        if reasons == [current["active"]]
+        else drain.plan_note(drain_timeout is not None, drain_timeout or 0),
     )
     if note:
         logger.info("%s%s", host.print_prefix, note)
-    yield _HostFunction(_restart_in_roll, (unit, port, python, health_timeout, batch), {})
+    yield _HostFunction(
+        _restart_in_roll, (unit, port, python, health_timeout, batch, drain_timeout), {}
+    )
 
 
 @operation()
