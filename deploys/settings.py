@@ -457,6 +457,8 @@ class EngineSettings:
     restart_whole_group: bool = False
     # Seconds a restart waits for the engine to go idle (deploys/drain.py) before it cuts.
     drain_timeout: int = 120
+    # kvceph_upgrade_cold_cache: an upgrade that changes the object keys may roll (upgrade.py).
+    upgrade_cold_cache: bool = False
 
     @property
     def serve_model(self) -> str:
@@ -578,6 +580,7 @@ def _engine(r: _Reader, accelerator: str) -> EngineSettings:
         ),
         health_timeout=r.int("kvceph_health_timeout", 900, lo=5, hi=7200),
         drain_timeout=r.int("kvceph_drain_timeout", 120, lo=0, hi=7200),
+        upgrade_cold_cache=r.bool("kvceph_upgrade_cold_cache", False),
         extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
         source=model_source.load(r, model),
         engines=engine_list.load(r, port, tp, count),

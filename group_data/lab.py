@@ -75,18 +75,21 @@ LAB_LOAD_BYTES_PER_S = 2_000_000
 kvceph_kv_bytes_per_token = LAB_KV_BYTES_PER_TOKEN
 kvceph_kv_load_gb_per_s = LAB_LOAD_BYTES_PER_S / 2 / 1e9
 kvceph_prefill_tokens_per_s = 5000  # the lab engine's --prefill-ms-per-token 0.2
+# The vLLM release the lab engine emulates and reports (/version), as the profile declares it:
+# KVCEPH_LAB_VLLM_VERSION=0.33.1 or 0.26.0 is how the upgrade tests move a cache group.
+_VLLM = os.environ.get("KVCEPH_LAB_VLLM_VERSION") or "0.33.0"
 kvceph_engine_profile = {
     "name": "lab-engine",
     "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
     "executable": "kvceph-lab-engine",
-    "vllm_version": "0.33.0",
+    "vllm_version": _VLLM,
     "lmcache_version": "0.5.6",
     # The lab engine's emulated device memory: two engines on one device fail to start, as
     # vLLM's do (lab/engine devices.py).
     "env": {"KVCEPH_LAB_DEVICE_LEDGER": "/dev/shm/kvceph-lab-devices"},
     "extra_args": [
         "--vllm-version",
-        "0.33.0",
+        _VLLM,
         "--bytes-per-token",
         str(LAB_KV_BYTES_PER_TOKEN // 2),  # per worker, TP 2
         "--load-bytes-per-s",

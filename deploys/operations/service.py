@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import gevent
 from pyinfra import host, logger
@@ -112,9 +113,11 @@ def _restart_in_roll(
         return False
     logger.info("%skvceph: restart batch %d: %s", host.print_prefix, number, label)
     ok = False
+    started = drained = time.monotonic()
     try:
         if drain_timeout is not None:
             _drain(state, host, connector_arguments, unit, port, python, drain_timeout)
+            drained = time.monotonic()
         for command in (
             drain.restart_command(unit, port),
             StringCommand(
@@ -137,11 +140,13 @@ def _restart_in_roll(
         # Always: a peer of the next batch waits for this engine's place.
         roll.release(label, ok)
         logger.info(
-            "%skvceph: restart batch %d: %s %s",
+            "%skvceph: restart batch %d: %s %s (drain %.1f s, restart %.1f s)",
             host.print_prefix,
             number,
             label,
             "healthy" if ok else "FAILED",
+            drained - started,
+            time.monotonic() - drained,
         )
 
 
@@ -270,14 +275,20 @@ def rolling_restart(
         return
     running = current["digest"][:12] if current["digest"] else "none"
     logger.info(
-        "%s%s restarts: %s; running digest %s, desired %s; %s",
+        "%s%s restarts: %s; running digest %s, desired %s",
         host.print_prefix,
         unit,
         "; ".join(reasons),
         running,
         digest[:12],
+    )
+    not_running = reasons == [current["active"]]
+    logger.info(
+        "%s%s: %s",
+        host.print_prefix,
+        unit,
         "not running: no drain"
-        if reasons == [current["active"]]
+        if not_running
         else drain.plan_note(drain_timeout is not None, drain_timeout or 0),
     )
     if note:
@@ -285,6 +296,41 @@ def rolling_restart(
     yield _HostFunction(
         _restart_in_roll, (unit, port, python, health_timeout, batch, drain_timeout), {}
     )
+
+
+def _drain_and_stop(state, host, connector_arguments, unit, port, python, drain_timeout):
+    """Drain (when the gate is on), then stop ``unit``; the drain file goes with it."""
+    if drain_timeout is not None:
+        _drain(state, host, connector_arguments, unit, port, python, drain_timeout)
+    ok, output = StringCommand(
+        "timeout 300 systemctl stop",
+        QuoteString(unit),
+        "; rc=$?; rm -f",
+        QuoteString(drain.drain_file(port)),
+        "; exit $rc",
+    ).execute(state, host, dict(connector_arguments))
+    if not ok:
+        for line in output.stderr_lines[-5:] if output else ():
+            logger.error("%s%s", host.print_prefix, line)
+    return ok
+
+
+@operation()
+def stopped_for_upgrade(unit: str, port: int, python: str, drain_timeout: int | None = None):
+    """
+    Drain and stop an engine whose running versions make other object keys than the new
+    ones (an opted-in upgrade, deploys/upgrade.py): every such engine of the group stops
+    before any new one starts, so old and new never serve one cache group together.
+
+    + unit: the systemd unit
+    + port: the engine's HTTP port on 127.0.0.1
+    + python: an interpreter on the host for the drain (the engine venv's)
+    + drain_timeout: ``kvceph_drain_timeout``; None where the gate is off (no drain)
+
+    The deploy calls it only while the engine runs the old versions; ``rolling_restart``
+    then starts the new engine in its batch.
+    """
+    yield _HostFunction(_drain_and_stop, (unit, port, python, drain_timeout), {})
 
 
 @operation()
