@@ -247,10 +247,28 @@ def test_rolling_restart_logs_why(caplog):
     with caplog.at_level("INFO"), ctx_state.use(state), ctx_host.use(host):
         commands = list(service.rolling_restart._inner(**kwargs))
     assert [c.function.__name__ for c in commands] == ["_restart_in_roll"]
-    assert commands[0].args == ("vllm.service", 8000, "/opt/kvceph/venv/bin/python", 900, 1)
+    assert commands[0].args == ("vllm.service", 8000, "/opt/kvceph/venv/bin/python", 900, 1, None)
     assert "restarts: running env HF_TOKEN differs" in caplog.text
     assert "running env PYTHONHASHSEED=68, desired 67; running digest aaaaaaaaaaaa" in caplog.text
     assert "hf-fixture-token" not in caplog.text
+    # The plan says whether the restart drains (the gate is off here: drain_timeout None).
+    assert "vllm.service: no drain (kvceph_vllm_guard is False" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO"), ctx_state.use(state), ctx_host.use(host):
+        commands = list(service.rolling_restart._inner(**kwargs, drain_timeout=120))
+    assert commands[0].args[-1] == 120
+    assert "vllm.service: drains first (new requests 503, up to 120 s, kvceph_drain_timeout)" in (
+        caplog.text
+    )
+
+
+def test_a_stopped_engine_restarts_without_a_drain(caplog):
+    kwargs, key, fact = _drift_case("converged_noop")
+    stopped = {**fact, "active": "inactive", "main_pid": 0}
+    host = create_host(FakeState(), facts={"engine.ServiceDrift": {key: stopped}})
+    with caplog.at_level("INFO"), ctx_state.use(host.state), ctx_host.use(host):
+        list(service.rolling_restart._inner(**kwargs, drain_timeout=120))
+    assert "vllm.service: not running: no drain" in caplog.text
 
 
 _FAKE_SYSTEMCTL = """#!/bin/sh
