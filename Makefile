@@ -12,13 +12,17 @@ export KVCEPH_LMCACHE_PYTHON ?= $(CURDIR)/$(LMCACHE_VENV)/bin/python
 # The lab's S3 keys: generated once per lab, mode 0600, never committed.
 export KVCEPH_SECRETS_FILE ?= $(KVCEPH_LAB_DIR)/secrets.env
 WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
+# kvceph's LMCache connector (connector/) and its tests against real LMCache 0.5.6 classes on the
+# CPU: CPU torch 2.13.0 (the file on this machine's disk; a plain `torch` would pull a CUDA build),
+# lmcache --no-deps and the pinned import-time deps (connector/tests/requirements-cpu.txt).
+CONNECTOR_VENV := $(VENV)/connector
 
 # System packages: the lab (nspawn hosts, mmdebstrap), Ceph for fact fixtures and spec
 # validation (python3-ceph-common), systemd-analyze for unit checks.
 APT_PKGS := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime \
             ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
 
-.PHONY: help deps venv lmcache-venv lint unit integration test lab lab-up lab-down deploy verify probe bench dry clean \
+.PHONY: help deps venv lmcache-venv connector-venv connector-unit lint unit integration test lab lab-up lab-down deploy verify probe bench dry clean \
         rotate-add rotate-retire
 
 help:
@@ -54,11 +58,23 @@ $(LMCACHE_VENV)/.installed:
 	$(LMCACHE_VENV)/bin/pip install -q --no-deps lmcache==0.5.6 pyyaml requests urllib3 idna certifi
 	@touch $@
 
+connector-venv: $(CONNECTOR_VENV)/.installed
+$(CONNECTOR_VENV)/.installed: connector/pyproject.toml connector/tests/requirements-cpu.txt
+	$(PY) -m venv $(CONNECTOR_VENV)
+	$(CONNECTOR_VENV)/bin/pip install -q --no-deps torch==2.13.0 lmcache==0.5.6 \
+	  -r connector/tests/requirements-cpu.txt
+	$(CONNECTOR_VENV)/bin/pip install -q --no-deps -e connector
+	@touch $@
+
+# The connector's own tests (loopback S3 + real LMCache classes); part of `make unit`.
+connector-unit: connector-venv
+	cd connector && ../$(CONNECTOR_VENV)/bin/pytest -q -p no:cacheprovider tests
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-unit: venv deps lmcache-venv
+unit: venv deps lmcache-venv connector-unit
 	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py
 
 integration: venv deps
@@ -71,7 +87,7 @@ CEPHADM_TESTS := $(addprefix tests/integration/,test_01_lab_deploy.py test_02_ve
                  test_03_node_replacement.py test_11_cephadm_rgw.py)
 PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integration/test_*.py)))
 
-test: lint venv deps lmcache-venv
+test: lint venv deps lmcache-venv connector-unit
 	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py \
 	  $(PACIFIC_TESTS)
 	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(CEPHADM_TESTS)

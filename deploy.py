@@ -2,7 +2,7 @@
 
     pyinfra inventories/<lab>.py deploy.py
 
-Stages, in the order of the procedure (each a module in deploys/):
+Stages, in the order of the procedure (each a module in deploys/stages/):
   1. Ceph pools         pre-create RGW pools (pg counts, size/min_size, application)
   2. RGW service        cephadm spec (RGW behind haproxy), host labels
      S3 tier            rgw_dns_name, RGW user, bucket, lifecycle, quota
@@ -20,24 +20,30 @@ from pyinfra import host, inventory, state
 from deploys import preflight
 from deploys.operations.run import barrier
 
-checked = preflight.run(state, inventory, prefetch=True)
+checked = preflight.run(state, inventory)
 me = checked.hosts[host.name]
 
 if me.is_ceph_admin:
-    from deploys import ceph_pools, models_bucket, rgw_service, s3_tier
+    from deploys.stages import ceph_pools, model_mirror, rgw_service, s3_tier
 
     rgw_service.check(me)  # a layout the orchestrator refuses stops before the pools change
     ceph_pools.apply(me)
     rgw_service.apply(me, checked)
     s3_tier.apply(me, checked)
-    models_bucket.apply(me, checked)
+    model_mirror.apply(me, checked)
 
 # Engines must not start before their user, bucket and DNS name exist (LMCache turns S3 off
 # for good after connection errors), so every host waits here for the Ceph stages.
 barrier(name="Ceph and S3 tier ready", what="pools, RGW and S3 tier converged")
 
 if me.is_inference:
-    from deploys import engine_software, inference_config, model_weights, readiness, vllm_service
+    from deploys.stages import (
+        engine_software,
+        inference_config,
+        model_weights,
+        readiness,
+        vllm_service,
+    )
 
     engine_software.apply(me)
     inference_config.apply(me, checked)

@@ -14,7 +14,8 @@ with the old one. Each phase is idempotent; ``--dry`` plans exactly what it does
 
 from pyinfra import host, inventory, state
 
-from deploys import preflight, rotation
+from deploys import preflight
+from deploys.stages import rotation
 
 checked = preflight.run(state, inventory)
 me = checked.hosts[host.name]

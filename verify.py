@@ -17,7 +17,7 @@ execution time, when every host is connected:
   6. report     table on stdout; JSON and PNG in kvceph_verify_report_dir (default reports/)
 
 A failed check fails the pyinfra run (non-zero exit) with one line per check and its likely
-cause. Settings: ``kvceph_verify_*`` (deploys/settings.py VerifySettings).
+cause. Settings: ``kvceph_verify_*`` (deploys/settings/verification.py VerifySettings).
 """
 
 from pyinfra import host, inventory, state

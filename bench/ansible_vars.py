@@ -12,7 +12,7 @@ import os
 import runpy
 from pathlib import Path
 
-from deploys import render, secrets, settings
+from deploys import paths, render, secrets, settings
 from deploys.operations import tls
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def variables(me: settings.HostSettings, credentials) -> dict:
         "port": e.port,
         "model": e.model,
         "health_timeout": e.health_timeout,
-        "wheelhouse_dest": render.WHEELHOUSE,
+        "wheelhouse_dest": paths.WHEELHOUSE,
         "wheels": sorted(str(p) for p in Path(e.wheelhouse).glob("*.whl")),
         # kvceph installs LMCache with --no-deps beside an emulating engine
         "engine_packages": [p for p in pins if not p.startswith("lmcache==")],
@@ -62,12 +62,12 @@ def variables(me: settings.HostSettings, credentials) -> dict:
         "aws_config": render.aws_config(me),
         "hosts_line": render.hosts_line(me),
         "env_file": render.env_file(me, render.digest(me, credentials)),
-        "secrets_path": render.SECRETS_PATH,
+        "secrets_path": paths.SECRETS_PATH,
         "secrets_env": render.secrets_env_file(credentials).reveal(),
         "api_key": credentials.vllm_api_key.reveal() if credentials.vllm_api_key else "",
         "guard": me.security.guard,
-        "guard_dir": render.GUARD_DIR,
-        "guard_path": render.GUARD_PATH,
+        "guard_dir": paths.SCRIPT_DIR,
+        "guard_path": paths.GUARD_PATH,
         "guard_module": render.guard_module(),
         # Debian's trust store, as deploys/operations/tls.ca_trusted places it
         "ca_anchor": f"/usr/local/share/ca-certificates/{tls.ANCHOR_NAME}",

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyinfra.api import QuoteString, StringCommand
 
-DRAIN_DIR = "/run/kvceph"
-SCRIPT = (Path(__file__).resolve().parent / "remote" / "engine_drain.py").read_text()
+from deploys import paths
+
+DRAIN_DIR = paths.DRAIN_DIR
+SCRIPT = paths.DRAIN_SOURCE.read_text()
 TIMEOUT_KEY = "kvceph_drain_timeout"
 # The lease outlives the drain by the restart's own bound (systemctl restart's timeout 300 s)
 # and a margin: it only matters when kvceph dies between drain and restart.

@@ -17,9 +17,8 @@ import socket
 import time
 from dataclasses import dataclass
 
-LOCK_DIR = "/var/lib/kvceph"
-LOCK_FILE = f"{LOCK_DIR}/deploy.lock"
-INFO_FILE = f"{LOCK_DIR}/deploy.lock.info"
+from deploys import paths
+
 HELD_EXIT = 75  # EX_TEMPFAIL
 
 _held: dict[str, object] = {}  # admin host name -> open channel (keeps the lock alive)
@@ -71,7 +70,7 @@ def me_as_holder() -> str:
     )
 
 
-def lock_script(info: str, lock_dir: str = LOCK_DIR) -> str:
+def lock_script(info: str, lock_dir: str = paths.LOCK_DIR) -> str:
     """Shell run on the admin host: take the lock or print the holder and exit 75."""
     lock_file, info_file = f"{lock_dir}/deploy.lock", f"{lock_dir}/deploy.lock.info"
     # The info only holds values this module generated (user, hostname, pid, time), and is
@@ -95,7 +94,7 @@ def decide_on_held(
     """'break' when a stale lock may be broken; otherwise raise LockError with the reason."""
     if holder is None:
         raise LockError(
-            f"{host}: {LOCK_FILE} is held but names no holder; "
+            f"{host}: {paths.LOCK_FILE} is held but names no holder; "
             "fix: wait for the other run, or check the admin host"
         )
     age = holder.age(now)
@@ -127,7 +126,9 @@ def acquire(host, stale_after: int, break_lock: bool, timeout: float = 15.0) -> 
             return "taken"
         chan.close()
         if first != "HELD":
-            raise LockError(f"{host.name}: could not take {LOCK_FILE}: {first or 'no answer'}")
+            raise LockError(
+                f"{host.name}: could not take {paths.LOCK_FILE}: {first or 'no answer'}"
+            )
         holder = Holder.parse(rest)
         decide_on_held(host.name, holder, stale_after, break_lock)
         if attempt == 2:

@@ -17,9 +17,13 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
-from deploys import compat, kv_sizing, lock, model_source, render, rgw_service, secrets, settings
+from deploys import compat, kv_sizing, lock, render, secrets, settings
 from deploys.facts.engine import MemTotal, ModelConfig
 from deploys.facts.model import MirroredModel
+from deploys.settings import model_source
+from deploys.settings.inventory import CacheGroup, check_inventory
+from deploys.settings.reader import SettingsError
+from deploys.stages import rgw_service
 
 compat.install()
 
@@ -31,7 +35,7 @@ _ONCE = BoundedSemaphore()
 @dataclass(frozen=True)
 class Preflight:
     hosts: dict[str, settings.HostSettings]
-    cache_groups: list[settings.CacheGroup]
+    cache_groups: list[CacheGroup]
     credentials: secrets.S3Credentials
 
     @property
@@ -63,14 +67,13 @@ def _take_lock(inventory, checked: Preflight) -> None:
     admin = inventory.get_host(checked.admin.host)
     if _dry_run():
         return
-    data = admin.data
     try:
         # With --limit the admin host may be outside the run: the lock still lives there.
         admin.connect(reason="for the run lock", raise_exceptions=True)
         status = lock.acquire(
             admin,
             stale_after=checked.admin.lock_stale_after,
-            break_lock=str(data.get("kvceph_break_lock", "")).lower() in ("1", "true", "yes"),
+            break_lock=checked.admin.run.break_lock,
         )
     except ConnectError as exc:
         _stop(f"{admin.name}: cannot connect to take the run lock: {exc}; fix: check SSH to it")
@@ -79,16 +82,12 @@ def _take_lock(inventory, checked: Preflight) -> None:
     logger.info("kvceph: run lock on %s: %s", admin.name, status)
 
 
-def run(state, inventory, prefetch: bool = False) -> Preflight:
-    """Validate every host's settings and the cross-host invariants (once per run).
-
-    ``prefetch``: then read every host's state facts for the deploy's stages, all hosts at once
-    (deploys/prefetch.py; deploy.py only: verify, probe and rotate read other things).
-    """
+def run(state, inventory) -> Preflight:
+    """Validate every host's settings and the cross-host invariants (once per run)."""
     with _ONCE:
         cached = _CACHE.get(id(state))
         if cached is None:
-            cached = _CACHE[id(state)] = _check(inventory, prefetch)
+            cached = _CACHE[id(state)] = _check(inventory)
         return cached
 
 
@@ -180,14 +179,14 @@ def resolve_kv_sizes(hosts: dict[str, settings.HostSettings], read_config) -> di
             continue
         fix = "fix: put the model there first, or set kvceph_kv_bytes_per_token"
         if config is None:
-            raise settings.SettingsError(
+            raise SettingsError(
                 f"{name}: {key} = {model!r}: no readable {model}/config.json on the host "
                 f"to size the KV cache from; {fix}"
             )
         try:
             shape = kv_sizing.shape_from_config(config)
         except kv_sizing.SizingError as exc:
-            raise settings.SettingsError(
+            raise SettingsError(
                 f"{name}: {key} = {model!r}: {exc}: its KV is not layers x heads x "
                 f"head_dim, kvceph does not guess its size; {fix}"
             ) from None
@@ -215,7 +214,7 @@ def check_model_directories(hosts: dict[str, settings.HostSettings], read_config
         path = me.engine.serve_model
         config = read_config(name, path)
         if config is None:
-            raise settings.SettingsError(
+            raise SettingsError(
                 f"{name}: kvceph_model_path = {path!r}: no readable config.json there, the "
                 "engine would not start; fix: mount or copy the model directory there first"
             )
@@ -234,16 +233,16 @@ def check_mirror(hosts: dict[str, settings.HostSettings], creds, mirrored) -> No
     try:
         model_source.mirror_users(src for _, src in users)
     except ValueError as exc:
-        raise settings.SettingsError(str(exc)) from None
+        raise SettingsError(str(exc)) from None
     names = ", ".join(name for name, _ in users)
     if not (creds.models_access_key and creds.models_secret_key):
-        raise settings.SettingsError(
+        raise SettingsError(
             f"controller: {secrets.MODELS_ACCESS_ENV} / {secrets.MODELS_SECRET_ENV} missing: the "
             f"model mirror's read-only key, needed by kvceph_model_source mirror ({names}); "
             f"fix: {secrets.MECHANISM}"
         )
     if str.__str__(creds.models_access_key) == str.__str__(creds.access_key):
-        raise settings.SettingsError(
+        raise SettingsError(
             f"controller: {secrets.MODELS_ACCESS_ENV} equals {secrets.ACCESS_ENV}: the KV key "
             "would write the model mirror; fix: give the mirror its own read-only key pair"
         )
@@ -254,13 +253,13 @@ def check_mirror(hosts: dict[str, settings.HostSettings], creds, mirrored) -> No
         seen.add(src.mirror_prefix)
         if src.mirror_from is not None:
             if not (Path(src.mirror_from) / "config.json").is_file():
-                raise settings.SettingsError(
+                raise SettingsError(
                     f"{name}: kvceph_model_mirror_from = {src.mirror_from!r}: no config.json "
                     "there on the controller; fix: give the model directory to upload"
                 )
             continue
         if mirrored(src.mirror_bucket, src.mirror_prefix) is False:
-            raise settings.SettingsError(
+            raise SettingsError(
                 f"{name}: kvceph_model_revision = {src.revision!r}: the mirror has no "
                 f"s3://{src.mirror_bucket}/{src.mirror_prefix}; fix: check kvceph_model and the "
                 "revision, or set kvceph_model_mirror_from to the model directory on the "
@@ -279,7 +278,7 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             continue  # not an engine, or outside this run and served from a directory
         refusal = kv_sizing.refusal_for(me)
         if refusal:
-            raise settings.SettingsError(refusal)
+            raise SettingsError(refusal)
         total = mem_total(name)
         total = None if total is OUTSIDE_RUN else total
         # Every engine of the host pins its own buffers.
@@ -290,7 +289,7 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             cpu = kv_sizing.limits(me).max_local_cpu_size
             workers = me.engine.tensor_parallel_size * engines
             of = f"{engines} engines x {me.engine.tensor_parallel_size}" if engines > 1 else ""
-            raise settings.SettingsError(
+            raise SettingsError(
                 f"{name}: kvceph_lmcache_max_local_cpu_size = {cpu!r}: {cpu:g} GiB pinned on each "
                 f"of {of or workers} workers = {pinned / gib:.1f} GiB, over "
                 f"{kv_sizing.PINNED_RAM_FRACTION:.0%} of the host's {total / gib:.1f} GiB RAM "
@@ -299,12 +298,12 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             )
 
 
-def _check(inventory, prefetch: bool) -> Preflight:
+def _check(inventory) -> Preflight:
     try:
         hosts = {
             h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inventory
         }
-        groups = settings.check_inventory(list(hosts.values()))
+        groups = check_inventory(list(hosts.values()))
         creds = secrets.load()
         # Read-only facts, after every check that needs none: a model directory's config.json,
         # then RAM against the pinned buffers.
@@ -325,7 +324,7 @@ def _check(inventory, prefetch: bool) -> Preflight:
         )
         hosts = resolve_kv_sizes(hosts, read_config)
         check_sizing(hosts, lambda name: _fact(inventory, name, MemTotal))
-    except (settings.SettingsError, secrets.SecretsError) as exc:
+    except (SettingsError, secrets.SecretsError) as exc:
         _stop(str(exc))
     for g in groups:
         logger.info(
@@ -334,9 +333,4 @@ def _check(inventory, prefetch: bool) -> Preflight:
     check_templates(hosts, creds)
     result = Preflight(hosts, groups, creds)
     _take_lock(inventory, result)
-    if prefetch:
-        # Under the lock: nothing of kvceph's changes between these reads and the stages.
-        from deploys import prefetch as facts  # here: the stages it lists import preflight
-
-        facts.run(inventory, result)
     return result

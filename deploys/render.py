@@ -10,37 +10,22 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from deploys import kv_sizing, model_source, upgrade, versions
-from deploys.engine_list import DEVICE_VARIABLE, Engine
+from deploys import kv_sizing, paths, upgrade, versions
 from deploys.secrets import Secret
-from deploys.settings import HostSettings
-
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+from deploys.settings import HostSettings, model_source
+from deploys.settings.engine_list import DEVICE_VARIABLE, Engine
 
 # Paths from docs/design.md "Files on inference hosts".
-CONFIG_DIR = "/etc/kvceph"
-LMCACHE_PATH = f"{CONFIG_DIR}/lmcache.yaml"
-ENV_PATH = f"{CONFIG_DIR}/vllm.env"  # the default engine's; env_path(engine) for each engine
 # root:root 0600: systemd reads it before dropping privileges; no other user can.
-SECRETS_PATH = f"{CONFIG_DIR}/secrets.env"
-UNIT_NAME = "vllm.service"
-UNIT_DIR = "/etc/systemd/system"
-UNIT_PATH = f"{UNIT_DIR}/{UNIT_NAME}"
-WHEELHOUSE = "/var/cache/kvceph/wheelhouse"
 # kvceph's gate in front of every engine route (docs/security.md "Engine API key").
-GUARD_DIR = "/usr/local/lib/kvceph"
-GUARD_MODULE = "kvceph_engine_guard"
-GUARD_PATH = f"{GUARD_DIR}/{GUARD_MODULE}.py"
-GUARD_SOURCE = Path(__file__).resolve().parent / "remote" / "engine_guard.py"
 DIGEST_VAR = "KVCEPH_DIGEST"
 
 _env = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+    loader=jinja2.FileSystemLoader(str(paths.TEMPLATES)),
     undefined=jinja2.StrictUndefined,
     keep_trailing_newline=True,
     trim_blocks=True,
@@ -65,11 +50,11 @@ def _engine(me: HostSettings, engine: Engine | None) -> Engine:
 
 
 def env_path(engine: Engine) -> str:
-    return f"{CONFIG_DIR}/{engine.env_name}"
+    return f"{paths.CONFIG_DIR}/{engine.env_name}"
 
 
 def unit_path(engine: Engine) -> str:
-    return f"{UNIT_DIR}/{engine.unit}"
+    return f"{paths.UNIT_DIR}/{engine.unit}"
 
 
 # --- LMCache -----------------------------------------------------------------------------------
@@ -177,7 +162,7 @@ def exec_start(me: HostSettings, engine: Engine | None = None) -> list[str]:
         kv_transfer_json(me),
         # vLLM's own key check leaves /invocations, /tokenize, /metrics, ... open: the gate
         # closes them (it passes everything while no API key is set).
-        *(["--middleware", f"{GUARD_MODULE}.Guard"] if me.security.guard else []),
+        *(["--middleware", f"{paths.GUARD_MODULE}.Guard"] if me.security.guard else []),
         *e.profile.extra_args,
     ]
 
@@ -220,7 +205,7 @@ def environment(
     e = me.engine
     devices = _engine(me, engine).devices
     env: dict[str, str] = {
-        "LMCACHE_CONFIG_FILE": LMCACHE_PATH,
+        "LMCACHE_CONFIG_FILE": paths.LMCACHE_PATH,
         "PYTHONHASHSEED": str(e.python_hash_seed),
         "AWS_PROFILE": me.s3.profile,
         # awscrt finds ~/.aws/credentials through HOME: explicit, so it never depends on how
@@ -235,7 +220,7 @@ def environment(
         # The runtime numbers the listed devices 0..n-1 for the engine: TP uses the first n.
         env[DEVICE_VARIABLE[e.accelerator]] = ",".join(str(d) for d in devices)
     if me.security.guard:
-        env["PYTHONPATH"] = GUARD_DIR
+        env["PYTHONPATH"] = paths.SCRIPT_DIR
         # Loopback always: the deploy's own health and readiness checks run on the host.
         networks = dict.fromkeys(("127.0.0.0/8", "::1/128", *me.security.open_networks))
         env["KVCEPH_OPEN_NETWORKS"] = ",".join(networks)
@@ -261,7 +246,7 @@ SECRET_VARIABLES = (("vllm_api_key", "VLLM_API_KEY"), ("hf_token", "HF_TOKEN"))
 
 
 def secret_environment(credentials) -> list[tuple[str, Secret]]:
-    """The secrets the engine gets through ``SECRETS_PATH``: (variable, value), set ones only."""
+    """The secrets the engine gets through secrets.env: (variable, value), set ones only."""
     found = []
     for attr, name in SECRET_VARIABLES:
         value = getattr(credentials, attr, None)
@@ -280,14 +265,14 @@ def secrets_env_file(credentials) -> Secret:
 def unit(me: HostSettings, engine: Engine | None = None) -> str:
     """/etc/systemd/system/vllm.service (``vllm-<name>.service`` for a named engine)."""
     e, one = me.engine, _engine(me, engine)
-    label = e.model if one.unit == UNIT_NAME else f"{one.name}, {e.model}"
+    label = e.model if one.unit == paths.UNIT_NAME else f"{one.name}, {e.model}"
     return _render(
         "vllm.service.j2",
         description=f"vLLM {e.profile.vllm_version} + LMCache (kvceph, {label})",
         user=e.service_user,
         group=e.service_user,
         env_file=env_path(one),
-        secrets_file=SECRETS_PATH,
+        secrets_file=paths.SECRETS_PATH,
         home=e.service_home,
         exec_start=exec_start_line(me, one),
         # Loading a 32B model and warming up takes minutes; match the readiness budget.
@@ -330,7 +315,7 @@ def hosts_line(me: HostSettings) -> str | None:
 
 def guard_module() -> str:
     """/usr/local/lib/kvceph/kvceph_engine_guard.py: the gate's source, as shipped."""
-    return GUARD_SOURCE.read_text()
+    return paths.GUARD_SOURCE.read_text()
 
 
 def digest(me: HostSettings, credentials, engine: Engine | None = None) -> str:

@@ -1,4 +1,4 @@
-# Settings for every host. Every key, its default and its check live in deploys/settings.py;
+# Settings for every host. Every key, its default and its check live in deploys/settings/;
 # the README's "group_data reference" lists them. Secrets never go here (see secrets.env).
 
 kvceph_rgw_dns_name = "s3.cephlab.com"

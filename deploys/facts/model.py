@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from deploys.model_source import MANIFEST
+from deploys.settings.model_source import MANIFEST
 
 # argv = timeout, bucket, key: prints "present", "absent", or exits non-zero with radosgw-admin's
 # last error line (Pacific answers a missing object and a missing bucket with ENOENT). Its

@@ -24,7 +24,7 @@ from deploys.orch_readback import spec_differences  # noqa: F401 (s3_tier, tests
 MIN_OSDS_IN_PG_LIMIT = 3
 OPT_IN_DATA_MOVEMENT = "--data kvceph_allow_data_movement=true"
 OPT_IN_PG_DECREASE = "--data kvceph_allow_pg_decrease=true"
-# The monitor options the PG budget reads (``read_pg_budget``; prefetched by deploys/prefetch.py).
+# The monitor options the PG budget reads (``read_pg_budget``).
 PG_BUDGET_OPTIONS = (("mon", "mon_max_pg_per_osd"), ("mon", "osd_pool_default_size"))
 
 

@@ -122,8 +122,8 @@ def directory(
     + group: group (left as it is when None)
     + mode: octal permissions, e.g. ``"0755"`` (left as they are when None)
 
-    pyinfra's ``files.directory`` for the cases kvceph uses, its fact read through the memo
-    (prefetched with the host's other facts, deploys/prefetch.py). Example:
+    pyinfra's ``files.directory`` for the cases kvceph uses, its fact read through the memo.
+    Example:
 
     .. code:: python
 

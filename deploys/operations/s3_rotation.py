@@ -1,9 +1,10 @@
 """S3 key rotation on the RGW user: add the configured key beside the old one, retire the old.
 
-Used only by ``rotate.py`` (``deploys/rotation.py``), never by ``deploy.py``: removing a key is
-the one destructive step kvceph takes, behind the operator naming the key and a check that
-no running engine still holds it. Reads come from the ``RgwUser`` fact (secrets hashed on the
-host); the add goes through ``s3admin.py add-key`` (no secret on any command line).
+Used only by ``rotate.py`` (``deploys/stages/rotation.py``), never by ``deploy.py``:
+removing a key is the one destructive step kvceph takes, behind the operator naming the key
+and a check that no running engine still holds it. Reads come from the ``RgwUser`` fact
+(secrets hashed on the host); the add goes through ``s3admin.py add-key`` (no secret on any
+command line).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from deploys import drain
 from deploys.verification import report as reporting
 from deploys.verification import runner
 
-UNIT = "vllm"  # the default engine's unit (deploys/engine_list.py)
+UNIT = "vllm"  # the default engine's unit (deploys/settings/engine_list.py)
 
 
 class SshControl:

@@ -4,7 +4,7 @@
 
 Loads ``hw/h200/h200.py`` the way ``pyinfra`` does (the repository's group_data, then
 ``hw/h200/group_data``; ``key=value`` pairs override like ``--data``), checks the settings with
-``deploys/settings.py``, and writes into ``OUT/NAME/`` exactly what ``deploys/render.py`` renders
+``deploys/settings/``, and writes into ``OUT/NAME/`` exactly what ``deploys/render.py`` renders
 for the host: ``lmcache.yaml``, ``vllm.env`` (with its digest), ``vllm.service``, ``credentials``,
 ``config``, ``hosts``; plus ``runner.json``, the verifier's target and options for
 ``hw/h200/prove.py``. S3 keys come from ``KVCEPH_S3_ACCESS_KEY``/``KVCEPH_S3_SECRET_KEY`` like a
@@ -28,8 +28,9 @@ from pyinfra.api import Config, Inventory, State  # noqa: E402
 from pyinfra.context import ctx_state  # noqa: E402
 from pyinfra_cli.inventory import make_inventory  # noqa: E402
 
-from deploys import kv_sizing, preflight, render, secrets, settings  # noqa: E402
+from deploys import kv_sizing, paths, preflight, render, secrets, settings  # noqa: E402
 from deploys.probe.controller import probe_args, shape_of  # noqa: E402
+from deploys.settings.inventory import check_inventory  # noqa: E402
 from deploys.verification.controller import target_for  # noqa: E402
 from deploys.verification.runner import Options  # noqa: E402
 
@@ -52,7 +53,7 @@ def load(overrides: dict) -> tuple[object, settings.HostSettings]:
     with ctx_state.use(State(Inventory(([], {})), Config())):
         inv = make_inventory(str(INVENTORY), override_data=overrides or None, cwd=str(REPO))
     hosts = {h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inv}
-    settings.check_inventory(list(hosts.values()))
+    check_inventory(list(hosts.values()))
     # preflight reads the model directory's config.json from the host; the GPU machine is not
     # reachable from here, so read the one hw/h200/model.py writes there
     hosts = preflight.resolve_kv_sizes(hosts, lambda _host, _path: model.CONFIG)
@@ -115,9 +116,9 @@ def main(argv: list[str]) -> int:
             "timeout": me.verify.s3_timeout,
         },
         "paths": {
-            "lmcache": render.LMCACHE_PATH,
-            "env": render.ENV_PATH,
-            "unit": render.UNIT_PATH,
+            "lmcache": paths.LMCACHE_PATH,
+            "env": paths.ENV_PATH,
+            "unit": paths.UNIT_PATH,
             "aws_dir": render.aws_dir(me),
         },
         "lmcache": render.lmcache_config(me),

@@ -8,14 +8,15 @@ import os
 
 from pyinfra import host
 
-from deploys import s3_tier, secrets, settings
+from deploys import paths, secrets, settings
 from deploys.preflight import Preflight
+from deploys.stages import s3_tier
 
 root = os.environ["KVCEPH_S3_TEST_ROOT"]
-s3_tier.SCRIPT_DIR = f"{root}/lib"
-s3_tier.ADMIN_SCRIPT = f"{root}/lib/s3admin.py"
-s3_tier.ADMIN_DIR = f"{root}/admin"
-s3_tier.ADMIN_CONFIG = f"{root}/admin/s3-admin.ini"
+paths.SCRIPT_DIR = f"{root}/lib"
+paths.ADMIN_SCRIPT = f"{root}/lib/s3admin.py"
+paths.ADMIN_DIR = f"{root}/admin"
+paths.ADMIN_CONFIG = f"{root}/admin/s3-admin.ini"
 
 me = settings.load(host.data, host.name, list(host.groups))
 s3_tier.apply(me, Preflight({host.name: me}, [], secrets.load()))

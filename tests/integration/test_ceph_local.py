@@ -216,7 +216,8 @@ def test_orchestrator(cluster):
 def test_rgw_spec_converged_and_drifted(test_orchestrator, cluster, tmp_path):
     import yaml
 
-    from deploys import rgw_service, settings
+    from deploys import settings
+    from deploys.stages import rgw_service
 
     data = _data(
         cluster, kvceph_rgw_managed_by="cephadm", kvceph_rgw_ingress_virtual_ip="10.67.67.100/24"

@@ -32,9 +32,10 @@ if str(REPO) not in sys.path:
 
 import yaml  # noqa: E402
 
-from deploys import render, rgw_service, s3_tier, secrets, settings  # noqa: E402
+from deploys import paths, render, secrets, settings  # noqa: E402
 from deploys.operations import s3  # noqa: E402
 from deploys.operations.files import sha256_text  # noqa: E402
+from deploys.stages import rgw_service, s3_tier  # noqa: E402
 
 FACTS = REPO / "tests" / "facts"
 MON_TIMEOUT = "[errno 110] RADOS timed out (error connecting to the cluster)"
@@ -108,41 +109,6 @@ PCI = {
 }
 TENTACLE = "ceph version 20.2.0 (69f84cc2651aa259a15bc192ddaabd3baba07489) tentacle (stable)"
 OS_RELEASE_PYTHON = "3.11.2"
-
-
-def _answer_batches() -> None:
-    """Answer kvceph's prefetch batch (deploys/facts/memo.py) the way a shell would: each part
-    with its own scripted response, under the batch's markers. The fake connector alone would
-    answer the whole batch with the first key found anywhere in it."""
-    from pyinfra import logger
-    from pyinfra.connectors.fake import FakeConnector
-    from pyinfra.connectors.util import CommandOutput, OutputLine
-
-    from deploys.facts import memo
-
-    original = FakeConnector._lookup_response
-    if getattr(original, "kvceph_batches", False):
-        return
-
-    def lookup(self, command_str: str):
-        batch = memo.batch_parts(command_str)
-        if batch is None:
-            return original(self, command_str)
-        marker, parts = batch
-        lines = []
-        for i, part in enumerate(parts):
-            # Logged like any command, so the tests see every fact command a host was asked.
-            logger.debug("[fake] simulating command on %s: %s", self.host.name, part)
-            ok, output = original(self, part)
-            lines.append(OutputLine("stdout", f"{marker} {i} {0 if ok else 1}"))
-            lines += [OutputLine("stdout", line) for line in output.stdout_lines]
-        return True, CommandOutput(lines)
-
-    lookup.kvceph_batches = True
-    FakeConnector._lookup_response = lookup
-
-
-_answer_batches()
 
 
 def export_fake_credentials() -> None:
@@ -434,13 +400,11 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
         probe = {f"{ceph} health 2>&1": [MON_TIMEOUT, "kvceph-ceph-failed=1"]}
         r = {**probe, ceph: failed, **{k: v for k, v in r.items() if not str(k).startswith(ceph)}}
     if converged:
-        r.update(_directory(s3_tier.SCRIPT_DIR, "root", "root", "755"))
-        r.update(
-            _file(s3_tier.ADMIN_SCRIPT, s3_tier.SCRIPT_SOURCE.read_text(), "root", "root", "0755")
-        )
-        r.update(_directory(s3_tier.ADMIN_DIR, "root", "root", "700"))
+        r.update(_directory(paths.SCRIPT_DIR, "root", "root", "755"))
+        r.update(_file(paths.ADMIN_SCRIPT, paths.ADMIN_SOURCE.read_text(), "root", "root", "0755"))
+        r.update(_directory(paths.ADMIN_DIR, "root", "root", "700"))
         config = s3_tier.admin_config(me, creds.access_key, creds.secret_key)
-        r.update(_file(s3_tier.ADMIN_CONFIG, config, "root", "root", "0600"))
+        r.update(_file(paths.ADMIN_CONFIG, config, "root", "root", "0600"))
     return r
 
 
@@ -481,25 +445,25 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
     digest = render.digest(me, creds)
     aws = render.aws_dir(me)
     engine_files = {
-        render.LMCACHE_PATH: render.lmcache_yaml(me),
+        paths.LMCACHE_PATH: render.lmcache_yaml(me),
         f"{aws}/credentials": render.aws_credentials(me, creds),
         f"{aws}/config": render.aws_config(me),
-        render.ENV_PATH: render.env_file(me, digest),
-        render.SECRETS_PATH: render.secrets_env_file(creds).reveal(),
-        render.UNIT_PATH: render.unit(me),
-        render.GUARD_PATH: render.guard_module(),
+        paths.ENV_PATH: render.env_file(me, digest),
+        paths.SECRETS_PATH: render.secrets_env_file(creds).reveal(),
+        paths.UNIT_PATH: render.unit(me),
+        paths.GUARD_PATH: render.guard_module(),
     }
     running_env = dict(render.environment(me, digest))
     if me.host in layout.yaml_drift:
-        text = engine_files[render.LMCACHE_PATH]
+        text = engine_files[paths.LMCACHE_PATH]
         drifted = re.sub(r"(?m)^chunk_size: .*$", "chunk_size: 512", text)
         assert drifted != text, "the drift scenario needs another chunk_size"
-        engine_files[render.LMCACHE_PATH] = drifted
+        engine_files[paths.LMCACHE_PATH] = drifted
     if me.host in layout.env_drift:
-        text = engine_files[render.ENV_PATH]
+        text = engine_files[paths.ENV_PATH]
         drifted = text.replace(f'PYTHONHASHSEED="{e.python_hash_seed}"', 'PYTHONHASHSEED="68"')
         assert drifted != text, "the drift scenario needs another PYTHONHASHSEED"
-        engine_files[render.ENV_PATH] = drifted
+        engine_files[paths.ENV_PATH] = drifted
         running_env["PYTHONHASHSEED"] = "68"
     # engine.CacheKeyInUse: the cache-key lines of the engine's files (none on a blank host).
     key_lines = re.compile(
@@ -508,7 +472,7 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
     r["grep -E '^(chunk_size|pre_caching_hash_algorithm):"] = (
         [
             line
-            for path in (render.LMCACHE_PATH, render.ENV_PATH, render.UNIT_PATH)
+            for path in (paths.LMCACHE_PATH, paths.ENV_PATH, paths.UNIT_PATH)
             for line in engine_files[path].splitlines()
             if key_lines.match(line)
         ]
@@ -548,22 +512,20 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
     if converged:
         r.update(_directory(e.service_home, user, user, "0750"))
         r.update(_directory(str(Path(e.venv).parent), "root", "root", "0755"))
-        r.update(_directory(render.CONFIG_DIR, "root", "root", "0755"))
-        r.update(
-            _file(render.LMCACHE_PATH, engine_files[render.LMCACHE_PATH], "root", user, "0640")
-        )
+        r.update(_directory(paths.CONFIG_DIR, "root", "root", "0755"))
+        r.update(_file(paths.LMCACHE_PATH, engine_files[paths.LMCACHE_PATH], "root", user, "0640"))
         r.update(_directory(aws, user, user, "0700"))
         r.update(
             _file(f"{aws}/credentials", engine_files[f"{aws}/credentials"], user, user, "0600")
         )
         r.update(_file(f"{aws}/config", engine_files[f"{aws}/config"], user, user, "0600"))
-        r.update(_file(render.ENV_PATH, engine_files[render.ENV_PATH], "root", user, "0640"))
-        r.update(_file(render.UNIT_PATH, engine_files[render.UNIT_PATH], "root", "root", "0644"))
+        r.update(_file(paths.ENV_PATH, engine_files[paths.ENV_PATH], "root", user, "0640"))
+        r.update(_file(paths.UNIT_PATH, engine_files[paths.UNIT_PATH], "root", "root", "0644"))
         r.update(
-            _file(render.SECRETS_PATH, engine_files[render.SECRETS_PATH], "root", "root", "0600")
+            _file(paths.SECRETS_PATH, engine_files[paths.SECRETS_PATH], "root", "root", "0600")
         )
-        r.update(_directory(render.GUARD_DIR, "root", "root", "0755"))
-        r.update(_file(render.GUARD_PATH, engine_files[render.GUARD_PATH], "root", "root", "0644"))
+        r.update(_directory(paths.SCRIPT_DIR, "root", "root", "0755"))
+        r.update(_file(paths.GUARD_PATH, engine_files[paths.GUARD_PATH], "root", "root", "0644"))
     return r
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from pyinfra.api import OperationError
 from pyinfra_testing.util import get_command_string
 
-from deploys import ceph_pools, settings
+from deploys import settings
 from deploys.ceph_cli import ceph
 from deploys.operations.ceph import Refused, plan_pg_budget, plan_pool
+from deploys.stages import ceph_pools
 
 
 def me(**data):
@@ -20,16 +20,6 @@ def test_ceph_command_is_bounded_and_quoted():
     assert cmd == "timeout 20 ceph --connect-timeout 3 osd pool ls -f json"
     cmd = get_command_string(ceph("osd", "pool", "create", "a;rm -rf /", 8, json=False))
     assert cmd == "timeout 60 ceph --connect-timeout 10 osd pool create 'a;rm -rf /' 8"
-
-
-@pytest.mark.parametrize(("value", "want"), [(True, True), (False, False), (None, False)])
-def test_opt_in(value, want):
-    assert ceph_pools.opt_in({"k": value}, "k") is want
-
-
-def test_opt_in_rejects_non_bool():
-    with pytest.raises(OperationError, match=r"must be true or false; fix: --data k=true"):
-        ceph_pools.opt_in({"k": "yes"}, "k")
 
 
 def test_min_size_one_warning_names_the_pools_once():

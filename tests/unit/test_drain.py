@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from deploys import drain, render
+from deploys import drain, paths, render
 
-sys.path.insert(0, str(render.GUARD_SOURCE.parent))
+sys.path.insert(0, str(paths.GUARD_SOURCE.parent))
 import engine_drain  # noqa: E402
 from engine_guard import Guard  # noqa: E402
 
@@ -211,7 +211,7 @@ def engine(tmp_path):
         port = _free_port()
         lib = tmp_path / "lib"
         lib.mkdir(exist_ok=True)
-        (lib / f"{render.GUARD_MODULE}.py").write_text(render.guard_module())
+        (lib / f"{paths.GUARD_MODULE}.py").write_text(render.guard_module())
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("LMCACHE_", "AWS_"))},
             "KVCEPH_OPEN_NETWORKS": "127.0.0.0/8,::1/128",
@@ -223,7 +223,7 @@ def engine(tmp_path):
         proc = subprocess.Popen(
             [sys.executable, "-m", "kvceph_lab_engine", "serve", "Qwen/Qwen3-32B",
              "--max-model-len", "8192", "--host", "127.0.0.1", "--port", str(port),
-             "--middleware", f"{render.GUARD_MODULE}.Guard"],
+             "--middleware", f"{paths.GUARD_MODULE}.Guard"],
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         procs.append((proc, log))

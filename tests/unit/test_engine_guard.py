@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from deploys import render
+from deploys import paths, render
 
-sys.path.insert(0, str(render.GUARD_SOURCE.parent))
+sys.path.insert(0, str(paths.GUARD_SOURCE.parent))
 from engine_guard import Guard  # noqa: E402
 
 KEY = "sk-gate-test-000111222"
@@ -116,7 +116,7 @@ def gated_engine(tmp_path):
         port = _free_port()
         guard_dir = tmp_path / "lib"
         guard_dir.mkdir(exist_ok=True)
-        (guard_dir / f"{render.GUARD_MODULE}.py").write_text(render.guard_module())
+        (guard_dir / f"{paths.GUARD_MODULE}.py").write_text(render.guard_module())
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("LMCACHE_", "AWS_"))},
             "VLLM_API_KEY": KEY,
@@ -127,7 +127,7 @@ def gated_engine(tmp_path):
         proc = subprocess.Popen(
             [sys.executable, "-m", "kvceph_lab_engine", "serve", "Qwen/Qwen3-32B",
              "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port),
-             "--middleware", f"{render.GUARD_MODULE}.Guard"],
+             "--middleware", f"{paths.GUARD_MODULE}.Guard"],
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         procs.append((proc, log))

@@ -3,10 +3,13 @@ bad input is one line naming host, key and fix, before any host is touched."""
 
 import pytest
 
-from deploys import engine_list, preflight, render
+from deploys import paths, preflight, render
 from deploys import settings as s
-from deploys.engine_list import Engine
 from deploys.secrets import S3Credentials, Secret
+from deploys.settings import engine_list
+from deploys.settings.engine_list import Engine
+from deploys.settings.inventory import check_inventory
+from deploys.settings.reader import SettingsError
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 GiB = 1 << 30
@@ -22,7 +25,7 @@ def load(groups=("gpu",), host="gpu1", **data):
 
 
 def refused(**data) -> str:
-    with pytest.raises(s.SettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         load(**data)
     message = str(err.value)
     assert "\n" not in message and "; fix: " in message
@@ -43,8 +46,8 @@ def test_default_engine_renders_todays_files_byte_for_byte():
     assert render.unit(me) == render.unit(explicit)
     assert render.env_file(me, "0" * 64) == render.env_file(explicit, "0" * 64)
     assert "CUDA_VISIBLE_DEVICES" not in render.env_file(me)
-    assert render.env_path(me.engine.engines[0]) == render.ENV_PATH
-    assert render.unit_path(me.engine.engines[0]) == render.UNIT_PATH
+    assert render.env_path(me.engine.engines[0]) == paths.ENV_PATH
+    assert render.unit_path(me.engine.engines[0]) == paths.UNIT_PATH
 
 
 def test_named_engines_get_their_own_unit_env_devices_and_port():
@@ -146,7 +149,7 @@ def test_pinned_ram_refusal_counts_every_engine_of_the_host():
     two = load(kvceph_accelerator_count=4, kvceph_engines=TWO)
     # The derived 6.25 GiB x 2 workers = 12.5 GiB per engine: one fits 25 GiB, two do not.
     preflight.check_sizing({"gpu1": one}, lambda name: 25 * GiB)
-    with pytest.raises(s.SettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         preflight.check_sizing({"gpu1": two}, lambda name: 25 * GiB)
     message = str(err.value)
     assert "of 2 engines x 2 workers = 25.0 GiB" in message and "\n" not in message
@@ -177,24 +180,24 @@ def _fleet(**every):
 
 
 def test_a_batch_of_two_of_three_engines_is_fine_but_three_takes_the_whole_group():
-    s.check_inventory(_fleet(kvceph_restart_batch=2))
-    with pytest.raises(s.SettingsError) as err:
-        s.check_inventory(_fleet(kvceph_restart_batch=3))
+    check_inventory(_fleet(kvceph_restart_batch=2))
+    with pytest.raises(SettingsError) as err:
+        check_inventory(_fleet(kvceph_restart_batch=3))
     message = str(err.value)
     assert message.startswith("inventory: kvceph_restart_batch = 3: 3 engines at a time")
     assert "cache group Qwen/Qwen3-32B TP=2" in message
     assert "kvceph_restart_whole_group = True" in message and "\n" not in message
     # 75% of the inventory's 4 engines is 3: refused the same way.
-    with pytest.raises(s.SettingsError, match="all 3 engines of cache group"):
-        s.check_inventory(_fleet(kvceph_restart_batch="75%"))
+    with pytest.raises(SettingsError, match="all 3 engines of cache group"):
+        check_inventory(_fleet(kvceph_restart_batch="75%"))
     # The opt-in, named in the refusal, accepts it.
-    s.check_inventory(_fleet(kvceph_restart_batch=3, kvceph_restart_whole_group=True))
+    check_inventory(_fleet(kvceph_restart_batch=3, kvceph_restart_whole_group=True))
     # gaudi1 alone in its group: down while it restarts whatever the batch, not refused.
-    s.check_inventory(_fleet())
+    check_inventory(_fleet())
 
 
 def test_the_roll_is_one_for_the_whole_run():
     hosts = _fleet()
     hosts[2] = load(host="gpu2", kvceph_restart_batch=2)
-    with pytest.raises(s.SettingsError, match="gpu2: kvceph_restart_batch = 2 differs from gpu1"):
-        s.check_inventory(hosts)
+    with pytest.raises(SettingsError, match="gpu2: kvceph_restart_batch = 2 differs from gpu1"):
+        check_inventory(hosts)

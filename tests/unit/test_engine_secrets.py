@@ -3,9 +3,11 @@ group_data, extra_env, argv or output; a root-only file systemd reads; part of t
 
 import pytest
 
-from deploys import render, secret_names, secrets
+from deploys import paths, render, secrets
 from deploys import settings as s
 from deploys.secrets import S3Credentials, Secret
+from deploys.settings import secret_names
+from deploys.settings.reader import SettingsError
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 S3 = {"KVCEPH_S3_ACCESS_KEY": "AK1", "KVCEPH_S3_SECRET_KEY": "SK1"}
@@ -74,7 +76,7 @@ def test_whitespace_in_the_api_key_is_refused_without_showing_it():
     ],
 )
 def test_secrets_in_group_data_are_refused_in_one_line(key):
-    with pytest.raises(s.SettingsError) as e:
+    with pytest.raises(SettingsError) as e:
         load(**{key: "hf_leaked_value"})
     msg = str(e.value)
     assert "\n" not in msg and key in msg and "hf_leaked_value" not in msg
@@ -94,7 +96,7 @@ def test_secrets_in_group_data_are_refused_in_one_line(key):
     ],
 )
 def test_secret_looking_extra_env_is_refused_in_one_line(name):
-    with pytest.raises(s.SettingsError) as e:
+    with pytest.raises(SettingsError) as e:
         load(kvceph_extra_env={name: "hf_leaked_value"})
     msg = str(e.value)
     assert msg.startswith(f"gpu1: kvceph_extra_env = '{name}': looks like a secret")
@@ -103,7 +105,7 @@ def test_secret_looking_extra_env_is_refused_in_one_line(name):
 
 
 def test_secret_looking_profile_env_is_refused():
-    with pytest.raises(s.SettingsError, match=r"kvceph_engine_profile.env = 'HF_TOKEN'"):
+    with pytest.raises(SettingsError, match=r"kvceph_engine_profile.env = 'HF_TOKEN'"):
         load(kvceph_engine_profile={"env": {"HF_TOKEN": "x"}})
 
 
@@ -133,7 +135,7 @@ def test_the_api_key_travels_in_the_environment_never_in_argv():
     assert "--api-key" not in argv and API_KEY not in " ".join(argv)
     unit = render.unit(me)
     assert API_KEY not in unit and HF_TOKEN not in unit
-    assert f"EnvironmentFile={render.SECRETS_PATH}\n" in unit
+    assert f"EnvironmentFile={paths.SECRETS_PATH}\n" in unit
     assert API_KEY not in render.env_file(me, render.digest(me, c))
 
 
@@ -184,7 +186,7 @@ def test_verify_sends_the_api_key_on_every_request():
 def test_gate_environment_keeps_loopback_open_for_the_deploys_own_checks():
     env = dict(render.environment(load(kvceph_vllm_open_networks=["10.9.0.0/16"])))
     assert env["KVCEPH_OPEN_NETWORKS"] == "127.0.0.0/8,::1/128,10.9.0.0/16"
-    assert env["PYTHONPATH"] == render.GUARD_DIR
+    assert env["PYTHONPATH"] == paths.SCRIPT_DIR
     off = load(kvceph_vllm_guard=False)
     assert "--middleware" not in render.exec_start(off)
     assert "KVCEPH_OPEN_NETWORKS" not in dict(render.environment(off))

@@ -3,8 +3,8 @@
 import pytest
 from pyinfra.api import DeployError
 
-from deploys import engine_software as es
 from deploys import settings as s
+from deploys.stages import engine_software as es
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 LAB = {

@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT / "hw" / "h200"))
 import local  # noqa: E402
 import render as h200  # noqa: E402
 
-from deploys import render  # noqa: E402
+from deploys import paths, render  # noqa: E402
 from deploys.secrets import S3Credentials, Secret  # noqa: E402
 
 CREDS = S3Credentials(Secret("AKIAH200TEST0000"), Secret("s3cr3t/+Key$%0000"), "test")
@@ -36,7 +36,7 @@ def test_h200_inventory_derives_the_lmcache_config(me):
 def test_local_control_reads_exec_start_like_systemd(me):
     fields = local.unit_fields(render.unit(me))
     assert local.systemd_split(fields["ExecStart"]) == render.exec_start(me)
-    assert fields["EnvironmentFile"] == [render.ENV_PATH, render.SECRETS_PATH]
+    assert fields["EnvironmentFile"] == [paths.ENV_PATH, paths.SECRETS_PATH]
 
 
 def test_local_control_reads_the_env_file_like_systemd(me):

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from deploys import inference_config as ic
 from deploys import preflight
 from deploys import settings as s
-from deploys import vllm_service as vs
+from deploys.settings.reader import SettingsError
+from deploys.stages import inference_config as ic
+from deploys.stages import vllm_service as vs
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 GiB = 1 << 30
@@ -22,7 +23,7 @@ def host(groups=("gpu",), **data):
 def test_preflight_refuses_a_host_that_cannot_pin_its_buffers_in_one_line():
     # The seed's 100 GB at TP=2 pins 200 GiB: more than half of a 256 GiB host.
     me = host(kvceph_lmcache_max_local_cpu_size=100)
-    with pytest.raises(s.SettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         preflight.check_sizing({"gpu1": me}, lambda name: 256 * GiB)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("gpu1: kvceph_lmcache_max_local_cpu_size = 100.0")
@@ -30,14 +31,14 @@ def test_preflight_refuses_a_host_that_cannot_pin_its_buffers_in_one_line():
     preflight.check_sizing({"gpu1": me}, lambda name: 400 * GiB)  # 200 <= 200: fits
     preflight.check_sizing({"gpu1": me}, lambda name: None)  # unknown RAM: not judged
     # The derived 6.25 GiB x 2 workers needs a 25 GiB host.
-    with pytest.raises(s.SettingsError, match="12.5 GiB"):
+    with pytest.raises(SettingsError, match="12.5 GiB"):
         preflight.check_sizing({"gpu1": host()}, lambda name: 24 * GiB)
     preflight.check_sizing({"gpu1": host()}, lambda name: 25 * GiB)
 
 
 def test_preflight_refuses_sync_loading_with_a_buffer_below_one_request():
     me = host(kvceph_lmcache_max_local_cpu_size=5, kvceph_lmcache_enable_async_loading=False)
-    with pytest.raises(s.SettingsError, match="engine dies"):
+    with pytest.raises(SettingsError, match="engine dies"):
         preflight.check_sizing({"gpu1": me}, lambda name: None)
 
 
@@ -47,10 +48,10 @@ def test_a_model_directory_is_sized_from_its_config_json_on_the_host():
     got = preflight.resolve_kv_sizes({"gpu1": me}, lambda name, path: fixture)["gpu1"]
     assert got.lmcache.kv_bytes_per_token == 131_072  # TP 2
     assert got.lmcache.kv_source == "/srv/models/Qwen3-32B/config.json"
-    with pytest.raises(s.SettingsError, match="no readable /srv/models/Qwen3-32B/config.json"):
+    with pytest.raises(SettingsError, match="no readable /srv/models/Qwen3-32B/config.json"):
         preflight.resolve_kv_sizes({"gpu1": me}, lambda name, path: None)
     mla = {**fixture, "model_type": "deepseek_v3", "kv_lora_rank": 512}
-    with pytest.raises(s.SettingsError, match="MLA"):
+    with pytest.raises(SettingsError, match="MLA"):
         preflight.resolve_kv_sizes({"gpu1": me}, lambda name, path: mla)
 
 

@@ -10,6 +10,7 @@ import pytest
 from deploys import kv_sizing as k
 from deploys import render
 from deploys import settings as s
+from deploys.settings.reader import SettingsError
 
 QWEN = k.KNOWN_MODELS["Qwen/Qwen3-32B"]
 LLAMA = k.KNOWN_MODELS["meta-llama/Llama-3.3-70B-Instruct"]
@@ -110,7 +111,7 @@ def test_fp8_halves_buffer_and_timeouts():
 
 
 def test_unknown_model_asks_for_kv_bytes_per_token_in_one_line():
-    with pytest.raises(s.SettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         host(kvceph_model="acme/Unknown-7B")
     msg = str(err.value)
     assert "\n" not in msg and "kvceph_kv_bytes_per_token" in msg and "acme/Unknown-7B" in msg
@@ -119,7 +120,7 @@ def test_unknown_model_asks_for_kv_bytes_per_token_in_one_line():
 
 
 def test_known_mla_model_is_refused():
-    with pytest.raises(s.SettingsError, match="MLA"):
+    with pytest.raises(SettingsError, match="MLA"):
         host(kvceph_model="deepseek-ai/DeepSeek-V3")
 
 

@@ -2,9 +2,11 @@
 
 import pytest
 
-from deploys import model_source as ms
 from deploys import preflight, render
 from deploys import settings as s
+from deploys.settings import model_source as ms
+from deploys.settings.inventory import check_inventory
+from deploys.settings.reader import SettingsError
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -88,7 +90,7 @@ def test_path_source_serves_the_operators_directory():
     ],
 )
 def test_bad_model_settings_are_one_line(data, key, words):
-    with pytest.raises(s.SettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         load(**data)
     message = str(err.value)
     assert message.startswith(f"gpu1: {key} = ") and "; fix: " in message
@@ -112,14 +114,14 @@ def _group(gpu1: dict, gpu2: dict):
     ],
 )
 def test_cache_group_refuses_mixed_sources_revisions_and_paths(gpu2, key):
-    with pytest.raises(s.SettingsError) as err:
-        s.check_inventory(_group(MIRROR, gpu2))
+    with pytest.raises(SettingsError) as err:
+        check_inventory(_group(MIRROR, gpu2))
     assert str(err.value).startswith(f"gpu2: {key} = ")
     assert "never reuse each other's cache" in str(err.value)
 
 
 def test_cache_group_of_one_source_passes():
-    groups = s.check_inventory(_group(MIRROR, MIRROR))
+    groups = check_inventory(_group(MIRROR, MIRROR))
     assert [g.hosts for g in groups] == [("gpu1", "gpu2")]
 
 
@@ -132,7 +134,7 @@ def test_preflight_refuses_a_path_host_without_config_json():
         seen.append((name, where))
         return {"model_type": "qwen3"} if name == "gpu1" else None
 
-    with pytest.raises(s.SettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         preflight.check_model_directories(hosts, read)
     assert str(err.value).startswith("gpu2: kvceph_model_path = '/mnt/m': no readable config.json")
     assert seen == [("gpu1", "/mnt/m"), ("gpu2", "/mnt/m")]
@@ -161,7 +163,7 @@ def test_preflight_mirror_checks_are_one_line_before_any_host(tmp_path):
         asked.append((bucket, prefix))
         return False
 
-    with pytest.raises(s.SettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         preflight.check_mirror(hosts, _creds(), mirrored)
     assert str(err.value) == (
         f"gpu1: kvceph_model_revision = '{REV}': the mirror has no "
@@ -172,13 +174,13 @@ def test_preflight_mirror_checks_are_one_line_before_any_host(tmp_path):
     assert asked == [("kvceph-models", f"models/Qwen/Qwen3-32B@{REV}/")]  # once per model
     preflight.check_mirror(hosts, _creds(), lambda b, p: True)
     preflight.check_mirror(hosts, _creds(), lambda b, p: preflight.OUTSIDE_RUN)
-    with pytest.raises(s.SettingsError, match="^controller: KVCEPH_MODELS_ACCESS_KEY / "):
+    with pytest.raises(SettingsError, match="^controller: KVCEPH_MODELS_ACCESS_KEY / "):
         preflight.check_mirror(hosts, _creds(models=False), mirrored)
-    with pytest.raises(s.SettingsError, match="the KV key would write the model mirror"):
+    with pytest.raises(SettingsError, match="the KV key would write the model mirror"):
         preflight.check_mirror(hosts, _creds(same=True), mirrored)
     # Uploaded from the controller: its directory must be a model.
     upload = {"gpu1": load(**MIRROR, kvceph_model_mirror_from=str(tmp_path))}
-    with pytest.raises(s.SettingsError, match="kvceph_model_mirror_from = .*no config.json"):
+    with pytest.raises(SettingsError, match="kvceph_model_mirror_from = .*no config.json"):
         preflight.check_mirror(upload, _creds(), mirrored)
     (tmp_path / "config.json").write_text("{}")
     preflight.check_mirror(upload, _creds(), mirrored)

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 from test_stages_plan import lab_host, names, plan  # noqa: F401 - the fixture
 
-from deploys import model_weights, models_bucket
 from deploys import settings as s
 from deploys.secrets import Secret, Secrets
+from deploys.stages import model_mirror, model_weights
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 MIRROR = {"kvceph_model_source": "mirror", "kvceph_model_revision": REV}
@@ -55,7 +55,7 @@ def _checked(me, admin):
 def test_the_mirror_is_made_once_and_a_model_uploaded_only_while_missing(plan, tmp_path):  # noqa: F811
     me = lab_host(**MIRROR, kvceph_model_mirror_from=str(tmp_path))
     admin = s.load({"kvceph_s3_endpoint_ip": "10.0.0.5"}, "admin", ("ceph_admin",))
-    blank = plan(models_bucket, admin, {"MirroredModel": False}, _checked(me, admin))
+    blank = plan(model_mirror, admin, {"MirroredModel": False}, _checked(me, admin))
     assert names(blank) == [
         "files.atomic_file",
         "model.mirror_owner",
@@ -71,8 +71,8 @@ def test_the_mirror_is_made_once_and_a_model_uploaded_only_while_missing(plan, t
     assert by_name["s3.bucket"]["owner"] == "kvceph-models"
     assert by_name["files.sync"]["src"] == str(tmp_path)
     assert "models-secret-value" not in _printable(blank)
-    mirrored = plan(models_bucket, admin, {"MirroredModel": True}, _checked(me, admin))
+    mirrored = plan(model_mirror, admin, {"MirroredModel": True}, _checked(me, admin))
     assert "files.sync" not in names(mirrored)
     # No mirrored engine: no mirror users or bucket at all.
     hub = lab_host()
-    assert plan(models_bucket, admin, {}, _checked(hub, admin)) == []
+    assert plan(model_mirror, admin, {}, _checked(hub, admin)) == []

@@ -3,7 +3,8 @@
 import re
 from pathlib import Path
 
-from deploys import render, secret_names
+from deploys import paths
+from deploys.settings import secret_names
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,7 +14,7 @@ def test_every_setting_is_documented():
     keys = set(re.findall(r'"(kvceph_[a-z0-9_]+)"', code))
     # refused (documented as such), and an internal marker in lifecycle rules
     # (and the engine gate's module name, which is no setting)
-    keys -= {*secret_names.GROUP_DATA_SECRETS, "kvceph_untranslatable", render.GUARD_MODULE}
+    keys -= {*secret_names.GROUP_DATA_SECRETS, "kvceph_untranslatable", paths.GUARD_MODULE}
     readme = (ROOT / "README.md").read_text()
     missing = sorted(k for k in keys if k not in readme)
     assert not missing, f"README group_data reference lacks: {missing}"

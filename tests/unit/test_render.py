@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from deploys import render, versions
+from deploys import paths, render, versions
 from deploys import settings as s
 from deploys.secrets import S3Credentials, Secret
 
@@ -265,7 +265,7 @@ def _verify(root: Path, me) -> subprocess.CompletedProcess:
     unit = root / "etc/systemd/system/vllm.service"
     unit.write_text(render.unit(me))
     return subprocess.run(
-        [_SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={root}", render.UNIT_PATH],
+        [_SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={root}", paths.UNIT_PATH],
         capture_output=True,
         text=True,
         timeout=60,
@@ -298,7 +298,7 @@ def test_systemd_analyze_check_is_real(systemd_root):
     unit = systemd_root / "etc/systemd/system/vllm.service"
     unit.write_text(render.unit(me).replace("Restart=on-failure", "Restart=sometimes"))
     done = subprocess.run(
-        [_SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={systemd_root}", render.UNIT_PATH],
+        [_SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={systemd_root}", paths.UNIT_PATH],
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,9 +10,11 @@ import pytest
 import yaml
 from pyinfra.api import OperationError
 
-from deploys import rgw_service, settings
+from deploys import settings
 from deploys.facts.ceph import version_key
 from deploys.operations.ceph import spec_differences
+from deploys.settings.reader import SettingsError
+from deploys.stages import rgw_service
 
 PACIFIC = {"oldest": "16.2.15", "release": "pacific", "versions": ["16.2.15"]}
 TENTACLE = {"oldest": "20.2.0", "release": "tentacle", "versions": ["20.2.0"]}
@@ -119,14 +121,6 @@ def test_opt_in_forces_the_concentrator_spec_and_says_so():
     assert "concentrator" in yaml.safe_load(specs[0])["spec"]
     assert len(specs) == 1
     assert "kvceph_allow_unprobed_concentrator" in notice and "refused" in notice
-
-
-def test_opt_in_values():
-    assert rgw_service.allow_unprobed({}) is False
-    assert rgw_service.allow_unprobed({"kvceph_allow_unprobed_concentrator": "1"}) is True
-    assert rgw_service.allow_unprobed({"kvceph_allow_unprobed_concentrator": "false"}) is False
-    with pytest.raises(OperationError, match="must be true or false"):
-        rgw_service.allow_unprobed({"kvceph_allow_unprobed_concentrator": "maybe"})
 
 
 def test_no_concentrator_wanted_gives_the_plain_spec_without_asking():
@@ -246,7 +240,7 @@ def test_ingress_with_tls_carries_the_certificate_but_never_the_key(tls_pem):
 def test_tls_pem_without_a_key_is_refused_naming_the_file(tmp_path, tls_pem):
     cert_only = tmp_path / "cert-only.pem"
     cert_only.write_text(tls_pem.with_suffix(".crt").read_text())
-    with pytest.raises(settings.SettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         rgw(**VIP, kvceph_rgw_ingress_ssl_pem=str(cert_only))
     assert "kvceph_rgw_ingress_ssl_pem" in str(err.value)
     assert "1 certificate(s) and 0 private key(s)" in str(err.value)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from deploys import rotation
 from deploys.operations import s3, s3_rotation
 from deploys.preflight import PreflightError
 from deploys.secrets import S3Credentials, Secret
+from deploys.stages import rotation
 
 NEW = S3Credentials(Secret("NEWACCESS"), Secret("new-secret"), "test")
 PATH = Path(__file__).resolve().parents[2] / "deploys" / "remote" / "s3admin.py"

@@ -1,11 +1,8 @@
 """Lifecycle merge and the S3 tier's pure helpers (offline)."""
 
-import pytest
-from pyinfra.api import OperationError
-
-from deploys import s3_tier
 from deploys.operations.s3 import lifecycle_rules, merge_lifecycle, secret_sha256
 from deploys.secrets import Secret
+from deploys.stages import s3_tier
 
 FOREIGN = {
     "ID": "logs",
@@ -110,17 +107,6 @@ def test_admin_config_reveals_keys_only_there():
     text = s3_tier.admin_config(_Me, Secret("AK"), Secret("SK"))
     assert "access_key = AK\n" in text and "secret_key = SK\n" in text
     assert "endpoint = http://127.0.0.1:80\n" in text and text.splitlines()[1] == "[s3]"
-
-
-def test_allow_lifecycle_removal(monkeypatch):
-    class FakeHost:
-        name = "ceph1"
-
-    monkeypatch.setattr(s3_tier, "host", FakeHost)
-    assert s3_tier.allow_lifecycle_removal({}) is False
-    assert s3_tier.allow_lifecycle_removal({"kvceph_allow_lifecycle_removal": True}) is True
-    with pytest.raises(OperationError, match="must be True or False"):
-        s3_tier.allow_lifecycle_removal({"kvceph_allow_lifecycle_removal": "yes"})
 
 
 def test_stage_refusals_read_before_any_op(monkeypatch):

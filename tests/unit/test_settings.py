@@ -3,6 +3,8 @@
 import pytest
 
 from deploys import settings as s
+from deploys.settings.inventory import CacheGroup, check_inventory, python_minor_mismatch
+from deploys.settings.reader import SettingsError
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 
@@ -124,7 +126,7 @@ BAD = [
 
 @pytest.mark.parametrize("groups,data,expected", BAD, ids=[b[2][:40] for b in BAD])
 def test_bad_settings_are_one_line_errors(groups, data, expected):
-    with pytest.raises(s.SettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         load(groups=groups, host="h1", **data)
     message = str(err.value)
     assert expected in message
@@ -143,7 +145,7 @@ def _fleet(**gpu2):
 
 def test_cache_groups_are_model_and_tp():
     hosts = _fleet() + [load(groups=("gaudi",), host="gaudi1", kvceph_tensor_parallel_size=4)]
-    groups = s.check_inventory(hosts)
+    groups = check_inventory(hosts)
     assert [(g.model, g.tensor_parallel_size, g.hosts) for g in groups] == [
         ("Qwen/Qwen3-32B", 2, ("gpu1", "gpu2")),
         ("Qwen/Qwen3-32B", 4, ("gaudi1",)),
@@ -161,8 +163,8 @@ def test_cache_groups_are_model_and_tp():
     ],
 )
 def test_group_invariants_explain_why(data, key):
-    with pytest.raises(s.SettingsError) as err:
-        s.check_inventory(_fleet(**data))
+    with pytest.raises(SettingsError) as err:
+        check_inventory(_fleet(**data))
     message = str(err.value)
     assert message.startswith(f"gpu2: {key} = ")
     assert "never reuse each other's cache" in message
@@ -170,23 +172,23 @@ def test_group_invariants_explain_why(data, key):
 
 def test_gaudi_on_other_vllm_in_same_group_is_refused():
     hosts = _fleet() + [load(groups=("gaudi",), host="gaudi1")]
-    with pytest.raises(s.SettingsError, match="vllm_version"):
-        s.check_inventory(hosts)
+    with pytest.raises(SettingsError, match="vllm_version"):
+        check_inventory(hosts)
 
 
 def test_inventory_shape_errors():
-    with pytest.raises(s.SettingsError, match="exactly one Ceph admin"):
-        s.check_inventory([load(host="gpu1")])
+    with pytest.raises(SettingsError, match="exactly one Ceph admin"):
+        check_inventory([load(host="gpu1")])
     two = [load(groups=("ceph_admin",), host=h) for h in ("a", "b")] + [load()]
-    with pytest.raises(s.SettingsError, match="exactly one Ceph admin"):
-        s.check_inventory(two)
-    with pytest.raises(s.SettingsError, match="no inference hosts"):
-        s.check_inventory([load(groups=("ceph_admin",), host="admin")])
+    with pytest.raises(SettingsError, match="exactly one Ceph admin"):
+        check_inventory(two)
+    with pytest.raises(SettingsError, match="no inference hosts"):
+        check_inventory([load(groups=("ceph_admin",), host="admin")])
 
 
 def test_python_minor_matters_only_for_builtin_hash():
-    group = s.CacheGroup("m", 2, ("gpu1", "gpu2"))
+    group = CacheGroup("m", 2, ("gpu1", "gpu2"))
     pythons = {"gpu1": "3.11", "gpu2": "3.12"}
-    assert s.python_minor_mismatch(group, "sha256_cbor", pythons) is None
-    message = s.python_minor_mismatch(group, "builtin", pythons)
+    assert python_minor_mismatch(group, "sha256_cbor", pythons) is None
+    message = python_minor_mismatch(group, "builtin", pythons)
     assert "gpu1=3.11, gpu2=3.12" in message and "sha256_cbor" in message

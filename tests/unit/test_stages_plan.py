@@ -9,10 +9,12 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.api import DeployError
 
-from deploys import engine_software, inference_config, readiness, render, vllm_service
+from deploys import paths, render
 from deploys import settings as s
 from deploys.operations.files import sha256_text
 from deploys.secrets import S3Credentials, Secret
+from deploys.settings.inventory import CacheGroup
+from deploys.stages import engine_software, inference_config, readiness, vllm_service
 
 CREDS = S3Credentials(
     Secret("AKIAPLAN"), Secret("plan-secret-value"), "test", vllm_api_key=Secret("plan-api-key")
@@ -63,7 +65,7 @@ def plan(monkeypatch):
             checked = SimpleNamespace(
                 credentials=CREDS,
                 hosts={me.host: me},
-                cache_groups=[s.CacheGroup(me.engine.model, 2, (me.host,))],
+                cache_groups=[CacheGroup(me.engine.model, 2, (me.host,))],
             )
             monkeypatch.setattr(stage.preflight, "run", lambda state, inventory: checked)
             monkeypatch.setattr(
@@ -107,7 +109,7 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
         "engine.venv_packages",
     ]
     install = calls[-1][1]
-    assert install["find_links"] == render.WHEELHOUSE and install["index_url"] is None
+    assert install["find_links"] == paths.WHEELHOUSE and install["index_url"] is None
     assert install["no_deps"] == ["lmcache"]
 
 
@@ -186,13 +188,13 @@ def test_vllm_service_rolls_in_batches_with_the_digest(plan, caplog):
     assert roll["environment"] == dict(render.environment(me, roll["digest"]))
     aws = render.aws_dir(me)
     assert roll["files"] == {
-        render.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
+        paths.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
         f"{aws}/credentials": sha256_text(render.aws_credentials(me, CREDS)),
         f"{aws}/config": sha256_text(render.aws_config(me)),
-        render.ENV_PATH: sha256_text(env),
-        render.SECRETS_PATH: sha256_text(secrets_file["content"].reveal()),
-        render.UNIT_PATH: sha256_text(render.unit(me)),
-        render.GUARD_PATH: sha256_text(render.guard_module()),
+        paths.ENV_PATH: sha256_text(env),
+        paths.SECRETS_PATH: sha256_text(secrets_file["content"].reveal()),
+        paths.UNIT_PATH: sha256_text(render.unit(me)),
+        paths.GUARD_PATH: sha256_text(render.guard_module()),
     }
     # Secret variables by hash only: operation arguments can reach pyinfra's debug output.
     assert roll["secret_environment"] == {"VLLM_API_KEY": sha256_text("plan-api-key")}
@@ -281,7 +283,7 @@ def test_builtin_hash_needs_one_python_minor_per_cache_group():
         "a",
         ["gpu"],
     )
-    group = s.CacheGroup(me.engine.model, 2, ("a", "b"))
+    group = CacheGroup(me.engine.model, 2, ("a", "b"))
     checked = SimpleNamespace(cache_groups=[group])
     pythons = {"a": "3.11.2", "b": "3.12.3"}
     error = engine_software.python_minor_error(me, checked, pythons.get)

@@ -16,6 +16,7 @@ import pytest
 
 from deploys import settings as s
 from deploys.facts.tls import _HANDSHAKE_SCRIPT
+from deploys.settings.reader import SettingsError
 
 REPO = Path(__file__).resolve().parents[2]
 MAKE_CERT = REPO / "lab" / "tls" / "make-cert.sh"
@@ -64,7 +65,7 @@ def test_bad_ca_bundle_is_refused_in_one_line(pki, tmp_path, content, problem):
         path.write_text((pki["good"] / "ca.pem").read_text() + (pki["good"] / "ca.key").read_text())
     elif content is not None:
         path.write_text(content)
-    with pytest.raises(s.SettingsError) as e:
+    with pytest.raises(SettingsError) as e:
         load(kvceph_s3_ca_bundle=str(path))
     assert str(e.value).startswith(f"gpu1: kvceph_s3_ca_bundle = '{path}': {problem}")
     assert "\n" not in str(e.value) and "PRIVATE" not in str(e.value).split(":", 2)[2][:40]

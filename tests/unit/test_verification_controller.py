@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 from deploys import settings
+from deploys.settings.reader import SettingsError
 from deploys.verification import controller
 
 LAB = {
@@ -82,7 +83,7 @@ def test_verify_settings_defaults_and_one_line_errors():
         ("kvceph_verify_document_tokens", 100, "must be >= 256"),
         ("kvceph_verify_request_timeout", 0, "must be >= 5"),
     ):
-        with pytest.raises(settings.SettingsError) as err:
+        with pytest.raises(SettingsError) as err:
             settings.load({**LAB, key: bad}, "gpu1", ["gpu"])
         msg = str(err.value)
         assert msg.startswith(f"gpu1: {key} = {bad!r}: {problem}") and "\n" not in msg

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from deploys import render
+from deploys import paths
 from deploys.operations import service
 from deploys.settings import HostSettings
 
@@ -24,5 +24,5 @@ def apply(me: HostSettings) -> None:
             port=engine.port,
             model=e.model,
             timeout=60,
-            secrets=render.SECRETS_PATH,
+            secrets=paths.SECRETS_PATH,
         )

@@ -10,15 +10,13 @@ unexpected keyword argument 'concentrator'``), while IBM Storage Ceph 8.1 (19.2.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import jinja2
 import yaml
 from pyinfra import host, inventory, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import ceph_cli
-from deploys.ceph_pools import unreachable_message
+from deploys import ceph_cli, paths
 from deploys.facts import memo
 from deploys.facts.ceph import (
     CephOrchStatus,
@@ -28,9 +26,10 @@ from deploys.facts.ceph import (
     version_key,
 )
 from deploys.operations import ceph
-from deploys.settings import HostSettings, RgwSettings
+from deploys.settings import HostSettings, run_control
+from deploys.settings.ceph import RgwSettings
+from deploys.stages.ceph_pools import unreachable_message
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 # Where concentrators were announced: upstream Tentacle (v20.2) and IBM Storage Ceph 8.1
 # (19.2.1, builds tagged "el9cp"). A hint for messages only; the dry run decides.
 CONCENTRATOR_UPSTREAM = (20, 2)
@@ -40,7 +39,7 @@ INGRESS_MONITOR_PORT = 1967
 CEPH_HOSTNAME_KEY = "kvceph_ceph_hostname"
 # Opt-in: apply the concentrator spec even when the orchestrator's dry run refused it (a
 # cluster whose dry run is wrong). The apply's own refusal then fails the stage.
-ALLOW_UNPROBED_KEY = "kvceph_allow_unprobed_concentrator"
+ALLOW_UNPROBED_KEY = run_control.key("allow_unprobed_concentrator")
 _HOSTNAME = r"[A-Za-z0-9][A-Za-z0-9.\-]{0,252}"
 
 
@@ -58,7 +57,7 @@ def concentrator_announced(version: str) -> bool:
 
 def render(template: str, **values) -> str:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
+        loader=jinja2.FileSystemLoader(paths.TEMPLATES),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
@@ -107,7 +106,7 @@ def _release(versions: dict | None) -> str:
 
 
 # The orchestrator's possible answers to the concentrator dry run (``CephSpecProbe``): what is
-# decided before the cluster answers (preflight's template check, the prefetch's spec reads)
+# decided before the cluster answers (preflight's template check)
 # covers every spec the stage could choose from the real answer.
 PROBE_ANSWERS = (
     ("concentrator refused", {"accepted": False, "rc": 0, "message": "refused"}),
@@ -177,23 +176,6 @@ def plan_specs(
     return [plain, ingress], notice
 
 
-def allow_unprobed(data) -> bool:
-    """``--data kvceph_allow_unprobed_concentrator=true`` (strings from the command line)."""
-    value = data.get(ALLOW_UNPROBED_KEY, False)
-    if isinstance(value, str):
-        value = value.strip().lower()
-        if value in ("1", "true", "yes"):
-            return True
-        if value in ("", "0", "false", "no"):
-            return False
-    if isinstance(value, bool):
-        return value
-    raise OperationError(
-        f"{ALLOW_UNPROBED_KEY} = {value!r}: must be true or false; "
-        f"fix: --data {ALLOW_UNPROBED_KEY}=true"
-    )
-
-
 def wanted_specs(me: HostSettings, t: dict) -> tuple[list[str], str | None]:
     """:func:`plan_specs` with the cluster's answers (facts; read once per run and host)."""
     rgw = me.rgw
@@ -201,7 +183,7 @@ def wanted_specs(me: HostSettings, t: dict) -> tuple[list[str], str | None]:
     if rgw.concentrator:
         probe = memo.read(host, CephSpecProbe, spec=probe_spec(rgw), **t)
     versions = memo.read(host, CephVersions, **t)
-    return plan_specs(rgw, versions, probe, force=allow_unprobed(host.data))
+    return plan_specs(rgw, versions, probe, force=me.run.allow_unprobed_concentrator)
 
 
 def ceph_hostname(inventory_name: str, data) -> str:

@@ -16,19 +16,6 @@ from deploys.facts.ceph import CephPools, CephReachable
 from deploys.operations import ceph
 from deploys.settings import HostSettings
 
-ALLOW_DATA_MOVEMENT = "kvceph_allow_data_movement"
-ALLOW_PG_DECREASE = "kvceph_allow_pg_decrease"
-
-
-def opt_in(data, key: str) -> bool:
-    """A one-run opt-in from ``--data key=true``; anything but a bool is a mistake."""
-    value = data.get(key, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise OperationError(f"{key} = {value!r}: must be true or false; fix: --data {key}=true")
-    return value
-
 
 def min_size_one_warning(me: HostSettings) -> str | None:
     """The once-per-run warning for pools that serve I/O from a single replica."""
@@ -62,8 +49,8 @@ def apply(me: HostSettings):
     )
     if problem:
         raise OperationError(problem)
-    allow_move = opt_in(host.data, ALLOW_DATA_MOVEMENT)
-    allow_decrease = opt_in(host.data, ALLOW_PG_DECREASE)
+    allow_move = me.run.allow_data_movement
+    allow_decrease = me.run.allow_pg_decrease
     warning = min_size_one_warning(me)
     if warning:
         logger.warning(warning)

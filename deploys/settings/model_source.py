@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from deploys.settings.reader import ABSOLUTE_PATH
+
 SOURCES = ("hub", "path", "mirror")
 # A Hugging Face commit hash: branch and tag names move under a running cache group.
 _REVISION = r"[0-9a-f]{40}"
@@ -22,7 +24,6 @@ _NAME_PART = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
 _MIRROR_NAME = rf"{_NAME_PART}(/{_NAME_PART})?"
 # No "@": LMCache joins its key fields with "@" and splits them again (CacheEngineKey), so the
 # serve argument -- the key's model field -- must not contain one.
-_PATH = r"/[A-Za-z0-9_./\-]+"
 DEFAULT_ROOT = "/var/lib/kvceph/models"
 DEFAULT_BUCKET = "kvceph-models"
 # The mirror's RGW users: the owner writes (its keys never leave the Ceph admin host), the
@@ -63,7 +64,7 @@ def mirror_prefix(name: str, revision: str) -> str:
 
 
 def local_path(root: str, name: str, revision: str) -> str:
-    """The fixed directory a mirrored model is served from on every host (no "@", see _PATH)."""
+    """The fixed directory a mirrored model is served from on every host (no "@")."""
     return f"{root.rstrip('/')}/{name}/{revision}"
 
 
@@ -102,7 +103,7 @@ def load(r, name: str) -> ModelSource:
             "put the model id there (e.g. Qwen/Qwen3-32B) and the directory in kvceph_model_path",
         )  # fmt: skip
     if source == "path":
-        if given_path is None or not re.fullmatch(_PATH, given_path) or ".." in given_path:
+        if given_path is None or not re.fullmatch(ABSOLUTE_PATH, given_path) or ".." in given_path:
             raise r.fail(
                 "kvceph_model_path", given_path, "must be an absolute directory on the host",
                 "give the model directory (letters, digits, / . _ -), e.g. /mnt/models/Qwen3-32B",
@@ -124,7 +125,7 @@ def load(r, name: str) -> ModelSource:
             "kvceph_model", name, "cannot name a mirror directory",
             "use a hub id: letters, digits, . _ - and at most one /",
         )  # fmt: skip
-    root = r.str("kvceph_model_dir", DEFAULT_ROOT, pattern=_PATH)
+    root = r.path("kvceph_model_dir", DEFAULT_ROOT)
     owner = r.str("kvceph_model_mirror_owner", DEFAULT_OWNER, pattern=r"[A-Za-z0-9_.\-]+")
     reader = r.str("kvceph_model_mirror_reader", DEFAULT_READER, pattern=r"[A-Za-z0-9_.\-]+")
     if owner == reader:

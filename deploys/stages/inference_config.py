@@ -11,7 +11,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import files as pyinfra_files
 
-from deploys import kv_sizing, render
+from deploys import kv_sizing, paths, render
 from deploys.facts import memo
 from deploys.facts.engine import CacheKeyInUse, cache_key_from_argv
 from deploys.operations import files, tls
@@ -95,21 +95,21 @@ def apply(me: HostSettings, checked) -> None:
     for warning in kv_sizing.warnings(me):
         logger.warning("kvceph: %s", warning)
     in_use = memo.read(
-        host, CacheKeyInUse, lmcache=render.LMCACHE_PATH, env=render.ENV_PATH, unit=render.UNIT_PATH
+        host, CacheKeyInUse, lmcache=paths.LMCACHE_PATH, env=paths.ENV_PATH, unit=paths.UNIT_PATH
     )
     for warning in cache_key_changes(in_use, me):
         logger.warning(warning)
 
     files.directory(
-        name=f"Config directory {render.CONFIG_DIR}",
-        path=render.CONFIG_DIR,
+        name=f"Config directory {paths.CONFIG_DIR}",
+        path=paths.CONFIG_DIR,
         user="root",
         group="root",
         mode="0755",
     )
     files.atomic_file(
-        name=f"LMCache config {render.LMCACHE_PATH}",
-        path=render.LMCACHE_PATH,
+        name=f"LMCache config {paths.LMCACHE_PATH}",
+        path=paths.LMCACHE_PATH,
         content=render.lmcache_yaml(me),
         user="root",
         group=user,

@@ -1,8 +1,8 @@
 """Settings of the engines on one host (``kvceph_engines``) and of the restart roll
 (``kvceph_restart_batch``).
 
-Kept apart from deploys/settings.py (one module per subject); ``settings.load`` calls
-``load`` here and puts the engines in ``EngineSettings.engines``; ``settings.check_inventory``
+One module of the settings package (one per subject); ``settings.load`` calls
+``load`` here and puts the engines in ``EngineSettings.engines``; ``check_inventory``
 calls ``check_roll``. Pure: no pyinfra state.
 """
 
@@ -44,7 +44,7 @@ def load(r, default_port: int, tensor_parallel_size: int, count: int | None) -> 
     """``kvceph_engines`` of one host, checked: names, devices and ports unique, devices
     within ``kvceph_accelerator_count``, at least ``kvceph_tensor_parallel_size`` devices each.
 
-    + r: the host's settings reader (deploys/settings.py ``_Reader``)
+    + r: the host's settings reader (deploys/settings/reader.py ``Reader``)
     + default_port: ``kvceph_vllm_port``, the default engine's port
     """
     key = "kvceph_engines"

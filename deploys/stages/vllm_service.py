@@ -21,8 +21,7 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import DeployError, deploy
 
-from deploys import engine_list, render, upgrade
-from deploys.engine_list import Engine
+from deploys import paths, render, upgrade
 from deploys.facts import memo
 from deploys.facts.engine import (
     Accelerators,
@@ -34,7 +33,8 @@ from deploys.facts.engine import (
 from deploys.operations import files, service
 from deploys.operations.files import sha256_text
 from deploys.probe.report import last_verdict
-from deploys.settings import HostSettings
+from deploys.settings import HostSettings, engine_list
+from deploys.settings.engine_list import Engine
 
 
 def accelerator_error(me: HostSettings, fact: dict) -> str | None:
@@ -71,8 +71,8 @@ def apply(me: HostSettings, checked) -> None:
             name=f"Remove engine {unit} (no longer in kvceph_engines)",
             unit=unit,
             files=[
-                f"{render.UNIT_DIR}/{unit}",
-                f"{render.CONFIG_DIR}/{unit.removesuffix('.service')}.env",
+                f"{paths.UNIT_DIR}/{unit}",
+                f"{paths.CONFIG_DIR}/{unit.removesuffix('.service')}.env",
             ],
         )
     _upgrade(me, checked, shared)
@@ -130,13 +130,13 @@ def shared_files_desired(me: HostSettings, checked) -> dict[str, str]:
     """Path -> sha256 of the desired content, for the files every engine of the host reads."""
     aws = render.aws_dir(me)
     desired = {
-        render.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
+        paths.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
         f"{aws}/credentials": sha256_text(render.aws_credentials(me, checked.credentials)),
         f"{aws}/config": sha256_text(render.aws_config(me)),
-        render.SECRETS_PATH: sha256_text(render.secrets_env_file(checked.credentials).reveal()),
+        paths.SECRETS_PATH: sha256_text(render.secrets_env_file(checked.credentials).reveal()),
     }
     if me.security.guard:
-        desired[render.GUARD_PATH] = sha256_text(render.guard_module())
+        desired[paths.GUARD_PATH] = sha256_text(render.guard_module())
     return desired
 
 
@@ -147,8 +147,8 @@ def _shared_files(me: HostSettings, checked) -> dict[str, str]:
     desired = shared_files_desired(me, checked)
     # Root only: systemd reads it (EnvironmentFile=) before the engine drops to its user.
     files.private_file(
-        name=f"Engine secrets {render.SECRETS_PATH}",
-        path=render.SECRETS_PATH,
+        name=f"Engine secrets {paths.SECRETS_PATH}",
+        path=paths.SECRETS_PATH,
         content=secrets_text,
         user="root",
         group="root",
@@ -156,15 +156,15 @@ def _shared_files(me: HostSettings, checked) -> dict[str, str]:
     )
     if me.security.guard:
         files.directory(
-            name=f"Engine gate directory {render.GUARD_DIR}",
-            path=render.GUARD_DIR,
+            name=f"Engine gate directory {paths.SCRIPT_DIR}",
+            path=paths.SCRIPT_DIR,
             user="root",
             group="root",
             mode="0755",
         )
         files.atomic_file(
-            name=f"Engine gate {render.GUARD_PATH}",
-            path=render.GUARD_PATH,
+            name=f"Engine gate {paths.GUARD_PATH}",
+            path=paths.GUARD_PATH,
             content=render.guard_module(),
             user="root",
             group="root",

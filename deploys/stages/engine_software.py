@@ -13,12 +13,14 @@ from pyinfra import host, inventory, logger, state
 from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
-from deploys import preflight, render, settings, versions
+from deploys import paths, preflight, versions
 from deploys.facts import memo
 from deploys.facts.engine import EngineVersions
 from deploys.operations import engine as engine_ops
 from deploys.operations import files as kvfiles
-from deploys.settings import EngineProfile, HostSettings
+from deploys.settings import HostSettings
+from deploys.settings.engine import EngineProfile
+from deploys.settings.inventory import python_minor_mismatch
 
 # The real engine. A profile that does not pin it ships an engine that *emulates* vLLM (the
 # lab engine): its vLLM version is the profile's declared vllm_version.
@@ -100,7 +102,7 @@ def python_minor_error(me: HostSettings, checked, get_python) -> str | None:
         version = get_python(name)
         if version:
             pythons[name] = versions.minor(version)
-    return settings.python_minor_mismatch(group, "builtin", pythons)
+    return python_minor_mismatch(group, "builtin", pythons)
 
 
 def wheels(directory: str) -> list[Path]:
@@ -160,7 +162,7 @@ def apply(me: HostSettings) -> None:
 
     find_links = None
     if e.wheelhouse:
-        find_links = render.WHEELHOUSE
+        find_links = paths.WHEELHOUSE
         installed = memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
         if not engine_ops.missing_pins(pins, installed):
             # The wheels only feed pip: a venv with every pin needs none of them. Checking 2-3

@@ -1,20 +1,19 @@
 """Settings of the serving path's security: where engines listen, who reaches /metrics and
 /health, the private CA that signs RGW's certificate.
 
-Kept apart from deploys/settings.py (one module per subject); ``settings.load`` calls
+One module of the settings package (one per subject); ``settings.load`` calls
 ``load`` here and puts the result in ``HostSettings.security``.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploys import secret_names
 from deploys.secrets import MECHANISM, Secret
+from deploys.settings import secret_names
 
 
 @dataclass(frozen=True)
@@ -55,21 +54,8 @@ def refuse_secret_env(r, key: str, names) -> None:
 
 
 def load(r) -> SecuritySettings:
-    bind = r.str("kvceph_vllm_bind", "0.0.0.0")
-    try:
-        ipaddress.ip_address(bind)
-    except ValueError:
-        raise r.fail(
-            "kvceph_vllm_bind", bind, "is not an IP address", "use 0.0.0.0 or 127.0.0.1"
-        ) from None
-    networks = tuple(r.list("kvceph_vllm_open_networks", list(DEFAULTS.open_networks)))
-    for net in networks:
-        try:
-            ipaddress.ip_network(net, strict=False)
-        except (ValueError, TypeError):
-            raise r.fail(
-                "kvceph_vllm_open_networks", net, "is not a CIDR", "use e.g. 10.67.67.0/24"
-            ) from None
+    bind = r.ip("kvceph_vllm_bind", r.str("kvceph_vllm_bind", "0.0.0.0"), "0.0.0.0 or 127.0.0.1")
+    networks = r.cidrs("kvceph_vllm_open_networks", list(DEFAULTS.open_networks))
     bundle = r.opt_str("kvceph_s3_ca_bundle")
     return SecuritySettings(
         vllm_bind=bind,

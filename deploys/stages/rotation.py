@@ -20,7 +20,7 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 from pyinfra.api.exceptions import PyinfraError
 
-from deploys import render, s3_tier
+from deploys import paths, render
 from deploys.facts import memo
 from deploys.facts.engine import ServiceDrift
 from deploys.facts.rgw import RgwUser
@@ -28,6 +28,7 @@ from deploys.operations import s3_rotation
 from deploys.operations.files import sha256_text
 from deploys.preflight import Preflight, PreflightError
 from deploys.settings import HostSettings
+from deploys.stages import s3_tier
 
 PHASE_KEY = "kvceph_rotation"
 RETIRE_KEY = "kvceph_retire_access_key"
@@ -126,8 +127,8 @@ def add(me: HostSettings, checked: Preflight):
         uid=me.s3.user,
         access_key=creds.access_key,
         secret_key=creds.secret_key,
-        admin_script=s3_tier.ADMIN_SCRIPT,
-        admin_config=s3_tier.ADMIN_CONFIG,
+        admin_script=paths.ADMIN_SCRIPT,
+        admin_config=paths.ADMIN_CONFIG,
         timeout=timeout,
     )
     logger.info(

@@ -10,26 +10,19 @@ once from the controller's ``kvceph_model_mirror_from`` directory (manifest last
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
-from deploys import model_source, s3_tier
+from deploys import paths
 from deploys.facts import memo
 from deploys.facts.model import MirroredModel
 from deploys.operations import files as kvfiles
 from deploys.operations import model, s3
 from deploys.preflight import Preflight
 from deploys.secrets import Secret
-from deploys.settings import HostSettings
-
-MIRROR_SCRIPT = f"{s3_tier.SCRIPT_DIR}/model_mirror.py"
-MIRROR_SOURCE = Path(__file__).resolve().parent / "remote" / "model_mirror.py"
-OWNER_CONFIG = f"{s3_tier.ADMIN_DIR}/models-owner.ini"
-READER_CONFIG = f"{s3_tier.ADMIN_DIR}/models-reader.ini"
-UPLOAD_DIR = "/var/cache/kvceph/models-upload"
+from deploys.settings import HostSettings, model_source
+from deploys.stages import s3_tier
 
 
 def mirrored_models(checked: Preflight) -> list[model_source.ModelSource]:
@@ -50,22 +43,22 @@ def apply(me: HostSettings, checked: Preflight) -> None:
     creds = checked.credentials
     timeout = me.ceph.command_timeout if me.ceph else 60
     kvfiles.atomic_file(
-        name=f"Model mirror helper {MIRROR_SCRIPT}",
-        path=MIRROR_SCRIPT,
-        content=MIRROR_SOURCE.read_text(),
+        name=f"Model mirror helper {paths.MIRROR_SCRIPT}",
+        path=paths.MIRROR_SCRIPT,
+        content=paths.MIRROR_SOURCE.read_text(),
         mode="0755",
     )
     model.mirror_owner(
         name=f"RGW user {owner} (owns the model mirror)",
         uid=owner,
         display_name="kvceph model mirror",
-        admin_script=s3_tier.ADMIN_SCRIPT,
-        admin_config=s3_tier.ADMIN_CONFIG,
-        owner_config=OWNER_CONFIG,
+        admin_script=paths.ADMIN_SCRIPT,
+        admin_config=paths.ADMIN_CONFIG,
+        owner_config=paths.MODELS_OWNER_CONFIG,
     )
     kvfiles.private_file(
-        name=f"Model mirror reader credentials {READER_CONFIG}",
-        path=READER_CONFIG,
+        name=f"Model mirror reader credentials {paths.MODELS_ADMIN_READER_CONFIG}",
+        path=paths.MODELS_ADMIN_READER_CONFIG,
         content=Secret(s3_tier.admin_config(me, creds.models_access_key, creds.models_secret_key)),
         user="root",
         group="root",
@@ -77,28 +70,28 @@ def apply(me: HostSettings, checked: Preflight) -> None:
         display_name="kvceph model mirror, read-only",
         access_key=creds.models_access_key,
         secret_key=creds.models_secret_key,
-        admin_script=s3_tier.ADMIN_SCRIPT,
-        admin_config=READER_CONFIG,
+        admin_script=paths.ADMIN_SCRIPT,
+        admin_config=paths.MODELS_ADMIN_READER_CONFIG,
         timeout=timeout,
     )
     s3.bucket(
         name=f"Bucket {bucket}",
         bucket_name=bucket,
         owner=owner,
-        admin_script=s3_tier.ADMIN_SCRIPT,
-        admin_config=OWNER_CONFIG,
+        admin_script=paths.ADMIN_SCRIPT,
+        admin_config=paths.MODELS_OWNER_CONFIG,
         timeout=timeout,
     )
     model.mirror_read_policy(
         name=f"Bucket {bucket} read-only for {reader}",
         bucket=bucket,
         reader=reader,
-        admin_script=s3_tier.ADMIN_SCRIPT,
-        owner_config=OWNER_CONFIG,
+        admin_script=paths.ADMIN_SCRIPT,
+        owner_config=paths.MODELS_OWNER_CONFIG,
     )
     for src in sources:
         prefix = src.mirror_prefix
-        staging = f"{UPLOAD_DIR}/{src.name}@{src.revision}"
+        staging = f"{paths.MODELS_UPLOAD_DIR}/{src.name}@{src.revision}"
         # Preflight refused a model that is neither in the mirror nor on the controller.
         if not memo.read(host, MirroredModel, bucket=bucket, prefix=prefix, timeout=timeout):
             files.sync(
@@ -112,7 +105,7 @@ def apply(me: HostSettings, checked: Preflight) -> None:
             bucket=bucket,
             prefix=prefix,
             directory=staging,
-            script=MIRROR_SCRIPT,
-            owner_config=OWNER_CONFIG,
+            script=paths.MIRROR_SCRIPT,
+            owner_config=paths.MODELS_OWNER_CONFIG,
             timeout=timeout,
         )

@@ -8,19 +8,13 @@ directory the engine serves (docs/design.md "Model weights"). ``hub`` needs noth
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyinfra.api import deploy
 
-from deploys import render
+from deploys import paths
 from deploys.operations import files, model
 from deploys.secrets import Secret
 from deploys.settings import HostSettings
 
-SCRIPT_DIR = "/usr/local/lib/kvceph"
-SCRIPT = f"{SCRIPT_DIR}/model_mirror.py"
-SCRIPT_SOURCE = Path(__file__).resolve().parent / "remote" / "model_mirror.py"
-READER_CONFIG = f"{render.CONFIG_DIR}/models-s3.ini"
 PULL_JOBS = 8
 
 
@@ -42,17 +36,21 @@ def apply(me: HostSettings, checked) -> None:
     if src.source != "mirror":
         return
     files.directory(
-        name=f"Directory {SCRIPT_DIR}", path=SCRIPT_DIR, user="root", group="root", mode="755"
+        name=f"Directory {paths.SCRIPT_DIR}",
+        path=paths.SCRIPT_DIR,
+        user="root",
+        group="root",
+        mode="755",
     )
     files.atomic_file(
-        name=f"Model mirror helper {SCRIPT}",
-        path=SCRIPT,
-        content=SCRIPT_SOURCE.read_text(),
+        name=f"Model mirror helper {paths.MIRROR_SCRIPT}",
+        path=paths.MIRROR_SCRIPT,
+        content=paths.MIRROR_SOURCE.read_text(),
         mode="0755",
     )
     files.private_file(
-        name=f"Model mirror key {READER_CONFIG}",
-        path=READER_CONFIG,
+        name=f"Model mirror key {paths.MODELS_READER_CONFIG}",
+        path=paths.MODELS_READER_CONFIG,
         content=reader_config(me, checked.credentials),
         user="root",
         group="root",
@@ -63,8 +61,8 @@ def apply(me: HostSettings, checked) -> None:
         path=src.path,
         bucket=src.mirror_bucket,
         prefix=src.mirror_prefix,
-        script=SCRIPT,
-        config=READER_CONFIG,
+        script=paths.MIRROR_SCRIPT,
+        config=paths.MODELS_READER_CONFIG,
         python=f"{me.engine.venv}/bin/python",
         jobs=PULL_JOBS,
     )

@@ -2,18 +2,16 @@
 
 Runs on the single ``ceph_admin`` host. Reads go through ``radosgw-admin``/``ceph`` facts;
 the writes that need S3 keys go through ``deploys/remote/s3admin.py`` on that host, which
-reads the keys from a private file (``ADMIN_CONFIG``) so they never appear on a command line.
+reads the keys from a private file (``paths.ADMIN_CONFIG``) so they never appear on a command line.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import yaml
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import ceph_cli, rgw_service
+from deploys import ceph_cli, paths
 from deploys.facts import memo
 from deploys.facts.ceph import CephServiceSpec
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
@@ -22,13 +20,8 @@ from deploys.operations import files as kvfiles
 from deploys.operations import s3, tls
 from deploys.preflight import Preflight
 from deploys.settings import HostSettings
+from deploys.stages import rgw_service
 
-SCRIPT_DIR = "/usr/local/lib/kvceph"
-ADMIN_SCRIPT = f"{SCRIPT_DIR}/s3admin.py"
-ADMIN_DIR = "/etc/kvceph/admin"
-ADMIN_CONFIG = f"{ADMIN_DIR}/s3-admin.ini"
-SCRIPT_SOURCE = Path(__file__).resolve().parent / "remote" / "s3admin.py"
-ALLOW_REMOVAL_KEY = "kvceph_allow_lifecycle_removal"
 # RGW reachability: seconds per HTTP try, tries, seconds between them (about 20 s at most).
 RGW_PROBE_TIMEOUT = 5
 RGW_PROBE_TRIES = 3
@@ -46,17 +39,6 @@ def admin_config(me: HostSettings, access_key, secret_key) -> str:
         f"access_key = {access_key.reveal()}\n"
         f"secret_key = {secret_key.reveal()}\n"
     )
-
-
-def allow_lifecycle_removal(data) -> bool:
-    """The operator's opt-in (``--data kvceph_allow_lifecycle_removal=true``), checked."""
-    value = data.get(ALLOW_REMOVAL_KEY, False)
-    if not isinstance(value, bool):
-        raise OperationError(
-            f"{host.name}: {ALLOW_REMOVAL_KEY} = {value!r}: must be True or False; "
-            f"fix: pass --data {ALLOW_REMOVAL_KEY}=true"
-        )
-    return value
 
 
 def refusals(me: HostSettings, creds, rules: list[dict], allow_removal: bool, timeout: int):
@@ -98,20 +80,28 @@ def rgw_spec_changes(me: HostSettings, timeouts: dict) -> bool:
 def install_admin_tools(me: HostSettings, creds) -> None:
     """The S3 admin helper and its private key file on the admin host (S3 tier, rotate.py)."""
     kvfiles.directory(
-        name=f"Directory {SCRIPT_DIR}", path=SCRIPT_DIR, user="root", group="root", mode="755"
+        name=f"Directory {paths.SCRIPT_DIR}",
+        path=paths.SCRIPT_DIR,
+        user="root",
+        group="root",
+        mode="755",
     )
     kvfiles.atomic_file(
-        name=f"S3 admin helper {ADMIN_SCRIPT}",
-        path=ADMIN_SCRIPT,
-        content=SCRIPT_SOURCE.read_text(),
+        name=f"S3 admin helper {paths.ADMIN_SCRIPT}",
+        path=paths.ADMIN_SCRIPT,
+        content=paths.ADMIN_SOURCE.read_text(),
         mode="0755",
     )
     kvfiles.directory(
-        name=f"Private directory {ADMIN_DIR}", path=ADMIN_DIR, user="root", group="root", mode="700"
+        name=f"Private directory {paths.ADMIN_DIR}",
+        path=paths.ADMIN_DIR,
+        user="root",
+        group="root",
+        mode="700",
     )
     kvfiles.private_file(
-        name=f"S3 admin credentials {ADMIN_CONFIG}",
-        path=ADMIN_CONFIG,
+        name=f"S3 admin credentials {paths.ADMIN_CONFIG}",
+        path=paths.ADMIN_CONFIG,
         content=admin_config(me, creds.access_key, creds.secret_key),
         user="root",
         group="root",
@@ -126,7 +116,7 @@ def apply(me: HostSettings, checked: Preflight):
     timeout = ceph.command_timeout if ceph else 60
     connect_timeout = ceph.connect_timeout if ceph else 10
     creds = checked.credentials
-    allow_removal = allow_lifecycle_removal(host.data)
+    allow_removal = me.run.allow_lifecycle_removal
     rules = s3.lifecycle_rules(
         me.s3.lifecycle_rule_id, me.s3.expiration_days, me.s3.abort_multipart_days
     )
@@ -173,8 +163,8 @@ def apply(me: HostSettings, checked: Preflight):
         display_name=me.s3.user_display_name,
         access_key=creds.access_key,
         secret_key=creds.secret_key,
-        admin_script=ADMIN_SCRIPT,
-        admin_config=ADMIN_CONFIG,
+        admin_script=paths.ADMIN_SCRIPT,
+        admin_config=paths.ADMIN_CONFIG,
         timeout=timeout,
     )
     if me.s3.quota_max_size_gb is not None:
@@ -188,16 +178,16 @@ def apply(me: HostSettings, checked: Preflight):
         name=f"Bucket {me.s3.bucket}",
         bucket_name=me.s3.bucket,
         owner=me.s3.user,
-        admin_script=ADMIN_SCRIPT,
-        admin_config=ADMIN_CONFIG,
+        admin_script=paths.ADMIN_SCRIPT,
+        admin_config=paths.ADMIN_CONFIG,
         timeout=timeout,
     )
     s3.bucket_lifecycle(
         name=f"Lifecycle of bucket {me.s3.bucket}",
         bucket_name=me.s3.bucket,
         rules=rules,
-        admin_script=ADMIN_SCRIPT,
-        admin_config=ADMIN_CONFIG,
+        admin_script=paths.ADMIN_SCRIPT,
+        admin_config=paths.ADMIN_CONFIG,
         allow_removal=allow_removal,
         timeout=timeout,
     )

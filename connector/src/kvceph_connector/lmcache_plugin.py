@@ -1,0 +1,333 @@
+"""kvceph's connector as an LMCache remote-storage plugin (LMCache 0.5.6 ConnectorAdapter).
+
+lmcache.yaml loads it (never together with remote_url)::
+
+    remote_storage_plugins: ["kvceph"]
+    extra_config:
+      remote_storage_plugin.kvceph.module_path: kvceph_connector.lmcache_plugin
+      remote_storage_plugin.kvceph.class_name: KvcephConnectorAdapter
+      kvceph.endpoint: "lmcache.s3.kvlab:443"   # <bucket>.<rgw_dns_name>[:port]
+      kvceph.region: "us-east-1"
+      kvceph.tls: true
+      kvceph.connections: 16
+      kvceph.timeout_s: 5.0
+      kvceph.min_hit_tokens: 0
+      save_chunk_meta: false
+
+What LMCache calls (RemoteBackend, storage_manager, 0.5.6), and what each does here:
+- lookup: ``batched_async_contains`` (async loading) and ``batched_contains`` (sync loading;
+  RemoteBackend uses it because ``support_batched_contains`` is True): every HEAD at once, the
+  contiguous hit prefix, 0 when it holds fewer than ``kvceph.min_hit_tokens`` tokens. LMCache
+  skips a tier that reports 0 (storage_manager: ``if num_hit_chunks == 0: continue``), so no
+  GET is sent; ``exists`` / ``exists_sync`` answer one key.
+- load: ``batched_get_non_blocking`` (async) and ``batched_get`` (sync) with every GET in flight,
+  the body copied straight into the MemoryObj LocalCPUBackend allocated, size and crc32c checked
+  before the object is returned; a failed chunk is released, never handed over.
+- store: ``put`` (one per chunk: RemoteBackend submits each); partial chunks are skipped as
+  LMCache's own S3 connector does. InstrumentedRemoteConnector releases the MemoryObj after it.
+- ``remove_sync`` deletes; ``close`` closes the core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import math
+
+from kvceph_connector import SUPPORTED_LMCACHE, __version__
+
+
+def _lmcache_version() -> str:
+    try:
+        import lmcache
+
+        version = getattr(lmcache, "__version__", None)
+        if version and version != "unknown":
+            return str(version)
+    except ImportError:
+        return "not installed"
+    try:
+        return importlib.metadata.version("lmcache")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def check_lmcache_version(version: str | None = None) -> None:
+    """Refuse an LMCache release the plugin was not built for, in one line.
+
+    + version: the release to check (default: the installed one).
+    """
+    version = version or _lmcache_version()
+    if version not in SUPPORTED_LMCACHE:
+        raise ImportError(
+            f"kvceph-connector {__version__} supports LMCache {', '.join(SUPPORTED_LMCACHE)}, "
+            f"not the installed {version}: install a supported LMCache or use the stock "
+            "connector (kvceph_lmcache_connector: lmcache)"
+        )
+
+
+# Before any LMCache internals are imported: an unsupported release fails here, and LMCache logs
+# "Failed to load remote connector kvceph due to import/attribute error: <this message>".
+check_lmcache_version()
+
+from lmcache.logging import init_logger  # noqa: E402
+from lmcache.utils import CacheEngineKey  # noqa: E402
+from lmcache.v1.memory_management import MemoryObj  # noqa: E402
+from lmcache.v1.storage_backend.connector import (  # noqa: E402
+    ConnectorAdapter,
+    ConnectorContext,
+    extract_plugin_type,
+)
+from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector  # noqa: E402
+
+from kvceph_connector.s3core import S3Config, S3Core  # noqa: E402
+
+# LMCache's handler on the package logger: the core's lines appear in LMCache's log format.
+logger = init_logger("kvceph_connector")
+
+PLUGIN = "kvceph"
+#: The extra_config keys the plugin reads (``kvceph.<name>``) and their defaults.
+KEYS = {
+    "endpoint": None,
+    "region": "us-east-1",
+    "tls": True,
+    "connections": 16,
+    "timeout_s": 5.0,
+    "min_hit_tokens": 0,
+}
+
+
+def _bool(name: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"kvceph.{name} must be true or false, not {value!r}")
+
+
+def _number(name: str, value, kind, minimum):
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"kvceph.{name} must be a number, not {value!r}") from None
+    if number < minimum:
+        raise ValueError(f"kvceph.{name} must be >= {minimum}, not {value!r}")
+    return number
+
+
+def settings_from_extra(extra: dict | None) -> tuple[S3Config, int]:
+    """The core's S3Config and min_hit_tokens from LMCache's extra_config, checked.
+
+    + extra: config.extra_config (kvceph.* keys; unknown kvceph.* keys are an error).
+    """
+    extra = extra or {}
+    unknown = sorted(
+        k for k in extra if k.startswith("kvceph.") and k.removeprefix("kvceph.") not in KEYS
+    )
+    if unknown:
+        raise ValueError(
+            f"unknown extra_config key {unknown[0]}: kvceph reads {', '.join(sorted(KEYS))}"
+        )
+    if bool(extra.get("save_chunk_meta", False)):
+        raise ValueError("save_chunk_meta must be false for kvceph's connector")
+    got = {k: extra.get(f"kvceph.{k}", d) for k, d in KEYS.items()}
+    if not got["endpoint"]:
+        raise ValueError("kvceph.endpoint is required ('<bucket>.<rgw_dns_name>[:port]')")
+    config = S3Config(
+        endpoint=str(got["endpoint"]),
+        region=str(got["region"]),
+        tls=_bool("tls", got["tls"]),
+        connections=_number("connections", got["connections"], int, 1),
+        timeout_s=_number("timeout_s", got["timeout_s"], float, 0.1),
+    )
+    return config, _number("min_hit_tokens", got["min_hit_tokens"], int, 0)
+
+
+class KvcephS3Connector(RemoteConnector):
+    """LMCache's RemoteConnector over kvceph's S3 core (names exactly as the stock connector).
+
+    + loop: LMCache's event loop. + local_cpu_backend: allocates the MemoryObjs GETs fill.
+    + s3: the S3Config. + min_hit_tokens: lookups below this hit length report 0.
+    """
+
+    def __init__(self, loop, local_cpu_backend, s3: S3Config, min_hit_tokens: int = 0):
+        super().__init__(local_cpu_backend.config, local_cpu_backend.metadata)
+        self.loop = loop
+        self.local_cpu_backend = local_cpu_backend
+        self.core = S3Core(s3)
+        self.chunk_size = int(local_cpu_backend.metadata.chunk_size)
+        self.min_hit_tokens = int(min_hit_tokens)
+        # LMCache's S3 holds only full chunks (puts of partial ones are skipped), so a hit of
+        # n chunks is exactly n * chunk_size tokens.
+        self.min_hit_chunks = math.ceil(self.min_hit_tokens / self.chunk_size)
+
+    # -- lookups ---------------------------------------------------------------------------
+    def _prefix(self, sizes: list[int | None]) -> int:
+        hits = 0
+        for size in sizes:
+            if size is None:
+                break
+            hits += 1
+        if 0 < hits < self.min_hit_chunks:
+            logger.debug(
+                "kvceph: %d hit chunks (%d tokens) below kvceph.min_hit_tokens %d: 0 reported",
+                hits,
+                hits * self.chunk_size,
+                self.min_hit_tokens,
+            )
+            return 0
+        return hits
+
+    async def batched_async_contains(
+        self, lookup_id: str, keys: list[CacheEngineKey], pin: bool = False
+    ) -> int:
+        """The contiguous hit prefix (chunks), 0 below the crossover; HEADs concurrent."""
+        if not keys:
+            return 0
+        sizes = await asyncio.wrap_future(self.core.lookup_future([k.to_string() for k in keys]))
+        return self._prefix(sizes)
+
+    def support_batched_async_contains(self) -> bool:
+        return True
+
+    def batched_contains(self, keys: list[CacheEngineKey]) -> int:
+        """Synchronous lookup (RemoteBackend.batched_contains): same answer as the async one."""
+        if not keys:
+            return 0
+        return self._prefix(self.core.lookup([k.to_string() for k in keys]))
+
+    def support_batched_contains(self) -> bool:
+        return True
+
+    async def exists(self, key: CacheEngineKey) -> bool:
+        sizes = await asyncio.wrap_future(self.core.lookup_future([key.to_string()]))
+        return sizes[0] is not None
+
+    def exists_sync(self, key: CacheEngineKey) -> bool:
+        return self.core.lookup([key.to_string()])[0] is not None
+
+    # -- loads -----------------------------------------------------------------------------
+    def _allocate(self) -> MemoryObj | None:
+        return self.local_cpu_backend.allocate(self.meta_shapes, self.meta_dtypes, self.meta_fmt)
+
+    async def _fetch(self, keys: list[CacheEngineKey]) -> list[MemoryObj | None]:
+        """Every GET in flight at once into freshly allocated MemoryObjs; failures released."""
+        objs: list[MemoryObj | None] = []
+        for key in keys:
+            obj = self._allocate()
+            if obj is None:
+                logger.warning(
+                    "kvceph: LocalCPUBackend has no room for %s: loading %d of %d chunks",
+                    key.to_string(),
+                    len(objs),
+                    len(keys),
+                )
+                break
+            objs.append(obj)
+        items = [
+            (key.to_string(), obj.data_ptr, obj.get_size())
+            for key, obj in zip(keys, objs, strict=False)
+        ]
+        ok = await asyncio.wrap_future(self.core.get_many_into_future(items)) if items else []
+        out: list[MemoryObj | None] = []
+        for obj, good in zip(objs, ok, strict=True):
+            if good:
+                out.append(obj)
+            else:
+                obj.ref_count_down()
+                out.append(None)
+        return out + [None] * (len(keys) - len(out))
+
+    async def get(self, key: CacheEngineKey) -> MemoryObj | None:
+        return (await self._fetch([key]))[0]
+
+    async def batched_get(self, keys: list[CacheEngineKey]) -> list[MemoryObj | None]:
+        return await self._fetch(keys)
+
+    def support_batched_get(self) -> bool:
+        return True
+
+    async def batched_get_non_blocking(
+        self, lookup_id: str, keys: list[CacheEngineKey]
+    ) -> list[MemoryObj]:
+        """The loaded prefix only: chunks after the first failure are released, not returned."""
+        objs = await self._fetch(keys)
+        prefix: list[MemoryObj] = []
+        for obj in objs:
+            if obj is None:
+                break
+            prefix.append(obj)
+        for obj in objs[len(prefix) :]:
+            if obj is not None:
+                obj.ref_count_down()
+        return prefix
+
+    def support_batched_get_non_blocking(self) -> bool:
+        return True
+
+    # -- stores ----------------------------------------------------------------------------
+    async def put(self, key: CacheEngineKey, memory_obj: MemoryObj):
+        """One PutObject of a full chunk (InstrumentedRemoteConnector releases memory_obj)."""
+        if memory_obj.get_size() != self.full_chunk_size_bytes:
+            logger.debug(
+                "kvceph: %s is a partial chunk (%d of %d bytes): not stored",
+                key.to_string(),
+                memory_obj.get_size(),
+                self.full_chunk_size_bytes,
+            )
+            return
+        await asyncio.wrap_future(
+            self.core.put_many_future([(key.to_string(), memory_obj.byte_array)])
+        )
+
+    def support_batched_put(self) -> bool:
+        return False
+
+    def remove_sync(self, key: CacheEngineKey) -> bool:
+        return self.core.delete([key.to_string()])[0]
+
+    async def list(self) -> list[str]:
+        raise NotImplementedError("kvceph's connector does not list the bucket")
+
+    async def close(self):
+        self.core.close()
+
+    def __repr__(self) -> str:
+        return f"<KvcephS3Connector {self.core.config.endpoint}>"
+
+
+class KvcephConnectorAdapter(ConnectorAdapter):
+    """The plugin's entry point (extra_config remote_storage_plugin.kvceph.class_name)."""
+
+    def __init__(self) -> None:
+        super().__init__(f"plugin://{PLUGIN}")
+
+    def can_parse(self, url: str) -> bool:
+        return url.startswith("plugin://") and (
+            extract_plugin_type(url.removeprefix("plugin://")) == PLUGIN
+        )
+
+    def create_connector(self, context: ConnectorContext) -> RemoteConnector:
+        config = context.config
+        if config is None or context.metadata is None:
+            raise ValueError("kvceph's connector needs LMCache's config and metadata")
+        s3, min_hit_tokens = settings_from_extra(config.extra_config)
+        connector = KvcephS3Connector(
+            context.loop, context.local_cpu_backend, s3, min_hit_tokens=min_hit_tokens
+        )
+        logger.info(
+            "kvceph connector %s ready for %s (LMCache %s): %s, %s://, %d connections, "
+            "timeout %.1f s, min_hit_tokens %d",
+            __version__,
+            context.url,
+            _lmcache_version(),
+            s3.endpoint,
+            "https" if s3.tls else "http",
+            s3.connections,
+            s3.timeout_s,
+            min_hit_tokens,
+        )
+        return connector

@@ -1,0 +1,691 @@
+"""kvceph's S3 client core: concurrent HEAD / GET / PUT / DELETE of LMCache chunk objects.
+
+Blocking API for callers, concurrent inside (awscrt's S3 client, as LMCache's stock connector):
+- ``lookup(keys)`` sends every HEAD at once (up to ``connections`` in flight) and returns each
+  object's size, or None for a miss. Nothing is cached: a chunk another host writes after a miss
+  is found by the next lookup, and a deleted chunk stops counting.
+- ``get_into(key, buffer, size)`` / ``get_many_into`` stream the body straight into the caller's
+  memory (``on_body`` + ``ctypes.memmove``, the shape measured fastest into pinned memory) and
+  hand it over only after the size and the crc32c in ``x-amz-meta-kvceph-crc32c`` were checked
+  (an object without that header, written by LMCache's stock connector, is accepted on size).
+- ``put(key, data)`` is one PutObject carrying the checksum and size as metadata: RGW shows the
+  object only once the whole body arrived, so a broken upload never becomes a hit.
+- Every fault (403, 404, 5xx, timeout, truncated body, wrong size, bad checksum, connection
+  refused) is a miss or a failed put with one log line per batch and kind, never an exception.
+  After connection-level faults (no HTTP answer, or 5xx) requests fail fast for a short back-off
+  (0.5 s, doubling to 8 s), then go out again by themselves: no breaker stays open.
+
+The ``*_future`` forms return a concurrent.futures.Future of the same result, for asyncio callers
+(``asyncio.wrap_future``); they never raise either.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from urllib.parse import quote
+
+log = logging.getLogger("kvceph_connector.s3core")
+
+#: Metadata headers kvceph writes with every object (RGW returns them on HEAD and GET).
+CRC_HEADER = "x-amz-meta-kvceph-crc32c"
+SIZE_HEADER = "x-amz-meta-kvceph-size"
+# Back-off after connection-level faults: short, so the tier is back within seconds of RGW.
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 8.0
+# CRT splits GETs into ranged parts of this size on parallel connections (its own default).
+PART_SIZE = 8 << 20
+# Larger than any chunk: a put is always one PutObject, never a multipart upload.
+SINGLE_PUT_LIMIT = 5 << 30
+# Priority of each request kind in the dispatch queue: lookups first, puts last (as LMCache's
+# stock connector orders PEEK < GET < PUT), so writes never delay a request's reads.
+# Words in awscrt's error names that mean "no usable connection" (refused, reset, DNS, TLS).
+_NETWORK_WORDS = ("CONNECTION", "SOCKET", "DNS", "TLS", "HOST", "NETWORK", "BROKEN_PIPE")
+# awscrt errors that stand for a 5xx answer whose status it does not pass on.
+_SERVER_WORDS = ("S3_INTERNAL_ERROR", "S3_SLOW_DOWN", "SERVICE_UNAVAILABLE")
+_PRIORITY = {"HEAD": 0, "DELETE": 0, "GET": 1, "PUT": 2}
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """Where and how the core talks to S3.
+
+    + endpoint: "<bucket>.<rgw_dns_name>[:port]", sent as the Host header (virtual-hosted
+      addressing, like LMCache's stock connector); the client connects to that name.
+    + region: the signing region (RGW accepts any, "us-east-1" by convention).
+    + tls: https (True) or plain http.
+    + connections: requests in flight at once, and the CRT client's connection limit.
+    + timeout_s: a request that makes no progress for this long is cancelled (a miss); also
+      the connect timeout. Queued requests do not count: only in-flight ones.
+    + access_key_id / secret_access_key: static keys; both unset = awscrt's default chain
+      (AWS_ACCESS_KEY_ID..., AWS_PROFILE + ~/.aws/credentials).
+    + ca_file: a PEM bundle to trust instead of the system's (tests, the lab CA).
+    """
+
+    endpoint: str
+    region: str = "us-east-1"
+    tls: bool = True
+    connections: int = 16
+    timeout_s: float = 5.0
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    ca_file: str | None = None
+
+    def __post_init__(self):
+        if not self.endpoint or "/" in self.endpoint or "://" in self.endpoint:
+            raise ValueError(
+                f"S3 endpoint {self.endpoint!r} must be '<bucket>.<dns_name>[:port]' "
+                "(no scheme, no path)"
+            )
+        if int(self.connections) < 1:
+            raise ValueError(f"S3 connections must be >= 1, not {self.connections}")
+        if not float(self.timeout_s) > 0:
+            raise ValueError(f"S3 timeout_s must be > 0, not {self.timeout_s}")
+        if bool(self.access_key_id) != bool(self.secret_access_key):
+            raise ValueError("S3 static keys need both access_key_id and secret_access_key")
+
+    @property
+    def bucket(self) -> str:
+        """The bucket: the endpoint's first DNS label."""
+        return self.endpoint.split(":", 1)[0].split(".", 1)[0]
+
+
+def object_path(key: str) -> str:
+    """The HTTP path of a chunk object, exactly as LMCache 0.5.6's S3Connector builds it.
+
+    Slashes (the model path is part of the key) become underscores, the rest is URL-quoted,
+    and the object sits at the bucket root.
+    + key: CacheEngineKey.to_string(), e.g. "model@1@0@abc123@bfloat16".
+    """
+    return "/" + quote(key.replace("/", "_"))
+
+
+def crc32c(data) -> int:
+    """crc32c of a bytes-like object (awscrt's hardware-accelerated implementation)."""
+    from awscrt import checksums
+
+    return checksums.crc32c(data)
+
+
+class _Body:
+    """A zero-copy request body over a bytes-like object (awscrt reads it with readinto).
+
+    + data: the bytes-like body. + progress: called on every read (the upload moves).
+    """
+
+    def __init__(self, data, progress=None):
+        self.mv = memoryview(data).cast("B")
+        self.pos = 0
+        self.progress = progress
+
+    def readinto(self, buf) -> int:
+        n = min(len(buf), len(self.mv) - self.pos)
+        buf[:n] = self.mv[self.pos : self.pos + n]
+        self.pos += n
+        if self.progress is not None:
+            self.progress()
+        return n
+
+    def read(self, size: int = -1):
+        end = len(self.mv) if size is None or size < 0 else min(len(self.mv), self.pos + size)
+        out = self.mv[self.pos : end]
+        self.pos = end
+        if self.progress is not None:
+            self.progress()
+        return out
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: len(self.mv)}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+
+class _Op:
+    """One request: its inputs, progress, outcome (result + fault) and the caller's future."""
+
+    __slots__ = (
+        "kind",
+        "key",
+        "addr",
+        "size",
+        "data",
+        "keep",
+        "future",
+        "lock",
+        "dead",
+        "deadline",
+        "req",
+        "status",
+        "headers",
+        "received",
+        "fault",
+        "kind_of_fault",
+        "connection_fault",
+        "started",
+        "backoff",
+        "finished",
+    )
+
+    def __init__(self, kind: str, key: str, addr: int = 0, size: int = 0, data=None, keep=None):
+        self.kind, self.key, self.addr, self.size, self.data = kind, key, addr, size, data
+        self.keep = keep  # keeps a caller's buffer object alive while CRT writes into it
+        self.future: Future = Future()
+        self.lock = threading.Lock()
+        self.dead = False  # set once: no byte may be written into the buffer after this
+        self.deadline = 0.0
+        self.req = None
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.received = 0
+        self.fault: str | None = None
+        self.kind_of_fault: str | None = None
+        self.connection_fault = False
+        self.started = 0.0
+        self.backoff = 0.0  # > 0: this request's fault began a back-off of that many seconds
+        self.finished = False
+
+
+def _address_of(buffer, size: int) -> tuple[int, object]:
+    """The address of a writable buffer of at least size bytes, and the object to keep alive.
+
+    + buffer: an int address, or any writable bytes-like object (bytearray, memoryview, numpy).
+    """
+    if isinstance(buffer, int):
+        return buffer, None
+    view = memoryview(buffer).cast("B")
+    if view.readonly or len(view) < size:
+        raise ValueError(f"buffer must be writable and hold {size} bytes")
+    arr = (ctypes.c_char * len(view)).from_buffer(view)
+    return ctypes.addressof(arr), (view, arr)
+
+
+class S3Core:
+    """The S3 client: one awscrt S3Client, a priority dispatch queue and a progress watchdog.
+
+    + config: an S3Config.
+    """
+
+    def __init__(self, config: S3Config):
+        from awscrt import auth, io, s3
+
+        self.config = config
+        self._s3 = s3
+        self._connections = int(config.connections)
+        self._timeout = float(config.timeout_s)
+        elg = io.EventLoopGroup(max(2, min(self._connections, 64)))
+        bootstrap = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
+        if config.access_key_id:
+            self._creds = auth.AwsCredentialsProvider.new_static(
+                config.access_key_id, config.secret_access_key
+            )
+        else:
+            self._creds = auth.AwsCredentialsProvider.new_default_chain(bootstrap)
+        tls_options = None
+        if config.tls and config.ca_file:
+            ctx_opts = io.TlsContextOptions()
+            ctx_opts.override_default_trust_store_from_path(ca_filepath=config.ca_file)
+            tls_options = io.TlsConnectionOptions(io.ClientTlsContext(ctx_opts))
+        kwargs = dict(
+            bootstrap=bootstrap,
+            region=config.region,
+            tls_mode=s3.S3RequestTlsMode.ENABLED if config.tls else s3.S3RequestTlsMode.DISABLED,
+            credential_provider=self._creds,
+            tls_connection_options=tls_options,
+            part_size=PART_SIZE,
+            multipart_upload_threshold=SINGLE_PUT_LIMIT,
+            # CRT sizes its connection pool from the throughput target (~0.4 Gbit/s each).
+            throughput_target_gbps=max(10.0, 0.4 * self._connections),
+        )
+        # Newer awscrt: an exact connection cap, one retry only (a fault is a miss, quickly),
+        # and the connect timeout. Older releases lack them; their defaults are safe, slower.
+        optional = dict(
+            max_active_connections_override=self._connections,
+            connect_timeout_ms=int(self._timeout * 1000),
+        )
+        if hasattr(s3, "S3RetryConfig"):
+            optional["retry_config"] = s3.S3RetryConfig(
+                max_retries=1, backoff_scale_factor_ms=50, max_backoff_secs=1
+            )
+        accepted = inspect.signature(s3.S3Client.__init__).parameters
+        kwargs.update({k: v for k, v in optional.items() if k in accepted})
+        self._client = s3.S3Client(**kwargs)
+
+        self._lock = threading.Lock()
+        self._queues: list[deque[_Op]] = [deque(), deque(), deque()]
+        self._in_flight: set[_Op] = set()
+        self._closed = False
+        self._backoff_until = 0.0
+        self._backoff_s = 0.0
+        self._backoff_since = 0.0
+        self._wake = threading.Event()
+        self._watchdog = threading.Thread(
+            target=self._watch, name="kvceph-s3-watchdog", daemon=True
+        )
+        self._watchdog.start()
+        log.info(
+            "kvceph S3 core: Host=%s bucket=%s %s, %d connections, timeout %.1f s",
+            config.endpoint,
+            config.bucket,
+            "https" if config.tls else "http",
+            self._connections,
+            self._timeout,
+        )
+
+    # -- public blocking API ---------------------------------------------------------------
+    def lookup(self, keys: list[str]) -> list[int | None]:
+        """Each object's size (bytes), or None for a miss; all HEADs concurrent.
+
+        + keys: LMCache key strings.
+        """
+        return self.lookup_future(keys).result()
+
+    def get_into(self, key: str, buffer, size: int) -> bool:
+        """Fetch one object into buffer; True only if exactly size bytes arrived and checked.
+
+        + key: the key string. + buffer: an int address or writable bytes-like object.
+        + size: the expected object size (LMCache's full chunk size).
+        """
+        return self.get_many_into([(key, buffer, size)])[0]
+
+    def get_many_into(self, items: list[tuple[str, object, int]]) -> list[bool]:
+        """The batched get_into: every GET in flight at once; one bool per item."""
+        return self.get_many_into_future(items).result()
+
+    def put(self, key: str, data) -> bool:
+        """Write one object (one PutObject with crc32c and size metadata); True when stored.
+
+        + key: the key string. + data: a bytes-like object (read, never copied whole).
+        """
+        return self.put_many([(key, data)])[0]
+
+    def put_many(self, items: list[tuple[str, object]]) -> list[bool]:
+        """Concurrent puts; one bool per item."""
+        return self.put_many_future(items).result()
+
+    def delete(self, keys: list[str]) -> list[bool]:
+        """Delete objects (a missing one counts as deleted); one bool per key."""
+        return self._batch([_Op("DELETE", k) for k in keys], "delete").result()
+
+    def close(self) -> None:
+        """Stop the watchdog; queued requests fail as misses. In-flight ones finish."""
+        with self._lock:
+            self._closed = True
+            queued = [op for q in self._queues for op in q]
+            for q in self._queues:
+                q.clear()
+        for op in queued:
+            self._fail(op, "closed", "S3 core closed")
+            self._complete(op)
+        self._wake.set()
+
+    # -- public future API (for asyncio callers) -------------------------------------------
+    def lookup_future(self, keys: list[str]) -> Future:
+        """lookup() as a Future of the list."""
+        return self._batch([_Op("HEAD", k) for k in keys], "lookup")
+
+    def get_many_into_future(self, items: list[tuple[str, object, int]]) -> Future:
+        """get_many_into() as a Future of the list of bools."""
+        ops = []
+        for key, buffer, size in items:
+            try:
+                addr, keep = _address_of(buffer, int(size))
+            except (TypeError, ValueError) as exc:
+                op = _Op("GET", key, size=int(size))
+                self._fail(op, "buffer", str(exc))
+            else:
+                op = _Op("GET", key, addr=addr, size=int(size), keep=keep)
+            ops.append(op)
+        return self._batch(ops, "get")
+
+    def put_many_future(self, items: list[tuple[str, object]]) -> Future:
+        """put_many() as a Future of the list of bools."""
+        return self._batch([_Op("PUT", k, data=d) for k, d in items], "put")
+
+    # -- batching and logging --------------------------------------------------------------
+    def _batch(self, ops: list[_Op], what: str) -> Future:
+        out: Future = Future()
+        if not ops:
+            out.set_result([])
+            return out
+        remaining = [len(ops)]
+        lock = threading.Lock()
+
+        def one_done(_):
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                try:
+                    self._log_batch(what, ops)
+                    out.set_result([op.future.result() for op in ops])
+                except Exception as exc:  # never let a logging slip hang the caller
+                    log.error("kvceph S3 %s: internal error: %s", what, exc)
+                    out.set_result([_miss(op) for op in ops])
+
+        for op in ops:
+            op.future.add_done_callback(one_done)
+        for op in ops:
+            if not op.future.done():
+                self._submit(op)
+        return out
+
+    def _log_batch(self, what: str, ops: list[_Op]) -> None:
+        """One line per kind of fault in a batch (a 404 lookup is a plain miss: debug)."""
+        kinds: dict[str, list[_Op]] = {}
+        for op in ops:
+            if op.fault is not None:
+                kinds.setdefault(op.kind_of_fault or "error", []).append(op)
+        for kind, bad in kinds.items():
+            level = logging.DEBUG if (kind in ("404", "backoff") and what == "lookup") else None
+            if kind == "backoff":
+                level = logging.DEBUG  # the back-off itself was logged once when it began
+            verdict = "misses" if what in ("lookup", "get") else "failed"
+            backoff = max(op.backoff for op in bad)
+            then = (
+                f"; every S3 request is a miss for {backoff:.1f} s, then S3 is tried again"
+                if backoff
+                else ""
+            )
+            log.log(
+                logging.WARNING if backoff else (level or logging.WARNING),
+                "kvceph S3 %s at %s: %d of %d %s (%s), first %s: %s%s",
+                what,
+                self.config.endpoint,
+                len(bad),
+                len(ops),
+                verdict,
+                kind,
+                bad[0].key,
+                bad[0].fault,
+                then,
+            )
+
+    # -- dispatch --------------------------------------------------------------------------
+    def _submit(self, op: _Op) -> None:
+        with self._lock:
+            if self._closed:
+                refuse = "S3 core closed"
+            elif time.monotonic() < self._backoff_until:
+                refuse = f"backing off for {self._backoff_until - time.monotonic():.1f} s more"
+            else:
+                refuse = None
+                if len(self._in_flight) < self._connections:
+                    self._in_flight.add(op)
+                else:
+                    self._queues[_PRIORITY[op.kind]].append(op)
+                    return
+        if refuse is not None:
+            self._fail(op, "closed" if self._closed else "backoff", refuse)
+            self._complete(op)
+            return
+        self._start(op)
+
+    def _next(self) -> None:
+        """Start queued requests while there is room (called when one finishes)."""
+        while True:
+            with self._lock:
+                if len(self._in_flight) >= self._connections:
+                    return
+                op = next((q.popleft() for q in self._queues if q), None)
+                if op is None:
+                    return
+                backoff = time.monotonic() < self._backoff_until
+                if not backoff:
+                    self._in_flight.add(op)
+            if backoff:
+                self._fail(op, "backoff", "backing off after connection errors")
+                self._complete(op)
+            else:
+                self._start(op)
+
+    def _start(self, op: _Op) -> None:
+        from awscrt.http import HttpHeaders, HttpRequest
+
+        s3 = self._s3
+        headers = HttpHeaders()
+        headers.add("Host", self.config.endpoint)
+        body = None
+        if op.kind == "PUT":
+            try:
+                body = _Body(op.data, progress=lambda: self._moved(op))
+            except TypeError as exc:
+                self._fail(op, "data", f"put data is not bytes-like: {exc}")
+                self._finish(op)
+                return
+            n = len(body.mv)
+            headers.add("Content-Length", str(n))
+            headers.add("Content-Type", "application/octet-stream")
+            headers.add(CRC_HEADER, str(crc32c(body.mv)))
+            headers.add(SIZE_HEADER, str(n))
+        request = HttpRequest(op.kind, object_path(op.key), headers, body_stream=body)
+        rtype = {
+            "GET": s3.S3RequestType.GET_OBJECT,
+            "PUT": s3.S3RequestType.PUT_OBJECT,
+        }.get(op.kind, s3.S3RequestType.DEFAULT)
+        extra = {}
+        if rtype == s3.S3RequestType.DEFAULT:
+            extra["operation_name"] = {"HEAD": "HeadObject", "DELETE": "DeleteObject"}[op.kind]
+        op.started = time.monotonic()
+        op.deadline = op.started + self._timeout
+        try:
+            op.req = s3.S3Request(
+                client=self._client,
+                type=rtype,
+                request=request,
+                credential_provider=self._creds,
+                region=self.config.region,
+                on_headers=lambda **kw: self._on_headers(op, **kw),
+                on_body=(lambda **kw: self._on_body(op, **kw)) if op.kind == "GET" else None,
+                on_done=lambda **kw: self._on_done(op, **kw),
+                **extra,
+            )
+        except Exception as exc:
+            self._fail(op, "client", f"request not sent: {exc}")
+            self._finish(op)
+            return
+        self._wake.set()
+
+    # -- CRT callbacks (CRT threads, with the GIL) -----------------------------------------
+    def _moved(self, op: _Op) -> None:
+        op.deadline = time.monotonic() + self._timeout
+
+    def _on_headers(self, op: _Op, status_code=None, headers=None, **_):
+        try:
+            op.status = status_code
+            op.headers.update({k.lower(): v for k, v in headers or ()})
+            op.deadline = time.monotonic() + self._timeout
+            if op.kind == "GET" and status_code in (200, 206):
+                size = _object_size(op.headers)
+                if size is not None and size != op.size:
+                    self._fail(op, "size", f"object has {size} bytes, expected {op.size}")
+                    self._cancel(op)
+        except Exception as exc:
+            self._fail(op, "client", f"bad response headers: {exc}")
+
+    def _on_body(self, op: _Op, chunk=None, offset=0, **_):
+        n = len(chunk)
+        with op.lock:
+            if op.dead:
+                return
+            if offset < 0 or offset + n > op.size:
+                op.dead = True
+                bad = True
+            else:
+                # The bytes go straight into the caller's memory: one copy, no Python buffer.
+                ctypes.memmove(op.addr + offset, chunk, n)
+                op.received += n
+                bad = False
+        if bad:
+            self._fail(op, "size", f"body runs past {op.size} bytes (offset {offset} + {n})")
+            self._cancel(op)
+        op.deadline = time.monotonic() + self._timeout
+
+    def _on_done(self, op: _Op, error=None, status_code=None, **_):
+        try:
+            if status_code is not None:
+                op.status = status_code
+            if op.fault is None and (error is not None or not _ok_status(op)):
+                self._fault_from(op, error)
+        except Exception as exc:
+            self._fail(op, "client", str(exc))
+        finally:
+            self._finish(op)
+
+    def _fault_from(self, op: _Op, error) -> None:
+        status = op.status or None  # awscrt reports 0 when no response came
+        text = str(error) if error is not None else "no response"
+        if status is None and any(w in text for w in _SERVER_WORDS):
+            status = 500
+        if op.kind in ("HEAD", "GET") and status == 404:
+            self._fail(op, "404", "not found (404)")
+        elif op.kind == "DELETE" and status == 404:
+            return  # already gone: what a delete wants
+        elif status is not None and status >= 500:
+            self._fail(op, f"{status}", f"server error {status}", connection=True)
+        elif status is not None and status >= 300:
+            self._fail(op, f"{status}", f"refused with status {status}")
+        elif op.kind == "GET" and 0 < op.received < op.size:
+            self._fail(
+                op,
+                "truncated",
+                f"body ended after {op.received} of {op.size} bytes: {text}",
+                connection=True,
+            )
+        else:
+            # No HTTP answer: a network-level fault backs off, a protocol one does not.
+            network = any(w in text.upper() for w in _NETWORK_WORDS)
+            self._fail(op, "connection" if network else "error", text, connection=network)
+
+    # -- completion ------------------------------------------------------------------------
+    def _finish(self, op: _Op) -> None:
+        """Validate a finished request, update the back-off, deliver, start the next one."""
+        with op.lock:
+            if op.finished:
+                return  # the watchdog gave up on it earlier; CRT's late on_done changes nothing
+            op.finished = True
+            op.dead = True  # from here on nothing writes into the caller's buffer
+        if op.kind == "GET" and op.fault is None:
+            self._check_body(op)
+        if op.fault is None:
+            self._reachable()
+        elif op.connection_fault:
+            self._unreachable(op)
+        with self._lock:
+            self._in_flight.discard(op)
+        self._complete(op)
+        self._next()
+
+    def _check_body(self, op: _Op) -> None:
+        size = _object_size(op.headers)
+        if size is None:
+            self._fail(op, "size", "response has no Content-Length")
+        elif size != op.size:
+            self._fail(op, "size", f"object has {size} bytes, expected {op.size}")
+        elif op.received != op.size:
+            self._fail(op, "truncated", f"body ended after {op.received} of {op.size} bytes")
+        elif SIZE_HEADER in op.headers and op.headers[SIZE_HEADER] != str(op.size):
+            self._fail(op, "size", f"metadata says {op.headers[SIZE_HEADER]} bytes")
+        elif CRC_HEADER in op.headers:
+            got = crc32c((ctypes.c_char * op.size).from_address(op.addr))
+            if str(got) != op.headers[CRC_HEADER].strip():
+                self._fail(
+                    op, "checksum", f"crc32c {got} != stored {op.headers[CRC_HEADER].strip()}"
+                )
+
+    def _complete(self, op: _Op) -> None:
+        if not op.future.done():
+            op.future.set_result(_miss(op) if op.fault is not None else _result(op))
+
+    def _fail(self, op: _Op, kind: str, text: str, connection: bool = False) -> None:
+        if op.fault is None:  # the first fault is the cause; later ones follow from it
+            op.fault, op.kind_of_fault, op.connection_fault = text, kind, connection
+
+    def _cancel(self, op: _Op) -> None:
+        with op.lock:
+            op.dead = True
+        req = op.req
+        if req is not None:
+            try:
+                req.cancel()
+            except Exception:  # already finished: nothing to cancel
+                pass
+
+    # -- back-off --------------------------------------------------------------------------
+    def _unreachable(self, op: _Op) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._backoff_until:
+                return  # one of many requests that failed together: already backing off
+            self._backoff_s = min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, self._backoff_s * 2))
+            self._backoff_until = now + self._backoff_s
+            if not self._backoff_since:
+                self._backoff_since = now
+            op.backoff = self._backoff_s  # the batch's log line says so
+
+    def _reachable(self) -> None:
+        if not self._backoff_since:
+            return
+        with self._lock:
+            since, self._backoff_since, self._backoff_s = self._backoff_since, 0.0, 0.0
+        if since:
+            log.warning(
+                "kvceph S3 reachable again at %s after %.1f s",
+                self.config.endpoint,
+                time.monotonic() - since,
+            )
+
+    # -- watchdog --------------------------------------------------------------------------
+    def _watch(self) -> None:
+        tick = min(0.25, self._timeout / 4)
+        while not self._closed:
+            self._wake.wait(tick)
+            self._wake.clear()
+            now = time.monotonic()
+            with self._lock:
+                late = [op for op in self._in_flight if op.req is not None and now > op.deadline]
+            for op in late:
+                if op.fault is not None and op.kind_of_fault == "timeout":
+                    # Cancelled a timeout ago and CRT still has not finished it: deliver the
+                    # miss now (op.dead keeps CRT's late bytes out of the caller's buffer).
+                    self._finish(op)
+                    continue
+                self._fail(op, "timeout", f"no progress for {self._timeout:.1f} s")
+                op.deadline = now + self._timeout
+                self._cancel(op)
+
+
+def _ok_status(op: _Op) -> bool:
+    ok = {"HEAD": (200,), "GET": (200, 206), "PUT": (200, 201), "DELETE": (200, 204)}
+    return op.status in ok[op.kind]
+
+
+def _object_size(headers: dict[str, str]) -> int | None:
+    """The whole object's size: Content-Range's total on a ranged answer, else Content-Length."""
+    rng = headers.get("content-range", "")
+    if "/" in rng and rng.rsplit("/", 1)[1].strip().isdigit():
+        return int(rng.rsplit("/", 1)[1])
+    value = headers.get("content-length")
+    return int(value) if value is not None and value.strip().isdigit() else None
+
+
+def _result(op: _Op):
+    if op.kind == "HEAD":
+        size = _object_size(op.headers)
+        if size is None or size <= 0:
+            return None
+        meta = op.headers.get(SIZE_HEADER)
+        return None if meta is not None and meta != str(size) else size
+    return True
+
+
+def _miss(op: _Op):
+    return None if op.kind == "HEAD" else False

@@ -1,0 +1,181 @@
+"""A small S3 server on loopback that misbehaves on request, for the faults a real RGW won't do.
+
+It speaks just enough S3 for awscrt's client (HEAD, ranged GET, PUT, DELETE; x-amz-meta-*
+kept), ignores signatures, and counts requests. ``faults[object_path] = mode`` makes one
+object misbehave: "403", "500", "slow" (headers after ``slow_s``), "stall" (half the body,
+then silence), "truncate" (half the body, then the connection closes), "corrupt" (one byte
+flipped, metadata untouched), "short" (Content-Length one byte less than stored).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote
+
+
+class FakeS3(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int = 0):
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.objects: dict[str, tuple[bytes, dict[str, str]]] = {}
+        self.faults: dict[str, str] = {}
+        self.slow_s = 3.0
+        self.requests: list[tuple[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.head_delay_s = 0.0
+        self.lock = threading.Lock()
+        self.conns: set = set()
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.server_address[1]}"
+
+    def start(self) -> FakeS3:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening and cut every open (keep-alive) connection."""
+        self.shutdown()
+        self.server_close()
+        with self.lock:
+            conns, self.conns = list(self.conns), set()
+        for sock in conns:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def process_request(self, request, client_address):
+        with self.lock:
+            self.conns.add(request)
+        super().process_request(request, client_address)
+
+    def name(self, key: str) -> str:
+        """The fault/object name of an LMCache key (as the server sees the path)."""
+        return "/" + key.replace("/", "_")
+
+    def count(self, method: str) -> int:
+        with self.lock:
+            return sum(1 for m, _ in self.requests if m == method)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FakeS3
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _enter(self):
+        s = self.server
+        with s.lock:
+            s.requests.append((self.command, self.path))
+            s.in_flight += 1
+            s.max_in_flight = max(s.max_in_flight, s.in_flight)
+        return unquote(self.path.split("?", 1)[0])
+
+    def _leave(self):
+        with self.server.lock:
+            self.server.in_flight -= 1
+
+    def _status(self, code: int):
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_HEAD(self):
+        path = self._enter()
+        try:
+            time.sleep(self.server.head_delay_s)
+            fault = self.server.faults.get(path)
+            if fault in ("403", "500"):
+                return self._status(int(fault))
+            if fault == "slow":
+                time.sleep(self.server.slow_s)
+            obj = self.server.objects.get(path)
+            if obj is None:
+                return self._status(404)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(obj[0])))
+            self.send_header("ETag", '"0"')
+            for k, v in obj[1].items():
+                self.send_header(k, v)
+            self.end_headers()
+        finally:
+            self._leave()
+
+    def do_GET(self):
+        path = self._enter()
+        try:
+            fault = self.server.faults.get(path)
+            if fault in ("403", "500"):
+                return self._status(int(fault))
+            if fault == "slow":
+                time.sleep(self.server.slow_s)
+            obj = self.server.objects.get(path)
+            if obj is None:
+                return self._status(404)
+            data, meta = obj
+            if fault == "corrupt":
+                data = bytes([data[0] ^ 0xFF]) + data[1:]
+            if fault == "short":
+                data = data[:-1]
+            total = len(data)
+            start, end = 0, total - 1
+            rng = self.headers.get("Range")
+            if rng and rng.startswith("bytes="):
+                a, _, b = rng[6:].partition("-")
+                start, end = int(a), min(int(b) if b else total - 1, total - 1)
+            body = data[start : end + 1]
+            self.send_response(206 if rng else 200)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("ETag", '"0"')
+            if rng:
+                self.send_header("Content-Range", f"bytes {start}-{end}/{total}")
+            for k, v in meta.items():
+                self.send_header(k, v)
+            self.end_headers()
+            if fault in ("truncate", "stall"):
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                if fault == "stall":
+                    time.sleep(self.server.slow_s)
+                self.close_connection = True
+                return
+            self.wfile.write(body)
+        finally:
+            self._leave()
+
+    def do_PUT(self):
+        path = self._enter()
+        try:
+            n = int(self.headers.get("Content-Length", "0"))
+            data = self.rfile.read(n)
+            fault = self.server.faults.get(path)
+            if fault in ("403", "500"):
+                return self._status(int(fault))
+            meta = {
+                k.lower(): v for k, v in self.headers.items() if k.lower().startswith("x-amz-meta-")
+            }
+            self.server.objects[path] = (data, meta)
+            self.send_response(200)
+            self.send_header("ETag", '"0"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        finally:
+            self._leave()
+
+    def do_DELETE(self):
+        path = self._enter()
+        try:
+            self.server.objects.pop(path, None)
+            self._status(204)
+        finally:
+            self._leave()

@@ -1,0 +1,263 @@
+"""The plugin against real LMCache 0.5.6 classes on the CPU (the connector venv's CPU torch).
+
+LMCache itself builds the remote tier here: CreateStorageBackends reads ``remote_storage_plugins``
+and extra_config ``module_path`` / ``class_name`` from a rendered-shape lmcache.yaml, makes its
+LocalCPUBackend and a RemoteBackend whose connector is ours (behind LMCache's
+InstrumentedRemoteConnector). S3 is tests/fake_s3.py on loopback; the same core runs against
+the lab's real RGW in tests/integration/test_s3_connector.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("lmcache.v1.storage_backend")
+
+from fake_s3 import FakeS3  # noqa: E402
+from lmcache.utils import CacheEngineKey  # noqa: E402
+from lmcache.v1.config import LMCacheEngineConfig  # noqa: E402
+from lmcache.v1.metadata import LMCacheMetadata  # noqa: E402
+from lmcache.v1.storage_backend import CreateStorageBackends  # noqa: E402
+
+CHUNK = 16
+# (num_layers, 2, chunk_size, num_kv_heads, head_size): 2*2*16*2*8*2 bytes = 2 KiB per chunk
+KV_SHAPE = (2, 2, CHUNK, 2, 8)
+MODEL = "/var/lib/kvceph/models/Qwen/Qwen3-32B/abc"
+
+YAML = """\
+chunk_size: {chunk}
+local_cpu: true
+max_local_cpu_size: 0.05
+remote_serde: naive
+remote_storage_plugins: ["kvceph"]
+save_unfull_chunk: false
+blocking_timeout_secs: 10
+extra_config:
+  remote_storage_plugin.kvceph.module_path: {module}
+  remote_storage_plugin.kvceph.class_name: KvcephConnectorAdapter
+  kvceph.endpoint: "{endpoint}"
+  kvceph.region: "us-east-1"
+  kvceph.tls: false
+  kvceph.connections: 8
+  kvceph.timeout_s: 2.0
+  kvceph.min_hit_tokens: {min_hit}
+  save_chunk_meta: false
+"""
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = FakeS3().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def loop():
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "KVTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "kvtest-secret")
+
+
+def build(tmp_path, s3, loop, min_hit=0, module="kvceph_connector.lmcache_plugin"):
+    """LMCache's own backends from a rendered-shape lmcache.yaml: (backends, metadata)."""
+    path = tmp_path / "lmcache.yaml"
+    path.write_text(YAML.format(chunk=CHUNK, module=module, endpoint=s3.endpoint, min_hit=min_hit))
+    config = LMCacheEngineConfig.from_file(str(path))
+    config.validate()
+    metadata = LMCacheMetadata(
+        model_name=MODEL,
+        world_size=1,
+        local_world_size=1,
+        worker_id=0,
+        local_worker_id=0,
+        kv_dtype=torch.bfloat16,
+        kv_shape=KV_SHAPE,
+        chunk_size=CHUNK,
+    )
+    return CreateStorageBackends(config, metadata, loop, dst_device="cpu"), metadata
+
+
+def key(i: int) -> CacheEngineKey:
+    return CacheEngineKey(MODEL, 1, 0, 0xABC000 + i, torch.bfloat16)
+
+
+def filled(cpu, value: int):
+    """A full chunk from LocalCPUBackend.allocate, every byte distinct per chunk."""
+    metadata = cpu.metadata
+    obj = cpu.allocate(metadata.get_shapes(), metadata.get_dtypes())
+    raw = obj.byte_array.cast("B")  # LMCache's view is '<B': cast to assign into it
+    pattern = bytes((value * 7 + j) % 251 for j in range(len(raw)))
+    raw[:] = pattern
+    return obj, pattern
+
+
+def logged(caplog, capfd) -> str:
+    """Everything logged so far: LMCache's records (caplog) and the plugin's lines (stderr)."""
+    text = caplog.text + capfd.readouterr().err
+    caplog.clear()
+    return text
+
+
+def run(loop, coro):
+    return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+
+
+def test_lmcache_loads_the_plugin_and_round_trips(tmp_path, s3, loop, caplog, capfd):
+    backends, _ = build(tmp_path, s3, loop)
+    err = logged(caplog, capfd)
+    assert "Created remote backend for plugin: kvceph" in err
+    assert "kvceph connector 0.1.0 ready for plugin://kvceph (LMCache 0.5.6)" in err
+    remote, cpu = backends["RemoteBackend-kvceph"], backends["LocalCPUBackend"]
+    conn = remote.connection.getWrappedConnector()
+    assert type(conn).__name__ == "KvcephS3Connector"
+
+    patterns = []
+    for i in range(4):
+        obj, pattern = filled(cpu, i)
+        patterns.append(pattern)
+        remote.submit_put_task(key(i), obj).result(30)
+        obj.ref_count_down()
+    # The object names are LMCache's own: CacheEngineKey.to_string(), '/' -> '_', bucket root.
+    assert s3.name(key(0).to_string()) in s3.objects
+    assert key(0).to_string().startswith(MODEL + "@1@0@")
+    assert remote.contains(key(0))
+    assert remote.batched_contains([key(0), key(1), key(9), key(2)]) == 2
+
+    got = remote.batched_get_blocking([key(0), key(1), key(2), key(3)])
+    assert [bytes(o.byte_array) for o in got] == patterns
+    for o in got:
+        o.ref_count_down()
+
+    # LMCache's async loading path (storage_manager.async_lookup_and_prefetch).
+    assert run(loop, remote.batched_async_contains("req", [key(0), key(1), key(7)])) == 2
+    objs = run(loop, remote.batched_get_non_blocking("req", [key(0), key(1)]))
+    assert [bytes(o.byte_array) for o in objs] == patterns[:2]
+    for o in objs:
+        o.ref_count_down()
+
+    # A chunk whose stored bytes went bad is never handed to LMCache; the prefix before it is.
+    name = s3.name(key(1).to_string())
+    s3.faults[name] = "corrupt"
+    try:
+        objs = run(loop, remote.batched_get_non_blocking("req", [key(0), key(1), key(2)]))
+        assert [bytes(o.byte_array) for o in objs] == patterns[:1]
+        for o in objs:
+            o.ref_count_down()
+    finally:
+        s3.faults.pop(name)
+    assert "1 of 3 misses (checksum)" in logged(caplog, capfd)
+    remote.close()
+
+
+def test_min_hit_tokens_reports_zero_and_sends_no_get(tmp_path, s3, loop):
+    # 3 chunks of 16 tokens are stored; the crossover asks for 64 tokens: nothing is loaded.
+    backends, _ = build(tmp_path, s3, loop, min_hit=64)
+    remote, cpu = backends["RemoteBackend-kvceph"], backends["LocalCPUBackend"]
+    for i in range(10, 13):
+        obj, _ = filled(cpu, i)
+        remote.submit_put_task(key(i), obj).result(30)
+        obj.ref_count_down()
+    gets = s3.count("GET")
+    keys = [key(i) for i in range(10, 14)]
+    assert run(loop, remote.batched_async_contains("r", keys)) == 0
+    assert remote.batched_contains(keys) == 0
+    assert s3.count("GET") == gets
+    # At or above the crossover the hit counts: 4 chunks = 64 tokens.
+    obj, _ = filled(cpu, 13)
+    remote.submit_put_task(key(13), obj).result(30)
+    obj.ref_count_down()
+    assert run(loop, remote.batched_async_contains("r", keys)) == 4
+    remote.close()
+
+
+def test_a_miss_is_not_remembered(tmp_path, s3, loop):
+    backends, _ = build(tmp_path, s3, loop)
+    remote, cpu = backends["RemoteBackend-kvceph"], backends["LocalCPUBackend"]
+    assert remote.batched_contains([key(20)]) == 0
+    # Another writer (here: straight into the bucket) stores the chunk after the miss.
+    obj, pattern = filled(cpu, 20)
+    s3.objects[s3.name(key(20).to_string())] = (bytes(pattern), {})  # stock-written: no crc
+    obj.ref_count_down()
+    assert remote.batched_contains([key(20)]) == 1
+    got = remote.batched_get_blocking([key(20)])
+    assert bytes(got[0].byte_array) == pattern  # accepted on size alone
+    got[0].ref_count_down()
+    remote.close()
+
+
+def test_broken_module_path_is_logged_by_lmcache(tmp_path, s3, loop, caplog, capfd):
+    backends, _ = build(tmp_path, s3, loop, module="kvceph_connector.no_such_module")
+    err = logged(caplog, capfd)
+    assert (
+        "Failed to load remote connector kvceph due to import/attribute error: "
+        "No module named 'kvceph_connector.no_such_module'" in err
+    )
+    assert (
+        "Failed to initialize/re-establish remote connection: "
+        "No adapter found for URL: plugin://kvceph" in err
+    )
+    # LMCache 0.5.6 still adds the backend, with no connection: every lookup is 0.
+    remote = backends["RemoteBackend-kvceph"]
+    assert remote.connection is None
+    assert "Created remote backend for plugin: kvceph" in err
+    assert "ready for plugin://kvceph" not in err
+
+
+def test_unsupported_lmcache_is_not_loaded(tmp_path, s3, loop, caplog, capfd, monkeypatch):
+    import lmcache
+
+    monkeypatch.setattr(lmcache, "__version__", "0.9.9")
+    monkeypatch.delitem(sys.modules, "kvceph_connector.lmcache_plugin")
+    backends, _ = build(tmp_path, s3, loop)
+    err = logged(caplog, capfd)
+    assert (
+        "Failed to load remote connector kvceph due to import/attribute error: "
+        "kvceph-connector 0.1.0 supports LMCache 0.5.6, not the installed 0.9.9: install a "
+        "supported LMCache or use the stock connector (kvceph_lmcache_connector: lmcache)"
+    ) in err
+    assert backends["RemoteBackend-kvceph"].connection is None
+
+
+def test_unsupported_lmcache_is_refused_in_one_line():
+    from kvceph_connector.lmcache_plugin import check_lmcache_version
+
+    check_lmcache_version("0.5.6")
+    with pytest.raises(ImportError) as info:
+        check_lmcache_version("0.6.0")
+    assert str(info.value) == (
+        "kvceph-connector 0.1.0 supports LMCache 0.5.6, not the installed 0.6.0: install a "
+        "supported LMCache or use the stock connector (kvceph_lmcache_connector: lmcache)"
+    )
+
+
+def test_bad_kvceph_keys_are_one_line_errors():
+    from kvceph_connector.lmcache_plugin import settings_from_extra
+
+    base = {"kvceph.endpoint": "lmcache.s3.kvlab:443"}
+    config, min_hit = settings_from_extra({**base, "kvceph.tls": "false"})
+    assert (config.tls, config.connections, config.timeout_s, min_hit) == (False, 16, 5.0, 0)
+    for extra, text in [
+        ({**base, "kvceph.conections": 4}, "unknown extra_config key kvceph.conections"),
+        ({}, "kvceph.endpoint is required"),
+        ({**base, "kvceph.tls": "maybe"}, "kvceph.tls must be true or false"),
+        ({**base, "kvceph.connections": 0}, "kvceph.connections must be >= 1"),
+        ({**base, "save_chunk_meta": True}, "save_chunk_meta must be false"),
+        ({"kvceph.endpoint": "https://lmcache.s3.kvlab"}, "no scheme, no path"),
+    ]:
+        with pytest.raises(ValueError, match=text):
+            settings_from_extra(extra)

@@ -1,0 +1,181 @@
+"""The S3 core against tests/fake_s3.py on loopback: the faults a real RGW does not do on demand.
+
+The same core runs byte-exact against the lab's real RGW (https and http), with an RGW stopped
+mid-read and a cut upload, in tests/integration/test_s3_connector.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+from fake_s3 import FakeS3
+
+from kvceph_connector.s3core import CRC_HEADER, SIZE_HEADER, S3Config, S3Core, crc32c, object_path
+
+KEY = "/var/lib/kvceph/models/Qwen/Qwen3-32B/abc@1@0@5a5a@bfloat16"
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "KVTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "kvtest-secret")
+
+
+@pytest.fixture()
+def s3():
+    server = FakeS3().start()
+    server.slow_s = 2.0
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def core(s3):
+    c = S3Core(S3Config(endpoint=s3.endpoint, tls=False, connections=8, timeout_s=0.8))
+    yield c
+    c.close()
+
+
+def warnings(caplog) -> list[str]:
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("kvceph_connector") and r.levelno >= logging.WARNING
+    ]
+    caplog.clear()
+    return lines
+
+
+def test_object_path_is_lmcache_s3_connectors():
+    # lmcache 0.5.6 S3Connector._format_safe_path: '/' -> '_', url-quoted, bucket root.
+    assert (
+        object_path(KEY) == "/_var_lib_kvceph_models_Qwen_Qwen3-32B_abc%401%400%405a5a%40bfloat16"
+    )
+
+
+def test_round_trip_is_byte_exact_across_ranged_parts(core, s3):
+    data = os.urandom((20 << 20) + 123)  # three 8 MiB ranged parts, the last one short
+    assert core.put(KEY, data)
+    stored, meta = s3.objects[s3.name(KEY)]
+    assert stored == data
+    assert meta == {CRC_HEADER: str(crc32c(data)), SIZE_HEADER: str(len(data))}
+    assert core.lookup([KEY, KEY + "x"]) == [len(data), None]
+    buf = bytearray(len(data))
+    assert core.get_into(KEY, buf, len(data))
+    assert buf == data
+    assert s3.count("GET") >= 3  # CRT split it: parts landed at their offsets
+    assert core.delete([KEY]) == [True]
+    assert core.lookup([KEY]) == [None]
+
+
+def test_lookups_are_concurrent_and_misses_are_not_cached(core, s3):
+    keys = [f"{KEY}-{i}" for i in range(32)]
+    s3.head_delay_s = 0.1
+    started = time.monotonic()
+    assert core.lookup(keys) == [None] * 32
+    took = time.monotonic() - started
+    # one after another would take 3.2 s; 8 connections: ~0.4 s
+    assert took < 1.5, took
+    assert s3.max_in_flight >= 4
+    # A second client (another host) writes one of them after the miss: the next lookup finds it.
+    other = S3Core(S3Config(endpoint=s3.endpoint, tls=False))
+    assert other.put(keys[5], b"kv" * 100)
+    other.close()
+    s3.head_delay_s = 0.0
+    assert core.lookup(keys)[5] == 200
+
+
+def test_stock_written_object_is_accepted_on_size(core, s3):
+    s3.objects[s3.name(KEY)] = (b"x" * 4096, {})
+    buf = bytearray(4096)
+    assert core.lookup([KEY]) == [4096]
+    assert core.get_into(KEY, buf, 4096) and buf == b"x" * 4096
+    assert not core.get_into(KEY, bytearray(8192), 8192)  # size is still checked
+
+
+@pytest.mark.parametrize(
+    "fault, kind",
+    [
+        ("corrupt", "checksum"),
+        ("short", "size"),
+        ("stall", "timeout"),
+        ("slow", "timeout"),
+        ("truncate", "connection"),
+        ("403", "403"),
+        ("500", "500"),
+        (None, "404"),
+    ],
+)
+def test_every_get_fault_is_a_miss_with_one_line(core, s3, caplog, fault, kind):
+    data = os.urandom(1 << 20)
+    assert core.put(KEY, data)
+    if fault is None:
+        s3.objects.clear()
+    else:
+        s3.faults[s3.name(KEY)] = fault
+    caplog.set_level(logging.DEBUG, logger="kvceph_connector")
+    buf = bytearray(b"\0" * len(data))
+    started = time.monotonic()
+    assert core.get_many_into([(KEY, buf, len(data))]) == [False]
+    assert time.monotonic() - started < 3.0
+    lines = warnings(caplog)
+    assert len(lines) == 1, lines
+    assert f"1 of 1 misses ({kind}), first {KEY}" in lines[0]
+
+
+def test_head_faults_are_misses(core, s3, caplog):
+    s3.objects[s3.name(KEY)] = (b"x" * 10, {})
+    s3.faults[s3.name(KEY)] = "403"
+    assert core.lookup([KEY, KEY + "-absent"]) == [None, None]
+    lines = warnings(caplog)
+    assert len(lines) == 1 and "1 of 2 misses (403)" in lines[0], lines
+    s3.faults[s3.name(KEY)] = "slow"
+    assert core.lookup([KEY]) == [None]
+    assert "misses (timeout)" in warnings(caplog)[0]
+
+
+def test_connection_refused_backs_off_then_recovers(s3, caplog):
+    port = s3.server_address[1]
+    core = S3Core(S3Config(endpoint=s3.endpoint, tls=False, timeout_s=1.0))
+    assert core.put(KEY, b"abc")
+    s3.stop()
+    assert core.lookup([KEY]) == [None]
+    first = warnings(caplog)
+    assert len(first) == 1 and "(connection)" in first[0], first
+    assert "every S3 request is a miss for 0.5 s, then S3 is tried again" in first[0]
+    # During the back-off: misses without a request, and no more warnings.
+    assert core.lookup([KEY] * 10) == [None] * 10
+    assert warnings(caplog) == []
+    back = FakeS3(port).start()
+    try:
+        back.objects[back.name(KEY)] = (b"abc", {})
+        deadline = time.monotonic() + 10
+        while core.lookup([KEY]) != [3]:
+            assert time.monotonic() < deadline, "the core never came back"
+            time.sleep(0.2)
+        assert any("reachable again" in line for line in warnings(caplog))
+    finally:
+        core.close()
+        back.stop()
+
+
+def test_put_faults_fail_with_one_line(core, s3, caplog):
+    s3.faults[s3.name(KEY)] = "403"
+    assert core.put_many([(KEY, b"a"), (KEY, b"b")]) == [False, False]
+    lines = warnings(caplog)
+    assert len(lines) == 1 and "put at" in lines[0] and "2 of 2 failed (403)" in lines[0]
+
+
+def test_bad_config_is_one_line():
+    for kwargs, text in [
+        ({"endpoint": "http://lmcache.s3.kvlab"}, "no scheme, no path"),
+        ({"endpoint": "b.s3", "connections": 0}, "connections must be >= 1"),
+        ({"endpoint": "b.s3", "timeout_s": 0}, "timeout_s must be > 0"),
+        ({"endpoint": "b.s3", "access_key_id": "A"}, "need both"),
+    ]:
+        with pytest.raises(ValueError, match=text):
+            S3Config(**kwargs)
+    assert S3Config(endpoint="lmcache.s3.kvlab:443").bucket == "lmcache"

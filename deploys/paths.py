@@ -1,0 +1,57 @@
+"""Every path kvceph writes or reads on the hosts, and where the controller keeps what it sends.
+
+One home, so a path that docs/design.md ("Files on inference hosts") names is defined once and
+every stage, fact and test refers to it here. Paths an operator chooses (the venv, the service
+home, the model directory) are settings; their defaults are here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# --- Controller: what the stages send -----------------------------------------------------------
+_DEPLOYS = Path(__file__).resolve().parent
+TEMPLATES = _DEPLOYS.parent / "templates"
+REMOTE = _DEPLOYS / "remote"  # stdlib-only scripts copied to the hosts
+
+# --- Every host kvceph manages -------------------------------------------------------------------
+CONFIG_DIR = "/etc/kvceph"
+# kvceph's helper scripts (S3 admin, model mirror) and the engine gate live here.
+SCRIPT_DIR = "/usr/local/lib/kvceph"
+HOSTS_FILE = "/etc/hosts"
+
+# --- Inference hosts ------------------------------------------------------------------------------
+LMCACHE_PATH = f"{CONFIG_DIR}/lmcache.yaml"
+ENV_PATH = f"{CONFIG_DIR}/vllm.env"  # the default engine's; render.env_path(engine) for each engine
+# root:root 0600: systemd reads it before dropping privileges; no other user can.
+SECRETS_PATH = f"{CONFIG_DIR}/secrets.env"
+UNIT_NAME = "vllm.service"
+UNIT_DIR = "/etc/systemd/system"
+UNIT_PATH = f"{UNIT_DIR}/{UNIT_NAME}"
+WHEELHOUSE = "/var/cache/kvceph/wheelhouse"
+# kvceph's gate in front of every engine route (docs/security.md "Engine API key").
+GUARD_MODULE = "kvceph_engine_guard"
+GUARD_PATH = f"{SCRIPT_DIR}/{GUARD_MODULE}.py"
+GUARD_SOURCE = REMOTE / "engine_guard.py"
+DEFAULT_VENV = "/opt/kvceph/venv"
+# Drain files (deploys/drain.py): only root writes here; a tmpfs, so a reboot forgets them.
+DRAIN_DIR = "/run/kvceph"
+DRAIN_SOURCE = REMOTE / "engine_drain.py"
+# Mirror source: the pull, and the mirror's read-only key.
+MIRROR_SCRIPT = f"{SCRIPT_DIR}/model_mirror.py"
+MIRROR_SOURCE = REMOTE / "model_mirror.py"
+MODELS_READER_CONFIG = f"{CONFIG_DIR}/models-s3.ini"
+DEFAULT_MODEL_ROOT = "/var/lib/kvceph/models"
+
+# --- The Ceph admin host --------------------------------------------------------------------------
+ADMIN_SCRIPT = f"{SCRIPT_DIR}/s3admin.py"
+ADMIN_SOURCE = REMOTE / "s3admin.py"
+ADMIN_DIR = f"{CONFIG_DIR}/admin"
+ADMIN_CONFIG = f"{ADMIN_DIR}/s3-admin.ini"
+MODELS_OWNER_CONFIG = f"{ADMIN_DIR}/models-owner.ini"
+MODELS_ADMIN_READER_CONFIG = f"{ADMIN_DIR}/models-reader.ini"
+MODELS_UPLOAD_DIR = "/var/cache/kvceph/models-upload"
+# The run lock (deploys/lock.py).
+LOCK_DIR = "/var/lib/kvceph"
+LOCK_FILE = f"{LOCK_DIR}/deploy.lock"
+LOCK_INFO_FILE = f"{LOCK_DIR}/deploy.lock.info"

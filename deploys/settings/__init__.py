@@ -1,0 +1,82 @@
+"""Typed, validated settings: the one place that owns defaults and checks them.
+
+Pure package: it reads a mapping (pyinfra's ``host.data`` or a plain dict) and never touches
+pyinfra state, so deploy.py, verify.py, the tests and the lab all share it. One module per
+subject (``reader`` for the typed getters, ``ceph``, ``s3``, ``engine`` + ``engine_list`` +
+``model_source``, ``lmcache``, ``security`` + ``secret_names``, ``verification``,
+``inventory`` for the cross-host checks, ``run_control`` for the one-run ``--data`` opt-ins);
+:func:`load` assembles one host's :class:`HostSettings` from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from deploys.settings import run_control, security
+from deploys.settings.ceph import CephSettings, RgwSettings, ceph_settings, rgw_settings
+from deploys.settings.engine import EngineSettings, engine_settings
+from deploys.settings.lmcache import LMCacheSettings, lmcache_settings
+from deploys.settings.reader import ACCELERATOR_OF_GROUP, INFERENCE_GROUPS, Reader
+from deploys.settings.s3 import S3Settings, s3_settings
+from deploys.settings.verification import (
+    ProbeSettings,
+    VerifySettings,
+    probe_settings,
+    verify_settings,
+)
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    host: str
+    groups: tuple[str, ...]
+    ceph: CephSettings | None
+    rgw: RgwSettings
+    s3: S3Settings
+    engine: EngineSettings | None
+    lmcache: LMCacheSettings | None
+    lock_stale_after: int
+    verify: VerifySettings | None = None  # None only when built by hand in tests
+    security: security.SecuritySettings = security.DEFAULTS
+    probe: ProbeSettings | None = None  # likewise
+    run: run_control.RunControl = run_control.RunControl()  # this run's --data opt-ins
+
+    @property
+    def is_inference(self) -> bool:
+        return self.engine is not None
+
+    @property
+    def is_ceph_admin(self) -> bool:
+        return "ceph_admin" in self.groups
+
+
+def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
+    """Validate one host's data; raise SettingsError (one line) on the first problem."""
+    groups = tuple(groups)
+    r = Reader(data, host)
+    security.refuse_secrets_in_data(r)
+    inference = [g for g in INFERENCE_GROUPS if g in groups]
+    if len(inference) > 1:
+        raise r.fail("groups", list(groups), "host is in both gpu and gaudi", "put it in one group")
+    rgw = rgw_settings(r)
+    s3 = s3_settings(r, rgw)
+    engine = lmcache = None
+    if inference:
+        engine = engine_settings(r, ACCELERATOR_OF_GROUP[inference[0]])
+        lmcache = lmcache_settings(r, engine)
+    return HostSettings(
+        host=host,
+        groups=groups,
+        ceph=ceph_settings(r) if "ceph_admin" in groups else None,
+        rgw=rgw,
+        s3=s3,
+        engine=engine,
+        lmcache=lmcache,
+        lock_stale_after=r.int("kvceph_lock_stale_after", 3600, lo=60),
+        verify=verify_settings(r),
+        security=security.load(r),
+        probe=probe_settings(r),
+        run=run_control.load(r),
+    )

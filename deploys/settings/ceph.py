@@ -1,0 +1,154 @@
+"""Ceph and RGW settings: the pools, the RGW service and its ingress."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from deploys.secrets import Secret
+from deploys.settings import security
+from deploys.settings.reader import Reader
+
+# --- Ceph ------------------------------------------------------------------------------------
+
+_POOL_NAME = r"[A-Za-z0-9_.\-]{1,128}"
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    name: str
+    pg_num: int
+    size: int | None  # None: leave the cluster's default alone
+    min_size: int | None
+    application: str
+    type: str = "replicated"
+
+
+@dataclass(frozen=True)
+class CephSettings:
+    pools: tuple[PoolSettings, ...]
+    connect_timeout: int
+    command_timeout: int
+    warn_min_size_one: bool
+
+
+def _pool(r: Reader, index: int, raw: Any) -> PoolSettings:
+    key = f"kvceph_ceph_pools[{index}]"
+    if not isinstance(raw, Mapping):
+        raise r.fail(key, raw, "must be a dict", "use {'name': ..., 'pg_num': ...}")
+    unknown = set(raw) - {"name", "pg_num", "size", "min_size", "application", "type"}
+    if unknown:
+        raise r.fail(key, sorted(unknown), "unknown pool keys", "remove them")
+    name = raw.get("name")
+    if not isinstance(name, str) or not re.fullmatch(_POOL_NAME, name):
+        raise r.fail(f"{key}.name", name, "is not a valid pool name", "use letters, digits, . _ -")
+    pg = raw.get("pg_num")
+    if isinstance(pg, bool) or not isinstance(pg, int) or pg < 1 or pg & (pg - 1):
+        raise r.fail(f"{key}.pg_num", pg, "must be a power of two", "use e.g. 64, 2048")
+    size, min_size = raw.get("size"), raw.get("min_size")
+    for sub, v in (("size", size), ("min_size", min_size)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10):
+            raise r.fail(f"{key}.{sub}", v, "must be an integer 1..10", "use e.g. 2")
+    if size is not None and min_size is not None and min_size > size:
+        raise r.fail(
+            f"{key}.min_size", min_size, f"exceeds size {size}", "keep size >= min_size >= 1"
+        )
+    ptype = raw.get("type", "replicated")
+    if ptype != "replicated":
+        raise r.fail(f"{key}.type", ptype, "only replicated pools are supported", "use replicated")
+    app = raw.get("application", "rgw")
+    if not isinstance(app, str) or not re.fullmatch(r"[a-z0-9_]+", app):
+        raise r.fail(f"{key}.application", app, "is not an application name", "use e.g. rgw")
+    return PoolSettings(name, pg, size, min_size, app, ptype)
+
+
+# Seed values: data pool 2048 PGs size 2 min_size 1, index pool 64 PGs.
+DEFAULT_POOLS = [
+    {"name": "default.rgw.buckets.data", "pg_num": 2048, "size": 2, "min_size": 1},
+    {"name": "default.rgw.buckets.index", "pg_num": 64},
+]
+
+
+def ceph_settings(r: Reader) -> CephSettings:
+    pools = tuple(_pool(r, i, p) for i, p in enumerate(r.list("kvceph_ceph_pools", DEFAULT_POOLS)))
+    names = [p.name for p in pools]
+    if len(set(names)) != len(names):
+        raise r.fail("kvceph_ceph_pools", names, "pool names repeat", "list each pool once")
+    return CephSettings(
+        pools=pools,
+        connect_timeout=r.int("kvceph_ceph_connect_timeout", 10, lo=1, hi=300),
+        command_timeout=r.int("kvceph_ceph_command_timeout", 60, lo=5, hi=3600),
+        warn_min_size_one=r.bool("kvceph_ceph_warn_min_size_one", True),
+    )
+
+
+# --- RGW -------------------------------------------------------------------------------------
+
+_DNS_LABEL = r"(?!-)[a-z0-9-]{1,63}(?<!-)"
+_DNS_NAME = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
+
+
+@dataclass(frozen=True)
+class RgwSettings:
+    managed_by: str  # "cephadm" or "external"
+    service_id: str
+    count_per_host: int
+    label: str
+    networks: tuple[str, ...]
+    frontend_port: int
+    concentrator: str | None
+    concentrator_port: int
+    ingress_virtual_ip: str | None
+    ingress_frontend_port: int
+    dns_name: str
+    # kvceph_rgw_ingress_ssl_pem: the ingress's certificate chain and private key (haproxy
+    # terminates TLS); the key is a Secret, compared with the cluster's by hash only
+    ingress_ssl_cert: str | None = None
+    ingress_ssl_key: Secret | None = None
+
+    @property
+    def service_name(self) -> str:
+        return f"rgw.{self.service_id}"
+
+
+def rgw_settings(r: Reader) -> RgwSettings:
+    networks = r.cidrs("kvceph_rgw_networks", ["10.67.67.0/24"])
+    vip = r.opt_str("kvceph_rgw_ingress_virtual_ip")
+    if vip is not None:
+        r.interface("kvceph_rgw_ingress_virtual_ip", vip, "10.67.67.100/24")
+    concentrator = r.raw("kvceph_rgw_concentrator", "haproxy")
+    if concentrator not in (None, "haproxy"):
+        raise r.fail(
+            "kvceph_rgw_concentrator", concentrator, "unsupported", "use 'haproxy' or None"
+        )
+    dns = r.str("kvceph_rgw_dns_name", "s3.cephlab.com").lower()
+    if not re.fullmatch(_DNS_NAME, dns):
+        raise r.fail("kvceph_rgw_dns_name", dns, "is not a DNS name", "use e.g. s3.cephlab.com")
+    rgw = RgwSettings(
+        managed_by=r.choice("kvceph_rgw_managed_by", "cephadm", ("cephadm", "external")),
+        service_id=r.str("kvceph_rgw_service_id", "standard", pattern=r"[A-Za-z0-9_.\-]+"),
+        count_per_host=r.int("kvceph_rgw_count_per_host", 4, lo=1, hi=64),
+        label=r.str("kvceph_rgw_label", "rgw", pattern=r"[A-Za-z0-9_.\-]+"),
+        networks=networks,
+        frontend_port=r.port("kvceph_rgw_frontend_port", 8080),
+        concentrator=concentrator,
+        concentrator_port=r.port("kvceph_rgw_concentrator_port", 80),
+        ingress_virtual_ip=vip,
+        ingress_frontend_port=r.port("kvceph_rgw_ingress_frontend_port", 80),
+        dns_name=dns,
+    )
+    pem = r.opt_str("kvceph_rgw_ingress_ssl_pem")
+    if pem is not None:
+        cert, key = security.read_tls_pem(r, "kvceph_rgw_ingress_ssl_pem", pem)
+        rgw = dataclasses.replace(rgw, ingress_ssl_cert=cert, ingress_ssl_key=key)
+    if rgw.concentrator and rgw.concentrator_port == rgw.frontend_port:
+        raise r.fail(
+            "kvceph_rgw_concentrator_port",
+            rgw.concentrator_port,
+            "equals kvceph_rgw_frontend_port",
+            "give haproxy and RGW different ports",
+        )
+    return rgw

@@ -1,0 +1,216 @@
+"""Engine settings: the software profile, the served model, the service and its engines."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from deploys import versions
+from deploys.settings import engine_list, model_source, security
+from deploys.settings.reader import Reader
+
+# --- Engine (software + service) ---------------------------------------------------------------
+
+DEFAULT_PROFILES = {
+    "nvidia": {
+        "name": "vllm",
+        "packages": ["vllm==0.33.0", "lmcache==0.5.6"],
+        "executable": "vllm",
+        "vllm_version": "0.33.0",
+        "lmcache_version": "0.5.6",
+        "extra_args": [],
+        "env": {},
+    },
+    # vllm-gaudi validates vLLM 0.26 only; the operator provides the wheelhouse (Habana index).
+    "gaudi": {
+        "name": "vllm-gaudi",
+        "packages": ["vllm==0.26.0", "vllm-gaudi==0.26.0", "lmcache==0.5.6"],
+        "executable": "vllm",
+        "vllm_version": "0.26.0",
+        "lmcache_version": "0.5.6",
+        "extra_args": [],
+        "env": {},
+    },
+}
+
+# Gaudi env: PT_HPU_GPU_MIGRATION=1 is required by LMCache on HPU (vllm_gaudi/__init__.py).
+# Not taken from the seed: VLLM_SKIP_WARMUP=True (inflates the first TTFT of every bucket; a
+# lab shortcut, not for production), VLLM_EXPONENTIAL_BUCKETING (deprecated; it overrides
+# VLLM_BUCKETING_STRATEGY), VLLM_USE_V1 / LMCACHE_USE_EXPERIMENTAL (no effect today).
+DEFAULT_GAUDI_ENV = {"PT_HPU_GPU_MIGRATION": "1"}
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    name: str
+    packages: tuple[str, ...]
+    executable: str
+    vllm_version: str
+    lmcache_version: str
+    extra_args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+    @property
+    def vllm_minor(self) -> str:
+        return versions.minor(self.vllm_version)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    accelerator: str  # nvidia | gaudi, from the host's group
+    accelerator_check: bool  # False in labs: no accelerator to detect
+    accelerator_count: int | None
+    profile: EngineProfile
+    install: bool
+    venv: str
+    index_url: str | None
+    wheelhouse: str | None  # local directory on the controller, uploaded for --no-index
+    model: str
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    port: int
+    kv_dtype: str
+    python_hash_seed: int
+    kv_role: str
+    kv_load_failure_policy: str
+    service_user: str
+    service_home: str
+    health_timeout: int
+    extra_env: tuple[tuple[str, str], ...]
+    source: model_source.ModelSource  # where the weights come from; the serve argument
+    # kvceph_engines (deploys/settings/engine_list.py); the default: one engine on every accelerator
+    engines: tuple[engine_list.Engine, ...] = (engine_list.Engine("vllm", None, 8000),)
+    restart_batch: int | str = 1
+    restart_whole_group: bool = False
+    # Seconds a restart waits for the engine to go idle (deploys/drain.py) before it cuts.
+    drain_timeout: int = 120
+    # kvceph_upgrade_cold_cache: an upgrade that changes the object keys may roll (upgrade.py).
+    upgrade_cold_cache: bool = False
+
+    @property
+    def serve_model(self) -> str:
+        """The ``vllm serve`` argument (part of every LMCache key); ``model`` is the name."""
+        return self.source.serve_argument
+
+    @property
+    def kv_block_size(self) -> int:
+        return versions.KV_BLOCK_SIZE[self.accelerator]
+
+
+def _profile(r: Reader, accelerator: str) -> EngineProfile:
+    raw = {**DEFAULT_PROFILES[accelerator], **r.dict("kvceph_engine_profile", {})}
+    key = "kvceph_engine_profile"
+    unknown = set(raw) - set(DEFAULT_PROFILES["nvidia"])
+    if unknown:
+        raise r.fail(key, sorted(unknown), "unknown profile keys", "remove them")
+    if not versions.vllm_key(raw["vllm_version"]):
+        raise r.fail(
+            f"{key}.vllm_version",
+            raw["vllm_version"],
+            "unsupported vLLM version",
+            f"use one of {', '.join(versions.SUPPORTED_VLLM)}",
+        )
+    if not versions.lmcache_key(raw["lmcache_version"]):
+        raise r.fail(
+            f"{key}.lmcache_version",
+            raw["lmcache_version"],
+            "unsupported LMCache version",
+            f"use one of {', '.join(versions.SUPPORTED_LMCACHE)}",
+        )
+    if not versions.pair_supported(raw["vllm_version"], raw["lmcache_version"]):
+        raise r.fail(
+            key,
+            (raw["vllm_version"], raw["lmcache_version"]),
+            "vLLM/LMCache pair not supported",
+            "use a pair from deploys/versions.py SUPPORTED_PAIRS",
+        )
+    exe = raw["executable"]
+    if not isinstance(exe, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", exe):
+        raise r.fail(f"{key}.executable", exe, "must be a program name in the venv", "e.g. vllm")
+    env = raw["env"] or {}
+    if not isinstance(env, Mapping) or not all(
+        re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(k)) for k in env
+    ):
+        raise r.fail(f"{key}.env", env, "must map UPPER_CASE names to values", "fix the names")
+    security.refuse_secret_env(r, f"{key}.env", env)
+    return EngineProfile(
+        name=str(raw["name"]),
+        packages=tuple(str(p) for p in raw["packages"]),
+        executable=exe,
+        vllm_version=str(raw["vllm_version"]),
+        lmcache_version=str(raw["lmcache_version"]),
+        extra_args=tuple(str(a) for a in raw["extra_args"]),
+        env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
+    )
+
+
+def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
+    model = r.str("kvceph_model", "Qwen/Qwen3-32B")
+    tp = r.int("kvceph_tensor_parallel_size", 2, lo=1, hi=64)
+    if tp & (tp - 1):
+        raise r.fail(
+            "kvceph_tensor_parallel_size", tp, "must be a power of two", "use 1, 2, 4 or 8"
+        )
+    count = r.opt_int("kvceph_accelerator_count", lo=1)
+    if count is not None and tp > count:
+        raise r.fail(
+            "kvceph_tensor_parallel_size",
+            tp,
+            f"exceeds the host's {count} accelerators",
+            "lower the tensor-parallel size or fix kvceph_accelerator_count",
+        )
+    extra_env = r.dict("kvceph_extra_env", DEFAULT_GAUDI_ENV if accelerator == "gaudi" else {})
+    for k in extra_env:
+        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(k)):
+            raise r.fail(
+                "kvceph_extra_env", k, "is not an environment variable name", "use UPPER_CASE"
+            )
+    security.refuse_secret_env(r, "kvceph_extra_env", extra_env)
+    if accelerator == "gaudi" and str(extra_env.get("PT_HPU_GPU_MIGRATION")) != "1":
+        raise r.fail(
+            "kvceph_extra_env",
+            extra_env,
+            "Gaudi3 needs PT_HPU_GPU_MIGRATION=1 for LMCache",
+            "add 'PT_HPU_GPU_MIGRATION': '1'",
+        )
+    user = r.str("kvceph_service_user", "vllm", pattern=r"[a-z_][a-z0-9_-]{0,31}")
+    max_len = r.int("kvceph_max_model_len", 40960, lo=256)
+    port = r.port("kvceph_vllm_port", 8000)
+    return EngineSettings(
+        accelerator=accelerator,
+        accelerator_check=r.bool("kvceph_accelerator_check", True),
+        accelerator_count=count,
+        profile=_profile(r, accelerator),
+        install=r.bool("kvceph_engine_install", True),
+        venv=r.path("kvceph_venv", "/opt/kvceph/venv"),
+        index_url=r.opt_str("kvceph_engine_index_url"),
+        wheelhouse=r.opt_str("kvceph_engine_wheelhouse"),
+        model=model,
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=r.float("kvceph_gpu_memory_utilization", 0.55),
+        # Qwen3-32B's native context is 40960; the seed's 131072 makes vLLM refuse to start
+        # unless YaRN is configured (no --rope-scaling in 0.33) or the override env is set.
+        max_model_len=max_len,
+        port=port,
+        # vLLM's --kv-cache-dtype values that both supported versions accept (0.33 has no
+        # float16); Qwen3-32B runs in bf16, so bfloat16 equals vLLM's "auto" there.
+        kv_dtype=r.choice("kvceph_kv_dtype", "bfloat16", ("bfloat16", "fp8")),
+        python_hash_seed=r.int("kvceph_python_hash_seed", 67, lo=0, hi=4294967295),
+        kv_role=r.choice("kvceph_kv_role", "kv_both", versions.KV_ROLES),
+        # recompute: a missing/unreadable chunk falls back to prefill instead of failing requests.
+        kv_load_failure_policy=r.choice(
+            "kvceph_kv_load_failure_policy", "recompute", versions.KV_LOAD_FAILURE_POLICIES
+        ),
+        service_user=user,
+        service_home=r.path("kvceph_service_home", f"/var/lib/{user}"),
+        health_timeout=r.int("kvceph_health_timeout", 900, lo=5, hi=7200),
+        drain_timeout=r.int("kvceph_drain_timeout", 120, lo=0, hi=7200),
+        upgrade_cold_cache=r.bool("kvceph_upgrade_cold_cache", False),
+        extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
+        source=model_source.load(r, model),
+        engines=engine_list.load(r, port, tp, count),
+        restart_batch=engine_list.restart_batch(r),
+        restart_whole_group=r.bool(engine_list.WHOLE_GROUP_OPT_IN, False),
+    )

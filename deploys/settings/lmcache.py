@@ -1,0 +1,144 @@
+"""LMCache settings: chunks, local tier, timeouts, the KV size behind the derived values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from deploys import kv_sizing, versions
+from deploys.settings.engine import EngineSettings
+from deploys.settings.reader import Reader
+
+# --- LMCache ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LMCacheSettings:
+    chunk_size: int
+    local_cpu: bool
+    max_local_cpu_size: float | None  # GiB per worker; None: derived (deploys/kv_sizing.py)
+    save_unfull_chunk: bool
+    enable_async_loading: bool
+    remote_serde: str
+    blocking_timeout_secs: int | None  # None: derived
+    hash_algorithm: str
+    extra_config: tuple[tuple[str, Any], ...]
+    dropped_keys: tuple[str, ...] = field(default=())  # seed keys this version ignores
+    lookup_timeout_ms: int | None = None  # None: derived
+    # KV bytes per token per worker; None only for a model directory until preflight reads its
+    # config.json from the host. kv_source says where the figure came from.
+    kv_bytes_per_token: int | None = None
+    kv_source: str = ""
+    load_gb_per_s: float = kv_sizing.DEFAULT_LOAD_GB_PER_S
+    prefill_tokens_per_s: float = kv_sizing.DEFAULT_PREFILL_TOKENS_PER_S["nvidia"]
+
+
+def _positive(r: Reader, key: str, default: Any, example: str) -> float | None:
+    value = r.raw(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise r.fail(key, value, "must be a number > 0", f"use e.g. {example}")
+    return float(value)
+
+
+def _kv_size(r: Reader, engine: EngineSettings) -> tuple[int | None, str]:
+    """(KV bytes per token per worker, where that figure comes from); see kv_sizing."""
+    tp = engine.tensor_parallel_size
+    given = r.opt_int("kvceph_kv_bytes_per_token", lo=1)
+    if given is not None:
+        return -(-given // tp), "kvceph_kv_bytes_per_token"
+    why = kv_sizing.refusal(engine.model)
+    if why:
+        raise r.fail(
+            "kvceph_model",
+            engine.model,
+            f"its KV is not layers x heads x head_dim ({why}); kvceph does not guess its size",
+            "serve a model with standard attention, or set kvceph_kv_bytes_per_token",
+        )
+    shape = kv_sizing.KNOWN_MODELS.get(engine.model)
+    if shape is not None:
+        return kv_sizing.kv_bytes_per_token(shape, engine.kv_dtype, tp), "known model table"
+    if engine.serve_model.startswith("/") and engine.source.source != "mirror":
+        return None, "config.json"  # read from the host by preflight
+    raise r.fail(
+        "kvceph_kv_bytes_per_token",
+        None,
+        f"KV size of {engine.model!r} unknown (not in deploys/kv_sizing.py KNOWN_MODELS, not a "
+        "model directory on the host)",
+        "set it to layers x KV heads x head_dim x 2 x dtype bytes (whole model, TP 1)",
+    )
+
+
+def lmcache_settings(r: Reader, engine: EngineSettings) -> LMCacheSettings:
+    chunk = r.int("kvceph_lmcache_chunk_size", 256, lo=1)
+    block = engine.kv_block_size
+    if chunk % block:
+        raise r.fail(
+            "kvceph_lmcache_chunk_size",
+            chunk,
+            f"is not a multiple of the {engine.accelerator} KV block size {block}",
+            f"use a multiple of {block}, e.g. 256",
+        )
+    cpu = _positive(r, "kvceph_lmcache_max_local_cpu_size", None, "6.25 (GiB), or None")
+    kv_bytes, kv_source = _kv_size(r, engine)
+    extra = r.dict("kvceph_lmcache_extra_config", {"s3_prefer_http2": False})
+    lmc = versions.lmcache_key(engine.profile.lmcache_version)
+    allowed = versions.LMCACHE_S3_EXTRA_KEYS[lmc]
+    managed = {"s3_region", "disable_tls", "aws_access_key_id", "aws_secret_access_key"}
+    dropped = tuple(k for k in extra if k in versions.LMCACHE_IGNORED_SEED_KEYS)
+    for k in extra:
+        if k in managed:
+            raise r.fail(
+                "kvceph_lmcache_extra_config",
+                k,
+                "is derived from the S3 settings",
+                "remove it (keys come from the credentials file, region from kvceph_s3_region)",
+            )
+        if k not in allowed and k not in dropped:
+            raise r.fail(
+                "kvceph_lmcache_extra_config",
+                k,
+                f"is not read by LMCache {lmc}",
+                f"use only {', '.join(sorted(allowed - managed))}",
+            )
+    if extra.get("save_chunk_meta", False):
+        raise r.fail(
+            "kvceph_lmcache_extra_config.save_chunk_meta",
+            True,
+            "LMCache's S3 connector requires it False",
+            "set it False or drop it",
+        )
+    return LMCacheSettings(
+        chunk_size=chunk,
+        # local_cpu False: skip the local tier, go straight to S3 (cross-node sharing).
+        local_cpu=r.bool("kvceph_lmcache_local_cpu", False),
+        # LMCache pins this much RAM per worker even with local_cpu False (the seed's 100 GB at
+        # TP=2 pins 200 GB); None: one max-length request per worker + headroom (kv_sizing).
+        max_local_cpu_size=cpu,
+        save_unfull_chunk=r.bool("kvceph_lmcache_save_unfull_chunk", False),
+        enable_async_loading=r.bool("kvceph_lmcache_enable_async_loading", True),
+        remote_serde=r.choice(
+            "kvceph_lmcache_remote_serde", "naive", ("naive", "kivi", "cachegen")
+        ),
+        # None: derived from the longest request's KV and kvceph_kv_load_gb_per_s (kv_sizing).
+        blocking_timeout_secs=r.opt_int("kvceph_lmcache_blocking_timeout_secs", lo=1),
+        lookup_timeout_ms=r.opt_int("kvceph_lmcache_lookup_timeout_ms", lo=1),
+        # builtin = Python hash(): depends on PYTHONHASHSEED *and* the Python minor version.
+        hash_algorithm=r.choice(
+            "kvceph_lmcache_hash_algorithm", "sha256_cbor", versions.HASH_ALGORITHMS
+        ),
+        extra_config=tuple(sorted((k, v) for k, v in extra.items() if k not in dropped)),
+        dropped_keys=dropped,
+        kv_bytes_per_token=kv_bytes,
+        kv_source=kv_source,
+        load_gb_per_s=_positive(
+            r, "kvceph_kv_load_gb_per_s", kv_sizing.DEFAULT_LOAD_GB_PER_S, "0.7 (GB/s)"
+        ),
+        prefill_tokens_per_s=_positive(
+            r,
+            "kvceph_prefill_tokens_per_s",
+            kv_sizing.DEFAULT_PREFILL_TOKENS_PER_S[engine.accelerator],
+            "5000",
+        ),
+    )

@@ -1,0 +1,115 @@
+"""S3 settings: the endpoint inference hosts and the admin host reach, bucket, user, lifecycle."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from deploys.settings.ceph import RgwSettings
+from deploys.settings.reader import Reader
+
+# --- S3 --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    endpoint: str  # as inference hosts reach RGW, e.g. http://s3.cephlab.com:80
+    admin_endpoint: str  # as the Ceph admin host reaches RGW (writes go from there)
+    scheme: str
+    endpoint_host: str
+    endpoint_port: int
+    bucket: str
+    region: str
+    user: str
+    user_display_name: str
+    profile: str
+    wildcard_dns: bool
+    endpoint_ip: str | None
+    expiration_days: int
+    abort_multipart_days: int
+    lifecycle_rule_id: str
+    quota_max_size_gb: int | None
+
+    @property
+    def bucket_host(self) -> str:
+        """Virtual-hosted name LMCache connects to (it speaks no path-style)."""
+        return f"{self.bucket}.{self.endpoint_host}"
+
+    @property
+    def remote_url(self) -> str:
+        return f"s3://{self.bucket_host}:{self.endpoint_port}"
+
+    @property
+    def disable_tls(self) -> bool:
+        return self.scheme == "http"
+
+
+def endpoint_parts(r: Reader, key: str, value: str) -> tuple[str, str, int]:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        raise r.fail(key, value, "scheme must be http or https", "use http://host:port")
+    if not parts.hostname:
+        raise r.fail(key, value, "has no host", "use http://host:port")
+    if parts.path not in ("", "/") or parts.query or parts.username:
+        raise r.fail(key, value, "must be scheme://host:port only", "drop path, query and user")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise r.fail(key, value, "has an invalid port", "use a port 1..65535") from None
+    return parts.scheme, parts.hostname, port
+
+
+def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
+    endpoint = r.str("kvceph_s3_endpoint", f"http://{rgw.dns_name}:80")
+    scheme, host, port = endpoint_parts(r, "kvceph_s3_endpoint", endpoint)
+    admin = r.str("kvceph_s3_admin_endpoint", endpoint)
+    endpoint_parts(r, "kvceph_s3_admin_endpoint", admin)
+    bucket = r.str("kvceph_s3_bucket", "lmcache")
+    # Virtual-hosted addressing puts the bucket into a DNS label: no dots, no capitals.
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", bucket):
+        raise r.fail(
+            "kvceph_s3_bucket",
+            bucket,
+            "is not a DNS-legal bucket name (virtual-host style)",
+            "use 3-63 lowercase letters, digits and '-', no dots",
+        )
+    if host != rgw.dns_name and not host.endswith("." + rgw.dns_name):
+        # LMCache sends Host: <bucket>.<endpoint host>; RGW only maps it to the bucket when the
+        # endpoint host is its rgw_dns_name.
+        raise r.fail(
+            "kvceph_s3_endpoint",
+            endpoint,
+            f"host differs from kvceph_rgw_dns_name {rgw.dns_name!r}",
+            "use the RGW DNS name as endpoint host (virtual-hosted addressing)",
+        )
+    wildcard = r.bool("kvceph_s3_wildcard_dns", False)
+    ip = r.opt_str("kvceph_s3_endpoint_ip")
+    if not wildcard and ip is None:
+        raise r.fail(
+            "kvceph_s3_endpoint_ip",
+            None,
+            "needed when kvceph_s3_wildcard_dns is False",
+            "give the RGW/haproxy IP for the /etc/hosts entry, or set wildcard DNS True",
+        )
+    if ip is not None:
+        r.ip("kvceph_s3_endpoint_ip", ip, "e.g. 10.0.0.5")
+    quota = r.opt_int("kvceph_s3_quota_max_size_gb", lo=1)
+    return S3Settings(
+        endpoint=endpoint,
+        admin_endpoint=admin,
+        scheme=scheme,
+        endpoint_host=host,
+        endpoint_port=port,
+        bucket=bucket,
+        region=r.str("kvceph_s3_region", "default"),
+        user=r.str("kvceph_s3_user", "lmcache", pattern=r"[A-Za-z0-9_.\-]+"),
+        user_display_name=r.str("kvceph_s3_user_display_name", "LMCache KV cache"),
+        profile=r.str("kvceph_s3_profile", "lmcache", pattern=r"[A-Za-z0-9_.\-]+"),
+        wildcard_dns=wildcard,
+        endpoint_ip=ip,
+        expiration_days=r.int("kvceph_s3_expiration_days", 7, lo=1),
+        abort_multipart_days=r.int("kvceph_s3_abort_multipart_days", 1, lo=1),
+        lifecycle_rule_id=r.str("kvceph_s3_lifecycle_rule_id", "kvceph-expire"),
+        quota_max_size_gb=quota,
+    )
