@@ -107,20 +107,19 @@ class CrossNodeProbe:
 
 def test_patch_release_rolls_under_load_sharing_the_cache_across_versions(converged):
     env = {"KVCEPH_LAB_VLLM_VERSION": "0.33.1"}
-    plan = pyinfra("--dry", json_out=False, env=env)
-    assert plan.rc == 0, plan.output[-4000:]
-    for name in GROUP:
-        assert re.search(
-            rf"kvceph: {name} vllm.service: vLLM 0.33.0 -> 0.33.1, LMCache 0.5.6: the object "
-            "keys stay valid",
-            plan.output,
-        ), plan.output[-4000:]
-    assert plan.output.count("vllm.service: drains first (new requests 503, up to 120 s") == 2
     with StreamLoad(ENGINES) as load, CrossNodeProbe() as probe:
         time.sleep(1)
         run = pyinfra(json_out=False, env=env)
         time.sleep(1)
     assert run.rc == 0, run.output[-6000:]
+    # Said while the stage is prepared, before anything restarts (a --dry run says the same).
+    for name in GROUP:
+        assert re.search(
+            rf"kvceph: {name} vllm.service: vLLM 0.33.0 -> 0.33.1, LMCache 0.5.6: the object "
+            "keys stay valid",
+            run.output,
+        ), run.output[-4000:]
+    assert run.output.count("vllm.service: drains first (new requests 503, up to 120 s") == 2
     assert {version(n) for n in GROUP} == {"0.33.1"}
     assert_no_request_cut(load)
     steps = turns(run.output)
@@ -133,7 +132,6 @@ def test_patch_release_rolls_under_load_sharing_the_cache_across_versions(conver
     mixed = [r for r in probe.records if r["versions"][0] != r["versions"][1]]
     assert mixed, f"no probe while gpu1 and gpu2 ran different releases: {probe.records}"
     assert all(r["loaded"] >= 1023 for r in mixed), mixed
-    assert pyinfra(env=env).changed() == []
 
 
 def test_orphaning_upgrade_needs_the_opt_in_then_stops_old_engines_first_and_cuts_late_requests(
