@@ -5,10 +5,17 @@ stack with ``--middleware kvceph_engine_guard.Guard`` added by its own code, Fas
 config and an engine core), nothing else.
 
 Not part of ``make unit``/CI: it needs vLLM importable (``pip install --no-deps vllm==0.33.0``
-+ its light deps + a CPU torch, ~1 GB), more than this issue's CI budget. Run once by hand:
++ its import-time deps + a CPU torch: ~2 GB, ~15 min on the 2-core machine), more than this
+issue's CI budget. Run by hand (2026-12-01: vLLM 0.33.0, torch 2.13.0+cpu, fastapi 0.165.0,
+starlette 1.10.0, uvicorn 0.54.0: 2 passed in 18 s):
 
     python -m venv /tmp/vllm-venv && /tmp/vllm-venv/bin/pip install --no-deps vllm==0.33.0
-    /tmp/vllm-venv/bin/pip install torch fastapi uvicorn transformers ... pytest
+    /tmp/vllm-venv/bin/pip install torch fastapi uvicorn transformers prometheus_client \
+        prometheus-fastapi-instrumentator openai msgspec cloudpickle psutil pyzmq pydantic \
+        cbor2 blake3 pybase64 cachetools partial-json-parser setproctitle einops regex urllib3 \
+        requests aiohttp tqdm numpy sentencepiece tiktoken pillow pyyaml jinja2 openai-harmony \
+        uvloop py-cpuinfo xgrammar llguidance watchfiles orjson \
+        model-hosting-container-standards pytest
     /tmp/vllm-venv/bin/python -m pytest -q tests/vllm_app
 """
 
@@ -29,6 +36,7 @@ from unittest import mock
 
 import pytest
 
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # no accelerator: vLLM's CPU platform
 pytest.importorskip("vllm.entrypoints.launchers.app")
 uvicorn = pytest.importorskip("uvicorn")
 
@@ -46,8 +54,8 @@ def _free_port() -> int:
 
 
 def _app(drain_dir: Path, key: str | None):
+    from vllm.entrypoints.common.cli_args import make_arg_parser
     from vllm.entrypoints.launchers.app import build_app
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     argv = ["--model", "Qwen/Qwen3-32B", "--middleware", "kvceph_engine_guard.Guard"]
@@ -82,7 +90,10 @@ def server(request, tmp_path):
     app, env = _app(tmp_path, key)
     port = _free_port()
     with mock.patch.dict(os.environ, env):
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        # vLLM's lifespan starts its engine-state tasks (init_app_state was not run).
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+        )
         srv = uvicorn.Server(config)
         thread = threading.Thread(target=srv.run, daemon=True)
         thread.start()
