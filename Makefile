@@ -19,15 +19,25 @@ CONNECTOR_VENV := $(VENV)/connector
 
 # System packages: the lab (nspawn hosts, mmdebstrap), Ceph for fact fixtures and spec
 # validation (python3-ceph-common), systemd-analyze for unit checks.
-APT_PKGS := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime \
-            ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
+APT_LAB  := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime
+APT_CEPH := ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
+APT_PKGS := $(APT_LAB) $(APT_CEPH)
+# A long quiet step as a line when it starts and one with its seconds when it ends.
+STEP := lab/step.sh
 
-.PHONY: help deps venv lmcache-venv connector-venv connector-unit lint unit integration test lab lab-up lab-down deploy verify probe bench dry clean \
-        rotate-add rotate-retire
+.PHONY: help deps venv lmcache-venv connector-venv connector-unit lint unit integration test lab lab-up \
+        lab-down lab-purge deploy verify probe bench dry clean rotate-add rotate-retire images wheelhouse \
+        _integration _test _lab _lab-up _bench
+
+# A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
+# instance's claim while it runs, what it starts (sub-makes, pytest, lab.sh) passes; a second
+# run on a busy instance stops at once in one line. Nested calls just run the target.
+CLAIM = $(PY) lab/claim.py run "make $@" -- $(MAKE) --no-print-directory
 
 help:
 	@echo "make lab       bring up the local lab, deploy, verify (README quick start)"
-	@echo "make lab-down  stop the lab and remove everything it created"
+	@echo "make lab-down  stop the lab, remove its hosts (keeps images, wheelhouse, keys, secrets)"
+	@echo "make lab-purge lab-down, then remove the rest of the instance's state dir too"
 	@echo "make test      lint + unit tests + integration tests on the lab (what CI runs)"
 	@echo "make unit      offline unit tests only"
 	@echo "make dry       plan the lab deploy with pyinfra --dry"
@@ -35,35 +45,42 @@ help:
 deps: $(VENV)/.deps-apt
 $(VENV)/.deps-apt:
 	@mkdir -p $(VENV)
-	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "apt: installing $$missing"; \
-	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-	    --no-install-recommends $$missing >/dev/null; \
+	@missing() { for p in "$$@"; do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done; }; \
+	lab=$$(missing $(APT_LAB) | xargs); ceph=$$(missing $(APT_CEPH) | xargs); \
+	apt=(env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq); \
+	if [ -n "$$lab$$ceph" ]; then \
+	  $(STEP) deps "apt: package lists" "$${apt[@]}" update && \
+	  { [ -z "$$lab" ] || $(STEP) deps "apt: lab tools ($$lab)" \
+	      "$${apt[@]}" install -y --no-install-recommends $$lab >/dev/null; } && \
+	  { [ -z "$$ceph" ] || $(STEP) deps "apt: Ceph client and fixtures ($$ceph)" \
+	      "$${apt[@]}" install -y --no-install-recommends $$ceph >/dev/null; }; \
 	fi
 	@touch $@
 
 venv: $(BIN)/.installed
-$(BIN)/.installed: pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,report]'
-	$(BIN)/pip install -q -e lab/engine
+$(BIN)/.installed: pyproject.toml connector/pyproject.toml
+	@$(STEP) venv "python venv $(VENV)" $(PY) -m venv $(VENV)
+	@$(STEP) venv "pip: pip itself" $(BIN)/pip install -q --upgrade pip
+	@$(STEP) venv "pip: kvceph (pyinfra, boto3, paramiko, jinja2) + dev (pytest, ruff) + report (matplotlib)" \
+	  $(BIN)/pip install -q -e '.[dev,report]'
+	@$(STEP) venv "pip: lab engine (lab/engine)" $(BIN)/pip install -q -e lab/engine
+	@$(STEP) venv "pip: kvceph connector (connector/)" $(BIN)/pip install -q --no-deps -e connector
 	@touch $@
 
 lmcache-venv: $(LMCACHE_VENV)/.installed
 $(LMCACHE_VENV)/.installed:
-	$(PY) -m venv $(LMCACHE_VENV)
-	$(LMCACHE_VENV)/bin/pip install -q --no-deps lmcache==0.5.6 pyyaml requests urllib3 idna certifi
+	@$(STEP) venv "lmcache venv $(LMCACHE_VENV): lmcache 0.5.6, no torch (config loader for unit tests)" \
+	  sh -c '$(PY) -m venv $(LMCACHE_VENV) && \
+	  $(LMCACHE_VENV)/bin/pip install -q --no-deps lmcache==0.5.6 pyyaml requests urllib3 idna certifi'
 	@touch $@
 
 connector-venv: $(CONNECTOR_VENV)/.installed
 $(CONNECTOR_VENV)/.installed: connector/pyproject.toml connector/tests/requirements-cpu.txt
-	$(PY) -m venv $(CONNECTOR_VENV)
-	$(CONNECTOR_VENV)/bin/pip install -q --no-deps torch==2.13.0 lmcache==0.5.6 \
+	@$(STEP) venv "python venv $(CONNECTOR_VENV)" $(PY) -m venv $(CONNECTOR_VENV)
+	@$(STEP) venv "pip: torch 2.13.0 (CPU) + lmcache 0.5.6 + the connector's test deps" \
+	  $(CONNECTOR_VENV)/bin/pip install -q --no-deps torch==2.13.0 lmcache==0.5.6 \
 	  -r connector/tests/requirements-cpu.txt
-	$(CONNECTOR_VENV)/bin/pip install -q --no-deps -e connector
+	@$(STEP) venv "pip: kvceph connector (connector/)" $(CONNECTOR_VENV)/bin/pip install -q --no-deps -e connector
 	@touch $@
 
 # The connector's own tests (loopback S3 + real LMCache classes); part of `make unit`.
@@ -75,9 +92,11 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 unit: venv deps lmcache-venv connector-unit
-	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py
+	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py lab/engine/tests/test_kvceph_store.py
 
-integration: venv deps
+integration:
+	@$(CLAIM) _integration
+_integration: venv deps
 	$(BIN)/pytest -q -x tests/integration
 
 # Integration tests by lab (lab/README.md "Which lab"): the deploy chain, verification, node
@@ -87,17 +106,33 @@ CEPHADM_TESTS := $(addprefix tests/integration/,test_01_lab_deploy.py test_02_ve
                  test_03_node_replacement.py test_11_cephadm_rgw.py)
 PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integration/test_*.py)))
 
-test: lint venv deps lmcache-venv connector-unit
+test:
+	@$(CLAIM) _test
+_test: lint venv deps lmcache-venv connector-unit
 	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py \
+	  lab/engine/tests/test_kvceph_store.py \
 	  $(PACIFIC_TESTS)
 	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(CEPHADM_TESTS)
 
 # The cephadm lab unless KVCEPH_LAB_CEPH=pacific is set.
-lab: venv deps
+lab:
+	@$(CLAIM) _lab
+# The images (the longest step) build while pip fills the venv and the wheelhouse: apt first,
+# since the image build needs mmdebstrap.
+_lab: deps
+	@KVCEPH_LAB_CEPH=$${KVCEPH_LAB_CEPH:-cephadm} $(MAKE) --no-print-directory -j3 venv images wheelhouse
 	KVCEPH_LAB_CEPH=$${KVCEPH_LAB_CEPH:-cephadm} $(MAKE) -s lab-up deploy verify
 	@echo "lab is up: reports in reports/, stop it with: make lab-down"
 
-lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
+# The lab's root filesystems (and the cephadm lab's container images), built once, cached.
+images: deps
+	lab/lab.sh build
+
+wheelhouse: $(WHEELHOUSE)/.built
+
+lab-up:
+	@$(CLAIM) _lab-up
+_lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
 	@# Labs made before the API key existed get one (the lab runs with a key by default).
 	@grep -q '^KVCEPH_VLLM_API_KEY=' $(KVCEPH_SECRETS_FILE) || { umask 077; \
 	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')" \
@@ -112,7 +147,8 @@ lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
 
 # The lab engine and its dependencies as wheels: lab hosts have no route to any index.
 $(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.toml | grep -v /tests/)
-	rm -rf $(WHEELHOUSE) && lab/engine/build-wheelhouse.sh $(WHEELHOUSE) >/dev/null
+	@rm -rf $(WHEELHOUSE) && $(STEP) wheelhouse "pip: lab engine + lmcache wheels for the offline hosts" \
+	  lab/engine/build-wheelhouse.sh $(WHEELHOUSE) >/dev/null
 	@touch $@
 
 $(KVCEPH_SECRETS_FILE):
@@ -122,8 +158,13 @@ $(KVCEPH_SECRETS_FILE):
 	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')"; } > $@
 	@echo "lab S3 keys and engine API key written to $@ (0600)"
 
+# lab-down keeps what is slow to make again (images, wheelhouse) and the lab's identity (SSH
+# keys, TLS CA, secrets); lab-purge removes the instance's whole state dir.
 lab-down:
 	lab/lab.sh down
+
+lab-purge:
+	lab/lab.sh purge
 
 deploy: venv
 	$(BIN)/pyinfra -y inventories/lab.py deploy.py
@@ -139,7 +180,9 @@ probe: venv
 
 # Provisioning benchmark (bench/README.md): never part of `make test`. BENCH_HOSTS="2 4 8 16".
 BENCH_HOSTS ?= 2 4 8 16
-bench: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built $(VENV)/ansible/.installed
+bench:
+	@$(CLAIM) _bench
+_bench: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built $(VENV)/ansible/.installed
 	$(BIN)/python bench/run.py --hosts $(BENCH_HOSTS) --repeat 3
 
 $(VENV)/ansible/.installed:

@@ -37,11 +37,11 @@ TIMEOUT_MARGIN = 1.5
 PINNED_RAM_FRACTION = 0.5
 
 # Conservative S3 load bandwidth (GB/s = 1e9 bytes/s, per host, all workers together): LMCache
-# loaded 0.7-0.9 GB/s from one radosgw on an H200 host (../shared/recipes/gpu-real-engine).
+# loaded 0.70-0.91 GB/s from one radosgw on an H200 host (docs/procedure.md, "Pinned memory").
 DEFAULT_LOAD_GB_PER_S = 0.7
-# Cold prefill rate (tokens/s) per accelerator, for Qwen3-32B: H200 TP 1 measured 5,010 tok/s
-# at 16k and 5,000 at 30k (gpu-real-engine recipe); Gaudi3 TP 2 ~2,000 tok/s at 16k (ceph.io
-# blog 2025-12-10, ~8 s cold). Other models and TPs: set kvceph_prefill_tokens_per_s.
+# Flat cold prefill rates (tokens/s): only the default of settings built by hand in tests.
+# Deployments take the length-dependent figure of deploys/crossover.py (DEFAULT_PREFILL, or
+# kvceph_prefill_tokens_per_s), evaluated at the longest request.
 DEFAULT_PREFILL_TOKENS_PER_S = {"nvidia": 5000.0, "gaudi": 2000.0}
 
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from pyinfra import logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand
 
 from deploys.ceph_cli import ceph, redacted
@@ -26,6 +27,7 @@ Run = Callable[[object], "tuple[int, list[str]]"]
 # The orchestrator deploys in its own loop; 20.2.4 ran two RGWs ~20 s after the apply on 2 cores.
 DEFAULT_WAIT = 180
 POLL = 3
+PROGRESS_EVERY = 15
 
 
 def spec_differences(wanted, current, path: str = "") -> list[str]:
@@ -160,9 +162,15 @@ def wait_converged(
     restarted: dict | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    progress: Callable[[str], None] | None = None,
 ) -> str | None:
-    """Poll until :func:`converged` (None) or ``wait`` seconds pass (the one-line reason)."""
-    deadline = clock() + wait
+    """Poll until :func:`converged` (None) or ``wait`` seconds pass (the one-line reason).
+
+    + progress: told what is still missing, with the seconds waited, every PROGRESS_EVERY
+      seconds (the wait is minutes at worst: a slow cluster is told from a hung deploy)
+    """
+    start = clock()
+    deadline, told = start + wait, start
     while True:
         seen = read_service(run, service_name, t)
         missing = converged(service_name, wanted, seen, restarted)
@@ -171,11 +179,20 @@ def wait_converged(
         if clock() >= deadline:
             last = f"; orchestrator: {_one_line(seen['errors'][-1])}" if seen["errors"] else ""
             return f"{missing} after {wait} s{last}"
+        if progress is not None and clock() - told >= PROGRESS_EVERY:
+            told = clock()
+            progress(f"waiting {told - start:.0f} s of {wait} s: {missing}")
         sleep(POLL)
 
 
 def apply_and_wait(
-    run: Run, remote: str, service_name: str, wanted: dict, t: dict, wait: int = DEFAULT_WAIT
+    run: Run,
+    remote: str,
+    service_name: str,
+    wanted: dict,
+    t: dict,
+    wait: int = DEFAULT_WAIT,
+    progress: Callable[[str], None] | None = None,
 ) -> str | None:
     """``ceph orch apply -i <remote>`` (the file is removed), then :func:`wait_converged`.
 
@@ -192,10 +209,16 @@ def apply_and_wait(
     refusal = orch_apply_refusal(lines, rc)
     if refusal:
         return f"ceph orch apply {service_name} refused: {refusal}"
-    return wait_converged(run, service_name, wanted, t, wait)
+    return wait_converged(run, service_name, wanted, t, wait, progress=progress)
 
 
-def restart_and_wait(run: Run, service_name: str, t: dict, wait: int = DEFAULT_WAIT) -> str | None:
+def restart_and_wait(
+    run: Run,
+    service_name: str,
+    t: dict,
+    wait: int = DEFAULT_WAIT,
+    progress: Callable[[str], None] | None = None,
+) -> str | None:
     """``ceph orch restart <service>``, then wait until every daemon started again and runs."""
     before = read_service(run, service_name, t)
     started = {d["name"]: d["started"] for d in before["daemons"]}
@@ -204,7 +227,7 @@ def restart_and_wait(run: Run, service_name: str, t: dict, wait: int = DEFAULT_W
     if refusal:
         return f"ceph orch restart {service_name} failed: {refusal}"
     wanted = {"service_name": service_name}
-    return wait_converged(run, service_name, wanted, t, wait, restarted=started)
+    return wait_converged(run, service_name, wanted, t, wait, restarted=started, progress=progress)
 
 
 # --- as pyinfra commands: run when the operation executes, on the operation's host ----------
@@ -218,15 +241,24 @@ def _host_run(host) -> Run:
     return run
 
 
+def _progress(host, service_name: str) -> Callable[[str], None]:
+    """The read-back's waits as log lines beside pyinfra's output (``kvceph: host: ...``)."""
+    return lambda line: logger.info("    kvceph: %s: %s: %s", host.name, service_name, line)
+
+
 def _apply_read_back(state, host, remote, service_name, wanted, t, wait):
-    problem = apply_and_wait(_host_run(host), remote, service_name, wanted, t, wait)
+    problem = apply_and_wait(
+        _host_run(host), remote, service_name, wanted, t, wait, _progress(host, service_name)
+    )
     if problem:
         raise OperationError(f"kvceph: {problem}")
     return True
 
 
 def _restart_read_back(state, host, service_name, t, wait):
-    problem = restart_and_wait(_host_run(host), service_name, t, wait)
+    problem = restart_and_wait(
+        _host_run(host), service_name, t, wait, _progress(host, service_name)
+    )
     if problem:
         raise OperationError(f"kvceph: {problem}")
     return True

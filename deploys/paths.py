@@ -13,6 +13,7 @@ from pathlib import Path
 _DEPLOYS = Path(__file__).resolve().parent
 TEMPLATES = _DEPLOYS.parent / "templates"
 REMOTE = _DEPLOYS / "remote"  # stdlib-only scripts copied to the hosts
+CONNECTOR_SOURCE = _DEPLOYS.parent / "connector"  # built into a wheel (connector_package.py)
 
 # --- Every host kvceph manages -------------------------------------------------------------------
 CONFIG_DIR = "/etc/kvceph"
@@ -29,6 +30,8 @@ UNIT_NAME = "vllm.service"
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PATH = f"{UNIT_DIR}/{UNIT_NAME}"
 WHEELHOUSE = "/var/cache/kvceph/wheelhouse"
+# kvceph's LMCache connector: its wheel, installed into the venv from there (--no-deps).
+CONNECTOR_DIR = "/var/cache/kvceph/connector"
 # kvceph's gate in front of every engine route (docs/security.md "Engine API key").
 GUARD_MODULE = "kvceph_engine_guard"
 GUARD_PATH = f"{SCRIPT_DIR}/{GUARD_MODULE}.py"

@@ -17,7 +17,7 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
-from deploys import compat, kv_sizing, lock, render, secrets, settings
+from deploys import compat, kv_sizing, lock, render, secrets, settings, tier_preflight
 from deploys.facts.engine import MemTotal, ModelConfig
 from deploys.facts.model import MirroredModel
 from deploys.settings import model_source
@@ -324,12 +324,16 @@ def _check(inventory) -> Preflight:
         )
         hosts = resolve_kv_sizes(hosts, read_config)
         check_sizing(hosts, lambda name: _fact(inventory, name, MemTotal))
+        tier_preflight.check_connector(hosts)
+        hosts = tier_preflight.resolve(hosts)
     except (SettingsError, secrets.SecretsError) as exc:
         _stop(str(exc))
     for g in groups:
         logger.info(
             "kvceph: cache group %s TP=%d: %s", g.model, g.tensor_parallel_size, ", ".join(g.hosts)
         )
+    for line in tier_preflight.plan_lines(hosts, groups):
+        logger.info(line)
     check_templates(hosts, creds)
     result = Preflight(hosts, groups, creds)
     _take_lock(inventory, result)

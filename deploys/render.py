@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from deploys import kv_sizing, paths, upgrade, versions
+from deploys import connector_package, kv_sizing, paths, upgrade, versions
 from deploys.secrets import Secret
 from deploys.settings import HostSettings, model_source
 from deploys.settings.engine_list import DEVICE_VARIABLE, Engine
@@ -78,11 +78,16 @@ def lmcache_config(me: HostSettings) -> dict[str, Any]:
     # Buffer and timeouts fit the longest request (deploys/kv_sizing.py): LMCache's defaults
     # (5 GB, 3000 ms) never hit after a restart and killed the engine at 30k tokens on an H200.
     limits = kv_sizing.limits(me)
+    remote: dict[str, Any] = {"remote_url": me.s3.remote_url}
+    if _kvceph(me):
+        # An LMCache plugin, never beside remote_url: that would make two remote tiers.
+        remote = {"remote_storage_plugins": [connector_package.PLUGIN_NAME]}
+        extra = kvceph_extra_config(me)
     return {
         "chunk_size": lmc.chunk_size,
         "local_cpu": lmc.local_cpu,
         "max_local_cpu_size": limits.max_local_cpu_size,
-        "remote_url": me.s3.remote_url,
+        **remote,
         "save_unfull_chunk": lmc.save_unfull_chunk,
         "enable_async_loading": lmc.enable_async_loading,
         "lookup_timeout_ms": limits.lookup_timeout_ms,
@@ -93,9 +98,41 @@ def lmcache_config(me: HostSettings) -> dict[str, Any]:
     }
 
 
+def _kvceph(me: HostSettings) -> bool:
+    return (
+        me.lmcache is not None
+        and me.lmcache.tier is not None
+        and (me.lmcache.tier.connector == "kvceph")
+    )
+
+
+def kvceph_extra_config(me: HostSettings) -> dict[str, Any]:
+    """extra_config for kvceph's connector: the plugin's module and class, and exactly the
+    ``kvceph.*`` keys it reads (it logs any other ``kvceph.*`` key as an error)."""
+    tier = me.lmcache.tier
+    plugin = f"remote_storage_plugin.{connector_package.PLUGIN_NAME}"
+    # Resolved by preflight (crossover.resolve); 0 (never skip) where it could not be.
+    min_hit = tier.crossover.min_hit_tokens if tier.crossover else (tier.min_hit_tokens or 0)
+    return {
+        f"{plugin}.module_path": connector_package.MODULE_PATH,
+        f"{plugin}.class_name": connector_package.CLASS_NAME,
+        # Virtual-hosted like the stock connector: <bucket>.<rgw_dns_name>:<port> as Host.
+        "kvceph.endpoint": me.s3.remote_url.removeprefix("s3://"),
+        "kvceph.region": me.s3.region,
+        "kvceph.tls": not me.s3.disable_tls,
+        "kvceph.connections": tier.connections,
+        "kvceph.timeout_s": tier.timeout_s,
+        "kvceph.min_hit_tokens": min_hit,
+        "save_chunk_meta": False,
+    }
+
+
 def _yaml_scalar(value: Any) -> str:
     # JSON scalars are YAML scalars; strings come out double-quoted, so no YAML surprises
-    # (yes/no/on/off, colons) can change their meaning.
+    # (yes/no/on/off, colons) can change their meaning. A list of strings is a JSON (= YAML
+    # flow) list.
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return json.dumps(value)
     if not isinstance(value, (str, int, float, bool)):
         raise ValueError(f"LMCache value {value!r} is not a scalar")
     return json.dumps(value)
@@ -334,6 +371,9 @@ def digest(me: HostSettings, credentials, engine: Engine | None = None) -> str:
         secrets_env_file(credentials).reveal(),
         guard_module() if me.security.guard else "",
         me.security.s3_ca_pem or "",
+        # kvceph's connector is code the engine loads at start: a new build restarts it. Only
+        # with that connector, so the digests of stock-connector engines stay as they were.
+        *([connector_package.current().content] if _kvceph(me) else []),
     ):
         data = part.encode()
         # Length-prefixed, so moving text between files changes the digest.

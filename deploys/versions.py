@@ -1,6 +1,6 @@
 """Engine versions kvceph supports, and what each version accepts.
 
-Sources (read 2026-11, see ../shared/reference/lmcache-vllm-facts.md):
+Sources (read 2026-11; docs/procedure.md "Where kvceph deliberately deviates"):
 - vLLM 0.33 ``KVTransferConfig`` forbids extra fields; 0.26 still accepts the legacy ones.
 - LMCache 0.5.6 S3 connector (``s3_connector.py``) and config loader (``v1/config.py``).
 """

@@ -28,6 +28,8 @@ kvceph_s3_quota_max_size_gb = 4
 # verify.py runs on the controller, which reaches haproxy by address (path-style is fine there;
 # the certificate names the address too).
 kvceph_verify_s3_endpoint = f"{_SCHEME}://{_CEPH1}:{_PORT}"
+# verify.py's measured figures (the crossover's source) stay with the lab, not in the checkout.
+kvceph_measured_dir = f"{_LAB}/measured"
 if _SCHEME == "https":
     kvceph_s3_ca_bundle = f"{_LAB}/tls/ca.pem"
 

@@ -330,6 +330,11 @@ lab_ssh() {  # lab_ssh HOST [CMD...]
 
 lock() { mkdir -p "$LAB"; exec 9>"$LAB/.lock"; flock 9; }
 
+# A lab instance belongs to one run at a time (lab/claim.py): a command that changes the lab
+# runs inside the claim of the run that started it (KVCEPH_LAB_CLAIM, e.g. `make test`'s),
+# else it claims the instance for itself; a busy instance stops it at once in one line.
+claimed() { [ -n "${KVCEPH_LAB_CLAIM:-}" ] && grep -qxF "token=$KVCEPH_LAB_CLAIM" "$LAB/claim" 2>/dev/null; }
+
 build() {
   ensure_host_packages
   if [ "$CEPH_MODE" = cephadm ]; then "$HERE/image/build.sh" cephadm; else "$HERE/image/build.sh" all; fi
@@ -399,7 +404,9 @@ cmd_down() {
   rm -rf "$LAB/hosts" "$LAB/ceph-mode"  # next `up` boots fresh hosts (host keys are kept)
   teardown_net
   for d in $(cg_dirs x); do rmdir "$(dirname "$d")" 2>/dev/null || true; done
-  log "lab is down (cached image kept in $IMG; 'lab.sh purge' removes everything)"
+  local kept  # du exits 1 when one of them is missing: the total is still right
+  kept=$(cd "$LAB" && { du -scLh image cephadm-images wheelhouse model tls hostkeys id_ed25519* secrets.env 2>/dev/null || true; } | tail -1 | cut -f1)
+  log "lab is down; kept in $LAB ($kept): images, wheelhouse, SSH keys, TLS CA, secrets; 'make lab-purge' (lab.sh purge) removes them"
 }
 
 cmd_status() {
@@ -416,6 +423,10 @@ cmd_status() {
 
 main() {
   local cmd=${1:-help}; shift || true
+  case $cmd in
+  up | down | purge | build | stop | kill | start | replace | blank)
+    claimed || exec python3 "$HERE/claim.py" run "lab.sh $cmd${*:+ $*}" -- "$0" "$cmd" "$@" ;;
+  esac
   case $cmd in
   up) need_root; lock; cmd_up ;;
   down) need_root; lock; cmd_down ;;

@@ -4,7 +4,8 @@ It speaks just enough S3 for awscrt's client (HEAD, ranged GET, PUT, DELETE; x-a
 kept), ignores signatures, and counts requests. ``faults[object_path] = mode`` makes one
 object misbehave: "403", "500", "slow" (headers after ``slow_s``), "stall" (half the body,
 then silence), "truncate" (half the body, then the connection closes), "corrupt" (one byte
-flipped, metadata untouched), "short" (Content-Length one byte less than stored).
+flipped, metadata untouched), "short" (Content-Length one byte less than stored), "drip" (the
+whole body, slowly, over ``drip_s``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class FakeS3(ThreadingHTTPServer):
         self.objects: dict[str, tuple[bytes, dict[str, str]]] = {}
         self.faults: dict[str, str] = {}
         self.slow_s = 3.0
+        self.drip_s = 1.5
         self.requests: list[tuple[str, str]] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -142,6 +144,13 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in meta.items():
                 self.send_header(k, v)
             self.end_headers()
+            if fault == "drip":  # the whole body, slowly: drip_s in ten pieces
+                step = max(1, len(body) // 10)
+                for i in range(0, len(body), step):
+                    self.wfile.write(body[i : i + step])
+                    self.wfile.flush()
+                    time.sleep(self.server.drip_s / 10)
+                return
             if fault in ("truncate", "stall"):
                 self.wfile.write(body[: len(body) // 2])
                 self.wfile.flush()

@@ -200,6 +200,28 @@ def test_a_miss_is_not_remembered(tmp_path, s3, loop):
     remote.close()
 
 
+def test_lmcache_giving_up_frees_the_buffers(tmp_path, s3, loop):
+    # RemoteBackend bounds a load with asyncio.wait_for(blocking_timeout_secs): the cancelled
+    # load must stop writing into its MemoryObjs and give them back.
+    backends, _ = build(tmp_path, s3, loop)
+    remote, cpu = backends["RemoteBackend-kvceph"], backends["LocalCPUBackend"]
+    obj, _ = filled(cpu, 30)
+    remote.submit_put_task(key(30), obj).result(30)
+    obj.ref_count_down()
+    conn = remote.connection.getWrappedConnector()
+    taken = []
+    allocate = conn._allocate
+    conn._allocate = lambda: taken.append(allocate()) or taken[-1]
+    s3.faults[s3.name(key(30).to_string())] = "drip"
+    try:
+        with pytest.raises(TimeoutError):
+            run(loop, asyncio.wait_for(conn.batched_get_non_blocking("r", [key(30)] * 2), 0.3))
+    finally:
+        s3.faults.clear()
+    assert len(taken) == 2 and [o.get_ref_count() for o in taken] == [0, 0]
+    remote.close()
+
+
 def test_broken_module_path_is_logged_by_lmcache(tmp_path, s3, loop, caplog, capfd):
     backends, _ = build(tmp_path, s3, loop, module="kvceph_connector.no_such_module")
     err = logged(caplog, capfd)
@@ -218,10 +240,20 @@ def test_broken_module_path_is_logged_by_lmcache(tmp_path, s3, loop, caplog, cap
     assert "ready for plugin://kvceph" not in err
 
 
-def test_unsupported_lmcache_is_not_loaded(tmp_path, s3, loop, caplog, capfd, monkeypatch):
-    import lmcache
+def test_bad_kvceph_value_is_lmcaches_failure_line(tmp_path, s3, loop, caplog, capfd):
+    backends, _ = build(tmp_path, s3, loop, min_hit="-5")
+    err = logged(caplog, capfd)
+    assert (
+        "Failed to initialize/re-establish remote connection: "
+        "kvceph.min_hit_tokens must be >= 0, not -5" in err
+    )
+    assert backends["RemoteBackend-kvceph"].connection is None
 
-    monkeypatch.setattr(lmcache, "__version__", "0.9.9")
+
+def test_unsupported_lmcache_is_not_loaded(tmp_path, s3, loop, caplog, capfd, monkeypatch):
+    import kvceph_connector.versions
+
+    monkeypatch.setattr(kvceph_connector.versions, "lmcache_version", lambda: "0.9.9")
     monkeypatch.delitem(sys.modules, "kvceph_connector.lmcache_plugin")
     backends, _ = build(tmp_path, s3, loop)
     err = logged(caplog, capfd)

@@ -34,18 +34,29 @@ def shape_of(me) -> verdicts.Shape:
 
 
 def probe_args(me, nonce: str) -> list[str]:
-    """s3probe.py's arguments for this host: endpoint, region, TLS and I/O threads as LMCache
-    reads them from the host's lmcache.yaml (``render.lmcache_config``), object size from the
-    same derivation, so the probe takes the path the engine takes."""
+    """s3probe.py's arguments for this host: endpoint, region, TLS and I/O threads (kvceph's
+    connector: its core, connections and timeout) as the engine reads them from lmcache.yaml
+    (``render.lmcache_config``), object size from the same derivation, so the probe takes the
+    path the engine takes."""
     e, lmc, probe = me.engine, me.lmcache, me.probe
     config = render.lmcache_config(me)
     extra = config["extra_config"]
     chunks = max(1, probe.tokens // lmc.chunk_size)
+    kvceph = "remote_storage_plugins" in config  # kvceph's connector: its own kvceph.* keys
+    if kvceph:
+        endpoint, region = extra["kvceph.endpoint"], extra["kvceph.region"]
+        threads, tls, http2 = extra["kvceph.connections"], extra["kvceph.tls"], False
+    else:
+        endpoint, region = config["remote_url"].removeprefix("s3://"), extra["s3_region"]
+        # LMCache reads these with bool(): the same here.
+        threads = int(extra.get("s3_num_io_threads", 64))
+        tls = not bool(extra.get("disable_tls", False))
+        http2 = bool(extra.get("s3_prefer_http2", True))
     argv = [
         "--endpoint",
-        config["remote_url"].removeprefix("s3://"),
+        endpoint,
         "--region",
-        str(extra["s3_region"]),
+        str(region),
         "--chunk-bytes",
         str(kv_sizing.chunk_bytes(me)),
         "--chunks",
@@ -53,17 +64,20 @@ def probe_args(me, nonce: str) -> list[str]:
         "--workers",
         str(e.tensor_parallel_size),
         "--io-threads",
-        str(int(extra.get("s3_num_io_threads", 64))),
+        str(threads),
         "--rounds",
         str(probe.rounds),
         "--nonce",
         nonce,
     ]
-    # LMCache reads these with bool(): the same here.
-    if bool(extra.get("disable_tls", False)):
+    if not tls:
         argv.append("--disable-tls")
-    if bool(extra.get("s3_prefer_http2", True)):
+    if http2:
         argv.append("--prefer-http2")
+    if kvceph:
+        # s3probe.py measures through the connector's own S3 core, with its knobs.
+        argv += ["--connector", "kvceph", "--connections", str(threads)]
+        argv += ["--timeout-s", repr(float(extra["kvceph.timeout_s"]))]
     return argv
 
 

@@ -16,12 +16,19 @@ builds (lmcache/v1/storage_backend/connector/s3_connector.py + s3_adapter.py):
 - GET: every chunk of the request in flight at once (``batched_get``), the body written into
   a preallocated buffer per chunk (LMCache memmoves into its pinned buffer).
 
+With ``--connector kvceph`` the probe moves the same objects through kvceph's connector core
+instead (``kvceph_connector.s3core.S3Core``, what the kvceph LMCache plugin runs): one core per
+worker with ``--connections`` requests in flight, concurrent HEADs, GETs memmoved into the
+buffers with size + crc32c checked, single PUTs carrying the checksum. The engine venv must hold
+kvceph-connector then (the engine-software stage installs it with that connector).
+
 Objects are named ``kvceph-probe-<nonce>@<worker>@<index>``; every one is deleted at the end,
 also after a failure. Prints one JSON document on stdout; exit 1 with one line on stderr when
 nothing could be measured.
 
     python s3probe.py --endpoint BUCKET.DNS:PORT --region R --chunk-bytes B --chunks K
         --workers TP --io-threads 64 --rounds 3 --nonce N [--disable-tls] [--prefer-http2]
+        [--connector kvceph --connections 16 --timeout-s 5]
 """
 
 import argparse
@@ -133,6 +140,41 @@ class Worker:
         return r.finished_future, got
 
 
+class CoreWorker:
+    """One TP worker through kvceph's connector core (the kvceph plugin's S3 client)."""
+
+    def __init__(self, args):
+        from kvceph_connector.s3core import S3Config, S3Core
+
+        self.core = S3Core(
+            S3Config(
+                endpoint=args.endpoint,
+                region=args.region,
+                tls=not args.disable_tls,
+                connections=args.connections,
+                timeout_s=args.timeout_s,
+            )
+        )
+
+    def put_all(self, keys, payload):
+        if not all(self.core.put_many([(k, payload) for k in keys])):
+            raise SystemExit("PUT failed (the connector core logged why)")
+
+    def heads(self, keys, out):
+        t = time.monotonic()
+        if None in self.core.lookup(keys):
+            raise SystemExit("HEAD failed (the connector core logged why)")
+        out.append((time.monotonic() - t) / max(1, len(keys)))  # per key, all in flight
+
+    def get_all(self, keys, buffers):
+        items = [(k, b, len(b)) for k, b in zip(keys, buffers, strict=True)]
+        if not all(self.core.get_many_into(items)):
+            raise SystemExit("GET failed (the connector core logged why)")
+
+    def delete_all(self, keys):
+        return sum(self.core.delete(keys))
+
+
 def wait(pending, ok_statuses, what):
     for fut, got in pending:
         try:
@@ -220,12 +262,22 @@ def parse(argv):
     p.add_argument("--nonce", required=True)
     p.add_argument("--disable-tls", action="store_true")
     p.add_argument("--prefer-http2", action="store_true")
+    p.add_argument("--connector", choices=("lmcache", "kvceph"), default="lmcache")
+    p.add_argument("--connections", type=int, default=16)
+    p.add_argument("--timeout-s", type=float, default=5.0)
     return p.parse_args(argv)
 
 
 def main(argv):
     args = parse(argv)
-    workers = [Worker(args) for _ in range(args.workers)]
+    kvceph = args.connector == "kvceph"
+    workers = [(CoreWorker if kvceph else Worker)(args) for _ in range(args.workers)]
+    put_fn, head_fn, get_fn = (
+        (CoreWorker.put_all, CoreWorker.heads, CoreWorker.get_all)
+        if kvceph
+        else (put_all, heads, get_all)
+    )
+    delete_fn = CoreWorker.delete_all if kvceph else delete_all
     keys = [
         [f"kvceph-probe-{args.nonce}@{w}@{i}" for i in range(args.chunks)]
         for w in range(args.workers)
@@ -238,18 +290,19 @@ def main(argv):
     pairs = list(zip(workers, keys, strict=True))
     try:
         for _ in range(args.rounds):
-            up.append(in_threads(put_all, [(w, k, payload) for w, k in pairs]))
-            in_threads(heads, [(w, k, head_s) for w, k in pairs])
+            up.append(in_threads(put_fn, [(w, k, payload) for w, k in pairs]))
+            in_threads(head_fn, [(w, k, head_s) for w, k in pairs])
             down.append(
-                in_threads(get_all, [(w, k, b) for (w, k), b in zip(pairs, buffers, strict=True)])
+                in_threads(get_fn, [(w, k, b) for (w, k), b in zip(pairs, buffers, strict=True)])
             )
         if bytes(buffers[0][0][:64]) != payload[:64]:
             raise SystemExit("GET returned other bytes than were PUT")
     finally:
-        deleted = sum(delete_all(w, k) for w, k in pairs)
+        deleted = sum(delete_fn(w, k) for w, k in pairs)
     print(
         json.dumps(
             {
+                "connector": args.connector,
                 "bytes_per_round": total,
                 "objects": args.chunks * args.workers,
                 "deleted": deleted,
@@ -272,5 +325,7 @@ if __name__ == "__main__":
             sys.exit(1)
         raise
     except ImportError as exc:
-        print(f"s3probe: {exc} (the engine venv lacks awscrt?)", file=sys.stderr)
+        missing = f"{getattr(exc, 'name', None) or ''}."
+        lacks = "kvceph-connector" if missing.startswith("kvceph_connector.") else "awscrt"
+        print(f"s3probe: {exc} (the engine venv lacks {lacks}?)", file=sys.stderr)
         sys.exit(1)

@@ -23,6 +23,9 @@ class CacheGroup:
 
 
 # What must agree inside a cache group, or keys differ and nodes never reuse each other's cache.
+# Not kvceph_lmcache_connector: kvceph's connector names objects exactly as LMCache's stock one
+# (CacheEngineKey.to_string() at the bucket root) and reads stock-written objects (accepted on
+# size alone), so a group may mix the two and move between them without losing its cache.
 _KEY_INVARIANTS = (
     ("kvceph_kv_dtype", lambda h: h.engine.kv_dtype),
     ("kvceph_lmcache_chunk_size", lambda h: h.lmcache.chunk_size),

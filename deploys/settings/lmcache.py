@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploys import kv_sizing, versions
+from deploys import crossover, kv_sizing, versions
+from deploys.settings import tier as tier_settings
 from deploys.settings.engine import EngineSettings
 from deploys.settings.reader import Reader
 
@@ -30,7 +31,9 @@ class LMCacheSettings:
     kv_bytes_per_token: int | None = None
     kv_source: str = ""
     load_gb_per_s: float = kv_sizing.DEFAULT_LOAD_GB_PER_S
+    # The cold prefill rate of the longest request (from tier.prefill_points).
     prefill_tokens_per_s: float = kv_sizing.DEFAULT_PREFILL_TOKENS_PER_S["nvidia"]
+    tier: tier_settings.TierSettings | None = None  # None only when built by hand in tests
 
 
 def _positive(r: Reader, key: str, default: Any, example: str) -> float | None:
@@ -82,7 +85,19 @@ def lmcache_settings(r: Reader, engine: EngineSettings) -> LMCacheSettings:
         )
     cpu = _positive(r, "kvceph_lmcache_max_local_cpu_size", None, "6.25 (GiB), or None")
     kv_bytes, kv_source = _kv_size(r, engine)
+    tier = tier_settings.load(r, engine.accelerator)
     extra = r.dict("kvceph_lmcache_extra_config", {"s3_prefer_http2": False})
+    if tier.connector == "kvceph" and r.raw("kvceph_lmcache_extra_config", None) is not None:
+        stock = sorted(k for k in extra if k != "save_chunk_meta")
+        if stock:
+            raise r.fail(
+                "kvceph_lmcache_extra_config",
+                stock,
+                "only LMCache's stock S3 connector reads these, not kvceph's "
+                "(kvceph_lmcache_connector kvceph)",
+                "remove them; kvceph's connector takes kvceph_connector_connections and "
+                "kvceph_connector_timeout_s",
+            )
     lmc = versions.lmcache_key(engine.profile.lmcache_version)
     allowed = versions.LMCACHE_S3_EXTRA_KEYS[lmc]
     managed = {"s3_region", "disable_tls", "aws_access_key_id", "aws_secret_access_key"}
@@ -135,10 +150,6 @@ def lmcache_settings(r: Reader, engine: EngineSettings) -> LMCacheSettings:
         load_gb_per_s=_positive(
             r, "kvceph_kv_load_gb_per_s", kv_sizing.DEFAULT_LOAD_GB_PER_S, "0.7 (GB/s)"
         ),
-        prefill_tokens_per_s=_positive(
-            r,
-            "kvceph_prefill_tokens_per_s",
-            kv_sizing.DEFAULT_PREFILL_TOKENS_PER_S[engine.accelerator],
-            "5000",
-        ),
+        prefill_tokens_per_s=crossover.fit_rates(tier.prefill_points).rate(engine.max_model_len),
+        tier=tier,
     )

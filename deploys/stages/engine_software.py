@@ -21,6 +21,7 @@ from deploys.operations import files as kvfiles
 from deploys.settings import HostSettings
 from deploys.settings.engine import EngineProfile
 from deploys.settings.inventory import python_minor_mismatch
+from deploys.stages import tier_software
 
 # The real engine. A profile that does not pin it ships an engine that *emulates* vLLM (the
 # lab engine): its vLLM version is the profile's declared vllm_version.
@@ -119,6 +120,13 @@ def wheels(directory: str) -> list[Path]:
 
 @deploy("Engine software")
 def apply(me: HostSettings) -> None:
+    _engine_packages(me)
+    # kvceph's connector (when chosen) and LMCache's compiled ops: deploys/stages/tier_software.py.
+    tier_software.apply(me)
+
+
+def _engine_packages(me: HostSettings) -> None:
+    """The service account, its home, and the pinned engine packages in the venv."""
     e = me.engine
     pins = engine_ops.parse_pins(e.profile.packages)
     engine_distribution(e.profile)  # fail early on an ambiguous profile

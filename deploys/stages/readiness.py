@@ -1,5 +1,5 @@
 """Stage 6: read-only readiness check: /health and a minimal completion on every engine (with
-the API key when one is set).
+the API key when one is set), and LMCache's remote tier present (deploys/remote_tier.py).
 
 It proves the API path before any cache test, so network faults are not mistaken for cache
 faults. It reports no change; a host that is not ready fails with the reason.
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pyinfra.api import deploy
 
 from deploys import paths
+from deploys.operations import connector as connector_ops
 from deploys.operations import service
 from deploys.settings import HostSettings
 
@@ -25,4 +26,10 @@ def apply(me: HostSettings) -> None:
             model=e.model,
             timeout=60,
             secrets=paths.SECRETS_PATH,
+        )
+        # LMCache only logs a remote backend it could not create; vLLM then serves without it.
+        connector_ops.remote_tier_present(
+            name=f"Engine on port {engine.port} has its remote (S3) tier",
+            unit=engine.unit,
+            connector=me.lmcache.tier.connector,
         )

@@ -10,7 +10,8 @@ import shlex
 from pyinfra import logger
 from pyinfra.api.command import StringCommand
 
-from deploys import drain
+from deploys import crossover, drain, measured, tier_preflight
+from deploys.facts.connector import RemoteTierLog
 from deploys.verification import report as reporting
 from deploys.verification import runner
 
@@ -84,6 +85,15 @@ class SshControl:
         last = out.rsplit("; ", 1)[-1].strip() if ok else ""
         return int(last) > 0 if last.isdigit() else None
 
+    def remote_tier(self, name: str) -> list[str] | None:
+        """LMCache's remote-backend lines since the engine started (facts RemoteTierLog)."""
+        host_name, unit = self._unit(name)
+        fact = RemoteTierLog()
+        ok, out = self._run(host_name, fact.command(unit=unit).get_raw_value(), 60)
+        if not ok:
+            return None
+        return fact.process(out.split("; "))["lines"]
+
 
 def target_name(host_name: str, engines, engine) -> str:
     """The host's name for its only engine; ``host/engine`` where it runs several."""
@@ -93,6 +103,7 @@ def target_name(host_name: str, engines, engine) -> str:
 def target_for(h, settings, vs, engine=None) -> runner.Target:
     engines = settings.engine.engines
     engine = engine or engines[0]
+    decided = settings.lmcache.tier.crossover
     address = h.data.get("ssh_hostname") or h.name
     if ":" in address and not address.startswith("["):
         address = f"[{address}]"  # IPv6 literal
@@ -106,6 +117,9 @@ def target_for(h, settings, vs, engine=None) -> runner.Target:
         health_timeout=settings.engine.health_timeout,
         max_model_len=settings.engine.max_model_len,
         serve_model=settings.engine.serve_model,
+        connector=settings.lmcache.tier.connector,
+        min_hit_tokens=decided.min_hit_tokens if decided else 0,
+        crossover=decided.describe() if decided else "",
     )
 
 
@@ -158,7 +172,11 @@ def run_cycle(state, host, checked, inv) -> bool:
         http=runner.Http(api_key=checked.credentials.vllm_api_key),
         log=logger.info,
     )
+    for g in tier_preflight.plan_lines(checked.hosts, checked.cache_groups):
+        logger.info(g.replace("kvceph: crossover", "kvceph verify: crossover in use"))
     result = cycle.run(groups)
+    for writer, figures in cycle.measured:
+        logger.info(record_measurement(checked, writer, figures, result.run_id, result.started))
     print(reporting.table(result), flush=True)
     path = reporting.write_json(result, vs.report_dir)
     png, notice = reporting.write_png(result, vs.report_dir)
@@ -171,3 +189,51 @@ def run_cycle(state, host, checked, inv) -> bool:
         return False
     logger.info(f"kvceph verify {result.run_id}: all checks passed")
     return True
+
+
+def record_measurement(checked, writer, figures: dict, run_id: str, started: str) -> str:
+    """Store a warm step's figures as its cache group's measurement; the sentence to log.
+
+    + checked: preflight's settings (the writer's host decides directory and group)
+    + writer: the Target whose warm step loaded every chunk
+    + figures: prompt_tokens, cold_ttft_s, warm_ttft_s, kv_bytes
+    + run_id, started: the verify run, for the file and the crossover's source
+    """
+    me = checked.hosts[writer.host]
+    e, tier = me.engine, me.lmcache.tier
+    path = measured.path_for(tier.measured_dir, e.serve_model, e.tensor_parallel_size)
+    data = {
+        **figures,
+        "model": e.serve_model,
+        "tensor_parallel_size": e.tensor_parallel_size,
+        "host": writer.name,
+        "verify_run": run_id,
+        "measured_at": started,
+        "load_bytes_per_s": figures["kv_bytes"] / figures["warm_ttft_s"],
+    }
+    new = crossover.decide(
+        override=tier.min_hit_tokens,
+        measured=data,
+        measured_path=str(path),
+        prefill_points=tier.prefill_points,
+        configured_load_s_per_token=0.0,  # unused: there is a measurement
+        chunk_size=me.lmcache.chunk_size,
+        max_model_len=e.max_model_len,
+    )
+    was = tier.crossover.min_hit_tokens if tier.crossover else 0
+    group = f"cache group {e.model} TP={e.tensor_parallel_size}"
+    if not crossover.worth_replacing(was, new.min_hit_tokens, path.exists(), me.lmcache.chunk_size):
+        return (
+            f"kvceph verify: {group}: these figures give a crossover of {new.min_hit_tokens} "
+            f"tokens, within noise of the {was} in use: {path} kept (no roll for noise)"
+        )
+    measured.write(path, data)
+    change = (
+        "unchanged"
+        if new.min_hit_tokens == was
+        else f"was {was}: the next deploy.py renders it into lmcache.yaml and rolls the group"
+    )
+    return (
+        f"kvceph verify: measured figures of {group} written to {path}; crossover from them: "
+        f"{new.describe()}, {change}"
+    )

@@ -31,6 +31,10 @@ class Report:
     run_id: str
     started: str  # ISO-8601 UTC
     steps: list[StepResult] = field(default_factory=list)
+    # host names per cache group, in the order verified (the chart separates them)
+    groups: list[list[str]] = field(default_factory=list)
+    # host -> the engine that answered, /v1/models' owned_by ("vllm", "kvceph-lab-engine")
+    engines: dict[str, str] = field(default_factory=dict)
 
     def add(self, result: StepResult) -> StepResult:
         self.steps.append(result)
@@ -78,6 +82,8 @@ def to_dict(report: Report) -> dict:
         "run_id": report.run_id,
         "started": report.started,
         "passed": not report.failures,
+        "groups": report.groups,
+        "engines": report.engines,
         "steps": [
             {**asdict(s), "verdict": s.verdict.status, "message": s.verdict.message}
             for s in report.steps
@@ -95,29 +101,91 @@ def write_json(report: Report, directory: str | Path) -> Path:
     return path
 
 
+LAB_ENGINE = "kvceph-lab-engine"  # /v1/models owned_by of lab/engine (vLLM says "vllm")
+STEP_COLORS = {
+    "cold": "tab:gray",
+    "warm": "tab:blue",
+    "cross-node": "tab:cyan",
+    "fallback": "silver",
+}
+
+
+def simulated_note(report: Report) -> str | None:
+    """The chart's note when lab engines answered: their TTFTs are simulated, not vLLM's."""
+    lab = [h for h, engine in report.engines.items() if engine == LAB_ENGINE]
+    if not lab:
+        return None
+    return (
+        f"TTFTs of {', '.join(lab)} are SIMULATED by the kvceph lab engine (not vLLM): "
+        "they show the cache chain works, not real prefill or load speed"
+    )
+
+
+def _group_of(report: Report, host: str) -> int:
+    for i, hosts in enumerate(report.groups):
+        if host in hosts:
+            return i
+    return len(report.groups)
+
+
 def write_png(report: Report, directory: str | Path) -> tuple[Path | None, str | None]:
-    """Bar chart of TTFT per step and host; (path, None) or (None, why it was skipped)."""
-    bars = [(f"{s.host}\n{s.step}", s.ttft, s.verdict.status) for s in report.steps if s.ttft]
-    if not bars:
+    """Bar chart of TTFT per step and host, grouped by cache group; (path, None) or (None, why).
+
+    Each bar carries its value; a WARN or FAIL bar is hatched and says so; groups stand apart
+    with their hosts above them; a note says when the lab engine simulated the TTFTs.
+    """
+    steps = [s for s in report.steps if s.ttft]
+    if not steps:
         return None, "no TTFT measured: chart skipped"
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
     except ImportError:
         return None, "matplotlib not installed (pip install 'kvceph[report]'): chart skipped"
-    colors = {"pass": "tab:green", "warn": "tab:orange", "fail": "tab:red"}
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(bars)), 4))
-    ax.bar(
-        range(len(bars)),
-        [b[1] for b in bars],
-        color=[colors.get(b[2], "tab:gray") for b in bars],
+    xs, x, last = [], 0.0, None
+    for s in steps:  # one empty slot between cache groups
+        group = _group_of(report, s.host)
+        if last is not None and group != last:
+            x += 1
+        xs.append(x)
+        x, last = x + 1, group
+    fig, ax = plt.subplots(figsize=(max(7, 1.2 * len(xs) + 2), 4.6))
+    bars = ax.bar(
+        xs,
+        [s.ttft for s in steps],
+        color=[STEP_COLORS.get(s.step, "tab:purple") for s in steps],
+        edgecolor=["tab:red" if s.verdict.status == FAIL else "black" for s in steps],
+        hatch=[None if s.verdict.status == "pass" else "//" for s in steps],
     )
-    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
+    labels = [
+        f"{s.ttft:.2f} s" + ("" if s.verdict.status == "pass" else f"\n{s.verdict.status.upper()}")
+        for s in steps
+    ]
+    ax.bar_label(bars, labels, fontsize=8, padding=2)
+    ax.set_xticks(xs, [f"{s.host}\n{s.step}" for s in steps], fontsize=8)
+    top = max(s.ttft for s in steps)
+    ax.set_ylim(0, top * 1.3)
+    groups = {}
+    for s, pos in zip(steps, xs, strict=True):
+        groups.setdefault(_group_of(report, s.host), []).append(pos)
+    for i, positions in groups.items():
+        hosts = report.groups[i] if i < len(report.groups) else []
+        name = "cache group: " + ", ".join(hosts) if hosts else "other"
+        ax.text((positions[0] + positions[-1]) / 2, top * 1.2, name, ha="center", fontsize=8)
+        if positions[0] > 0:
+            ax.axvline(positions[0] - 1, color="lightgray", linestyle="--", linewidth=1)
     ax.set_ylabel("TTFT (s)")
     ax.set_title(f"kvceph verify: TTFT per step\n{report.run_id}", fontsize=10)
-    fig.tight_layout()
+    handles = [Patch(facecolor=c, edgecolor="black", label=k) for k, c in STEP_COLORS.items()]
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="WARN / FAIL"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    note = simulated_note(report)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=8, color="tab:red", weight="bold")
+    fig.tight_layout(rect=(0, 0.05 if note else 0, 1, 1))
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"verify-{report.run_id}.png"

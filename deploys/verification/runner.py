@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
+from deploys import remote_tier
 from deploys.verification import bookkeeping, document, metrics, sse, verdicts
 from deploys.verification.bookkeeping import ObjectInfo
 from deploys.verification.report import Report, StepResult
@@ -44,6 +45,10 @@ class Target:
     max_model_len: int
     # The `vllm serve` argument LMCache puts in its keys; "" when it is the model name (hub).
     serve_model: str = ""
+    # kvceph_lmcache_connector; with "kvceph", lookups below min_hit_tokens report 0 hits.
+    connector: str = "lmcache"
+    min_hit_tokens: int = 0
+    crossover: str = ""  # where min_hit_tokens came from (crossover.Crossover.describe())
 
     @property
     def prefix(self) -> str:
@@ -120,6 +125,9 @@ class Control(Protocol):
     def restart(self, host: str, timeout: int) -> str | None: ...  # None, or the error
 
     def journal_has(self, host: str, since: float, text: str) -> bool | None: ...
+
+    # LMCache's remote-backend lines since the engine started (remote_tier.PREFILTER), or None.
+    def remote_tier(self, host: str) -> list[str] | None: ...
 
 
 # --- HTTP ----------------------------------------------------------------------------------
@@ -332,6 +340,9 @@ class Runner:
         self.nonce = nonce or document.new_nonce(wall)
         started = datetime.fromtimestamp(wall(), UTC)
         self.report = Report(self.nonce, started.isoformat(timespec="seconds"))
+        # (writer target, figures) of every warm step that loaded all its chunks: what the
+        # controller stores as the cache group's measurement (deploys/measured.py).
+        self.measured: list[tuple[Target, dict]] = []
 
     # -- engine helpers --
 
@@ -400,6 +411,14 @@ class Runner:
                 pass
         return tuple(found)
 
+    def remote_tier(self, t: Target) -> remote_tier.Verdict:
+        """What LMCache logged about the engine's remote tier since it started."""
+        try:
+            lines = self.control.remote_tier(t.name)
+        except Exception:  # noqa: BLE001 - a diagnostic must not hide the verdict
+            lines = None
+        return remote_tier.verdict(lines) if lines is not None else remote_tier.Verdict("unknown")
+
     def s3_disabled(self, t: Target, since: float) -> bool | None:
         try:
             return self.control.journal_has(t.name, since, S3_DISABLED)
@@ -427,9 +446,12 @@ class Runner:
                     + (f"; {verdicts.CAUSE_401}" if status == 401 else "")
                 )
             try:
-                served = [m.get("id") for m in json.loads(body).get("data", [])]
+                listed = {m.get("id"): m.get("owned_by") for m in json.loads(body).get("data", [])}
             except (ValueError, AttributeError):
                 raise CheckFailed("/v1/models: not an OpenAI model list") from None
+            served = list(listed)
+            # who answers: vLLM says "vllm", the lab engine "kvceph-lab-engine" (the chart says so)
+            self.report.engines[t.name] = str(listed.get(t.model) or "unknown")
             if t.model not in served:
                 raise CheckFailed(
                     f"/v1/models lists {served}, not the configured {t.model!r} (kvceph_model)"
@@ -446,6 +468,11 @@ class Runner:
             )
             if not answer.get("choices"):
                 raise CheckFailed(f"minimal request answered without choices: {str(answer)[:120]}")
+            tier = self.remote_tier(t)
+            if tier.state == remote_tier.MISSING:
+                raise CheckFailed(
+                    remote_tier.failure_message(t.name, "the engine", t.connector, tier)
+                )
         except CheckFailed as exc:
             add(StepResult(t.name, "preflight", Verdict(FAIL, f"{t.base_url}: {exc}")))
             return False
@@ -525,15 +552,35 @@ class Runner:
             bookkeeping.expected_hit_tokens(pt, a.chunk_size, a.save_unfull_chunk) if pt else 0
         )
 
+        # Below the crossover kvceph's connector reports 0 hits: verify that, and measure
+        # nothing (crossover.py: the load is measured only by a document above it).
+        below = a.connector == "kvceph" and 0 < expected_hit < a.min_hit_tokens
+
         # Warm: a restart empties GPU and CPU caches, so every hit comes from the bucket.
         try:
             self.restart(a)
             warm, metric, hit = self.ask(a)
+            if not below and hit is not None and hit >= expected_hit > 0 and cold.ttft:
+                self.measured.append(
+                    (
+                        a,
+                        {
+                            "prompt_tokens": pt,
+                            "cold_ttft_s": cold.ttft,
+                            "warm_ttft_s": warm.ttft,
+                            "kv_bytes": kv_bytes,
+                        },
+                    )
+                )
             add(
                 StepResult(
                     a.name,
                     "warm",
-                    verdicts.warm(
+                    verdicts.below_crossover(
+                        hit=hit, tokens=expected_hit, min_hit=a.min_hit_tokens, source=a.crossover
+                    )
+                    if below
+                    else verdicts.warm(
                         hit=hit,
                         expected_hit=expected_hit,
                         metric=metric,
@@ -556,6 +603,8 @@ class Runner:
                         "ttft_ratio": warm.ttft / cold.ttft if cold.ttft else None,
                         "load_bytes_per_s": kv_bytes / warm.ttft if warm.ttft else None,
                         "break_even_bytes_per_s": kv_bytes / cold.ttft if cold.ttft else None,
+                        "min_hit_tokens": a.min_hit_tokens if a.connector == "kvceph" else None,
+                        "crossover": a.crossover,
                     },
                 )
             )
@@ -579,7 +628,14 @@ class Runner:
                     StepResult(
                         b.name,
                         step,
-                        verdicts.cross_node(
+                        verdicts.below_crossover(
+                            hit=hit,
+                            tokens=expected_hit,
+                            min_hit=a.min_hit_tokens,
+                            source=a.crossover,
+                        )
+                        if below
+                        else verdicts.cross_node(
                             hit=hit,
                             expected_hit=expected_hit,
                             metric=metric,
@@ -663,6 +719,7 @@ class Runner:
 
     def run(self, groups: list[list[Target]]) -> Report:
         """Preflight every host, then one cycle per cache group."""
+        self.report.groups = [[t.name for t in g] for g in groups]
         ok = {t.name: self.preflight(t) for g in groups for t in g}
         s3_ok = self.check_s3()
         for group in groups:

@@ -40,10 +40,21 @@ CAUSE_S3_DISABLED = (
 
 
 # LMCache 0.5.6's own log lines for the two failures an undersized lmcache.yaml caused on a real
-# H200 (../shared/recipes/gpu-real-engine), and what each means.
+# H200 (docs/procedure.md, "Pinned memory and timeouts"), and what each means.
 LOG_LOOKUP_TIMEOUT = "is still waiting for async lookup"
 LOG_NO_MEMORY = "Failed to allocate memory block"
 LMCACHE_LOG_CAUSES = (
+    (
+        "Failed to load remote connector",
+        "the engine logged 'Failed to load remote connector': LMCache could not import the "
+        "remote storage plugin (kvceph_connector) and serves with no remote tier; rerun "
+        "deploy.py's engine-software stage, see journalctl -u vllm",
+    ),
+    (
+        "Failed to initialize/re-establish remote connection",
+        "the engine logged 'Failed to initialize/re-establish remote connection': LMCache has "
+        "no connection to S3 (its connector could not be created); see journalctl -u vllm",
+    ),
     (
         LOG_NO_MEMORY,
         "the engine logged 'Failed to allocate memory block': LMCache's pinned CPU buffer "
@@ -133,6 +144,31 @@ def _hit(
             FAIL, f"partial hit: {hit:.0f} of {expected_hit} tokens from {metric}: {CAUSE_LOW_HIT}"
         )
     return None
+
+
+def below_crossover(*, hit: float | None, tokens: int, min_hit: int, source: str) -> Verdict:
+    """A document whose hit is shorter than the crossover: kvceph's connector must report 0.
+
+    + hit: tokens loaded from the cache (metrics delta)
+    + tokens: the document's loadable tokens (whole chunks)
+    + min_hit: kvceph.min_hit_tokens the engine runs with
+    + source: where that figure came from
+    """
+    if hit is None:
+        return _hit(hit, tokens, None)
+    if hit > 0:
+        return Verdict(
+            FAIL,
+            f"{hit:.0f} tokens loaded although the document's {tokens} are below the crossover "
+            f"{min_hit} ({source}): kvceph's connector must report 0 hits below "
+            "kvceph.min_hit_tokens; check the connector version in the engine venv",
+        )
+    return Verdict(
+        PASS,
+        f"no tokens loaded: the document's {tokens} are below the crossover {min_hit} ({source}); "
+        "the engine recomputed without reading S3, as configured (a document above it, "
+        "kvceph_verify_document_tokens, measures the load)",
+    )
 
 
 def warm(

@@ -3,6 +3,7 @@
 
     measure.py RENDERED STATE OUT cold LABEL TOKENS     empty the bucket, send a new document
     measure.py RENDERED STATE OUT warm LABEL FROM       resend FROM's document from the bucket
+    measure.py RENDERED STATE OUT clear LABEL           delete the bucket's objects
 
 The requests, metrics and object accounting are the verifier's (``Runner.ask``,
 ``Runner.wait_objects``, bookkeeping); what differs from its cycle is that the warm request
@@ -10,7 +11,9 @@ follows ``POST /reset_prefix_cache`` (vLLM's dev endpoint, VLLM_SERVER_DEV_MODE=
 restart, so one engine serves every length, and a warm can be repeated after the S3 setup changed
 (haproxy's radosgw count). With ``local_cpu: false`` LMCache keeps no copy of its own: the warm
 request's KV comes from the bucket, as after a restart (the proof's restarted warms check that).
-One line per request in OUT/cells.jsonl.
+One line per request in OUT/cells.jsonl, with the connector the variant loads and, when the
+engine is traced (``KVCEPH_H200_TRACE``, ``trace/sitecustomize.py``), the request's time inside
+the engine (``breakdown.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from breakdown import breakdown  # noqa: E402
 from prove import log, setup  # noqa: E402
 
 from deploys.verification import bookkeeping  # noqa: E402
@@ -65,6 +69,20 @@ def lmcache_lines(log_path: str, since: float, words=("Retrieved", "hit tokens")
     return out[-4:]
 
 
+def connector(cfg: dict) -> str:
+    """Which S3 connector the variant's lmcache.yaml loads: kvceph's plugin or LMCache's."""
+    return "kvceph" if cfg["lmcache"].get("remote_storage_plugins") else "lmcache"
+
+
+def inside(t0: float, ttft: float | None) -> dict | None:
+    """The engine's own phases of the request sent at t0 (trace/sitecustomize.py), if traced."""
+    path = os.environ.get("KVCEPH_H200_TRACE")
+    if not path or ttft is None:
+        return None
+    time.sleep(0.3)  # the engine's last trace lines of the request
+    return breakdown(path, t0, ttft)
+
+
 def record(out: str, row: dict) -> None:
     with open(Path(out) / "cells.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -82,6 +100,7 @@ def cold(rendered, state, out, label, tokens):
     before = bucket.list(t.prefix)
     t0 = time.time()
     got, metric, hit = runner.ask(t)
+    inner = inside(t0, got.ttft)
     pt = got.prompt_tokens
     expected = bookkeeping.expected_objects(pt, t.chunk_size, t.tensor_parallel_size, False)
     created = runner.wait_objects(t.prefix, before, since, expected)
@@ -89,6 +108,8 @@ def cold(rendered, state, out, label, tokens):
         "label": label,
         "kind": "cold",
         "variant": cfg["variant"],
+        "connector": connector(cfg),
+        "kv_dtype": cfg["engine"]["kv_dtype"],
         "chunk_size": t.chunk_size,
         "nonce": runner.nonce,
         "document_tokens": tokens,
@@ -100,6 +121,7 @@ def cold(rendered, state, out, label, tokens):
         "kv_bytes": sum(x.size for x in created.values()),
         "stored_after_s": round(time.time() - t0, 1),
         "deleted_before": len(old),
+        "inside": inner,
         "lmcache": lmcache_lines(engine.info()["log"], t0, ("Stored", "hit tokens")),
         "at": time.time(),
     }
@@ -115,12 +137,16 @@ def warm(rendered, state, out, label, source):
     reset_s = reset_prefix_cache(t.base_url)
     t0 = time.time()
     got, metric, hit = runner.ask(t)
+    inner = inside(t0, got.ttft)
     expected_hit = bookkeeping.expected_hit_tokens(c["prompt_tokens"], t.chunk_size, False)
     kv, cold_ttft = c["kv_bytes"], c["ttft_s"]
     row = {
         "label": label,
         "kind": "warm",
         "variant": cfg["variant"],
+        "connector": connector(cfg),
+        "kv_dtype": cfg["engine"]["kv_dtype"],
+        "min_hit_tokens": cfg["lmcache"].get("extra_config", {}).get("kvceph.min_hit_tokens"),
         "chunk_size": t.chunk_size,
         "cold_label": source,
         "document_tokens": c["document_tokens"],
@@ -135,15 +161,27 @@ def warm(rendered, state, out, label, source):
         "break_even_GBps": round(kv / cold_ttft / 1e9, 3) if cold_ttft else None,
         "warm_over_cold": round(got.ttft / cold_ttft, 3) if got.ttft and cold_ttft else None,
         "reset_s": round(reset_s, 2),
+        "inside": inner,
         "lmcache": lmcache_lines(engine.info()["log"], t0),
         "at": time.time(),
     }
     record(out, row)
 
 
+def clear(rendered, state, out, label):
+    """Delete the bucket's objects (the cell's), so the memstore OSDs free their memory."""
+    cfg, t, options, bucket, engine = setup(rendered, state)
+    keys = list(bucket.list(""))
+    if keys:
+        bucket.delete(keys)
+    log(f"{label}: deleted {len(keys)} objects")
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if a[3] == "cold":
         cold(a[0], a[1], a[2], a[4], int(a[5]))
+    elif a[3] == "clear":
+        clear(a[0], a[1], a[2], a[4])
     else:
         warm(a[0], a[1], a[2], a[4], a[5])

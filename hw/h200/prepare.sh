@@ -2,12 +2,14 @@
 # Build the shipment for the offline H200 machine, on a Debian bookworm machine that reaches the
 # package registries: the wheels the GPU image lacks (wheels.txt, cp312 manylinux), a minimal Ceph
 # 16.2.15 + haproxy (binaries, plugins and every shared library they load, from Debian packages),
-# one tar split into parts of at most PART_MIB (default 61) MiB, because one transfer to that
-# machine carries at most 64 MiB including the repository.
+# one tar split into parts of at most PART_MIB (default 57) MiB, because one transfer to that
+# machine carries at most 64 MiB including the repository (~2 MiB) and .ship/code, rendered and
+# meta (~1 MiB); and LMCache 0.5.6's csrc/ from its
+# sdist (lmcache-csrc.tgz, for buildops.py).
 #   hw/h200/prepare.sh [OUT]     (default: <repo>/.ship/parts; work files in $BUILD, default /tmp/h200-build)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
-OUT=${1:-$REPO/.ship/parts}; B=${BUILD:-/tmp/h200-build}; PART_MIB=${PART_MIB:-61}
+OUT=${1:-$REPO/.ship/parts}; B=${BUILD:-/tmp/h200-build}; PART_MIB=${PART_MIB:-57}
 PY=${PY:-python3}
 mkdir -p "$B/whl" "$B/deb" "$B/root" "$OUT"
 say() { echo "[prepare] $*"; }
@@ -24,32 +26,57 @@ grep -v -E '^\s*(#|$)' "$HERE/wheels.txt" | while read -r req; do
 done
 n=$(ls "$B/whl"/*.whl | wc -l); say "$n wheels, $(du -sm "$B/whl" | cut -f1) MiB"
 
-say "Debian packages -> $B/deb"
-(cd "$B/deb" && apt-get download -q $(grep -v -E '^\s*(#|$)' "$HERE/debs.txt") >/dev/null)
-for d in "$B"/deb/*.deb; do dpkg-deb -x "$d" "$B/root"; done
+# the minimal Ceph: reused when an intact one from an earlier run is there (rm it to rebuild)
+if [ -f "$B/cephmin.tar.xz" ] && xz -t "$B/cephmin.tar.xz" 2>/dev/null; then
+  say "minimal Ceph + haproxy: reusing $B/cephmin.tar.xz"
+else
+  say "Debian packages -> $B/deb"
+  (cd "$B/deb" && apt-get download -q $(grep -v -E '^\s*(#|$)' "$HERE/debs.txt") >/dev/null)
+  for d in "$B"/deb/*.deb; do dpkg-deb -x "$d" "$B/root"; done
 
-say "minimal Ceph + haproxy"
-M=$B/min; rm -rf "$M"; mkdir -p "$M/usr/bin" "$M/usr/lib/x86_64-linux-gnu" "$M/lib"
-R=$B/root; L=usr/lib/x86_64-linux-gnu
-BINS="ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph-authtool"
-for b in $BINS; do cp -a "$R/usr/bin/$b" "$M/usr/bin/"; done
-cp -a "$R/usr/sbin/haproxy" "$M/usr/bin/"
-cp -a "$R/$L"/lib{rados,radosstriper,rbd,rgw,cephfs}.so* "$M/$L/"
-cp -a "$R/$L/ceph" "$R/$L/rados-classes" "$M/$L/"
-# Every shared library the binaries and plugins load, except the C library itself: the GPU image
-# is another distribution, so ship bookworm's copies next to the binaries (LD_LIBRARY_PATH).
-export LD_LIBRARY_PATH="$R/$L:$R/$L/ceph:$R/lib/x86_64-linux-gnu"
-find "$M" -type f \( -name '*.so*' -o -perm -u+x \) | while read -r f; do ldd "$f" 2>/dev/null || true; done |
-  awk '/=> \//{print $3}' | sort -u | while read -r lib; do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libresolv.so*|libutil.so*) continue ;;
-    esac
-    [ -e "$M/$L/$(basename "$lib")" ] || cp -L "$lib" "$M/lib/"
-  done
-missing=$(find "$M/usr/bin" -type f | while read -r f; do LD_LIBRARY_PATH="$M/$L:$M/$L/ceph:$M/lib" ldd "$f" | grep 'not found' || true; done)
-[ -z "$missing" ] || { echo "missing libraries: $missing"; exit 1; }
-tar -C "$M" -cf - . | xz -T2 -6 > "$B/cephmin.tar.xz"
+  say "minimal Ceph + haproxy"
+  M=$B/min; rm -rf "$M"; mkdir -p "$M/usr/bin" "$M/usr/lib/x86_64-linux-gnu" "$M/lib"
+  R=$B/root; L=usr/lib/x86_64-linux-gnu
+  BINS="ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph-authtool"
+  for b in $BINS; do cp -a "$R/usr/bin/$b" "$M/usr/bin/"; done
+  cp -a "$R/usr/sbin/haproxy" "$M/usr/bin/"
+  cp -a "$R/$L"/lib{rados,radosstriper,rbd,rgw,cephfs}.so* "$M/$L/"
+  cp -a "$R/$L/ceph" "$R/$L/rados-classes" "$M/$L/"
+  # Every shared library the binaries and plugins load, except the C library itself: the GPU image
+  # is another distribution, so ship bookworm's copies next to the binaries (LD_LIBRARY_PATH).
+  export LD_LIBRARY_PATH="$R/$L:$R/$L/ceph:$R/lib/x86_64-linux-gnu"
+  find "$M" -type f \( -name '*.so*' -o -perm -u+x \) | while read -r f; do ldd "$f" 2>/dev/null || true; done |
+    awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libresolv.so*|libutil.so*) continue ;;
+      esac
+      [ -e "$M/$L/$(basename "$lib")" ] || cp -L "$lib" "$M/lib/"
+    done
+  missing=$(find "$M/usr/bin" -type f | while read -r f; do LD_LIBRARY_PATH="$M/$L:$M/$L/ceph:$M/lib" ldd "$f" | grep 'not found' || true; done)
+  [ -z "$missing" ] || { echo "missing libraries: $missing"; exit 1; }
+  tar -C "$M" -cf - . | xz -T2 -6 > "$B/cephmin.tar.xz"
+fi
 say "cephmin.tar.xz $(du -m "$B/cephmin.tar.xz" | cut -f1) MiB"
+
+# LMCache 0.5.6's C++/CUDA sources, for buildops.py on the GPU machine: pip fetches the sdist and
+# then installs its build requirements (torch 2.13, minutes) to read its metadata; the file is
+# taken from pip's work directory as soon as it is there, and checked against its published hash.
+SDIST_SHA=d6951e60ce8818a76aa42d0866a4ba85f1c95cd919355fff30ff24dcc3243f1e
+SD=$B/lmcache-0.5.6.tar.gz
+if [ ! -f "$SD" ] && [ -n "${LMCACHE_SDIST:-}" ]; then cp "$LMCACHE_SDIST" "$SD"; fi
+if [ ! -f "$SD" ]; then
+  say "LMCache 0.5.6 sdist"
+  rm -rf "$B/piptmp"; mkdir -p "$B/piptmp"
+  TMPDIR=$B/piptmp timeout 900 $PY -m pip download -q --no-deps --no-binary :all: -d "$B/piptmp/dl" lmcache==0.5.6 >/dev/null 2>&1 &
+  pip_pid=$!
+  for _ in $(seq 1 300); do f=$(find "$B/piptmp" -name lmcache-0.5.6.tar.gz -size +9M 2>/dev/null | head -1)
+    [ -n "$f" ] && echo "$SDIST_SHA  $f" | sha256sum -c --quiet 2>/dev/null && cp "$f" "$SD" && break; sleep 1; done
+  kill "$pip_pid" 2>/dev/null; wait "$pip_pid" 2>/dev/null || true
+fi
+echo "$SDIST_SHA  $SD" | sha256sum -c --quiet || { echo "no LMCache 0.5.6 sdist (set LMCACHE_SDIST=<file>)"; exit 1; }
+rm -rf "$B/csrc"; mkdir -p "$B/csrc"; tar -xzf "$SD" -C "$B/csrc" lmcache-0.5.6/csrc
+tar -C "$B/csrc/lmcache-0.5.6" -czf "$OUT/lmcache-csrc.tgz" csrc
+say "lmcache-csrc.tgz $(du -k "$OUT/lmcache-csrc.tgz" | cut -f1) KiB"
 
 say "payload -> $OUT/part.NN (<= $PART_MIB MiB each)"
 rm -f "$OUT"/part.*

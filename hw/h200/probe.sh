@@ -13,7 +13,7 @@ STAGE=${STAGE:-/tmp/stage}; SITE=${SITE:-/tmp/site}; CEPH=${CEPH_PREFIX:-/opt/ce
 OUTD=${OUT:-/tmp/h200-out}; mkdir -p "$OUTD"; LOG=$OUTD/probe.log
 PY=${PY:-python3}; export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 S3=${S3_ADDR:-127.0.0.1:7480}; DNS=${DNS_NAME:-s3.lab}; RGW_TOTAL=4
-VARIANTS=${VARIANTS:-base c1024}
+VARIANTS=${VARIANTS:-st st1024}
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
 
 if [ "${1:-run}" = stage ]; then
@@ -24,7 +24,7 @@ log "unpack: $(ls "$STAGE" | tr '\n' ' ')"
 mkdir -p "$CEPH" "$SITE"
 $PY -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$STAGE/cephmin.tar.xz" | tar -xf - -C "$CEPH" || exit 1
 $PY -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$STAGE"/*.whl 2>&1 | grep -v -i warning | tail -3
-d=$SHIP/rendered/base
+d=$SHIP/rendered/st
 install -d -m700 /var/lib/vllm/.aws && install -m600 "$d/credentials" "$d/config" /var/lib/vllm/.aws/ || exit 1
 grep -q '# kvceph$' /etc/hosts || cat "$d/hosts" >> /etc/hosts
 { uname -r; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2

@@ -6,9 +6,10 @@ Loads ``hw/h200/h200.py`` the way ``pyinfra`` does (the repository's group_data,
 ``hw/h200/group_data``; ``key=value`` pairs override like ``--data``), checks the settings with
 ``deploys/settings/``, and writes into ``OUT/NAME/`` exactly what ``deploys/render.py`` renders
 for the host: ``lmcache.yaml``, ``vllm.env`` (with its digest), ``vllm.service``, ``credentials``,
-``config``, ``hosts``; plus ``runner.json``, the verifier's target and options for
-``hw/h200/prove.py``. S3 keys come from ``KVCEPH_S3_ACCESS_KEY``/``KVCEPH_S3_SECRET_KEY`` like a
-deploy; unset, a throwaway pair is generated (that RGW lives and dies on an offline machine).
+``config``, ``hosts``, the engine gate's module; plus ``runner.json``, the verifier's target and
+options for ``hw/h200/prove.py``. S3 keys come from ``KVCEPH_S3_ACCESS_KEY``/
+``KVCEPH_S3_SECRET_KEY`` like a deploy; unset, a throwaway pair is generated (that RGW lives
+and dies on an offline machine).
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ def main(argv: list[str]) -> int:
         "credentials": render.aws_credentials(me, creds),
         "config": render.aws_config(me),
         "hosts": (render.hosts_line(me) or "") + "\n",
+        # the unit's --middleware (when the gate is on): installed at paths.GUARD_PATH
+        "kvceph_engine_guard.py": render.guard_module() if me.security.guard else "",
     }
     for name, text in files.items():
         (out / name).write_text(text)
@@ -120,6 +123,7 @@ def main(argv: list[str]) -> int:
             "env": paths.ENV_PATH,
             "unit": paths.UNIT_PATH,
             "aws_dir": render.aws_dir(me),
+            "guard": paths.GUARD_PATH,
         },
         "lmcache": render.lmcache_config(me),
         "kv_sizing": _sizing(me),

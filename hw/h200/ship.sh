@@ -2,29 +2,47 @@
 # Lay out what the device calls carry, in DEST/.ship (DEST: the checkout the device tool sends;
 # add /.ship/ to its .git/info/exclude):
 #   .ship/code/       deploys/, templates/ and hw/ of this worktree (run from here on the GPU machine)
-#   .ship/rendered/   kvceph's files for the h200 inventory: base, sync (synchronous loading),
-#                     c1024 (chunk_size 1024), and each with a 31.5 GiB buffer (-pin32),
-#                     rendered with one throwaway S3 key pair
-#   .ship/meta/       SHA256SUMS of the parts
+#   .ship/rendered/   kvceph's files for the h200 inventory, one directory per variant of
+#                     plan.txt, rendered with one throwaway S3 key pair (see VARIANTS below)
+#   .ship/meta/       SHA256SUMS of the parts, kvceph's connector wheel (whl/), LMCache's csrc
+#                     (lmcache-csrc.tgz, for buildops.py), done-before.txt (DONE_BEFORE: the
+#                     steps an earlier loan finished, its results' done.txt)
 #   .ship/pN/         part N of prepare.sh's shipment: one per call (64 MiB per call in all)
 #   hw/h200/ship.sh DEST [PARTS_DIR]     (PARTS_DIR default: /tmp/h200-parts)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 DEST=${1:?DEST: the checkout that travels}; PARTS=${2:-/tmp/h200-parts}
 PY=${PY:-$REPO/.venv/bin/python}
-S=$DEST/.ship; rm -rf "$S"; mkdir -p "$S/code" "$S/rendered" "$S/meta"
+S=$DEST/.ship; rm -rf "$S"; mkdir -p "$S/code" "$S/rendered" "$S/meta/whl"
 (cd "$REPO" && git ls-files -co --exclude-standard deploys templates hw | tar -cf - -T -) | tar -xf - -C "$S/code"
 export KVCEPH_S3_ACCESS_KEY=${KVCEPH_S3_ACCESS_KEY:-H200$(openssl rand -hex 8 | tr a-f A-F)}
 export KVCEPH_S3_SECRET_KEY=${KVCEPH_S3_SECRET_KEY:-$(openssl rand -base64 30 | tr -d '/+=\n')}
-"$PY" "$HERE/render.py" "$S/rendered" base
-"$PY" "$HERE/render.py" "$S/rendered" sync kvceph_lmcache_enable_async_loading=false
-"$PY" "$HERE/render.py" "$S/rendered" c1024 kvceph_lmcache_chunk_size=1024
-# With memstore OSDs (too little disk for bluestore) the bucket's 34 GB of 128k KV sit in RAM next
-# to the engine's pinned buffer, which LMCache's torch fallback rounds up to a power of two
-# (40 GiB -> 64 GiB): these variants pin 32 GiB instead, for a 127k-token document. (No sync
-# one: kvceph refuses synchronous loading with a buffer below the derived 40 GiB.)
-"$PY" "$HERE/render.py" "$S/rendered" base-pin32 kvceph_lmcache_max_local_cpu_size=31.5
-"$PY" "$HERE/render.py" "$S/rendered" c1024-pin32 kvceph_lmcache_max_local_cpu_size=31.5 kvceph_lmcache_chunk_size=1024
+# Every variant pins 31.5 GiB (LMCache's torch fallback rounds its buffer up to a power of two:
+# 32 GiB) for a 127k-token document, so the memstore OSDs' 33 GB of that document fit beside it.
+# kvceph's connector skips hits below 12,288 tokens (4k and 8k recompute; 16k loads).
+PIN=kvceph_lmcache_max_local_cpu_size=31.5
+ST="kvceph_lmcache_connector=lmcache $PIN"
+KV="kvceph_lmcache_connector=kvceph kvceph_min_hit_tokens=12288 $PIN"
+# H200_RENDER_EXTRA: more key=value overrides for every variant (the CPU dry run moves the ports)
+# shellcheck disable=SC2086
+r() { "$PY" "$HERE/render.py" "$S/rendered" "$@" ${H200_RENDER_EXTRA:-}; }
+r st $ST
+r st1024 $ST kvceph_lmcache_chunk_size=1024
+r kv $KV
+r kv-r06 $KV kvceph_verify_warm_ratio=0.6      # the verifier at 16k: warm <= 0.6 x cold
+r kv-r05 $KV kvceph_verify_warm_ratio=0.5      # at 32k: warm <= 0.5 x cold
+r kv1024 $KV kvceph_lmcache_chunk_size=1024
+r kvfp8 $KV kvceph_kv_dtype=fp8
+# a kvceph variant that rendered the stock connector (a setting not known) would measure the
+# stock one twice: refuse to ship that
+for d in "$S"/rendered/*/; do v=$(basename "$d")
+  case "$v" in kv*) grep -q '^remote_storage_plugins' "$d/lmcache.yaml" ;; *) grep -q '^remote_url' "$d/lmcache.yaml" ;; esac ||
+    { echo "ship.sh: variant $v did not render its connector (lmcache.yaml: $(grep -E '^remote' "$d/lmcache.yaml" | tr '\n' ' '))"; exit 1; }
+done
+# kvceph's connector as the engine-software stage builds it (deploys/connector_package.py)
+"$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); from deploys import connector_package as c; w = c.build(); open(sys.argv[2] + "/" + w.filename, "wb").write(w.data); print(w.filename, w.version, w.content[:12])' "$REPO" "$S/meta/whl"
 cp "$PARTS/SHA256SUMS" "$S/meta/"
+cp "$PARTS/lmcache-csrc.tgz" "$S/meta/" 2>/dev/null || echo "ship.sh: no lmcache-csrc.tgz in $PARTS: the run uses LMCache's torch fallback"
+[ -n "${DONE_BEFORE:-}" ] && cp "$DONE_BEFORE" "$S/meta/done-before.txt"
 for p in "$PARTS"/part.*; do n=$((10#${p##*.})); mkdir -p "$S/p$n"; cp "$p" "$S/p$n/"; done
 du -sh "$S"/* | tr '\n' ' '; echo

@@ -27,6 +27,7 @@ log() { echo "[cephadm-images] $*" >&2; }
 die() { echo "[cephadm-images] ERROR: $*" >&2; exit 1; }
 
 [ -f "$OUT/stamp" ] && [ "$(cat "$OUT/stamp")" = "$STAMP" ] && exit 0
+log "container images for Ceph $CEPH_V, haproxy, keepalived: reading Debian sid's package lists ..."
 rm -rf "$OUT"; mkdir -p "$SID/lists/partial" "$SID/cache/archives/partial"
 echo "deb [signed-by=$KR] $MIRROR sid main" >"$SID/sources.list"
 apt-get -q "${APT[@]}" update >/dev/null
@@ -38,20 +39,34 @@ check ceph-mon "$CEPH_V"; check cephadm "$CEPH_V"; check haproxy "$HAPROXY_V"; c
 
 t0=$(date +%s)
 pin() { local p out=""; for p in $1; do out+="$p=$2,"; done; echo "${out%,}"; }
+image() {  # image NAME MMDEBSTRAP-ARGS...: one image tarball, a line when it starts and ends
+  local name=$1 t=$(date +%s); shift
+  log "$name image: building (mmdebstrap sid) ..."
+  mmdebstrap --quiet --variant=apt --keyring=$KR "${SLIM[@]}" "$@" \
+    sid "$OUT/$name.tar" "deb [signed-by=$KR] $MIRROR sid main" 2>"$OUT/$name.log" ||
+    { tail -20 "$OUT/$name.log" >&2; die "$name image failed (log: $OUT/$name.log)"; }
+  rm -f "$OUT/$name.log"
+  log "$name image ready in $(($(date +%s) - t)) s ($(du -sh "$OUT/$name.tar" | cut -f1))"
+}
 CEPH_PKGS="$(pin "ceph-mon ceph-mgr ceph-osd ceph-volume radosgw ceph-mgr-cephadm ceph-mgr-modules-core ceph-base ceph-common" "$CEPH_V")"
+# The three images are independent: built at once (each mostly waits on downloads and dpkg).
 # Python 3.14 defaults multiprocessing to 'forkserver'; inside ceph-mgr's embedded python the
 # cephadm module then fails in ThreadPool() with BrokenPipeError: the .pth forces 'fork'.
-mmdebstrap --quiet --variant=apt --keyring=$KR "${SLIM[@]}" \
-  --include="$CEPH_PKGS,mount,lvm2,procps,iproute2,util-linux,e2fsprogs,ca-certificates,python3,kmod,udev" \
-  --customize-hook='echo "import multiprocessing as _mp; _mp.set_start_method(\"fork\", force=True)" > "$1/usr/lib/python3/dist-packages/zz-kvlab-mp-fork.pth"' \
-  sid "$OUT/ceph.tar" "deb [signed-by=$KR] $MIRROR sid main"
-log "ceph rootfs: $(($(date +%s) - t0)) s"
-mmdebstrap --quiet --variant=apt --keyring=$KR "${SLIM[@]}" --include="haproxy=$HAPROXY_V,procps" \
-  sid "$OUT/haproxy.tar" "deb [signed-by=$KR] $MIRROR sid main"
-mmdebstrap --quiet --variant=apt --keyring=$KR "${SLIM[@]}" --include="keepalived=$KEEPALIVED_V,procps,iproute2" \
-  sid "$OUT/keepalived.tar" "deb [signed-by=$KR] $MIRROR sid main"
+image ceph --include="$CEPH_PKGS,mount,lvm2,procps,iproute2,util-linux,e2fsprogs,ca-certificates,python3,kmod,udev" \
+  --customize-hook='echo "import multiprocessing as _mp; _mp.set_start_method(\"fork\", force=True)" > "$1/usr/lib/python3/dist-packages/zz-kvlab-mp-fork.pth"' &
+jobs_=$!
+image haproxy --include="haproxy=$HAPROXY_V,procps" &
+jobs_+=" $!"
+image keepalived --include="keepalived=$KEEPALIVED_V,procps,iproute2" &
+jobs_+=" $!"
+trap 'kill $jobs_ 2>/dev/null || true' EXIT
 (cd "$OUT" && apt-get -q "${APT[@]}" download "cephadm=$CEPH_V" >/dev/null &&
   dpkg-deb --fsys-tarfile cephadm_*.deb | tar -xO ./usr/sbin/cephadm >cephadm && chmod 755 cephadm && rm -f cephadm_*.deb)
+log "cephadm zipapp ready ($CEPH_V)"
+failed=0
+for j in $jobs_; do wait "$j" || failed=1; done
+trap - EXIT
+[ $failed = 0 ] || die "an image build failed (lines above)"
 rm -rf "$SID"
 echo "$STAMP" >"$OUT/stamp"
 log "images ready in $(($(date +%s) - t0)) s: $(du -sh "$OUT" | cut -f1) in $OUT"

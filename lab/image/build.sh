@@ -28,6 +28,7 @@ systemd-networkd-wait-online.service"
 build_base() {
   local stamp="$IMAGE_VERSION $BASE_PKGS"
   if [ -f "$IMG/base.stamp" ] && [ "$(cat "$IMG/base.stamp")" = "$stamp" ]; then return 0; fi
+  local t0; t0=$(date +%s)
   log "building base rootfs (mmdebstrap minbase bookworm) ..."
   rm -rf "$IMG/base.tmp" "$IMG/base" "$IMG/base.stamp" "$IMG/ceph" "$IMG/ceph.stamp" "$IMG/ceph.work"
   mkdir -p "$IMG"
@@ -61,7 +62,7 @@ EOF
   chroot "$B" python3 -c 'import sys, ensurepip, venv; assert sys.version_info[:2] == (3, 11), sys.version'
   mv "$B" "$IMG/base"
   echo "$stamp" >"$IMG/base.stamp"
-  log "base rootfs ready ($(du -sh "$IMG/base" | cut -f1))"
+  log "base rootfs ready in $(($(date +%s) - t0)) s ($(du -sh "$IMG/base" | cut -f1))"
 }
 
 chroot_mounts() {  # chroot_mounts DIR: API filesystems for a chroot apt run (no host /dev bind)
@@ -80,6 +81,7 @@ chroot_mounts() {  # chroot_mounts DIR: API filesystems for a chroot apt run (no
 build_ceph() {
   local stamp="$IMAGE_VERSION $CEPH_PKGS $(cat "$IMG/base.stamp")"
   if [ -f "$IMG/ceph.stamp" ] && [ "$(cat "$IMG/ceph.stamp")" = "$stamp" ]; then return 0; fi
+  local t0; t0=$(date +%s)
   log "building ceph layer (Ceph Pacific + haproxy, chroot apt-get) ..."
   local L=$IMG/ceph.tmp W=$IMG/ceph.work M=$IMG/ceph.mnt
   cleanup_ceph_build
@@ -108,7 +110,7 @@ build_ceph() {
   rm -rf "$W"
   mv "$L" "$IMG/ceph"
   echo "$stamp" >"$IMG/ceph.stamp"
-  log "ceph layer ready ($(du -sh "$IMG/ceph" | cut -f1))"
+  log "ceph layer ready in $(($(date +%s) - t0)) s ($(du -sh "$IMG/ceph" | cut -f1))"
 }
 
 # ceph1 of the cephadm lab: a plain Debian host a cephadm cluster can be bootstrapped on (podman,
@@ -118,6 +120,7 @@ CEPHADM_HOST_PKGS="podman crun conmon catatonit lvm2 chrony python3-yaml python3
 build_cephadm_host() {
   local stamp="$IMAGE_VERSION $CEPHADM_HOST_PKGS $(cat "$IMG/base.stamp") $(cd "$HERE/../cephadm/host" && find . -type f -exec md5sum {} + | sort | md5sum)"
   if [ -f "$IMG/cephadm.stamp" ] && [ "$(cat "$IMG/cephadm.stamp")" = "$stamp" ]; then return 0; fi
+  local t0; t0=$(date +%s)
   log "building cephadm host layer (podman, lvm2, chrony, cephadm) ..."
   local L=$IMG/ceph.tmp W=$IMG/ceph.work M=$IMG/ceph.mnt
   cleanup_ceph_build
@@ -142,7 +145,7 @@ build_cephadm_host() {
   rm -rf "$W"
   mv "$L" "$IMG/cephadm"
   echo "$stamp" >"$IMG/cephadm.stamp"
-  log "cephadm host layer ready ($(du -sh "$IMG/cephadm" | cut -f1))"
+  log "cephadm host layer ready in $(($(date +%s) - t0)) s ($(du -sh "$IMG/cephadm" | cut -f1))"
 }
 
 cleanup_ceph_build() {
@@ -156,7 +159,12 @@ cleanup_ceph_build() {
 case ${1:-all} in
 base) build_base ;;
 ceph) build_base; build_ceph ;;
-cephadm) build_base; build_cephadm_host; "$HERE/../cephadm/build-images.sh" ;;
+cephadm)  # the container images (Debian sid) need nothing from base: both builds at once
+  "$HERE/../cephadm/build-images.sh" &
+  images=$!
+  (build_base; build_cephadm_host) &
+  wait $! || { kill $images 2>/dev/null; wait $images; exit 1; }
+  wait $images ;;
 all) build_base; build_ceph ;;
 *) echo "usage: $0 [base|ceph|cephadm|all]" >&2; exit 2 ;;
 esac

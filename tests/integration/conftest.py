@@ -5,8 +5,10 @@ Set KVCEPH_KEEP_LAB=1 to leave the lab running after the tests (to look around).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import runpy
 import shlex
 import shutil
@@ -286,7 +288,7 @@ def s3_client():
 
 
 @pytest.fixture(scope="session")
-def lab():
+def lab(pytestconfig):
     """A fresh lab for the session (down, then up), torn down at the end.
 
     KVCEPH_KEEP_LAB=1 reuses a running lab and leaves it running (for looking around);
@@ -295,12 +297,74 @@ def lab():
     if shutil.which("systemd-nspawn") is None and os.environ.get("CI") is None:
         pytest.skip("systemd-nspawn missing: run `make deps` (CI installs it)")
     keep = bool(os.environ.get("KVCEPH_KEEP_LAB"))
-    if not keep:
-        subprocess.run(["make", "-s", "lab-down"], cwd=REPO, check=True, timeout=600)
-    subprocess.run(["make", "-s", "lab-up"], cwd=REPO, check=True, timeout=1800)
-    yield {"hosts": HOSTS, "fresh": not keep}
-    if not keep:
-        subprocess.run(["make", "-s", "lab-down"], cwd=REPO, check=False, timeout=600)
+    token = _claim_instance()
+    try:
+        if not keep:
+            subprocess.run(["make", "-s", "lab-down"], cwd=REPO, check=True, timeout=600)
+        _lab_up(pytestconfig)
+        yield {"hosts": HOSTS, "fresh": not keep}
+        if not keep:
+            subprocess.run(["make", "-s", "lab-down"], cwd=REPO, check=False, timeout=600)
+    finally:
+        if token:
+            CLAIM.release(token, LAB_DIR)
+
+
+def _load_claim():
+    spec = importlib.util.spec_from_file_location("kvceph_lab_claim", REPO / "lab" / "claim.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+CLAIM = _load_claim()
+
+
+def _claim_instance() -> str | None:
+    """The lab instance for this session (lab/claim.py), unless the run that started us holds it.
+
+    Under `make test` the claim is make's and this passes; a pytest run by hand claims the
+    instance itself, so a second run on it stops at once instead of rebooting our hosts.
+    """
+    try:
+        token, mine = CLAIM.acquire(f"pytest {shlex.join(sys.argv[1:])}", lab=LAB_DIR)
+    except CLAIM.Busy as busy:
+        pytest.exit(str(busy), returncode=CLAIM.BUSY_RC)
+    if not mine:
+        return None
+    os.environ[CLAIM.ENV] = token  # lab.sh and make, run by the tests, pass under it
+    return token
+
+
+# The lab's boot steps shown in the test output while they run (pytest -q otherwise shows
+# nothing for minutes): the lab scripts' own tagged lines, one per step, no command output.
+_STEP = re.compile(
+    r"^(\[(lab|image|cephadm-images|kvlab-cephadm|wheelhouse|deps|venv)\] |== kvceph lab)"
+)
+
+
+def _lab_up(pytestconfig) -> None:
+    """`make -s lab-up`, its step lines on the terminal as they come, all of it on failure."""
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+    t0 = time.monotonic()
+    lines: list[str] = []
+    with subprocess.Popen(
+        ["make", "-s", "lab-up"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        for line in proc.stdout:
+            lines.append(line)
+            if reporter is not None and _STEP.match(line):
+                with capture.global_and_fixture_disabled():
+                    reporter.write_line(f"{time.monotonic() - t0:5.0f}s {line.rstrip()}")
+        rc = proc.wait(timeout=1800)
+    sys.stdout.write("".join(lines))  # captured: pytest shows it with a failure
+    assert rc == 0, f"make lab-up failed ({rc}): {''.join(lines)[-4000:]}"
 
 
 @pytest.fixture(scope="session")

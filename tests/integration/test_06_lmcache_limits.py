@@ -1,10 +1,10 @@
 """LMCache's buffer and timeouts on the lab (issue 10): the values that failed on a real H200,
 scaled to the lab, make verify.py fail with the cause named; the derived values pass.
 
-What failed on the H200 (../shared/recipes/gpu-real-engine): Qwen3-32B at TP 1 (262,144 bytes
-of KV per token) loaded at ~0.86 GB/s from one radosgw; LMCache's default lookup_timeout_ms
-3000 gave up before the load (0 hits after every restart), and max_local_cpu_size 5 GiB could
-not hold a 30k-token request (8 GiB).
+What failed on the H200 (docs/procedure.md, "Pinned memory and timeouts"): Qwen3-32B at TP 1
+(262,144 bytes of KV per token) loaded at ~0.86 GB/s from one radosgw; LMCache's default
+lookup_timeout_ms 3000 gave up before the load (0 hits after every restart), and
+max_local_cpu_size 5 GiB could not hold a 30k-token request (8 GiB).
 
 Scaled to the lab (lab/engine/README.md "Sizes and scaling"): bytes scale with KV per token per
 worker (64 here vs 262,144 there: 5 GiB -> 1.25 MiB), time with load time per token (128 bytes

@@ -32,7 +32,7 @@ if str(REPO) not in sys.path:
 
 import yaml  # noqa: E402
 
-from deploys import paths, render, secrets, settings  # noqa: E402
+from deploys import connector_package, paths, render, secrets, settings  # noqa: E402
 from deploys.operations import s3  # noqa: E402
 from deploys.operations.files import sha256_text  # noqa: E402
 from deploys.stages import rgw_service, s3_tier  # noqa: E402
@@ -157,6 +157,7 @@ class Layout:
     env_drift: tuple[str, ...] = ()  # vllm.env edited to PYTHONHASHSEED=68
     rgw_down: bool = False  # RGW stopped: haproxy answers 503 "No server is available"
     mon_down: bool = False  # no mon answers: every ceph call times out (exit 1)
+    kvceph_connector: tuple[str, ...] = ()  # hosts with kvceph_lmcache_connector "kvceph"
 
     @property
     def groups(self) -> dict[str, list[str]]:
@@ -176,6 +177,8 @@ class Layout:
             data["kvceph_ceph_hostname"] = host.split("/", 1)[1]
         if self.engine_preinstalled:
             data["kvceph_engine_install"] = False
+        if host in self.kvceph_connector:
+            data["kvceph_lmcache_connector"] = "kvceph"
         return data
 
     def merged_data(self, host: str) -> dict:
@@ -435,6 +438,29 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         ]
     r[f"getent group {user}"] = account
 
+    # connector.CompiledOps / ConnectorInstalled (before the venv's generic key: first match
+    # wins): the fake engines' venv has no torch (as the lab's), and kvceph's connector where
+    # the host uses it and is converged.
+    r["import lmcache.cuda_ops"] = (
+        _captured("connector.CompiledOps", "lab_engine_no_torch")
+        if converged or layout.engine_preinstalled
+        else ["novenv"]
+    )
+    wheel = connector_package.build()
+    installed = converged and me.lmcache.tier.connector == "kvceph"
+    r['d.read_text("RECORD")'] = (
+        [json.dumps({"version": wheel.version, "content": wheel.content})]
+        if installed
+        else [json.dumps({"version": None, "content": None})]
+        if converged or layout.engine_preinstalled
+        else ["novenv"]
+    )
+    # connector.RemoteTierLog: a running engine's LMCache connected its remote tier.
+    r["ExecMainStartTimestamp --timestamp=unix"] = (
+        ["started", "INFO x Connection initialized/re-established at plugin://kvceph"]
+        if converged
+        else []
+    )
     pins = dict(p.split("==", 1) for p in e.profile.packages)  # what a finished install reports
     r[f"if test -x {e.venv}/bin/python"] = (
         [f"python {OS_RELEASE_PYTHON}"] + [f"dist {n} {v}" for n, v in pins.items()]

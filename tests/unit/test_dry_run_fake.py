@@ -44,6 +44,8 @@ CHECKS = {
     "S3 tier | RGW answers at http://127.0.0.1:80",
     "vLLM service | systemd daemon-reload (stale)",
     "Readiness check | Engine answers on port 8000",
+    "Engine software | LMCache compiled CUDA ops",
+    "Readiness check | Engine on port 8000 has its remote (S3) tier",
 }
 # `_if=unit.did_change`: pyinfra lists any op with `_if` as a conditional change while
 # planning; it runs only where the unit op changes the file.
@@ -355,3 +357,56 @@ def test_restart_digest_does_not_depend_on_the_process(fresh_verbose):
         digest = render.digest(layout.host_settings(host), creds)
         pattern = rf"\[{re.escape(host)}\]\s+vllm.service restarts: .*desired {digest[:12]}$"
         assert re.search(pattern, fresh_verbose, re.M), host
+
+
+# --- kvceph's connector on the NVIDIA hosts (gaudi1 keeps the stock one) --------------------------
+
+GPUS = {"@fake/gpu1", "@fake/gpu2"}
+
+
+def _connector_ops() -> dict[str, set[str]]:
+    from deploys import connector_package
+
+    wheel = connector_package.build()
+    return {
+        "Engine software | kvceph connector directory": GPUS,
+        f"Engine software | kvceph connector wheel {wheel.filename}": GPUS,
+        f"Engine software | kvceph connector {wheel.version} in /opt/kvceph/venv": GPUS,
+    }
+
+
+@pytest.fixture(scope="module")
+def connector_fresh():
+    proc = _pyinfra("connector_fresh", "--dry", "--json")
+    return json.loads(proc.stdout)["plan"], proc.stderr
+
+
+def test_connector_fresh_plans_the_wheel_and_its_install(connector_fresh):
+    plan, _ = connector_fresh
+    assert _changes(plan) == {**FRESH_CHANGES, **_connector_ops()}
+    names = [op["name"] for op in plan]
+    # After the engine packages (the venv exists), before the config that loads it.
+    assert (
+        names.index("Engine software | Engine packages in /opt/kvceph/venv")
+        < min(names.index(n) for n in _connector_ops())
+        < names.index("Inference config | LMCache config /etc/kvceph/lmcache.yaml")
+    )
+
+
+def test_connector_plan_says_which_crossover(connector_fresh):
+    _, log = connector_fresh
+    line = next(x for x in log.splitlines() if "kvceph: crossover of cache group" in x)
+    assert "0 tokens (not measured yet: 0 = never skip until verify.py measures" in line
+    assert "kvceph.min_hit_tokens on @fake/gpu1, @fake/gpu2" in line
+
+
+def test_connector_converged_plans_no_change_and_reads_once():
+    """Second run: the same wheel bytes, the same content hash in the venv: nothing to do."""
+    plan = json.loads(_pyinfra("connector_converged", "--dry", "--json").stdout)["plan"]
+    assert _changes(plan) == {}
+    assert _changes(plan, "hosts_with_conditional_change") == {}
+    output = _pyinfra("connector_converged", "-y", "-vvv", "--debug")
+    text = output.stdout + output.stderr
+    assert re.findall(r"fact not prefetched on (\S+): (.*)", text) == []
+    assert _unscripted(text, fake_facts.Layout("fake_connector_converged", converged=True,
+                       kvceph_connector=tuple(sorted(GPUS)))) == []  # fmt: skip

@@ -238,3 +238,14 @@ def test_a_daemon_without_last_refresh_is_not_counted_as_seen():
     assert orch_readback.converged("rgw.standard", one, seen) == (
         "service rgw.standard: not refreshed since the apply: rgw.a"
     )
+
+
+def test_the_wait_tells_what_is_missing_every_15_s():
+    cluster = Cluster(ls=["ls_missing"], ps=["ps_missing"])
+    told = []
+    problem = wait(cluster, RGW, wait=40, progress=told.append)
+    assert problem.endswith("after 40 s")
+    assert told == [
+        "waiting 15 s of 40 s: service rgw.standard is not in `ceph orch ls`",
+        "waiting 30 s of 40 s: service rgw.standard is not in `ceph orch ls`",
+    ]

@@ -177,6 +177,22 @@ def test_remote_command_takes_the_engines_path_and_no_secret():
     assert "--prefer-http2" in tail and "--io-threads 8" in tail
 
 
+def test_kvceph_connector_probes_its_endpoint_and_connections():
+    """With kvceph's connector the probe reads the same kvceph.* keys the plugin does (no
+    remote_url, no stock keys in that lmcache.yaml)."""
+    me = gpu_host(
+        kvceph_lmcache_connector="kvceph",
+        kvceph_connector_connections=24,
+        kvceph_s3_endpoint="https://s3.kvlab:443",
+    )
+    tail = controller.probe_command(me, "n").rsplit("if __name__", 1)[1]
+    assert "--endpoint lmcache.s3.kvlab:443" in tail and "--io-threads 24" in tail
+    assert "--disable-tls" not in tail and "--prefer-http2" not in tail
+    assert "--connector kvceph --connections 24 --timeout-s 5.0" in tail
+    args = s3probe.parse(controller.probe_args(me, "n"))
+    assert (args.connector, args.connections, args.timeout_s) == ("kvceph", 24, 5.0)
+
+
 def test_remote_output_is_the_json_line_among_the_others():
     out = "warning: x; " + json.dumps(RAW)
     assert controller.parse_output(out)["objects"] == 128
@@ -193,3 +209,28 @@ def test_remote_stream_reads_and_seeks_like_lmcaches():
     args = s3probe.parse(["--endpoint", "b.s3:80", "--region", "r", "--chunk-bytes", "8"]
                          + ["--chunks", "2", "--workers", "1", "--nonce", "n"])  # fmt: skip
     assert (args.io_threads, args.rounds, args.disable_tls) == (64, 3, False)
+
+
+def test_probe_through_kvcephs_connector_core(monkeypatch, capsys):
+    # The same objects through kvceph_connector.s3core (--connector kvceph), against the
+    # connector's loopback S3: every object written, found, read back exact and deleted.
+    pytest.importorskip("kvceph_connector.s3core")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "connector" / "tests"))
+    from fake_s3 import FakeS3
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "KVTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "kvtest-secret")
+    server = FakeS3().start()
+    try:
+        s3probe.main(["--endpoint", server.endpoint, "--region", "r", "--chunk-bytes", "65536"]
+                     + ["--chunks", "4", "--workers", "2", "--nonce", "n", "--rounds", "1"]
+                     + ["--disable-tls", "--connector", "kvceph"])  # fmt: skip
+    finally:
+        server.stop()
+    out = json.loads(capsys.readouterr().out)
+    assert (out["connector"], out["objects"], out["deleted"]) == ("kvceph", 8, 8)
+    assert server.objects == {}
+    assert server.count("HEAD") == 8 and server.count("GET") == 8

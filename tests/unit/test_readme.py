@@ -1,6 +1,7 @@
 """The README's group_data reference lists every setting the code reads."""
 
 import re
+import subprocess
 from pathlib import Path
 
 from deploys import paths
@@ -18,3 +19,30 @@ def test_every_setting_is_documented():
     readme = (ROOT / "README.md").read_text()
     missing = sorted(k for k in keys if k not in readme)
     assert not missing, f"README group_data reference lacks: {missing}"
+
+
+# What a user of the project does not have: the workspace the project was made in.
+OUTSIDE = re.compile(r"\.\./shared\b|/work/shared\b|\bshared/(seed|recipes|reference)/")
+
+
+def test_nothing_refers_outside_the_repository():
+    """No tracked file (product, docs, comments, tests) points at ../shared or the like."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    this = Path(__file__).resolve().relative_to(ROOT).as_posix()
+    found = []
+    for name in files:
+        path = ROOT / name
+        if not name or name == this or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        found += [
+            f"{name}:{n}: {line.strip()[:80]}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if OUTSIDE.search(line)
+        ]
+    assert not found, "references outside the repository:\n" + "\n".join(found)

@@ -69,6 +69,7 @@ for path in sys.argv[1:]:
     out[path] = {
         "warnings": [r.getMessage() for r in records],
         "remote_url": config.remote_url,
+        "remote_storage_plugins": config.remote_storage_plugins,
         "chunk_size": config.chunk_size,
         "local_cpu": config.local_cpu,
         "max_local_cpu_size": config.max_local_cpu_size,
@@ -421,3 +422,122 @@ def test_rendering_never_prints_the_secret(capsys):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# --- kvceph's connector: an LMCache remote storage plugin ----------------------------------------
+
+
+def _lmcache_source(python: str) -> Path:
+    src = subprocess.run(
+        [python, "-c", "import lmcache, os; print(os.path.dirname(lmcache.__file__))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    return Path(src)
+
+
+@pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
+def test_kvceph_connector_yaml_loads_with_lmcache_own_loader(tmp_path):
+    """LMCache 0.5.6 reads the plugin's yaml: one remote tier (no remote_url), the plugin's
+    module and class under the keys its plugin launcher reads, the contract's kvceph.* keys."""
+    python = _lmcache_python()
+    paths = {}
+    for (acc, v), name in zip(MATRIX, IDS, strict=True):
+        me = host(acc, v, kvceph_lmcache_connector="kvceph")
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(render.lmcache_yaml(me))
+        paths[str(path)] = me
+    done = subprocess.run(
+        [python, "-c", _LOADER, *paths],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    launcher = (_lmcache_source(python) / "v1/storage_backend/connector/__init__.py").read_text()
+    templates = set(re.findall(r'"(remote_storage_plugin\.%s\.[a-z_]+)"', launcher))
+    assert templates == {
+        "remote_storage_plugin.%s.module_path",
+        "remote_storage_plugin.%s.class_name",
+    }
+    for path in paths:
+        got = loaded[path]
+        assert got["warnings"] == [], (path, got["warnings"])
+        assert got["remote_url"] is None
+        assert got["remote_storage_plugins"] == ["kvceph"]
+        extra = got["extra_config"]
+        assert {t % "kvceph" for t in templates} <= set(extra)
+        assert (
+            extra["remote_storage_plugin.kvceph.module_path"] == "kvceph_connector.lmcache_plugin"
+        )
+        assert extra["remote_storage_plugin.kvceph.class_name"] == "KvcephConnectorAdapter"
+        assert {k for k in extra if k.startswith("kvceph.")} == {
+            "kvceph.endpoint",
+            "kvceph.region",
+            "kvceph.tls",
+            "kvceph.connections",
+            "kvceph.timeout_s",
+            "kvceph.min_hit_tokens",
+        }
+        assert extra["kvceph.endpoint"] == "lmcache.s3.cephlab.com:80"
+        assert extra["kvceph.tls"] is False and extra["kvceph.connections"] == 16
+        assert extra["kvceph.timeout_s"] == 5.0 and extra["kvceph.min_hit_tokens"] == 0
+        assert extra["save_chunk_meta"] is False
+        # No stock S3 key: kvceph's connector would not read it.
+        assert not {k for k in extra if k.startswith("s3_") or k == "disable_tls"}
+
+
+@pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
+def test_remote_tier_templates_are_lmcache_own_words():
+    """deploys/remote_tier.py's patterns are the log templates of the installed LMCache."""
+    from deploys import remote_tier
+
+    src = _lmcache_source(_lmcache_python()) / "v1/storage_backend"
+    text = "".join(
+        (src / f).read_text() for f in ("__init__.py", "remote_backend.py", "connector/__init__.py")
+    )
+    for fixed in remote_tier.PREFILTER.split("|"):
+        assert fixed in text, fixed
+    # The "success" LMCache logs even when the connector inside failed (see remote_tier.py).
+    assert '"Created remote backend for plugin: %s"' in text
+
+
+def test_kvceph_connector_never_beside_remote_url():
+    text = render.lmcache_yaml(host(kvceph_lmcache_connector="kvceph"))
+    assert "remote_url" not in text and 'remote_storage_plugins: ["kvceph"]\n' in text
+    assert "s3_prefer_http2" not in text
+
+
+def test_kvceph_tls_follows_the_endpoint_scheme():
+    me = host(kvceph_lmcache_connector="kvceph", kvceph_s3_endpoint="https://s3.cephlab.com:443")
+    extra = render.lmcache_config(me)["extra_config"]
+    assert extra["kvceph.tls"] is True and extra["kvceph.endpoint"] == "lmcache.s3.cephlab.com:443"
+
+
+def test_kvceph_min_hit_tokens_from_the_resolved_crossover():
+    import dataclasses
+
+    from deploys import crossover
+
+    me = host(kvceph_lmcache_connector="kvceph")
+    tier = dataclasses.replace(me.lmcache.tier, crossover=crossover.Crossover(4096, "test"))
+    me = dataclasses.replace(me, lmcache=dataclasses.replace(me.lmcache, tier=tier))
+    assert "  kvceph.min_hit_tokens: 4096\n" in render.lmcache_yaml(me)
+    # A new crossover is a new lmcache.yaml, so a new digest: the group rolls.
+    assert render.digest(me, CREDS) != render.digest(host(kvceph_lmcache_connector="kvceph"), CREDS)
+
+
+def test_a_new_connector_build_restarts_its_engines_only(monkeypatch):
+    from deploys import connector_package
+
+    kvceph, stock = host(kvceph_lmcache_connector="kvceph"), host()
+    before = (render.digest(kvceph, CREDS), render.digest(stock, CREDS))
+    wheel = connector_package.current()
+    changed = __import__("dataclasses").replace(wheel, content="0" * 64)
+    monkeypatch.setattr(connector_package, "current", lambda: changed)
+    assert render.digest(kvceph, CREDS) != before[0]
+    assert render.digest(stock, CREDS) == before[1]

@@ -14,7 +14,13 @@ from deploys import settings as s
 from deploys.operations.files import sha256_text
 from deploys.secrets import S3Credentials, Secret
 from deploys.settings.inventory import CacheGroup
-from deploys.stages import engine_software, inference_config, readiness, vllm_service
+from deploys.stages import (
+    engine_software,
+    inference_config,
+    readiness,
+    tier_software,
+    vllm_service,
+)
 
 CREDS = S3Credentials(
     Secret("AKIAPLAN"), Secret("plan-secret-value"), "test", vllm_api_key=Secret("plan-api-key")
@@ -55,12 +61,15 @@ class FakeHost:
 def plan(monkeypatch):
     def run(stage, me, facts, *args):
         calls: list = []
-        for name, value in list(vars(stage).items()):
-            if inspect.ismodule(value) and value.__name__.startswith(
-                ("pyinfra.operations", "deploys.operations")
-            ):
-                monkeypatch.setattr(stage, name, Recorder(value, calls))
-        monkeypatch.setattr(stage, "host", FakeHost(facts), raising=False)
+        # The stage and the part it delegates to (engine software -> tier_software).
+        parts = [stage, *(v for v in vars(stage).values() if v is tier_software)]
+        for part in parts:
+            for name, value in list(vars(part).items()):
+                if inspect.ismodule(value) and value.__name__.startswith(
+                    ("pyinfra.operations", "deploys.operations")
+                ):
+                    monkeypatch.setattr(part, name, Recorder(value, calls))
+            monkeypatch.setattr(part, "host", FakeHost(facts), raising=False)
         if hasattr(stage, "preflight"):
             checked = SimpleNamespace(
                 credentials=CREDS,
@@ -107,8 +116,9 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
         "files.put",
         "files.directory",
         "engine.venv_packages",
+        "connector.compiled_ops",  # NVIDIA host: read-only
     ]
-    install = calls[-1][1]
+    install = calls[-2][1]
     assert install["find_links"] == paths.WHEELHOUSE and install["index_url"] is None
     assert install["no_deps"] == ["lmcache"]
 
@@ -119,7 +129,43 @@ def test_engine_software_skips_the_wheels_when_the_venv_has_every_pin(plan, tmp_
     have = {"EngineVersions": {"packages": {"kvceph-lab-engine": "0.1.0", "lmcache": "0.5.6"}}}
     calls = plan(engine_software, me, have)
     assert "files.put" not in names(calls)
-    assert names(calls)[-1] == "engine.venv_packages"  # its own fact says no change
+    assert names(calls)[-2:] == ["engine.venv_packages", "connector.compiled_ops"]
+
+
+def test_engine_software_installs_the_connector_only_when_the_venv_lacks_it(plan):
+    from deploys import connector_package
+
+    wheel = connector_package.current()
+    me = lab_host(kvceph_lmcache_connector="kvceph")
+    have = {"EngineVersions": {"packages": {"kvceph-lab-engine": "0.1.0", "lmcache": "0.5.6"}}}
+    missing = {**have, "ConnectorInstalled": {"version": None, "content": None}}
+    calls = plan(engine_software, me, missing)
+    tail = names(calls)[-4:]
+    assert tail == ["files.directory", "files.put", "connector.installed", "connector.compiled_ops"]
+    put = calls[-3][1]
+    assert put["dest"] == wheel.host_path and put["src"].getvalue() == wheel.data
+
+
+def test_engine_software_uploads_nothing_for_an_installed_connector(plan):
+    from deploys import connector_package
+
+    wheel = connector_package.current()
+    me = lab_host(kvceph_lmcache_connector="kvceph")
+    have = {"EngineVersions": {"packages": {"kvceph-lab-engine": "0.1.0", "lmcache": "0.5.6"}}}
+    installed = {**have, "ConnectorInstalled": {"version": wheel.version, "content": wheel.content}}
+    calls = plan(engine_software, me, installed)
+    assert "files.put" not in names(calls)
+    assert names(calls)[-2:] == ["connector.installed", "connector.compiled_ops"]
+
+
+def test_gaudi_hosts_skip_the_compiled_ops_check(plan):
+    me = s.load(
+        {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_install": False}, "g", ["gaudi"]
+    )
+    ok = {
+        "EngineVersions": {"python": "3.12.3", "packages": {"vllm": "0.26.0", "lmcache": "0.5.6"}}
+    }
+    assert "connector.compiled_ops" not in names(plan(engine_software, me, ok))
 
 
 def test_engine_software_image_mode_checks_installed_versions(plan):
@@ -268,13 +314,20 @@ def test_vllm_service_refuses_the_wrong_accelerator(plan):
 
 def test_readiness_is_one_read_only_check(plan):
     calls = plan(readiness, lab_host(), {})
-    assert names(calls) == ["service.ready"]
+    assert names(calls) == ["service.ready", "connector.remote_tier_present"]
     assert calls[0][1]["model"] == "Qwen/Qwen3-32B"
+    assert calls[1][1] == {
+        "name": "Engine on port 8000 has its remote (S3) tier",
+        "unit": "vllm.service",
+        "connector": "lmcache",
+    }
 
 
 def test_readiness_checks_every_engine(plan):
     calls = plan(readiness, lab_host(**TWO_ENGINES), {})
-    assert [kw["port"] for _, kw in calls] == [8000, 8001]
+    assert [kw["port"] for n, kw in calls if n == "service.ready"] == [8000, 8001]
+    units = [kw["unit"] for n, kw in calls if n == "connector.remote_tier_present"]
+    assert len(units) == 2 and len(set(units)) == 2
 
 
 def test_builtin_hash_needs_one_python_minor_per_cache_group():

@@ -61,6 +61,7 @@ class FakeEngine:
         self.health = 200
         self.stream_error = None
         self.foreign_writes = 0
+        self.min_hit = 0  # kvceph's connector: hits below it are reported as 0
         self.restart()
 
     def restart(self):
@@ -89,6 +90,8 @@ class FakeEngine:
             if not self.loads_ok or not all(k in present for k in keys):
                 break
             hit += 1
+        if hit * CHUNK < self.min_hit:
+            hit = 0
         loaded = hit * CHUNK - (1 if hit * CHUNK == len(words) else 0)
         self.hits += loaded
         self.computed += len(words) - loaded
@@ -126,7 +129,7 @@ def _handler(engine):
             if self.path == "/health":
                 self._send(engine.health, "")
             elif self.path == "/v1/models":
-                self._send(200, json.dumps({"data": [{"id": engine.model}]}))
+                self._send(200, json.dumps({"data": [{"id": engine.model, "owned_by": "vllm"}]}))
             elif self.path == "/metrics":
                 self._send(200, engine.metrics(), "text/plain")
             else:
@@ -173,6 +176,9 @@ class FakeControl:
         if self.on_restart:
             self.on_restart(host, self.restarts.count(host))
         return None
+
+    def remote_tier(self, host):
+        return self.engines[host].journal
 
     def journal_has(self, host, since, text):
         if text == runner.S3_DISABLED:
@@ -251,6 +257,9 @@ def test_healthy_chain_passes_and_touches_only_its_objects(lab, tmp_path):
     path = reporting.write_json(rep, tmp_path)
     data = json.loads(path.read_text())
     assert data["passed"] and data["run_id"] == rep.run_id
+    assert data["groups"] == [["gpu1", "gpu2"], ["gaudi1"]]
+    assert data["engines"] == {"gpu1": "vllm", "gpu2": "vllm", "gaudi1": "vllm"}
+    assert reporting.simulated_note(rep) is None  # vLLM answered: nothing simulated
     assert (tmp_path / "verify-latest.json").exists()
     png, notice = reporting.write_png(rep, tmp_path)
     assert png or "matplotlib" in notice
@@ -460,3 +469,77 @@ def test_peers_are_one_engine_of_the_host_and_one_of_another_host():
     assert runner.peers_of(a, [a, b, c, d]) == [b, c]
     assert runner.peers_of(c, [c, d]) == [d]
     assert runner.peers_of(t("gpu3"), [t("gpu3"), c]) == [c]
+
+
+# --- The remote tier and the crossover (kvceph's connector) ------------------------------------
+
+NO_TIER = (
+    "ERROR x [kvceph_lab_engine.lmcache] Failed to load remote connector kvceph due to "
+    "import/attribute error: No module named 'kvceph_connector'",
+    "WARNING x [kvceph_lab_engine.lmcache] Failed to initialize/re-establish remote connection: "
+    "No adapter found for URL: plugin://kvceph",
+    "INFO x [kvceph_lab_engine.lmcache] Created remote backend for plugin: kvceph",
+)
+
+
+def test_an_engine_without_remote_tier_fails_preflight_naming_the_cause(lab):
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2")
+    engines["gpu2"].journal = list(NO_TIER)
+    rep, _ = _run(bucket, engines, [[a, b]])
+    pre = _by_step(rep)[("gpu2", "preflight")].verdict
+    assert pre.failed and "serves with no remote tier" in pre.message
+    assert "No adapter found for URL: plugin://kvceph" in pre.message
+    assert _by_step(rep)[("gpu1", "preflight")].verdict.status == "pass"
+
+
+def _kvceph(target, min_hit):
+    return runner.Target(
+        **{**target.__dict__, "connector": "kvceph", "min_hit_tokens": min_hit,
+           "crossover": f"{min_hit} tokens (test)"}
+    )  # fmt: skip
+
+
+def test_below_the_crossover_no_hit_is_the_pass_and_nothing_is_measured(lab):
+    bucket, engines, add = lab
+    a, b = _kvceph(add("gpu1"), 2048), _kvceph(add("gpu2"), 2048)
+    for e in engines.values():
+        e.min_hit = 2048
+    options = runner.Options(
+        document_tokens=1030, objects_timeout=0.2, poll_interval=0.01, request_timeout=10
+    )
+    r = runner.Runner(options, bucket, FakeControl(engines), log=lambda _m: None)
+    rep = r.run([[a, b]])
+    steps = _by_step(rep)
+    warm = steps[("gpu1", "warm")]
+    assert warm.verdict.status == "pass" and "below the crossover 2048" in warm.verdict.message
+    assert steps[("gpu2", "cross-node")].verdict.status == "pass"
+    assert warm.figures["min_hit_tokens"] == 2048
+    assert r.measured == []
+
+
+def test_a_hit_below_the_crossover_fails(lab):
+    bucket, engines, add = lab
+    a = _kvceph(add("gpu1"), 2048)  # the engine ignores it (an old connector)
+    rep, _ = _run(bucket, engines, [[a]])
+    warm = _by_step(rep)[("gpu1", "warm")].verdict
+    assert warm.failed and "must report 0 hits below kvceph.min_hit_tokens" in warm.message
+
+
+def test_a_complete_warm_load_is_measured(lab):
+    bucket, engines, add = lab
+    a = add("gpu1")
+    options = runner.Options(
+        document_tokens=1030, objects_timeout=0.2, poll_interval=0.01, request_timeout=10
+    )
+    r = runner.Runner(options, bucket, FakeControl(engines), log=lambda _m: None)
+    rep = r.run([[a]])
+    ((writer, figures),) = r.measured
+    steps = _by_step(rep)
+    assert (
+        writer.name == "gpu1"
+        and figures["prompt_tokens"] == steps[("gpu1", "cold")].figures["prompt_tokens"]
+    )
+    assert figures["cold_ttft_s"] == steps[("gpu1", "cold")].ttft
+    assert figures["warm_ttft_s"] == steps[("gpu1", "warm")].ttft
+    assert figures["kv_bytes"] == steps[("gpu1", "cold")].figures["kv_bytes"] > 0

@@ -31,40 +31,10 @@ What LMCache calls (RemoteBackend, storage_manager, 0.5.6), and what each does h
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import math
 
-from kvceph_connector import SUPPORTED_LMCACHE, __version__
-
-
-def _lmcache_version() -> str:
-    try:
-        import lmcache
-
-        version = getattr(lmcache, "__version__", None)
-        if version and version != "unknown":
-            return str(version)
-    except ImportError:
-        return "not installed"
-    try:
-        return importlib.metadata.version("lmcache")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def check_lmcache_version(version: str | None = None) -> None:
-    """Refuse an LMCache release the plugin was not built for, in one line.
-
-    + version: the release to check (default: the installed one).
-    """
-    version = version or _lmcache_version()
-    if version not in SUPPORTED_LMCACHE:
-        raise ImportError(
-            f"kvceph-connector {__version__} supports LMCache {', '.join(SUPPORTED_LMCACHE)}, "
-            f"not the installed {version}: install a supported LMCache or use the stock "
-            "connector (kvceph_lmcache_connector: lmcache)"
-        )
-
+from kvceph_connector import __version__
+from kvceph_connector.versions import check_lmcache_version, lmcache_version
 
 # Before any LMCache internals are imported: an unsupported release fails here, and LMCache logs
 # "Failed to load remote connector kvceph due to import/attribute error: <this message>".
@@ -81,69 +51,12 @@ from lmcache.v1.storage_backend.connector import (  # noqa: E402
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector  # noqa: E402
 
 from kvceph_connector.s3core import S3Config, S3Core  # noqa: E402
+from kvceph_connector.settings import settings_from_extra  # noqa: E402
 
 # LMCache's handler on the package logger: the core's lines appear in LMCache's log format.
 logger = init_logger("kvceph_connector")
 
 PLUGIN = "kvceph"
-#: The extra_config keys the plugin reads (``kvceph.<name>``) and their defaults.
-KEYS = {
-    "endpoint": None,
-    "region": "us-east-1",
-    "tls": True,
-    "connections": 16,
-    "timeout_s": 5.0,
-    "min_hit_tokens": 0,
-}
-
-
-def _bool(name: str, value) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ValueError(f"kvceph.{name} must be true or false, not {value!r}")
-
-
-def _number(name: str, value, kind, minimum):
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"kvceph.{name} must be a number, not {value!r}") from None
-    if number < minimum:
-        raise ValueError(f"kvceph.{name} must be >= {minimum}, not {value!r}")
-    return number
-
-
-def settings_from_extra(extra: dict | None) -> tuple[S3Config, int]:
-    """The core's S3Config and min_hit_tokens from LMCache's extra_config, checked.
-
-    + extra: config.extra_config (kvceph.* keys; unknown kvceph.* keys are an error).
-    """
-    extra = extra or {}
-    unknown = sorted(
-        k for k in extra if k.startswith("kvceph.") and k.removeprefix("kvceph.") not in KEYS
-    )
-    if unknown:
-        raise ValueError(
-            f"unknown extra_config key {unknown[0]}: kvceph reads {', '.join(sorted(KEYS))}"
-        )
-    if bool(extra.get("save_chunk_meta", False)):
-        raise ValueError("save_chunk_meta must be false for kvceph's connector")
-    got = {k: extra.get(f"kvceph.{k}", d) for k, d in KEYS.items()}
-    if not got["endpoint"]:
-        raise ValueError("kvceph.endpoint is required ('<bucket>.<rgw_dns_name>[:port]')")
-    config = S3Config(
-        endpoint=str(got["endpoint"]),
-        region=str(got["region"]),
-        tls=_bool("tls", got["tls"]),
-        connections=_number("connections", got["connections"], int, 1),
-        timeout_s=_number("timeout_s", got["timeout_s"], float, 0.1),
-    )
-    return config, _number("min_hit_tokens", got["min_hit_tokens"], int, 0)
 
 
 class KvcephS3Connector(RemoteConnector):
@@ -231,7 +144,17 @@ class KvcephS3Connector(RemoteConnector):
             (key.to_string(), obj.data_ptr, obj.get_size())
             for key, obj in zip(keys, objs, strict=False)
         ]
-        ok = await asyncio.wrap_future(self.core.get_many_into_future(items)) if items else []
+        ok: list[bool] = []
+        if items:
+            batch = self.core.get_many_into_future(items)
+            try:
+                ok = await asyncio.wrap_future(batch)
+            except asyncio.CancelledError:
+                # LMCache gave up (RemoteBackend's wait_for): stop the writes, free the buffers.
+                self.core.abandon(batch)
+                for obj in objs:
+                    obj.ref_count_down()
+                raise
         out: list[MemoryObj | None] = []
         for obj, good in zip(objs, ok, strict=True):
             if good:
@@ -323,7 +246,7 @@ class KvcephConnectorAdapter(ConnectorAdapter):
             "timeout %.1f s, min_hit_tokens %d",
             __version__,
             context.url,
-            _lmcache_version(),
+            lmcache_version(),
             s3.endpoint,
             "https" if s3.tls else "http",
             s3.connections,

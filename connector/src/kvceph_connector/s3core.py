@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -61,8 +61,9 @@ class S3Config:
     + region: the signing region (RGW accepts any, "us-east-1" by convention).
     + tls: https (True) or plain http.
     + connections: requests in flight at once, and the CRT client's connection limit.
-    + timeout_s: a request that makes no progress for this long is cancelled (a miss); also
-      the connect timeout. Queued requests do not count: only in-flight ones.
+    + timeout_s: a request is cancelled (a miss) when no request of the core made progress
+      for this long, or it alone made none for 3 x this while others did; also the connect
+      timeout. Queued requests do not count: only in-flight ones.
     + access_key_id / secret_access_key: static keys; both unset = awscrt's default chain
       (AWS_ACCESS_KEY_ID..., AWS_PROFILE + ~/.aws/credentials).
     + ca_file: a PEM bundle to trust instead of the system's (tests, the lab CA).
@@ -266,6 +267,7 @@ class S3Core:
         self._backoff_until = 0.0
         self._backoff_s = 0.0
         self._backoff_since = 0.0
+        self._last_progress = 0.0  # any request's last sign of life (monotonic)
         self._wake = threading.Event()
         self._watchdog = threading.Thread(
             target=self._watch, name="kvceph-s3-watchdog", daemon=True
@@ -351,8 +353,20 @@ class S3Core:
         return self._batch([_Op("PUT", k, data=d) for k, d in items], "put")
 
     # -- batching and logging --------------------------------------------------------------
+    def abandon(self, batch: Future) -> None:
+        """The caller gives up on a batch (e.g. its asyncio task was cancelled): after this
+        returns, no byte is written into its buffers any more and queued requests never start.
+
+        + batch: a Future from one of the *_future methods.
+        """
+        for op in getattr(batch, "kvceph_ops", ()):
+            if not op.future.done():
+                self._fail(op, "cancelled", "abandoned by the caller")
+                self._cancel(op)
+
     def _batch(self, ops: list[_Op], what: str) -> Future:
         out: Future = Future()
+        out.kvceph_ops = ops
         if not ops:
             out.set_result([])
             return out
@@ -366,10 +380,14 @@ class S3Core:
             if last:
                 try:
                     self._log_batch(what, ops)
-                    out.set_result([op.future.result() for op in ops])
+                    result = [op.future.result() for op in ops]
                 except Exception as exc:  # never let a logging slip hang the caller
                     log.error("kvceph S3 %s: internal error: %s", what, exc)
-                    out.set_result([_miss(op) for op in ops])
+                    result = [_miss(op) for op in ops]
+                try:
+                    out.set_result(result)
+                except InvalidStateError:
+                    pass  # the caller cancelled the batch (asyncio.wrap_future does on cancel)
 
         for op in ops:
             op.future.add_done_callback(one_done)
@@ -450,6 +468,9 @@ class S3Core:
     def _start(self, op: _Op) -> None:
         from awscrt.http import HttpHeaders, HttpRequest
 
+        if op.dead:  # abandoned while it waited in the queue
+            self._finish(op)
+            return
         s3 = self._s3
         headers = HttpHeaders()
         headers.add("Host", self.config.endpoint)
@@ -496,13 +517,16 @@ class S3Core:
 
     # -- CRT callbacks (CRT threads, with the GIL) -----------------------------------------
     def _moved(self, op: _Op) -> None:
-        op.deadline = time.monotonic() + self._timeout
+        """op made progress (headers, body bytes, upload reads): so did the core."""
+        now = time.monotonic()
+        op.deadline = now + self._timeout
+        self._last_progress = now
 
     def _on_headers(self, op: _Op, status_code=None, headers=None, **_):
         try:
             op.status = status_code
             op.headers.update({k.lower(): v for k, v in headers or ()})
-            op.deadline = time.monotonic() + self._timeout
+            self._moved(op)
             if op.kind == "GET" and status_code in (200, 206):
                 size = _object_size(op.headers)
                 if size is not None and size != op.size:
@@ -527,7 +551,7 @@ class S3Core:
         if bad:
             self._fail(op, "size", f"body runs past {op.size} bytes (offset {offset} + {n})")
             self._cancel(op)
-        op.deadline = time.monotonic() + self._timeout
+        self._moved(op)
 
     def _on_done(self, op: _Op, error=None, status_code=None, **_):
         try:
@@ -576,6 +600,7 @@ class S3Core:
         if op.kind == "GET" and op.fault is None:
             self._check_body(op)
         if op.fault is None:
+            self._last_progress = time.monotonic()
             self._reachable()
         elif op.connection_fault:
             self._unreachable(op)
@@ -645,20 +670,41 @@ class S3Core:
 
     # -- watchdog --------------------------------------------------------------------------
     def _watch(self) -> None:
+        """Cancel requests that stopped moving.
+
+        awscrt hands a GET's body over a whole part (8 MiB) at a time, so on a saturated link a
+        request can go seconds without a callback while data flows. A request is stalled when
+        neither it nor any other request of this core moved for timeout_s (RGW or the network
+        stopped), or when it alone has not moved for 3 x timeout_s while others did (one stuck
+        object).
+        """
         tick = min(0.25, self._timeout / 4)
         while not self._closed:
             self._wake.wait(tick)
             self._wake.clear()
             now = time.monotonic()
+            quiet = now > self._last_progress + self._timeout
             with self._lock:
-                late = [op for op in self._in_flight if op.req is not None and now > op.deadline]
+                late = [
+                    op
+                    for op in self._in_flight
+                    if op.req is not None
+                    and now > op.deadline
+                    and (
+                        quiet
+                        or op.kind_of_fault == "timeout"
+                        or now > op.deadline + 2 * self._timeout
+                    )
+                ]
             for op in late:
                 if op.fault is not None and op.kind_of_fault == "timeout":
                     # Cancelled a timeout ago and CRT still has not finished it: deliver the
                     # miss now (op.dead keeps CRT's late bytes out of the caller's buffer).
                     self._finish(op)
                     continue
-                self._fail(op, "timeout", f"no progress for {self._timeout:.1f} s")
+                alone = "" if quiet else " while other requests moved"
+                waited = now - (op.deadline - self._timeout)
+                self._fail(op, "timeout", f"no progress for {waited:.1f} s{alone}")
                 op.deadline = now + self._timeout
                 self._cancel(op)
 

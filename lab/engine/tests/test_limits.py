@@ -40,7 +40,7 @@ class MemoryStore:
     def head(self, key):
         return len(self.objects.get(key, b""))
 
-    def get_many(self, keys):
+    def get_many(self, keys, sizes=None):
         return [self.objects.get(k) for k in keys]
 
     def put_many(self, items):

@@ -181,10 +181,11 @@ def build(args):
         except ValueError as exc:
             raise StartupError(f"ValueError: {exc}") from exc
         log.info(
-            "LMCache: chunk_size=%d remote_url=%s save_unfull_chunk=%s hash=%s "
-            "(effective %s) local_cpu=%s",
+            "LMCache: chunk_size=%d remote_url=%s remote_storage_plugins=%s "
+            "save_unfull_chunk=%s hash=%s (effective %s) local_cpu=%s",
             view.chunk_size,
             view.remote_url,
+            view.remote_storage_plugins,
             view.save_unfull_chunk,
             view.pre_caching_hash_algorithm,
             hasher.algorithm,
@@ -210,7 +211,23 @@ def build(args):
         )
         if view.local_cpu:
             local_cpu = LocalCpuTier(int(view.max_local_cpu_size * (1 << 30)))
-        if view.remote_url:
+        if view.remote_storage_plugins:
+            # LMCache 0.5.6 makes one RemoteBackend per plugin; the lab knows kvceph's only.
+            from kvceph_lab_engine import kvceph_store
+
+            unknown = [p for p in view.remote_storage_plugins if p != kvceph_store.PLUGIN]
+            if unknown:
+                raise StartupError(
+                    f"remote_storage_plugins {unknown}: the lab engine emulates only "
+                    f"{kvceph_store.PLUGIN!r}"
+                )
+            if view.remote_url:
+                log.warning(
+                    "remote_url and remote_storage_plugins are both set: LMCache makes two "
+                    "remote tiers; the lab engine uses the plugin's only"
+                )
+            store = kvceph_store.create(view.extra_config, view.chunk_size)
+        elif view.remote_url:
             if not view.remote_url.startswith("s3://"):
                 raise StartupError(
                     f"remote_url {view.remote_url!r}: the lab engine emulates only s3:// remotes"

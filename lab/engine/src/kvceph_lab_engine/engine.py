@@ -157,7 +157,7 @@ class KVEngine:
         tp: int,
         bytes_per_token: int,
         prefill_ms_per_token: float,
-        store=None,  # S3Store | None
+        store=None,  # S3Store | KvcephStore | None
         local_cpu: LocalCpuTier | None = None,
         load_failure_policy: str = "fail",
         kv_role: str = "kv_both",
@@ -192,12 +192,21 @@ class KVEngine:
         if self.kv_role == "kv_producer":
             return chunks, 0
         hits = 0
-        for start, end, h in chunks:
+        for i, (start, end, h) in enumerate(chunks):
             keys = self.keys_for(h)
             if self.local_cpu is not None and all(self.local_cpu.contains(k) for k in keys):
                 hits += 1
                 continue
             if self.store is None:
+                break
+            if hasattr(self.store, "prefix_hits"):
+                # kvceph's connector: the remaining chunks' HEADs at once (LMCache asks the
+                # remote tier for what the local tier did not have), the crossover applied.
+                rest = chunks[i:]
+                hits += self.store.prefix_hits(
+                    [self.keys_for(c) for _, _, c in rest],
+                    [self.chunk_bytes(e - s) for s, e, _ in rest],
+                )
                 break
             want = self.chunk_bytes(end - start)
             if all(self.store.head(k) == want for k in keys):
@@ -216,7 +225,11 @@ class KVEngine:
                 wanted.append((i, key, self.chunk_bytes(end - start)))
         if wanted and self.store is None:
             return min(i for i, _, _ in wanted)
-        datas = self.store.get_many([k for _, k, _ in wanted]) if wanted else []
+        datas = (
+            self.store.get_many([k for _, k, _ in wanted], [n for _, _, n in wanted])
+            if wanted
+            else []
+        )
         bad = len(chunks)
         for (i, key, size), data in zip(wanted, datas, strict=True):
             if data is None:

@@ -29,6 +29,7 @@ class LMCacheView:
     source: str
     chunk_size: int = 256
     remote_url: str | None = None
+    remote_storage_plugins: list[str] = field(default_factory=list)
     save_unfull_chunk: bool = False
     pre_caching_hash_algorithm: str = "builtin"
     local_cpu: bool = True
@@ -88,6 +89,7 @@ def load(environ: dict[str, str] | None = None) -> LMCacheView:
         source=source,
         chunk_size=int(cfg.chunk_size),
         remote_url=cfg.remote_url,
+        remote_storage_plugins=list(cfg.remote_storage_plugins or []),
         save_unfull_chunk=bool(cfg.save_unfull_chunk),
         pre_caching_hash_algorithm=str(cfg.pre_caching_hash_algorithm or "builtin"),
         local_cpu=bool(cfg.local_cpu),

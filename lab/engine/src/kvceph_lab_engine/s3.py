@@ -237,8 +237,11 @@ class S3Store:
     def get(self, key: str) -> bytes | None:
         return self.get_many([key])[0]
 
-    def get_many(self, keys: list[str]) -> list[bytes | None]:
-        """Concurrent GETs (LMCache batched_get: all downloads in flight, then gather)."""
+    def get_many(self, keys: list[str], sizes: list[int] | None = None) -> list[bytes | None]:
+        """Concurrent GETs (LMCache batched_get: all downloads in flight, then gather).
+
+        + keys: object names. + sizes: unused (the stock connector learns them by HEAD).
+        """
         if self.disabled:
             return [None] * len(keys)
         pending = [self._submit("GET", k, self._s3.S3RequestType.GET_OBJECT) for k in keys]

@@ -2,7 +2,7 @@
 
 Source: vLLM KVTransferConfig (vllm/config/kv_transfer.py, a pydantic dataclass with
 extra="forbid"), checked with each release's own CLI parser (parsing only) on 2026-11-29, see
-/work/shared/reference/lmcache-vllm-facts.md. 0.26.0 is the release the Gaudi plugin validates;
+docs/procedure.md ("vLLM arguments"). 0.26.0 is the release the Gaudi plugin validates;
 0.33.0 dropped kv_parallel_size, kv_rank, kv_ip and kv_buffer_size.
 """
 

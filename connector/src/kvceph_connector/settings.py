@@ -1,0 +1,67 @@
+"""The plugin's settings: the kvceph.* keys of LMCache's extra_config, read and checked.
+
+Torch-free, so the lab engine (LMCache without torch) reads them exactly as the plugin does.
+"""
+
+from __future__ import annotations
+
+from kvceph_connector.s3core import S3Config
+
+#: The extra_config keys the plugin reads (``kvceph.<name>``) and their defaults.
+KEYS = {
+    "endpoint": None,
+    "region": "us-east-1",
+    "tls": True,
+    "connections": 16,
+    "timeout_s": 5.0,
+    "min_hit_tokens": 0,
+}
+
+
+def _bool(name: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"kvceph.{name} must be true or false, not {value!r}")
+
+
+def _number(name: str, value, kind, minimum):
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"kvceph.{name} must be a number, not {value!r}") from None
+    if number < minimum:
+        raise ValueError(f"kvceph.{name} must be >= {minimum}, not {value!r}")
+    return number
+
+
+def settings_from_extra(extra: dict | None) -> tuple[S3Config, int]:
+    """The core's S3Config and min_hit_tokens from LMCache's extra_config, checked.
+
+    + extra: config.extra_config (kvceph.* keys; unknown kvceph.* keys are an error).
+    """
+    extra = extra or {}
+    unknown = sorted(
+        k for k in extra if k.startswith("kvceph.") and k.removeprefix("kvceph.") not in KEYS
+    )
+    if unknown:
+        raise ValueError(
+            f"unknown extra_config key {unknown[0]}: kvceph reads {', '.join(sorted(KEYS))}"
+        )
+    if bool(extra.get("save_chunk_meta", False)):
+        raise ValueError("save_chunk_meta must be false for kvceph's connector")
+    got = {k: extra.get(f"kvceph.{k}", d) for k, d in KEYS.items()}
+    if not got["endpoint"]:
+        raise ValueError("kvceph.endpoint is required ('<bucket>.<rgw_dns_name>[:port]')")
+    config = S3Config(
+        endpoint=str(got["endpoint"]),
+        region=str(got["region"]),
+        tls=_bool("tls", got["tls"]),
+        connections=_number("connections", got["connections"], int, 1),
+        timeout_s=_number("timeout_s", got["timeout_s"], float, 0.1),
+    )
+    return config, _number("min_hit_tokens", got["min_hit_tokens"], int, 0)

@@ -1,0 +1,137 @@
+"""Facts about the engine's remote tier: kvceph's connector in the venv, LMCache's compiled CUDA
+ops, and what LMCache logged about its remote backend since the engine started."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+from deploys import connector_package, remote_tier
+from deploys.facts.probe_output import last_json_line
+
+# Runs in the venv's python: the connector's version and the content hash of its RECORD lines
+# (connector_package.content_hash, the same filter: keep the two in step).
+_CONNECTOR_SCRIPT = f"""
+import hashlib, json, importlib.metadata as m
+try:
+    d = m.distribution({connector_package.DISTRIBUTION!r})
+except m.PackageNotFoundError:
+    print(json.dumps({{"version": None, "content": None}}))
+else:
+    own = sorted(
+        line.strip() for line in (d.read_text("RECORD") or "").splitlines()
+        if line.startswith({connector_package.PACKAGE + "/"!r}) and ",sha256=" in line
+        and ".pyc," not in line
+    )
+    content = hashlib.sha256("\\n".join(own).encode()).hexdigest()
+    print(json.dumps({{"version": d.version, "content": content}}))
+"""
+
+
+class ConnectorInstalled(FactBase):
+    """
+    kvceph's connector in the engine venv: ``{"version": "0.1.0", "content": "<sha256>"}``;
+    both None when it is not installed, ``{}`` when the venv does not exist.
+    """
+
+    default = dict
+
+    def command(self, venv: str, timeout: int = 60):
+        py = f"{venv}/bin/python"
+        return StringCommand(
+            "if test -x",
+            QuoteString(py),
+            "; then timeout",
+            str(timeout),
+            QuoteString(py),
+            "-c",
+            QuoteString(_CONNECTOR_SCRIPT),
+            "; else echo novenv; fi",
+        )
+
+    def process(self, output):
+        return last_json_line(output) or {}
+
+
+# Imports lmcache.cuda_ops where LMCache 0.5.6's CudaDeviceOps.ensure_native() does
+# (lmcache/v1/platform/devices/cuda/device_ops.py): failing there, LMCache logs "lmcache.cuda_ops
+# compiled extension not found" and copies to the GPU with its torch fallback.
+_COMPILED_OPS_SCRIPT = """
+import json, importlib.metadata as m, importlib.util as u
+def version(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return None
+out = {"torch": version("torch"), "lmcache": version("lmcache"), "loaded": None, "error": None}
+if out["torch"] and out["lmcache"]:
+    try:
+        import torch
+        import lmcache.cuda_ops
+        out["loaded"] = True
+    except Exception as exc:
+        out["loaded"] = False
+        out["error"] = f"{type(exc).__name__}: {exc}"[:300]
+print(json.dumps(out))
+"""
+
+
+class CompiledOps(FactBase):
+    """
+    Whether LMCache's compiled CUDA ops load in the engine venv with its torch.
+
+    Returns ``{"torch": "2.9.0+cu128", "lmcache": "0.5.6", "loaded": True, "error": None}``;
+    ``loaded`` is None when there is no torch or no LMCache to try (an emulating engine), and
+    ``{}`` when the venv does not exist.
+    """
+
+    default = dict
+
+    def command(self, venv: str, timeout: int = 120):
+        py = f"{venv}/bin/python"
+        return StringCommand(
+            "if test -x",
+            QuoteString(py),
+            "; then timeout",
+            str(timeout),
+            QuoteString(py),
+            "-c",
+            QuoteString(_COMPILED_OPS_SCRIPT),
+            "2>/dev/null; else echo novenv; fi",
+        )
+
+    def process(self, output):
+        return last_json_line(output) or {}
+
+
+class RemoteTierLog(FactBase):
+    """
+    LMCache's remote-backend lines in the unit's journal since its main process started, oldest
+    first (``remote_tier.PREFILTER`` picks them; ``remote_tier.verdict`` reads them).
+
+    Returns ``{"started": True, "lines": ["... Created remote backend for plugin: kvceph"]}``;
+    ``started`` is False when the unit runs no process (nothing to read).
+    """
+
+    def default(self):
+        return {"started": False, "lines": []}
+
+    def command(self, unit: str = "vllm.service"):
+        u = QuoteString(unit)
+        return StringCommand(
+            "t=$(timeout 20 systemctl show -p ExecMainStartTimestamp --timestamp=unix --value",
+            u,
+            "2>/dev/null); pid=$(timeout 20 systemctl show -p MainPID --value",
+            u,
+            '2>/dev/null); if [ -n "$pid" ] && [ "$pid" != 0 ] && [ -n "$t" ]; then echo started;'
+            " timeout 30 journalctl -q --no-pager -o cat -u",
+            u,
+            '--since "$t" | grep -E',
+            QuoteString(remote_tier.PREFILTER),
+            "| tail -n 200; fi; true",
+        )
+
+    def process(self, output):
+        lines = [line for line in output if line.strip()]
+        if not lines or lines[0].strip() != "started":
+            return self.default()
+        return {"started": True, "lines": lines[1:]}

@@ -1,0 +1,91 @@
+"""Settings of the remote tier: which LMCache connector, its knobs, and the crossover's inputs.
+
+Pure module, read by deploys/settings/lmcache.py for each inference host (``r`` is its typed
+reader, deploys/settings/reader.py).
+Every error is one line naming host, key, value and fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from deploys import crossover
+
+# "lmcache": LMCache's own S3 connector (remote_url). "kvceph": kvceph's (connector/), loaded as
+# an LMCache remote storage plugin.
+CONNECTORS = ("lmcache", "kvceph")
+# The stock connector until the H200 run shows kvceph's at least as fast (issue 20); Gaudi3
+# stays on it until measured there.
+DEFAULT_CONNECTOR = {"nvidia": "lmcache", "gaudi": "lmcache"}
+# kvceph's connector: concurrent requests per worker, and how long one request may take before
+# it counts as a miss (a 32 MiB chunk takes ~30 ms at 1 GB/s).
+DEFAULT_CONNECTIONS = 16
+DEFAULT_TIMEOUT_S = 5.0
+# Where verify.py keeps the measured figures of each cache group (crossover.py), relative to
+# the directory pyinfra runs in.
+DEFAULT_MEASURED_DIR = "measured"
+
+
+@dataclass(frozen=True)
+class TierSettings:
+    connector: str  # "lmcache" | "kvceph"
+    connections: int
+    timeout_s: float
+    # None: the crossover (measured by verify.py, else 0 = never skip); an int: fixed.
+    min_hit_tokens: int | None
+    measured_dir: str
+    # Cold prefill figures (tokens, tokens/s), fitted to t(n) = a n + b n^2 (crossover.py).
+    prefill_points: tuple[tuple[int, float], ...]
+    prefill_source: str
+    # Filled by preflight (crossover.resolve): what lmcache.yaml gets, and where it came from.
+    crossover: crossover.Crossover | None = None
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+
+
+def prefill_points(r, accelerator: str) -> tuple[tuple[tuple[int, float], ...], str]:
+    """(points, source) from ``kvceph_prefill_tokens_per_s``: one rate, or {tokens: rate}."""
+    key = "kvceph_prefill_tokens_per_s"
+    value = r.raw(key, None)
+    if value is None:
+        return crossover.DEFAULT_PREFILL[accelerator], "default"
+    if _number(value):
+        # One rate: prefill taken as linear (the old flat figure), measured at 16k.
+        return ((crossover.FLAT_AT_TOKENS, float(value)),), key
+    if isinstance(value, Mapping) and value:
+        points = []
+        for tokens, rate in sorted(value.items(), key=lambda kv: str(kv[0])):
+            if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+                raise r.fail(key, value, f"length {tokens!r} is not a token count", _EXAMPLE)
+            if not _number(rate):
+                raise r.fail(key, value, f"rate {rate!r} at {tokens} is not > 0", _EXAMPLE)
+            points.append((tokens, float(rate)))
+        return tuple(sorted(points)), key
+    raise r.fail(key, value, "must be a rate > 0 or {tokens: rate}", _EXAMPLE)
+
+
+_EXAMPLE = "use e.g. {16384: 4100, 131072: 2440} (cold prompt tokens / TTFT at two lengths)"
+
+
+def load(r, accelerator: str) -> TierSettings:
+    """The remote tier's settings of one inference host."""
+    connector = r.choice("kvceph_lmcache_connector", DEFAULT_CONNECTOR[accelerator], CONNECTORS)
+    timeout = r.raw("kvceph_connector_timeout_s", DEFAULT_TIMEOUT_S)
+    if not _number(timeout) or timeout > 600:
+        raise r.fail(
+            "kvceph_connector_timeout_s", timeout, "must be a number in (0, 600]", "use e.g. 5.0"
+        )
+    points, source = prefill_points(r, accelerator)
+    return TierSettings(
+        connector=connector,
+        connections=r.int("kvceph_connector_connections", DEFAULT_CONNECTIONS, lo=1, hi=512),
+        timeout_s=float(timeout),
+        min_hit_tokens=r.opt_int("kvceph_min_hit_tokens", lo=0),
+        measured_dir=r.str("kvceph_measured_dir", DEFAULT_MEASURED_DIR),
+        prefill_points=points,
+        prefill_source=source,
+    )

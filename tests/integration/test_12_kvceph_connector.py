@@ -1,0 +1,73 @@
+"""kvceph's LMCache connector on the lab (issue 20): `kvceph_lmcache_connector: kvceph` installs
+the controller's wheel into every engine venv (no index on the hosts), renders lmcache.yaml as
+an LMCache plugin, and the lab engine loads it as LMCache 0.5.6 does; a second run changes
+nothing. An engine that started without the plugin serves with no remote tier (LMCache only
+logs it): readiness fails naming LMCache's line, and passes again once the engine restarts.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import INFERENCE, pyinfra, ssh
+
+from deploys import connector_package
+
+ON = ("--data", "kvceph_lmcache_connector=kvceph")
+VENV = "/opt/kvceph/venv"
+WHEEL = connector_package.current()
+INSTALL = f"Engine software | kvceph connector {WHEEL.version} in {VENV}"
+
+
+@pytest.fixture(scope="module")
+def kvceph_on(converged):
+    first = pyinfra(*ON)
+    second = pyinfra(*ON)
+    try:
+        yield first, second
+    finally:
+        restore = pyinfra(json_out=False)
+        assert restore.rc == 0, restore.output[-4000:]
+
+
+def test_connector_installed_loaded_and_idempotent(kvceph_on):
+    first, second = kvceph_on
+    assert first.rc == 0, first.output[-4000:]
+    changed = set(first.changed())
+    assert {(INSTALL, h) for h in INFERENCE} <= changed, sorted(changed)
+    assert "kvceph: crossover of cache group" in first.output
+    for host in INFERENCE:
+        config = yaml.safe_load(ssh(host, "cat /etc/kvceph/lmcache.yaml").stdout)
+        assert config["remote_storage_plugins"] == ["kvceph"] and "remote_url" not in config
+        assert config["extra_config"]["kvceph.min_hit_tokens"] == 0  # nothing measured here
+        probe = (
+            f"{VENV}/bin/python -c 'import importlib.metadata as m; "
+            'print(m.version("kvceph-connector"))\''
+        )
+        assert ssh(host, probe).stdout.strip() == WHEEL.version
+    journal = ssh("gpu1", "journalctl -u vllm --no-pager -q -o cat | tail -n 400").stdout
+    assert "Connection initialized/re-established at plugin://kvceph" in journal
+    # Second run: same wheel bytes, same content in the venv, same digest: nothing to do.
+    assert second.rc == 0, second.output[-4000:]
+    assert second.changed() == [], second.changed()
+
+
+def test_engine_without_its_plugin_fails_readiness_naming_the_cause(kvceph_on):
+    # What an operator's hand-made venv change does: the engine restarts without the plugin.
+    ssh("gpu1", f"{VENV}/bin/python -m pip uninstall -q -y kvceph-connector")
+    ssh("gpu1", "timeout 120 systemctl restart vllm")
+    broken = pyinfra(*ON, json_out=False)
+    assert broken.rc != 0
+    failure = next(x for x in broken.output.splitlines() if "serves with no remote tier" in x)
+    assert "gpu1: vllm.service serves with no remote tier: LMCache logged " in failure
+    assert "No adapter found for URL: plugin://kvceph" in failure
+    assert not [x for x in broken.output.splitlines() if "no remote tier" in x and "gpu1" not in x]
+    # The run put the connector back; the digest is unchanged, so the engine is restarted by
+    # hand, as the message says, and the next run is clean.
+    ssh("gpu1", f"{VENV}/bin/python -c 'import kvceph_connector'")  # fails the test if absent
+    ssh("gpu1", "timeout 120 systemctl restart vllm")
+    healed = pyinfra(*ON)
+    assert healed.rc == 0, healed.output[-4000:]
+    assert healed.changed() == [], json.dumps(healed.changed())

@@ -1,0 +1,158 @@
+"""hw/h200's connector run, off the GPU: the engine's timing hooks wrap LMCache's methods as
+they import, the breakdown reads one request's window of the trace, the plan names only steps
+gpu.sh has and variants ship.sh renders, and table.py judges cells against the targets."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = ROOT / "hw" / "h200"
+sys.path.insert(0, str(H200))
+
+import breakdown  # noqa: E402
+import table  # noqa: E402
+
+FAKE_BACKEND = """
+import asyncio
+class Key:
+    chunk_hash = 1
+class Obj:
+    def get_size(self):
+        return 1000
+class RemoteBackend:
+    async def batched_async_contains(self, lookup_id, keys, pin=False):
+        await asyncio.sleep(0.02)
+        return len(keys)
+    async def batched_get_non_blocking(self, lookup_id, keys, transfer_spec=None):
+        await asyncio.sleep(0.05)
+        return [Obj() for _ in keys]
+"""
+
+
+def test_trace_hooks_wrap_lmcache_methods_on_import(tmp_path):
+    pkg = tmp_path / "lmcache" / "v1" / "storage_backend"
+    pkg.mkdir(parents=True)
+    for d in (tmp_path / "lmcache", tmp_path / "lmcache" / "v1", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "remote_backend.py").write_text(FAKE_BACKEND)
+    trace = tmp_path / "trace.jsonl"
+    code = textwrap.dedent("""
+        import asyncio
+        from lmcache.v1.storage_backend.remote_backend import RemoteBackend, Key
+        b = RemoteBackend()
+        async def go():
+            assert await b.batched_async_contains("req-1", [Key(), Key()]) == 2
+            assert len(await b.batched_get_non_blocking("req-1", [Key(), Key()])) == 2
+        asyncio.run(go())
+    """)
+    env = dict(os.environ, KVCEPH_H200_TRACE=str(trace),
+               PYTHONPATH=f"{H200 / 'trace'}:{tmp_path}")  # fmt: skip
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=tmp_path)
+    evs = [json.loads(x) for x in trace.read_text().splitlines()]
+    assert evs[0]["ph"] == "patched"
+    assert [(e["ph"], e.get("n"), e.get("hit"), e.get("bytes")) for e in evs[1:]] == [
+        ("contains", 2, 2, None),
+        ("fetch", 2, None, 2000),
+    ]
+    assert all(e["id"] == "req-1" for e in evs[1:])
+
+
+def test_trace_hooks_do_nothing_without_a_trace_file(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(H200 / "trace"))
+    env.pop("KVCEPH_H200_TRACE", None)
+    code = "import sys; print([type(f).__name__ for f in sys.meta_path])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True)  # fmt: skip
+    assert "_Finder" not in out.stdout
+
+
+def _ev(ph, t0, t1, **kw):
+    return json.dumps({"ph": ph, "t0": t0, "t1": t1, "pid": 1, **kw})
+
+
+def test_breakdown_places_each_phase_of_one_request(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join([
+        _ev("fetch", 90.0, 91.0, bytes=10**9),  # an earlier request: outside the window
+        _ev("contains", 100.2, 100.5, n=64, hit=64),
+        _ev("fetch", 100.5, 102.5, n=64, bytes=4 * 10**9, got=64),
+        _ev("respond", 102.6, 102.6),
+        _ev("retrieve", 102.8, 103.8, hit=16384),
+        _ev("to_gpu_batched", 102.9, 103.7),
+    ]) + "\n")  # fmt: skip
+    b = breakdown.breakdown(str(trace), 100.0, 4.0)
+    assert b["lookup_at"] == 0.2 and b["lookup_s"] == 0.3 and b["lookup_hits"] == 64
+    assert b["fetch_s"] == 2.0 and b["fetch_GB"] == 4.0 and b["fetch_GBps"] == 2.0
+    assert b["retrieve_s"] == 1.0 and b["copy_s"] == 0.8
+    assert b["gaps"] == {
+        "send->lookup": 0.2, "lookup->fetch_end": 2.3, "fetch_end->respond": 0.1,
+        "respond->retrieve": 0.2, "retrieve->retrieve_end": 1.0,
+        "retrieve_end->first_token": 0.2,
+    }  # fmt: skip
+
+
+def test_plan_names_known_steps_and_shipped_variants():
+    gpu = (H200 / "gpu.sh").read_text()
+    ship = (H200 / "ship.sh").read_text()
+    variants = set(re.findall(r"^r ([\w-]+) ", ship, re.M))
+    ids = []
+    for line in (H200 / "plan.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        sid, need, action, *args = line.split()
+        ids.append(sid)
+        assert int(need) > 0
+        assert re.search(rf"^{action}\(\) {{", gpu, re.M) or action == "ceiling", action
+        if action in ("cell", "verify"):
+            assert args[0] in variants, (sid, args[0])
+        if action == "verify":
+            assert args[1] in variants
+        if action == "cell":
+            assert int(args[1]) <= 126976  # the 31.5 GiB buffer holds a 127k document
+    assert len(ids) == len(set(ids))
+    # the most important first: the ceiling, then both connectors' headline cells
+    assert ids[:7] == ["ceiling", "st16", "st32", "st128", "kv16", "kv32", "kv128"]
+
+
+def _cell(label, kind, conn, n, ttft, **kw):
+    row = {"label": label, "kind": kind, "connector": conn, "document_tokens": n,
+           "chunk_size": 256, "kv_dtype": "bfloat16", "ttft_s": ttft}  # fmt: skip
+    row.update(kw)
+    return json.dumps(row)
+
+
+def test_table_judges_cells_against_the_targets(tmp_path):
+    kv = 16384 * 262144
+    (tmp_path / "cells.jsonl").write_text("\n".join([
+        _cell("kv16", "cold", "kvceph", 16384, 4.0),
+        _cell("kv16-warm", "warm", "kvceph", 16384, 2.0, cold_label="kv16", cold_ttft_s=4.0,
+              warm_over_cold=0.5, hit_tokens=16384, kv_bytes=kv, min_hit_tokens=12288,
+              inside={"fetch_GBps": 2.4, "fetch_s": 1.8}),
+        _cell("kv16b", "cold", "kvceph", 16384, 4.2),
+        _cell("kv16b-warm", "warm", "kvceph", 16384, 2.8, cold_label="kv16b", cold_ttft_s=4.2,
+              warm_over_cold=0.667, hit_tokens=16384, kv_bytes=kv,
+              inside={"fetch_GBps": 2.0, "fetch_s": 2.1}),
+        _cell("st16", "cold", "lmcache", 16384, 4.1),
+        _cell("st16-warm", "warm", "lmcache", 16384, 7.0, cold_label="st16", cold_ttft_s=4.1,
+              warm_over_cold=1.7, hit_tokens=16384, kv_bytes=kv, inside={"fetch_GBps": 0.9}),
+    ]) + "\n")  # fmt: skip
+    (tmp_path / "ceiling.jsonl").write_text(
+        json.dumps({"label": "kv16", "get_GBps": 2.5})
+        + "\n"
+        + json.dumps({"label": "layout", "get_GBps": 2.9})
+        + "\n"
+    )
+    rs = {r["connector"]: r for r in table.rows(tmp_path)}
+    kvr, st = rs["kvceph"], rs["lmcache"]
+    assert kvr["reps"] == 2 and kvr["cold_s"] == (4.0, 4.1, 4.2, 2)
+    assert kvr["warm/cold"] == 0.5835 and kvr["target"] == 0.6 and kvr["warm_ok"] is True
+    assert kvr["ceiling_GBps"] == 2.5 and kvr["ceiling_of"] == "cell"
+    assert kvr["fetch/ceiling"] == 0.88 and kvr["fetch_ok"] is True
+    assert st["warm_ok"] is False and st["ceiling_of"] == "length" and st["fetch_ok"] is False
+    assert kvr["blog"] == 0.3
+    assert "| kvceph | 256 | bfloat16 | 16,384 | 2 |" in table.markdown(tmp_path)
