@@ -29,13 +29,14 @@ def versions_value(vllm: str, lmcache: str) -> str:
     return f"vllm={vllm} lmcache={lmcache}"
 
 
-def running_pair(current: dict, installed: dict | None = None) -> tuple[str, str] | None:
+def running_pair(current: dict, installed=None) -> tuple[str, str] | None:
     """(vLLM, LMCache) the running engine started with; None when not running or unknown.
 
     + current: the engine's ServiceDrift fact (its ``env`` read from the process)
-    + installed: the venv's distributions (EngineVersions ``packages``), read before this
-      run installs anything: the fallback for an engine started before kvceph recorded
-      its versions (the lab engine installs no ``vllm``: unknown there)
+    + installed: the venv's distributions (EngineVersions ``packages``, or a callable that
+      reads them, called only when needed), read before this run installs anything: the
+      fallback for an engine started before kvceph recorded its versions (the lab engine
+      installs no ``vllm``: unknown there)
     """
     if current.get("active") != "active" or not current.get("main_pid"):
         return None
@@ -43,7 +44,7 @@ def running_pair(current: dict, installed: dict | None = None) -> tuple[str, str
     words = dict(w.split("=", 1) for w in label.split() if "=" in w)
     if "vllm" in words and "lmcache" in words:
         return words["vllm"], words["lmcache"]
-    packages = installed or {}
+    packages = (installed() if callable(installed) else installed) or {}
     if "vllm" in packages and "lmcache" in packages:
         return packages["vllm"], packages["lmcache"]
     return None

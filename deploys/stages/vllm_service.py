@@ -86,8 +86,6 @@ def upgrades(me: HostSettings, checked, shared: dict[str, str]) -> list[tuple]:
     changes; read from the same ServiceDrift fact as the restart decision."""
     e = me.engine
     desired = (e.profile.vllm_version, e.profile.lmcache_version)
-    # Read before this run installs anything: the fallback for engines kvceph did not label.
-    installed = memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
     found = []
     for engine in e.engines:
         want = running_state(me, checked, engine, shared)
@@ -98,7 +96,11 @@ def upgrades(me: HostSettings, checked, shared: dict[str, str]) -> list[tuple]:
                 want["unit"], want["environment"], want["files"], want["secret_environment"]
             ),
         )
-        running = upgrade.running_pair(current, installed)
+        # The venv (read before this run installs anything) only for engines kvceph did not
+        # label with their versions.
+        running = upgrade.running_pair(
+            current, lambda: memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
+        )
         if running is not None and running != desired:
             found.append((engine, upgrade.Upgrade(running, desired)))
     return found
