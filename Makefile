@@ -26,7 +26,7 @@ APT_PKGS := $(APT_LAB) $(APT_CEPH)
 STEP := lab/step.sh
 
 .PHONY: help deps venv lmcache-venv connector-venv connector-unit lint unit integration test lab lab-up \
-        lab-down lab-purge deploy verify probe bench dry clean rotate-add rotate-retire images wheelhouse \
+        lab-down lab-purge deploy verify probe status bench dry clean rotate-add rotate-retire images wheelhouse \
         _integration _test _lab _lab-up _bench
 
 # A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
@@ -177,6 +177,10 @@ verify: venv
 
 probe: venv
 	$(BIN)/pyinfra -y inventories/lab.py probe.py
+
+# Read-only fleet status (docs/status.md): table, reports/status-<run>.json and .png.
+status: venv
+	$(BIN)/pyinfra -y inventories/lab.py status.py
 
 # Provisioning benchmark (bench/README.md): never part of `make test`. BENCH_HOSTS="2 4 8 16".
 BENCH_HOSTS ?= 2 4 8 16

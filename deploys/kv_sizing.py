@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 GIB = 1 << 30
@@ -51,21 +51,26 @@ class SizingError(ValueError):
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the KV size depends on: decoder layers, KV heads, head dimension."""
+    """What the KV size depends on: decoder layers, KV heads, head dimension; and the native
+    context (deploys/context_length.py), None where unknown (a shape read from config.json)."""
 
     layers: int
     kv_heads: int
     head_dim: int
+    native_len: int | None = field(default=None, compare=False)
 
 
 # Known models: (layers, KV heads, head_dim) from each model's config.json. head_dim is the
 # explicit field where the model has one (Qwen3-32B: 128, not hidden_size / heads = 80).
+# native_len: the longest --max-model-len vLLM starts with on the published config.json
+# (max_position_embeddings; Llama 3.x's built-in llama3 rope scaling does not extend it):
+# Qwen3 needs YaRN for more than 40960.
 KNOWN_MODELS: dict[str, ModelShape] = {
-    "Qwen/Qwen3-8B": ModelShape(36, 8, 128),
-    "Qwen/Qwen3-14B": ModelShape(40, 8, 128),
-    "Qwen/Qwen3-32B": ModelShape(64, 8, 128),
-    "meta-llama/Llama-3.1-8B-Instruct": ModelShape(32, 8, 128),
-    "meta-llama/Llama-3.3-70B-Instruct": ModelShape(80, 8, 128),
+    "Qwen/Qwen3-8B": ModelShape(36, 8, 128, native_len=40960),
+    "Qwen/Qwen3-14B": ModelShape(40, 8, 128, native_len=40960),
+    "Qwen/Qwen3-32B": ModelShape(64, 8, 128, native_len=40960),
+    "meta-llama/Llama-3.1-8B-Instruct": ModelShape(32, 8, 128, native_len=131072),
+    "meta-llama/Llama-3.3-70B-Instruct": ModelShape(80, 8, 128, native_len=131072),
 }
 # Known models whose KV is not layers x heads x head_dim: refused, never guessed.
 REFUSED_MODELS = {

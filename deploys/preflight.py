@@ -8,6 +8,7 @@ here, on the first host's pass, and a problem stops the run before any host is t
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import traceback
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from pyinfra.api.exceptions import ConnectError, PyinfraError
 from deploys import compat, kv_sizing, lock, render, secrets, settings, tier_preflight
 from deploys.facts.engine import MemTotal, ModelConfig
 from deploys.facts.model import MirroredModel
-from deploys.settings import model_source
+from deploys.settings import context_length, model_source
 from deploys.settings.inventory import CacheGroup, check_inventory
 from deploys.settings.reader import SettingsError
 from deploys.stages import rgw_service
@@ -82,12 +83,16 @@ def _take_lock(inventory, checked: Preflight) -> None:
     logger.info("kvceph: run lock on %s: %s", admin.name, status)
 
 
-def run(state, inventory) -> Preflight:
-    """Validate every host's settings and the cross-host invariants (once per run)."""
+def run(state, inventory, lock: bool = True) -> Preflight:
+    """Validate every host's settings and the cross-host invariants (once per run).
+
+    ``lock``: take the run lock (False for status.py: it writes nothing, and a deploy started
+    while it reads must not find the lock held).
+    """
     with _ONCE:
         cached = _CACHE.get(id(state))
         if cached is None:
-            cached = _CACHE[id(state)] = _check(inventory)
+            cached = _CACHE[id(state)] = _check(inventory, lock)
         return cached
 
 
@@ -220,6 +225,44 @@ def check_model_directories(hosts: dict[str, settings.HostSettings], read_config
             )
 
 
+def _model_config(name: str, me: settings.HostSettings, read_config):
+    """(config.json, where it was read) of a model served from a directory; (None, "") when
+    kvceph reads none (a hub model id, a mirrored model neither on the controller nor staged).
+
+    A mirrored model's copy on the controller (kvceph_model_mirror_from) is what the mirror and
+    every staged directory hold: read there, no host is asked.
+    """
+    path, src = me.engine.serve_model, me.engine.source
+    if not path.startswith("/"):
+        return None, ""
+    if src.source == "mirror" and src.mirror_from:
+        local = Path(src.mirror_from) / "config.json"
+        try:
+            return json.loads(local.read_text()), f"{local} on the controller"
+        except (OSError, ValueError):
+            return None, ""  # check_mirror names the missing file
+    config = read_config(name, path)
+    if config is not None:  # or OUTSIDE_RUN
+        return config, f"{path}/config.json"
+    return None, ""
+
+
+def check_context_lengths(hosts: dict[str, settings.HostSettings], read_config) -> None:
+    """kvceph_max_model_len within the model's native context (deploys/settings/context_length.py).
+
+    ``read_config(host, path)`` as for ``resolve_kv_sizes``.
+    """
+    for name, me in hosts.items():
+        if not me.is_inference:
+            continue
+        config, where = _model_config(name, me, read_config)
+        if config is OUTSIDE_RUN:
+            continue
+        refusal = context_length.refusal(me, config, where)
+        if refusal:
+            raise SettingsError(refusal)
+
+
 def check_mirror(hosts: dict[str, settings.HostSettings], creds, mirrored) -> None:
     """The mirror source's keys, and every mirrored model either in the mirror or on the controller.
 
@@ -298,7 +341,7 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             )
 
 
-def _check(inventory) -> Preflight:
+def _check(inventory, lock: bool = True) -> Preflight:
     try:
         hosts = {
             h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inventory
@@ -307,8 +350,16 @@ def _check(inventory) -> Preflight:
         creds = secrets.load()
         # Read-only facts, after every check that needs none: a model directory's config.json,
         # then RAM against the pinned buffers.
-        read_config = lambda name, path: _fact(inventory, name, ModelConfig, path=path)  # noqa: E731
+        configs: dict[tuple[str, str], object] = {}
+
+        def read_config(name: str, path: str):
+            # read once per host and directory: the checks below share it
+            if (name, path) not in configs:
+                configs[name, path] = _fact(inventory, name, ModelConfig, path=path)
+            return configs[name, path]
+
         check_model_directories(hosts, read_config)
+        check_context_lengths(hosts, read_config)
         admin = next(h for h in hosts.values() if h.is_ceph_admin)
         check_mirror(
             hosts,
@@ -336,5 +387,6 @@ def _check(inventory) -> Preflight:
         logger.info(line)
     check_templates(hosts, creds)
     result = Preflight(hosts, groups, creds)
-    _take_lock(inventory, result)
+    if lock:
+        _take_lock(inventory, result)
     return result

@@ -109,3 +109,12 @@ if not os.environ.get("KVCEPH_LAB_HOSTS"):
     kvceph_model_source = "mirror"
     kvceph_model_revision = LAB_MODEL_REVISION
     kvceph_model_mirror_from = f"{_LAB}/model"
+
+# The engines listen on `::`, as `vllm serve --host ::` does: one dual-stack socket, so IPv4
+# clients reach kvceph's gate as ::ffff:a.b.c.d: the deploy's readiness check on 127.0.0.1 and
+# the controller (the lab bridge's .1), which stands for an operator's Prometheus network and
+# reads /health and /metrics without the key; every other address needs it
+# (tests/integration/test_06_security.py). The benchmark lab keeps kvceph's defaults.
+if not os.environ.get("KVCEPH_LAB_HOSTS"):
+    kvceph_vllm_bind = "::"
+    kvceph_vllm_open_networks = [f"10.213.{7 + _INSTANCE}.1/32"]

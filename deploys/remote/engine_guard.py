@@ -5,8 +5,10 @@ route), /tokenize, /detokenize, /classify, /pooling, /score, /rerank, /metrics, 
 answer without a key. This pure ASGI middleware (no imports beyond the standard library)
 closes them: with ``VLLM_API_KEY`` set, every request needs ``Authorization: Bearer <key>``,
 except ``/health`` and ``/metrics`` from the networks in ``KVCEPH_OPEN_NETWORKS``
-(comma-separated CIDRs). A refusal is vLLM's own: ``401 {"error": "Unauthorized"}`` (a
-websocket is closed with 1008). Without ``VLLM_API_KEY`` it passes everything, like vLLM.
+(comma-separated CIDRs; an IPv4 client of a dual-stack ``--host ::`` socket, seen as
+``::ffff:a.b.c.d``, is matched as the IPv4 address it is). A refusal is vLLM's own:
+``401 {"error": "Unauthorized"}`` (a websocket is closed with 1008). Without ``VLLM_API_KEY``
+it passes everything, like vLLM.
 
 Drain (with or without an API key): while the file ``<KVCEPH_DRAIN_DIR>/drain-<port>``
 (default ``/run/kvceph``; ``<port>`` the engine's listening port) exists, was written after
@@ -115,7 +117,13 @@ class Guard:
             address = ipaddress.ip_address(client[0]) if client else None
         except ValueError:
             return False
-        return address is not None and any(address in net for net in self._networks)
+        if address is None:
+            return False
+        # `--host ::` opens a dual-stack socket: IPv4 clients (the deploy's own readiness check
+        # on 127.0.0.1, a Prometheus network) arrive as ::ffff:a.b.c.d, outside 127.0.0.0/8.
+        mapped = getattr(address, "ipv4_mapped", None)
+        forms = (address,) if mapped is None else (address, mapped)
+        return any(form in net for form in forms for net in self._networks)
 
     def _preflight(self, scope) -> bool:
         # A CORS preflight carries no credentials by design and runs nothing.

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from deploys.settings import run_control, security
+from deploys.settings import engine_env, keys, run_control, security
 from deploys.settings.ceph import CephSettings, RgwSettings, ceph_settings, rgw_settings
 from deploys.settings.engine import EngineSettings, engine_settings
 from deploys.settings.lmcache import LMCacheSettings, lmcache_settings
@@ -57,6 +57,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     groups = tuple(groups)
     r = Reader(data, host)
     security.refuse_secrets_in_data(r)
+    keys.refuse_unknown(r)
     inference = [g for g in INFERENCE_GROUPS if g in groups]
     if len(inference) > 1:
         raise r.fail("groups", list(groups), "host is in both gpu and gaudi", "put it in one group")
@@ -66,6 +67,9 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     if inference:
         engine = engine_settings(r, ACCELERATOR_OF_GROUP[inference[0]])
         lmcache = lmcache_settings(r, engine)
+    secure = security.load(r)
+    if engine is not None:
+        engine_env.check(r, engine, secure.guard)
     return HostSettings(
         host=host,
         groups=groups,
@@ -76,7 +80,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
         lmcache=lmcache,
         lock_stale_after=r.int("kvceph_lock_stale_after", 3600, lo=60),
         verify=verify_settings(r),
-        security=security.load(r),
+        security=secure,
         probe=probe_settings(r),
         run=run_control.load(r),
     )

@@ -135,13 +135,20 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
     ):
         raise r.fail(f"{key}.env", env, "must map UPPER_CASE names to values", "fix the names")
     security.refuse_secret_env(r, f"{key}.env", env)
+    if not isinstance(raw["extra_args"], (list, tuple)):
+        # a string would be split into characters, one argument each
+        raise r.fail(
+            f"{key}.extra_args", "...", "must be a list of arguments", "one list item per argument"
+        )
+    extra_args = tuple(str(a) for a in raw["extra_args"])
+    security.refuse_secret_args(r, f"{key}.extra_args", extra_args)
     return EngineProfile(
         name=str(raw["name"]),
         packages=tuple(str(p) for p in raw["packages"]),
         executable=exe,
         vllm_version=str(raw["vllm_version"]),
         lmcache_version=str(raw["lmcache_version"]),
-        extra_args=tuple(str(a) for a in raw["extra_args"]),
+        extra_args=extra_args,
         env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
     )
 
@@ -191,7 +198,8 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
         tensor_parallel_size=tp,
         gpu_memory_utilization=r.float("kvceph_gpu_memory_utilization", 0.55),
         # Qwen3-32B's native context is 40960; the seed's 131072 makes vLLM refuse to start
-        # unless YaRN is configured (no --rope-scaling in 0.33) or the override env is set.
+        # unless YaRN is configured (no --rope-scaling in 0.33) or the override env is set:
+        # preflight refuses it first (deploys/settings/context_length.py).
         max_model_len=max_len,
         port=port,
         # vLLM's --kv-cache-dtype values that both supported versions accept (0.33 has no

@@ -70,6 +70,12 @@ def local_path(root: str, name: str, revision: str) -> str:
 
 def load(r, name: str) -> ModelSource:
     """Read the ``kvceph_model_*`` keys of one inference host (``r``: settings' reader)."""
+    if "@" in name:
+        # Whatever the source: LMCache splits its object keys on "@" (see _PATH).
+        raise r.fail(
+            "kvceph_model", name, "contains '@', which LMCache splits its object keys on",
+            "drop the '@...' part (pin a version with kvceph_model_revision)",
+        )  # fmt: skip
     source = r.choice("kvceph_model_source", "hub", SOURCES)
     revision = r.opt_str("kvceph_model_revision")
     if revision is not None and not re.fullmatch(_REVISION, revision):

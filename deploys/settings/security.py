@@ -53,6 +53,27 @@ def refuse_secret_env(r, key: str, names) -> None:
             )
 
 
+def refuse_secret_args(r, key: str, args) -> None:
+    """A profile's ``extra_args`` carry no secret: argv is readable by every user of the host
+    (``/proc/<pid>/cmdline``) and shown by ``systemctl show``, the plan and the journal.
+
+    + key: the setting that holds ``args`` (``kvceph_engine_profile.extra_args``)
+
+    Refused: ``--api-key`` / ``--hf-token`` (``--flag value`` or ``--flag=value``) and any flag
+    whose last word is a secret word (secret_names.secret_flag); the value is never shown.
+    """
+    for arg in args:
+        flag = secret_names.secret_flag(arg)
+        if flag:
+            raise r.fail(
+                key,
+                flag,
+                "passes a secret on the command line (readable in /proc/<pid>/cmdline, shown "
+                "by systemctl show, the plan and the journal)",
+                f"remove it; {MECHANISM}",
+            )
+
+
 def load(r) -> SecuritySettings:
     bind = r.ip("kvceph_vllm_bind", r.str("kvceph_vllm_bind", "0.0.0.0"), "0.0.0.0 or 127.0.0.1")
     networks = r.cidrs("kvceph_vllm_open_networks", list(DEFAULTS.open_networks))

@@ -11,6 +11,8 @@ from conftest import HOSTS, INFERENCE, pyinfra, secrets, ssh
 from lab_client import auth_headers, status
 
 PROMPT = {"model": "Qwen/Qwen3-32B", "prompt": "security check", "max_tokens": 2}
+# The lab bridge's address: the controller, in kvceph_vllm_open_networks (group_data/lab.py).
+CONTROLLER = HOSTS["ceph1"].rsplit(".", 1)[0] + ".1"
 CHAT = {"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -35,23 +37,46 @@ def test_every_engine_requires_the_key(converged):
         assert status(ip, "GET", "/v1/models") == 401, host
         assert status(ip, "POST", "/v1/completions", PROMPT, key) == 200, host
         assert status(ip, "GET", "/v1/models", headers=key) == 200, host
-        # Open in vLLM, closed by kvceph's gate: a generation route, tokenize, and from the
-        # controller (not in kvceph_vllm_open_networks) /metrics and /health.
-        for method, path, body in (
-            ("POST", "/invocations", CHAT),
-            ("POST", "/tokenize", PROMPT),
-            ("GET", "/metrics", None),
-            ("GET", "/health", None),
-        ):
+        # Open in vLLM, closed by kvceph's gate, also from an open network (the controller's):
+        # a generation route and tokenize.
+        for method, path, body in (("POST", "/invocations", CHAT), ("POST", "/tokenize", PROMPT)):
             assert status(ip, method, path, body) == 401, (host, path)
         assert status(ip, "GET", "/metrics", headers=key) == 200, host
-        # On the host itself (127.0.0.1 is an open network) health and metrics need no key.
-        local = ssh(
+
+
+def _codes(urls: list[str]) -> str:
+    """A shell loop printing the HTTP status of each URL, space-separated."""
+    return (
+        f"for u in {' '.join(urls)}; do curl -s -o /dev/null -w '%{{http_code}} ' http://$u; done"
+    )
+
+
+def test_dual_stack_engines_open_health_and_metrics_to_the_ipv4_open_networks_only(converged):
+    # group_data/lab.py binds the engines to `::` as vLLM does: one dual-stack socket, IPv4
+    # clients seen as ::ffff:a.b.c.d; the open networks are IPv4 CIDRs (127.0.0.0/8, CONTROLLER).
+    ready = [op for op in converged.ops() if op["name"].startswith("Readiness check | ")]
+    assert ready and all(not op["error"] for op in ready), ready  # loopback got in, unkeyed
+    local = ["127.0.0.1:8000/health", "127.0.0.1:8000/metrics", "[::1]:8000/metrics"]
+    local.append("127.0.0.1:8000/v1/models")
+    for host in INFERENCE:
+        ip = HOSTS[host]
+        # One IPv6 socket for both families; the controller among the open networks; on the host
+        # itself IPv4 loopback (the deploy's own checks) and ::1 reach /health and /metrics.
+        out = ssh(
             host,
-            "for p in health metrics v1/models; do "
-            "curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:8000/$p; done",
+            "ss -Hltn 'sport = :8000' | awk '{print $4}'; "
+            "grep ^KVCEPH_OPEN_NETWORKS= /etc/kvceph/vllm.env; " + _codes(local),
         ).stdout.split()
-        assert local == ["200", "200", "401"], (host, local)
+        assert out[0] in ("*:8000", "[::]:8000"), (host, out)
+        assert f"{CONTROLLER}/32" in out[1], (host, out)
+        assert out[2:] == ["200", "200", "200", "401"], (host, out)
+        # From the controller, an IPv4 open network: /health and /metrics without the key.
+        assert status(ip, "GET", "/metrics") == 200, host
+        assert status(ip, "GET", "/health") == 200, host
+        assert status(ip, "GET", "/v1/models") == 401, host
+    # ceph1 is outside the open networks: it needs the key for both, on every engine.
+    urls = [f"{HOSTS[h]}:8000/{p}" for h in INFERENCE for p in ("health", "metrics")]
+    assert ssh("ceph1", _codes(urls)).stdout.split() == ["401"] * len(urls)
 
 
 def _engine_pids(host: str) -> list[str]:

@@ -5,6 +5,13 @@
 #   no_secrets    a good inventory, but no S3 keys (the test unsets them)
 #   hf_token      an HF token in the inventory's host data
 #   secret_env    a secret-looking name in kvceph_extra_env
+#   secret_arg    --api-key=<key> in the engine profile's extra_args
+#   typo          a misspelled kvceph_* key
+#   secret_key    a secret-looking group_data key without the kvceph_ prefix (HF_TOKEN)
+#   at_model      a model name with "@" (LMCache splits its keys on it)
+#   long_context  kvceph_max_model_len over the model's native context
+#   env_newline   a newline in a kvceph_extra_env value
+#   env_devices   CUDA_VISIBLE_DEVICES in kvceph_extra_env on a host with engines
 import os
 import sys
 from pathlib import Path
@@ -36,3 +43,28 @@ elif _bad == "secret_env":
         (gpu[0][0], {**gpu[0][1], "kvceph_extra_env": {"HF_TOKEN": "hf_fakeEXTRAENVtoken0002"}}),
         *gpu[1:],
     ]
+
+
+def _gpu1(**data):
+    """gpu1 with ``data`` over its own."""
+    return [(gpu[0][0], {**gpu[0][1], **data}), *gpu[1:]]
+
+
+_profile = _groups["gpu"][0][1]["kvceph_engine_profile"]
+_BAD = {
+    "secret_arg": {
+        "kvceph_engine_profile": {**_profile, "extra_args": ["--api-key=hf_fakeARGVkey0003"]}
+    },
+    "typo": {"kvceph_tensor_paralel_size": 4},
+    "secret_key": {"HF_TOKEN": "hf_fakeGROUPDATAtoken0004"},
+    "at_model": {"kvceph_model": "Qwen/Qwen3-32B@v2"},
+    "long_context": {"kvceph_max_model_len": 131072},
+    "env_newline": {"kvceph_extra_env": {"NCCL_DEBUG": "INFO\nVLLM_API_KEY=hf_fakeENVkey0005"}},
+    "env_devices": {
+        "kvceph_accelerator_count": 2,
+        "kvceph_engines": [{"name": "a", "devices": [0, 1], "port": 8000}],
+        "kvceph_extra_env": {"CUDA_VISIBLE_DEVICES": "0"},
+    },
+}
+if _bad in _BAD:
+    gpu = _gpu1(**_BAD[_bad])

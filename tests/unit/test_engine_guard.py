@@ -69,6 +69,23 @@ def test_health_and_metrics_open_to_the_open_networks_only(path, client):
     assert call(ENV, "POST", "/invocations", client=client)[1] == 401
 
 
+@pytest.mark.parametrize("client", ["::ffff:127.0.0.1", "::ffff:10.1.2.3"])
+def test_ipv4_clients_of_a_dual_stack_socket_are_matched_as_ipv4(client):
+    # `--host ::`: the deploy's readiness check on 127.0.0.1 and an IPv4 Prometheus network
+    # arrive as IPv4-mapped addresses; the open networks are given as IPv4 CIDRs.
+    assert call(ENV, "GET", "/health", client=client)[0] is True
+    assert call(ENV, "GET", "/metrics", client=client)[0] is True
+    for method, path in (("POST", "/invocations"), ("GET", "/v1/models"), ("POST", "/tokenize")):
+        assert call(ENV, method, path, client=client)[:2] == (False, 401), path
+
+
+@pytest.mark.parametrize("client", ["::ffff:192.0.2.7", "::ffff:10.2.0.1", "::ffff:0:127.0.0.1"])
+def test_mapped_addresses_outside_the_open_networks_still_need_the_key(client):
+    # the last one is IPv4-*translated* (RFC 2765), not mapped: no IPv4 client of a socket
+    assert call(ENV, "GET", "/metrics", client=client)[:2] == (False, 401)
+    assert call(ENV, "GET", "/metrics", client=client, headers=BEARER)[0] is True
+
+
 def test_wrong_or_malformed_credentials_are_refused():
     for value in (f"Basic {KEY}", f"Bearer {KEY}x", f"Bearer  {KEY}", KEY, ""):
         assert call(ENV, "GET", "/v1/models", headers=[("Authorization", value)])[1] == 401
@@ -112,7 +129,7 @@ def _status(url, body=None, key=None) -> int:
 
 @pytest.fixture
 def gated_engine(tmp_path):
-    def start(open_networks: str):
+    def start(open_networks: str, host: str = "127.0.0.1"):
         port = _free_port()
         guard_dir = tmp_path / "lib"
         guard_dir.mkdir(exist_ok=True)
@@ -126,7 +143,7 @@ def gated_engine(tmp_path):
         log = open(tmp_path / f"engine{port}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen(
             [sys.executable, "-m", "kvceph_lab_engine", "serve", "Qwen/Qwen3-32B",
-             "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port),
+             "--max-model-len", "4096", "--host", host, "--port", str(port),
              "--middleware", f"{paths.GUARD_MODULE}.Guard"],
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -170,3 +187,12 @@ def test_lab_engine_gate_opens_health_and_metrics_to_the_open_networks(gated_eng
     assert _status(url + "/health") == 200
     assert _status(url + "/metrics") == 200
     assert _status(url + "/invocations", PROMPT) == 401
+
+
+def test_lab_engine_bound_dual_stack_opens_health_to_ipv4_loopback(gated_engine):
+    # As `vllm serve --host ::`: one IPv6 socket that IPv4 clients reach as ::ffff:127.0.0.1.
+    url, _ = gated_engine("127.0.0.0/8,::1/128", host="::")
+    assert _status(url + "/health") == 200
+    assert _status(url + "/metrics") == 200
+    assert _status(url + "/invocations", PROMPT) == 401
+    assert _status(url.replace("127.0.0.1", "[::1]") + "/health") == 200

@@ -117,6 +117,57 @@ def test_harmless_names_pass(name):
     assert dict(load(kvceph_extra_env={name: "1"}).engine.extra_env) == {name: "1"}
 
 
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--api-key", API_KEY], "--api-key"),
+        ([f"--api-key={API_KEY}"], "--api-key"),
+        (["--enforce-eager", "--hf-token", HF_TOKEN], "--hf-token"),
+        ([f"--hf-token={HF_TOKEN}"], "--hf-token"),
+        (["--ssl-keyfile-password", API_KEY], "--ssl-keyfile-password"),  # the name rule
+        (["--aws-secret", API_KEY], "--aws-secret"),
+    ],
+)
+def test_secret_arguments_in_the_profile_are_refused_in_one_line(args, flag):
+    with pytest.raises(SettingsError) as e:
+        load(kvceph_engine_profile={"extra_args": args})
+    assert str(e.value) == (
+        f"gpu1: kvceph_engine_profile.extra_args = '{flag}': passes a secret on the command "
+        "line (readable in /proc/<pid>/cmdline, shown by systemctl show, the plan and the "
+        "journal); fix: remove it; export KVCEPH_VLLM_API_KEY / KVCEPH_HF_TOKEN / "
+        "KVCEPH_S3_ACCESS_KEY / KVCEPH_S3_SECRET_KEY or put them in secrets.env (0600; "
+        "docs/security.md)"
+    )
+    assert API_KEY not in str(e.value) and HF_TOKEN not in str(e.value)
+
+
+def test_extra_args_as_one_string_are_refused_without_showing_it():
+    with pytest.raises(SettingsError) as e:
+        load(kvceph_engine_profile={"extra_args": f"--api-key {API_KEY}"})
+    assert "must be a list of arguments" in str(e.value) and API_KEY not in str(e.value)
+
+
+# vLLM flags with a secret word inside, and the lab engine's own --bytes-per-token.
+LOOK_ALIKES = [
+    "--return-tokens-as-token-ids",
+    "--long-prefill-token-threshold",
+    "--max-num-batched-tokens",
+    "--tokenizer",
+    "--tokenizer-revision",
+    "--ssl-keyfile",
+    "--skip-tokenizer-init",
+    "--bytes-per-token",
+]
+
+
+@pytest.mark.parametrize("flag", LOOK_ALIKES)
+def test_flags_that_only_contain_a_secret_word_pass(flag):
+    assert secret_names.secret_flag(flag) is None
+    me = load(kvceph_engine_profile={"extra_args": [flag, "64"]})
+    assert me.engine.profile.extra_args == (flag, "64")
+    assert render.exec_start(me)[-2:] == [flag, "64"]
+
+
 # --- on the host -----------------------------------------------------------------------------
 
 

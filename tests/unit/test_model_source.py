@@ -106,6 +106,21 @@ def _group(gpu1: dict, gpu2: dict):
 
 
 @pytest.mark.parametrize(
+    "data",
+    [{}, MIRROR, {"kvceph_model_source": "path", "kvceph_model_path": "/mnt/models/m"}],
+    ids=["hub", "mirror", "path"],
+)
+def test_a_model_name_with_an_at_sign_is_refused_for_every_source(data):
+    # LMCache joins an object key's fields with "@" and splits them again (CacheEngineKey)
+    with pytest.raises(SettingsError) as e:
+        load(kvceph_model="org/model@v2", **data)
+    assert str(e.value) == (
+        "gpu1: kvceph_model = 'org/model@v2': contains '@', which LMCache splits its object "
+        "keys on; fix: drop the '@...' part (pin a version with kvceph_model_revision)"
+    )
+
+
+@pytest.mark.parametrize(
     "gpu2,key",
     [
         ({}, "kvceph_model_source"),

@@ -565,6 +565,53 @@ def test_pool_of_another_type_is_refused_even_with_every_opt_in(existing):
             "/ KVCEPH_S3_ACCESS_KEY / KVCEPH_S3_SECRET_KEY or put them in secrets.env (0600; "
             "docs/security.md)",
         ),
+        (
+            "secret_arg",
+            "kvceph: @fake/gpu1: kvceph_engine_profile.extra_args = '--api-key': passes a secret "
+            "on the command line (readable in /proc/<pid>/cmdline, shown by systemctl show, the "
+            "plan and the journal); fix: remove it; export KVCEPH_VLLM_API_KEY / KVCEPH_HF_TOKEN "
+            "/ KVCEPH_S3_ACCESS_KEY / KVCEPH_S3_SECRET_KEY or put them in secrets.env (0600; "
+            "docs/security.md)",
+        ),
+        (
+            "typo",
+            "kvceph: @fake/gpu1: kvceph_tensor_paralel_size = 4: is not a kvceph setting (it "
+            "would be ignored and the default deployed); fix: did you mean "
+            "kvceph_tensor_parallel_size?",
+        ),
+        (
+            "secret_key",
+            "kvceph: @fake/gpu1: HF_TOKEN = '***': looks like a secret (KEY/TOKEN/SECRET/"
+            "PASSWORD/CREDENTIALS in its name), and group_data and the inventory are committed; "
+            "fix: remove it; export KVCEPH_VLLM_API_KEY / KVCEPH_HF_TOKEN / KVCEPH_S3_ACCESS_KEY "
+            "/ KVCEPH_S3_SECRET_KEY or put them in secrets.env (0600; docs/security.md)",
+        ),
+        (
+            "at_model",
+            "kvceph: @fake/gpu1: kvceph_model = 'Qwen/Qwen3-32B@v2': contains '@', which LMCache "
+            "splits its object keys on; fix: drop the '@...' part (pin a version with "
+            "kvceph_model_revision)",
+        ),
+        (
+            "long_context",
+            "kvceph: @fake/gpu1: kvceph_max_model_len = 131072: over the native context of "
+            "Qwen/Qwen3-32B, 40960 tokens (deploys/kv_sizing.py KNOWN_MODELS), and no rope "
+            "scaling is configured: vLLM would refuse to start; fix: use at most 40960, or "
+            "configure rope scaling (config.json rope_scaling, or --hf-overrides in "
+            "kvceph_engine_profile.extra_args), or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in "
+            "kvceph_extra_env",
+        ),
+        (
+            "env_newline",
+            "kvceph: @fake/gpu1: kvceph_extra_env = 'NCCL_DEBUG': its value holds a newline or "
+            "NUL, which the engine's env file cannot carry; fix: put the value on one line",
+        ),
+        (
+            "env_devices",
+            "kvceph: @fake/gpu1: kvceph_extra_env = 'CUDA_VISIBLE_DEVICES': is set by kvceph "
+            "from each engine's devices (kvceph_engines); fix: remove it; list each engine's "
+            "devices in kvceph_engines",
+        ),
     ],
 )
 def test_bad_inventory_is_refused_before_any_host_is_touched(bad, line, monkeypatch):

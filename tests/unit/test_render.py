@@ -3,6 +3,7 @@ consumers: LMCache 0.5.6's own config loader and ``systemd-analyze verify``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -351,7 +352,11 @@ def test_env_values_are_quoted_for_systemd():
 
 
 def test_env_refuses_overriding_a_managed_variable():
-    me = host(kvceph_extra_env={"PYTHONHASHSEED": "0"})
+    # settings refuse it first, naming kvceph_extra_env (test_engine_env.py); render still does
+    me = host()
+    me = dataclasses.replace(
+        me, engine=dataclasses.replace(me.engine, extra_env=(("PYTHONHASHSEED", "0"),))
+    )
     with pytest.raises(ValueError, match="managed by kvceph"):
         render.env_file(me)
 

@@ -1,8 +1,11 @@
 """Prometheus text exposition with vLLM's metric names and labels.
 
-Names, help texts, label names (model_name, engine[, source]) and TTFT buckets follow
-vllm/v1/metrics/loggers.py (PrometheusStatLogger, prometheus_client rendering: counters get
-a `_total` sample and `_created`, values as floats). Only the metrics the lab needs exist.
+Names, help texts, types, label names (model_name, engine[, source | finished_reason]) and
+TTFT buckets follow vLLM 0.26.0's vllm/v1/metrics/loggers.py (PrometheusStatLogger) as
+prometheus_client renders them: counters get a `_total` sample and `_created`, values are
+floats, and labels are written sorted by name (``engine="0",model_name=...``), which is what a
+real vLLM 0.26 /metrics shows (kvceph's tests/facts/status.EngineAnswers/vllm-0.26-h200-*.json).
+Only the metrics the lab needs exist.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ TTFT_BUCKETS = (
     7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 )  # fmt: skip
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+# vllm/v1/engine FinishReason (0.26.0): every reason gets its series, zero until one finishes so.
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 COUNTERS = {
     "vllm:prompt_tokens": "Number of prefill tokens processed.",
@@ -39,6 +44,11 @@ def _esc(s: str) -> str:
     return s.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def _labels(**labels: str) -> str:
+    """A label set as prometheus_client writes it: sorted by name, values escaped."""
+    return ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(labels.items()))
+
+
 class Metrics:
     def __init__(self, model: str, info: dict[str, str] | None = None):
         self.model = model
@@ -47,7 +57,7 @@ class Metrics:
         self.created = time.time()
         self.counters = {name: 0.0 for name in COUNTERS}
         self.by_source = {s: 0.0 for s in SOURCES}
-        self.success: dict[str, float] = {"stop": 0.0, "length": 0.0, "abort": 0.0}
+        self.success: dict[str, float] = dict.fromkeys(FINISH_REASONS, 0.0)
         self.ttft_counts = [0] * len(TTFT_BUCKETS)
         self.ttft_sum = 0.0
         self.ttft_count = 0
@@ -85,7 +95,9 @@ class Metrics:
             self.success[reason] = self.success.get(reason, 0.0) + 1
 
     def render(self) -> str:
-        base = f'model_name="{_esc(self.model)}",engine="0"'
+        ids = {"model_name": self.model, "engine": "0"}
+        base = _labels(**ids)
+        by = lambda **extra: _labels(**ids, **extra)  # noqa: E731
         out: list[str] = []
         with self._lock:
             out += [
@@ -109,35 +121,31 @@ class Metrics:
             ]
             for s in SOURCES:
                 out.append(
-                    f'vllm:prompt_tokens_by_source_total{{{base},source="{s}"}} '
-                    f"{_f(self.by_source[s])}"
+                    f"vllm:prompt_tokens_by_source_total{{{by(source=s)}}} {_f(self.by_source[s])}"
                 )
             for s in SOURCES:
                 out.append(
-                    f'vllm:prompt_tokens_by_source_created{{{base},source="{s}"}} '
-                    f"{_f(self.created)}"
+                    f"vllm:prompt_tokens_by_source_created{{{by(source=s)}}} {_f(self.created)}"
                 )
             out += [
                 "# HELP vllm:request_success_total Count of successfully processed requests.",
                 "# TYPE vllm:request_success_total counter",
             ]
             for reason, v in self.success.items():
-                out.append(
-                    f'vllm:request_success_total{{{base},finished_reason="{reason}"}} {_f(v)}'
-                )
+                out.append(f"vllm:request_success_total{{{by(finished_reason=reason)}}} {_f(v)}")
             name = "vllm:time_to_first_token_seconds"
             out += [
                 f"# HELP {name} Histogram of time to first token in seconds.",
                 f"# TYPE {name} histogram",
             ]
             for le, n in zip(TTFT_BUCKETS, self.ttft_counts, strict=True):
-                out.append(f'{name}_bucket{{{base},le="{_f(le)}"}} {_f(n)}')
-            out.append(f'{name}_bucket{{{base},le="+Inf"}} {_f(self.ttft_count)}')
+                out.append(f"{name}_bucket{{{by(le=_f(le))}}} {_f(n)}")
+            out.append(f"{name}_bucket{{{by(le='+Inf')}}} {_f(self.ttft_count)}")
             out.append(f"{name}_count{{{base}}} {_f(self.ttft_count)}")
             out.append(f"{name}_sum{{{base}}} {_f(self.ttft_sum)}")
             out.append(f"{name}_created{{{base}}} {_f(self.created)}")
             if self.info:
-                labels = ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(self.info.items()))
+                labels = _labels(**self.info)
                 out += [
                     "# HELP kvceph_lab_engine_info kvceph lab engine (not vLLM) build and "
                     "deploy digest.",

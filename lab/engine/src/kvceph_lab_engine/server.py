@@ -413,8 +413,22 @@ class Handler(BaseHTTPRequestHandler):
             log.info("client went away during stream %s", rid)
 
 
+class _Server6(ThreadingHTTPServer):
+    # vLLM's create_server_socket: AF_INET6 for an IPv6 --host, IPV6_V6ONLY left to the system
+    # (Linux: 0), so `--host ::` also accepts IPv4 clients, seen as ::ffff:a.b.c.d.
+    address_family = socket.AF_INET6
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET6, host)
+    except OSError:
+        return False
+    return True
+
+
 def make_server(host: str, port: int, app: App) -> ThreadingHTTPServer:
     handler = type("BoundHandler", (Handler,), {"app": app})
-    server = ThreadingHTTPServer((host, port), handler)
+    server = (_Server6 if _is_ipv6(host) else ThreadingHTTPServer)((host, port), handler)
     server.daemon_threads = True
     return server

@@ -1,0 +1,258 @@
+"""Facts status.py reads besides the deploy's own: an engine's live answers, its unit's times,
+the bucket's usage and the cluster's RGW daemons. All read-only, all bounded by ``timeout``."""
+
+from __future__ import annotations
+
+import json
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+from deploys.ceph_cli import ceph
+from deploys.facts.probe_output import last_json_line
+from deploys.status import counters
+
+_ENGINE_SCRIPT = """
+import json, re, sys, urllib.request
+port, timeout = sys.argv[1], float(sys.argv[2])
+base = "http://127.0.0.1:%s" % port
+out = {"health": None, "version": None, "metrics": None, "error": None}
+headers = {}
+# The API key is read here, on the host, from the engine's own secrets file (as the deploy's
+# readiness probe does): it never travels through a command line or back to the controller.
+try:
+    with open(sys.argv[3]) as f:
+        for line in f:
+            if line.startswith("VLLM_API_KEY="):
+                value = line.strip().split("=", 1)[1]
+                if value[:1] == '"' and value[-1:] == '"':
+                    value = re.sub(r'\\\\(.)', r'\\1', value[1:-1])
+                headers["Authorization"] = "Bearer " + value
+except OSError:
+    pass
+def get(path):
+    req = urllib.request.Request(base + path, headers=headers)
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.status, r.read().decode("utf-8", "replace")
+try:
+    out["health"] = get("/health")[0]
+except Exception as exc:
+    out["health"] = getattr(exc, "code", None)
+    out["error"] = ("/health: %s: %s" % (type(exc).__name__, exc))[:300]
+for path, key in (("/version", "version"), ("/metrics", "metrics")):
+    try:
+        text = get(path)[1]
+        out[key] = json.loads(text).get("version") if key == "version" else text
+    except Exception as exc:
+        out["error"] = out["error"] or ("%s: %s: %s" % (path, type(exc).__name__, exc))[:300]
+print(json.dumps(out))
+"""
+
+
+class EngineAnswers(FactBase):
+    """
+    What a running engine answers on 127.0.0.1: ``GET /health`` (status code), ``/version``
+    and the ``/metrics`` text, with the API key from ``secrets`` (read on the host) when set.
+
+    + python: an interpreter on the host (the engine venv's)
+    + port: the engine's port
+    + timeout: seconds per request
+    + secrets: the engine's secrets file (``VLLM_API_KEY=``)
+
+    Returns ``{"health": 200, "version": "0.26.0", "counters": {...}, "error": None}``: the
+    counters status.py reads, parsed from the /metrics text by ``deploys/status/counters``
+    (None when /metrics did not answer); ``error`` names the first request that failed. A
+    moment's answer: never memoised.
+    """
+
+    def default(self):
+        return {"health": None, "version": None, "counters": None, "error": "no answer"}
+
+    def command(self, python: str, port: int, timeout: int = 10, secrets: str = "/dev/null"):
+        return StringCommand(
+            "timeout",
+            str(3 * timeout + 10),
+            QuoteString(python),
+            "-c",
+            QuoteString(_ENGINE_SCRIPT),
+            str(port),
+            str(timeout),
+            QuoteString(secrets),
+            '2>&1 || echo \'{"error": "engine probe failed"}\'',
+        )
+
+    def process(self, output):
+        answer = last_json_line(output)
+        if answer is None:
+            return {**self.default(), "error": " ".join(output)[-300:] or "no answer"}
+        text = answer.pop("metrics", None)
+        parsed = None if text is None else counters.as_dict(counters.from_text(text))
+        return {**self.default(), **answer, "counters": parsed}
+
+
+class UnitTimes(FactBase):
+    """
+    When a unit entered its present state and when its main process started (systemd's own
+    words): ``{"active": "active", "sub": "running", "main_pid": 123, "since": "Tue 2026-12-01
+    20:01:02.123456 UTC", "started": "..."}``. ``since`` is when it became active, or for a unit
+    that is not, when it stopped being so; times are None where systemd has none (n/a).
+
+    + unit: the systemd unit
+    """
+
+    def default(self):
+        return {"active": "unknown", "sub": None, "main_pid": 0, "since": None, "started": None}
+
+    def command(self, unit: str):
+        props = (
+            "-p ActiveState -p SubState -p MainPID -p ActiveEnterTimestamp"
+            " -p InactiveEnterTimestamp -p ExecMainStartTimestamp"
+        )
+        # --timestamp=us+utc needs systemd >= 248; older ones print local time.
+        return StringCommand(
+            "timeout 20 systemctl show --timestamp=us+utc",
+            props,
+            QuoteString(unit),
+            "2>/dev/null || timeout 20 systemctl show",
+            props,
+            QuoteString(unit),
+        )
+
+    def process(self, output):
+        found = self.default()
+        names = {
+            "ActiveState": "active",
+            "SubState": "sub",
+            "MainPID": "main_pid",
+            "ActiveEnterTimestamp": "active_since",
+            "InactiveEnterTimestamp": "inactive_since",
+            "ExecMainStartTimestamp": "started",
+        }
+        seen = {}
+        for line in output:
+            key, _, value = line.strip().partition("=")
+            if key in names:
+                seen[names[key]] = value if value and value != "n/a" else None
+        found["active"] = seen.get("active") or "unknown"
+        found["sub"] = seen.get("sub")
+        pid = seen.get("main_pid") or ""
+        found["main_pid"] = int(pid) if pid.isdigit() else 0
+        found["started"] = seen.get("started")
+        active = found["active"] in ("active", "reloading", "deactivating")
+        found["since"] = seen.get("active_since" if active else "inactive_since")
+        return found
+
+
+class BucketUsage(FactBase):
+    """
+    A bucket's objects, bytes and quota (``radosgw-admin bucket stats``), None when the bucket
+    does not exist. Bytes are RGW's ``size`` (the objects' own bytes, what a listing sums; RGW's
+    ``size_actual`` rounds each object up to 4 KiB) over every category of the bucket's usage.
+
+    + bucket: the bucket
+    + timeout: seconds for radosgw-admin
+
+    Returns ``{"objects": 128, "bytes": 4194304, "quota": {"enabled": True, "max_size":
+    4294967296, "max_objects": -1}}``.
+    """
+
+    requires_command = "radosgw-admin"
+
+    @staticmethod
+    def default():
+        return None
+
+    def command(self, bucket: str, timeout: int = 60):
+        return StringCommand(
+            "timeout",
+            str(timeout + 10),
+            "python3",
+            "-c",
+            QuoteString(_STATS_SCRIPT),
+            str(timeout),
+            "radosgw-admin",
+            "bucket",
+            "stats",
+            QuoteString(f"--bucket={bucket}"),
+        )
+
+    def process(self, output):
+        try:
+            data = json.loads("\n".join(output))
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        usage = data.get("usage") or {}
+        quota = data.get("bucket_quota") or {}
+        return {
+            "objects": sum(int(u.get("num_objects", 0)) for u in usage.values()),
+            "bytes": sum(int(u.get("size", 0)) for u in usage.values()),
+            "quota": {
+                "enabled": bool(quota.get("enabled")),
+                "max_size": int(quota.get("max_size", -1)),
+                "max_objects": int(quota.get("max_objects", -1)),
+            },
+        }
+
+
+# radosgw-admin under a timeout; a missing bucket prints null (the same words RgwBucket's
+# runner knows), any other failure exits non-zero with radosgw-admin's last line.
+_STATS_SCRIPT = r"""
+import subprocess, sys
+t, cmd = int(sys.argv[1]), sys.argv[2:]
+p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+try:
+    out, err = p.communicate(timeout=t)
+except subprocess.TimeoutExpired:
+    p.kill()
+    sys.exit("%s timed out after %ds" % (" ".join(cmd[:3]), t))
+if p.returncode:
+    if any(m in err for m in ("(2002)", "could not get bucket info", "could not init bucket")):
+        print("null")
+        sys.exit(0)
+    lines = [l for l in err.splitlines() if l.strip()] or ["exit status %d" % p.returncode]
+    sys.exit("%s: %s" % (" ".join(cmd[:3]), lines[-1]))
+print(out)
+""".strip()
+
+
+class RgwDaemons(FactBase):
+    """
+    The RGW daemons the manager's service map lists (``ceph service dump``): every radosgw that
+    reports to the cluster, whoever runs it (cephadm, the lab's units, another tool).
+
+    + connect_timeout, command_timeout: as every ceph call (deploys/ceph_cli.py)
+
+    Returns ``{"gw1": {"hostname": "ceph1", "frontend": "beast endpoint=127.0.0.1:7480"}}``
+    (by the daemon's id, as in ``client.rgw.<id>``); None when no
+    mon answered. A daemon that stopped stays listed until the manager's beacon grace ends.
+    """
+
+    @staticmethod
+    def default():
+        return None
+
+    def command(self, connect_timeout: int = 10, command_timeout: int = 60):
+        return ceph(
+            "service",
+            "dump",
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+        )
+
+    def process(self, output):
+        try:
+            dump = json.loads("\n".join(output))
+        except ValueError:
+            return None
+        daemons = (dump.get("services", {}).get("rgw") or {}).get("daemons") or {}
+        found = {}
+        for name, daemon in daemons.items():
+            if not isinstance(daemon, dict):
+                continue  # "summary": a string
+            meta = daemon.get("metadata") or {}
+            found[str(meta.get("id") or name)] = {
+                "hostname": meta.get("hostname"),
+                "frontend": meta.get("frontend_config#0"),
+            }
+        return dict(sorted(found.items()))

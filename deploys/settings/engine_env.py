@@ -1,0 +1,72 @@
+"""What an operator may add to an engine's environment (``kvceph_extra_env``,
+``kvceph_engine_profile.env``).
+
+kvceph writes each engine's env file itself (deploys/render.py ``environment``): a variable it
+sets there, or a value the file cannot hold, is refused here, naming the setting that carries
+it, before any host is touched (not later by the template check, which can only name the
+template). Pure: no pyinfra state.
+"""
+
+from __future__ import annotations
+
+from deploys.settings import model_source
+from deploys.settings.engine_list import DEVICE_VARIABLE
+
+# What render.environment sets in every engine's env file (tests/unit/test_engine_env.py keeps
+# the two in step): the LMCache config, the hash seed, the S3 profile and home, the digest.
+ALWAYS = ("LMCACHE_CONFIG_FILE", "PYTHONHASHSEED", "AWS_PROFILE", "HOME", "KVCEPH_DIGEST")
+# ... and with the gate (kvceph_vllm_guard): where it is imported from, who reaches /health.
+GUARD = ("PYTHONPATH", "KVCEPH_OPEN_NETWORKS")
+
+
+def managed(engine, guard: bool) -> dict[str, tuple[str, str]]:
+    """The variables kvceph sets for this host's engines -> (why, fix) of their refusal.
+
+    + engine: the host's EngineSettings
+    + guard: kvceph_vllm_guard
+    """
+    names = dict.fromkeys(ALWAYS, ("is set by kvceph in every engine's environment", "remove it"))
+    if guard:
+        why = ("is set by kvceph's engine gate", "remove it, or set kvceph_vllm_guard False")
+        names.update(dict.fromkeys(GUARD, why))
+    for name, _ in model_source.environment(engine.source):
+        names[name] = (
+            f"is set by kvceph for kvceph_model_source {engine.source.source}",
+            "remove it",
+        )
+    if any(e.devices is not None for e in engine.engines):
+        names[DEVICE_VARIABLE[engine.accelerator]] = (
+            "is set by kvceph from each engine's devices (kvceph_engines)",
+            "remove it; list each engine's devices in kvceph_engines",
+        )
+    return names
+
+
+def check(r, engine, guard: bool) -> None:
+    """Refuse a ``kvceph_extra_env`` / profile ``env`` entry the engine's env file cannot take.
+
+    + r: the host's settings reader (deploys/settings.py ``_Reader``)
+
+    Refused: a value with a newline or NUL (systemd's EnvironmentFile= ends a value at the line
+    end), a variable kvceph sets itself, a variable set by both settings.
+    """
+    kvceph = managed(engine, guard)
+    profile = dict(engine.profile.env)
+    for key, env in (
+        ("kvceph_engine_profile.env", engine.profile.env),
+        ("kvceph_extra_env", engine.extra_env),
+    ):
+        for name, value in env:
+            if "\n" in value or "\0" in value:
+                raise r.fail(
+                    key,
+                    name,
+                    "its value holds a newline or NUL, which the engine's env file cannot carry",
+                    "put the value on one line",
+                )
+            if name in kvceph:
+                raise r.fail(key, name, *kvceph[name])
+            if key == "kvceph_extra_env" and name in profile:
+                raise r.fail(
+                    key, name, "is also set by kvceph_engine_profile.env", "set it in one of them"
+                )
