@@ -15,19 +15,13 @@ Read-only apart from its own objects (kvceph-probe-<nonce>@...), which it delete
 a converged deploy (engine venv with awscrt, ~/.aws of the service user, lmcache.yaml).
 """
 
-from pyinfra import host, inventory, state
-from pyinfra.operations import python
+from pyinfra import inventory, state
 
 from deploys import preflight
+from deploys.operations.run import on_the_controller
 from deploys.probe.controller import run_probe
 
 checked = preflight.run(state, inventory)
-_first = next((h.host for h in checked.hosts.values() if h.is_inference), None)
-
-if host.name == _first:
-    python.call(
-        name="kvceph: cache probe (S3 bandwidth vs break-even, every inference host)",
-        function=run_probe,
-        checked=checked,
-        inv=inventory,
-    )
+on_the_controller(
+    checked, "kvceph: cache probe (S3 bandwidth vs break-even, every inference host)", run_probe
+)

@@ -20,19 +20,11 @@ A failed check fails the pyinfra run (non-zero exit) with one line per check and
 cause. Settings: ``kvceph_verify_*`` (deploys/settings/verification.py VerifySettings).
 """
 
-from pyinfra import host, inventory, state
-from pyinfra.operations import python
+from pyinfra import inventory, state
 
 from deploys import preflight
+from deploys.operations.run import on_the_controller
 from deploys.verification.controller import run_cycle
 
 checked = preflight.run(state, inventory)
-_first = next((h.host for h in checked.hosts.values() if h.is_inference), None)
-
-if host.name == _first:
-    python.call(
-        name="kvceph: verify cold -> warm -> cold (all cache groups)",
-        function=run_cycle,
-        checked=checked,
-        inv=inventory,
-    )
+on_the_controller(checked, "kvceph: verify cold -> warm -> cold (all cache groups)", run_cycle)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 from pathlib import Path
 
 from deploys import paths, render, secrets, settings
 from deploys.operations import tls
+from deploys.settings import group_data
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,20 +24,7 @@ def lab_host_settings(host: str = "gpu1", environ: dict | None = None) -> settin
     group_data reads the environment (KVCEPH_LAB_HOSTS: a benchmark lab keeps the hub model
     source); it is read here under ``environ``, the environment kvceph's own run gets.
     """
-    data: dict = {}
-    saved = dict(os.environ)
-    try:
-        if environ is not None:
-            os.environ.clear()
-            os.environ.update(environ)
-        for name in ("all", "gpu", "lab"):
-            path = REPO / "group_data" / f"{name}.py"
-            if path.exists():
-                ns = runpy.run_path(str(path))
-                data.update({k: v for k, v in ns.items() if k.startswith("kvceph_")})
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    data = group_data.read(("all", "gpu", "lab"), environ)
     return settings.load(data, host, ("gpu", "lab"))
 
 

@@ -24,7 +24,6 @@ from deploys.facts.model import MirroredModel
 from deploys.settings import context_length, model_source
 from deploys.settings.inventory import CacheGroup, check_inventory
 from deploys.settings.reader import SettingsError
-from deploys.stages import rgw_service
 
 compat.install()
 
@@ -112,21 +111,7 @@ def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
             ("aws_credentials.j2", lambda: render.aws_credentials(me, creds)),
             ("aws_config.j2", lambda: render.aws_config(me)),
         ]
-    if me.is_ceph_admin and me.rgw.managed_by == "cephadm":
-        # Every template the RGW stage could choose (it picks one from the cluster's answer).
-        for label, probe in rgw_service.PROBE_ANSWERS:
-            calls.append((f"RGW spec, {label}", _spec_render(me, probe)))
     return calls
-
-
-def _spec_render(me: settings.HostSettings, probe: dict):
-    def call():
-        try:
-            return rgw_service.plan_specs(me.rgw, None, probe)
-        except rgw_service.SpecError:
-            return None  # a layout this release cannot run: the stage says so, with facts
-
-    return call
 
 
 def _template_of(exc: BaseException, fallback: str) -> str:

@@ -23,14 +23,32 @@ def _json(output: list[str]):
 
 
 class _CephFact(FactBase):
+    """A fact that is one bounded ``ceph`` call (``ceph_args``), None when it cannot be read."""
+
+    ceph_args: tuple = ()
+    ceph_json = True  # ``-f json``
+    # When set, a failed call is output too, "<marker>=<exit status>" after its stderr: the
+    # fact reports it instead of failing (a failed fact stops pyinfra with a prompt).
+    failure_marker: str | None = None
+
+    @staticmethod
+    def default():
+        return None
+
     def command(
         self,
         connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
         command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
     ):
-        return ceph(
-            *self.ceph_args, connect_timeout=connect_timeout, command_timeout=command_timeout
+        call = ceph(
+            *self.ceph_args,
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+            json=self.ceph_json,
         )
+        if self.failure_marker is None:
+            return call
+        return StringCommand(call, "2>&1", "||", "echo", f"{self.failure_marker}=$?")
 
 
 class CephPools(_CephFact):
@@ -49,10 +67,6 @@ class CephPools(_CephFact):
     """
 
     ceph_args = ("osd", "pool", "ls", "detail")
-
-    @staticmethod
-    def default():
-        return None
 
     def process(self, output):
         pools = {}
@@ -76,10 +90,6 @@ class CephOsdStat(_CephFact):
     """
 
     ceph_args = ("osd", "stat")
-
-    @staticmethod
-    def default():
-        return None
 
     def process(self, output):
         stat = _json(output)
@@ -128,10 +138,6 @@ class CephVersions(_CephFact):
 
     ceph_args = ("versions",)
 
-    @staticmethod
-    def default():
-        return None
-
     def process(self, output):
         found = {}
         for line in _json(output).get("overall", {}):
@@ -149,7 +155,7 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", version.split(".el")[0])[:4])
 
 
-class CephOrchStatus(FactBase):
+class CephOrchStatus(_CephFact):
     """
     Whether an orchestrator backend (cephadm, rook) answers ``ceph orch status``.
 
@@ -157,24 +163,8 @@ class CephOrchStatus(FactBase):
     ``{"available": False, "backend": None, "error": "Error ENOENT: No orchestrator ..."}``.
     """
 
-    @staticmethod
-    def default():
-        return None
-
-    def command(
-        self,
-        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
-        command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
-    ):
-        return StringCommand(
-            ceph(
-                "orch", "status", connect_timeout=connect_timeout, command_timeout=command_timeout
-            ),
-            "2>&1",
-            "||",
-            "echo",
-            f"{_ORCH_FAILED}=$?",
-        )
+    ceph_args = ("orch", "status")
+    failure_marker = _ORCH_FAILED
 
     def process(self, output):
         lines = [line for line in output if line.strip()]
@@ -195,10 +185,6 @@ class CephOrchHosts(_CephFact):
     """
 
     ceph_args = ("orch", "host", "ls")
-
-    @staticmethod
-    def default():
-        return None
 
     def process(self, output):
         return {h["hostname"]: sorted(h.get("labels") or []) for h in _json(output)}
@@ -245,7 +231,7 @@ class CephServiceSpec(FactBase):
 _CEPH_FAILED = "kvceph-ceph-failed"
 
 
-class CephReachable(FactBase):
+class CephReachable(_CephFact):
     """
     Whether a mon answers ``ceph health`` within the connect timeout.
 
@@ -254,27 +240,9 @@ class CephReachable(FactBase):
     the cluster)"}`` or ``{"reachable": True, "rc": 0, "error": None, "health": "HEALTH_OK"}``.
     """
 
-    @staticmethod
-    def default():
-        return None
-
-    def command(
-        self,
-        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
-        command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
-    ):
-        return StringCommand(
-            ceph(
-                "health",
-                connect_timeout=connect_timeout,
-                command_timeout=command_timeout,
-                json=False,
-            ),
-            "2>&1",
-            "||",
-            "echo",
-            f"{_CEPH_FAILED}=$?",
-        )
+    ceph_args = ("health",)
+    ceph_json = False
+    failure_marker = _CEPH_FAILED
 
     def process(self, output):
         lines = [line.strip() for line in output if line.strip()]

@@ -9,6 +9,7 @@ import shlex
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from deploys.facts.probe_output import last_json_line
+from deploys.settings import cache_key
 
 # Runs in the venv's own python: what *that* interpreter imports is what the service runs.
 _VERSIONS_SCRIPT = (
@@ -366,11 +367,11 @@ class EngineReadiness(FactBase):
 
 
 # Lines of the engine's files that carry a setting LMCache's object keys depend on.
-_CACHE_KEY_LINES = r"^(chunk_size|pre_caching_hash_algorithm):|^PYTHONHASHSEED=|^ExecStart="
-_CACHE_KEY_FLAGS = {
-    "--tensor-parallel-size": "tensor_parallel_size",
-    "--kv-cache-dtype": "kv_dtype",
-}
+# (deploys/settings/cache_key.py says which settings and where each is written.)
+_CACHE_KEY_LINES = (
+    rf"^({'|'.join(cache_key.LMCACHE_YAML_KEYS)}):|^{cache_key.ENV_VARIABLE}=|^ExecStart="
+)
+_CACHE_KEY_FLAGS = cache_key.ARGV_FLAGS
 
 
 def _unquote(value: str) -> str:
@@ -386,7 +387,7 @@ def cache_key_from_argv(argv: list[str]) -> dict[str, str]:
     """model, tensor_parallel_size and kv_dtype (when passed) from the engine's argv."""
     found: dict[str, str] = {}
     if "serve" in argv and argv.index("serve") + 1 < len(argv):
-        found["model"] = argv[argv.index("serve") + 1]
+        found[cache_key.ARGV_MODEL] = argv[argv.index("serve") + 1]
     for i, word in enumerate(argv[:-1]):
         if word in _CACHE_KEY_FLAGS:
             found[_CACHE_KEY_FLAGS[word]] = argv[i + 1]
@@ -432,8 +433,8 @@ class CacheKeyInUse(FactBase):
                 except ValueError:
                     continue
                 found.update(cache_key_from_argv(argv))
-            elif line.startswith("PYTHONHASHSEED="):
-                found["PYTHONHASHSEED"] = _unquote(line.split("=", 1)[1])
+            elif line.startswith(f"{cache_key.ENV_VARIABLE}="):
+                found[cache_key.ENV_VARIABLE] = _unquote(line.split("=", 1)[1])
             elif ":" in line:
                 key, value = line.split(":", 1)
                 found[key.strip()] = _unquote(value)

@@ -4,7 +4,7 @@ pyinfra 3.10 keeps no fact cache (``host.get_fact`` runs the fact's command ever
 each operation that needs a fact reads it anew: ceph1's ``osd pool ls`` five times per run,
 ``ceph versions`` three times (about 1 s per ``ceph`` start, serial on one host), the engine's
 unit state by three operations; and a run without ``-y`` runs every operation's body twice (to
-show the plan, then to execute), reading everything twice (README "Performance").
+show the plan, then to execute), reading everything twice (bench/README.md).
 
 ``read`` returns the value read earlier in this run while no operation has executed a command
 on any host since: nothing kvceph manages can have changed in between, apart from what the run

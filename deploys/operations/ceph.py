@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from io import StringIO
 
-import yaml
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 
-from deploys import ceph_cli, orch_readback
+from deploys import ceph_cli, orch_readback, specs
 from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
 from deploys.facts import memo
 from deploys.facts.ceph import (
@@ -274,7 +274,7 @@ def service_spec(
     Apply an orchestrator service spec (``ceph orch apply -i``) when the service differs, and
     read it back: the orchestrator must export it and run all its daemons within ``wait``.
 
-    + spec: the spec as YAML text (one service), without secrets
+    + spec: the spec (one service, deploys/specs.py's layout), without secrets
     + secret_spec: keys under the spec's ``spec:`` whose values are secrets, e.g.
       ``{"ssl_key": Secret(...)}``: added to the uploaded file only (0600, removed after the
       apply), compared with the cluster's by sha256 (``ceph_cli.redacted``), never shown
@@ -291,10 +291,10 @@ def service_spec(
 
     .. code:: python
 
-        ceph.service_spec(spec=open("rgw.yaml").read())
+        ceph.service_spec(spec=specs.rgw_spec(me.rgw))
     """
     t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
-    wanted = yaml.safe_load(spec)
+    wanted = copy.deepcopy(spec)
     service_name = wanted.get("service_name") or (
         f"{wanted['service_type']}.{wanted['service_id']}"
     )
@@ -308,13 +308,14 @@ def service_spec(
             host.noop(f"service {service_name} already has this spec")
             return
     remote = host.get_temp_filename(f"kvceph-spec-{service_name}")
+    text = specs.dump(spec)
     if secret_spec:
-        full = yaml.safe_load(spec)
+        full = copy.deepcopy(spec)
         full.setdefault("spec", {}).update({k: v.reveal() for k, v in secret_spec.items()})
-        spec = yaml.safe_dump(full, sort_keys=False)
+        text = specs.dump(full)
         # An existing file keeps its mode when uploaded over: the key is never world-readable.
         yield StringCommand("install", "-m", "600", "/dev/null", QuoteString(remote))
-    yield FileUploadCommand(StringIO(spec), remote)
+    yield FileUploadCommand(StringIO(text), remote)
     yield orch_readback.apply_command(remote, service_name, wanted, t, wait)
 
 

@@ -17,6 +17,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Directory, File, Sha256File
 
+from deploys import paths
 from deploys.facts import memo
 
 
@@ -94,14 +95,16 @@ def atomic_file(
 
 
 @operation()
-def private_file(path: str, content: str, user: str, group: str, mode: str = "0600"):
+def private_file(
+    path: str, content: str, user: str = "root", group: str = "root", mode: str = "0600"
+):
     """
     Write a secret file atomically and privately; its content is never diffed or logged.
 
     + path: absolute path of the file on the host
     + content: the desired text (holds secrets)
-    + user: owner of the file
-    + group: group of the file
+    + user: owner of the file (root by default)
+    + group: group of the file (root by default)
     + mode: octal permissions, ``"0600"`` by default
 
     Pass ``content`` as a ``deploys.secrets.Secret`` (or give the op a ``name=``): pyinfra
@@ -151,3 +154,36 @@ def directory(
         changed = True
     if not changed:
         host.noop(f"{path} is a directory with the right owner and mode")
+
+
+def helper_script(
+    label: str,
+    path: str,
+    content: str,
+    mode: str = "0755",
+    directory_label: str | None = "Directory",
+    directory_mode: str = "755",
+) -> None:
+    """kvceph's script directory (``paths.SCRIPT_DIR``, root 0755), then one script in it.
+
+    Two operations, the way every stage installs a helper it runs on the host (the S3 admin
+    helper, the model mirror pull, the engine gate): the directory, then the file written
+    atomically (root:root).
+
+    + label: the script's name in the plan, e.g. ``"S3 admin helper"`` (the path is added)
+    + path: where the script goes, under ``paths.SCRIPT_DIR``
+    + content: its text (the source under deploys/remote/)
+    + mode: the script's permissions (``"0644"`` for a module Python imports)
+    + directory_label: the directory operation's name before the path, or None when an
+      earlier stage on this host already made it
+    + directory_mode: the directory's permissions
+    """
+    if directory_label is not None:
+        directory(
+            name=f"{directory_label} {paths.SCRIPT_DIR}",
+            path=paths.SCRIPT_DIR,
+            user="root",
+            group="root",
+            mode=directory_mode,
+        )
+    atomic_file(name=f"{label} {path}", path=path, content=content, mode=mode)

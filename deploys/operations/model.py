@@ -8,6 +8,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File
 
+from deploys import paths
 from deploys.facts import memo
 from deploys.facts.model import MirroredModel, ModelStaged
 from deploys.facts.rgw import RgwUser
@@ -53,7 +54,11 @@ class MirrorPolicy(FactBase):
 
 @operation()
 def mirror_owner(
-    uid: str, display_name: str, admin_script: str, admin_config: str, owner_config: str
+    uid: str,
+    display_name: str,
+    admin_script: str = paths.ADMIN_SCRIPT,
+    admin_config: str = paths.ADMIN_CONFIG,
+    owner_config: str = paths.MODELS_OWNER_CONFIG,
 ):
     """
     The mirror bucket's owner: an RGW user whose generated keys stay on the Ceph admin host.
@@ -82,7 +87,12 @@ def mirror_owner(
 
 
 @operation()
-def mirror_read_policy(bucket: str, reader: str, admin_script: str, owner_config: str):
+def mirror_read_policy(
+    bucket: str,
+    reader: str,
+    admin_script: str = paths.ADMIN_SCRIPT,
+    owner_config: str = paths.MODELS_OWNER_CONFIG,
+):
     """
     Let the reader get and list the mirror bucket; its owner alone writes it.
 

@@ -1,7 +1,8 @@
 """Operations that shape the run itself rather than a host's state."""
 
-from pyinfra import host
+from pyinfra import host, inventory
 from pyinfra.api import operation
+from pyinfra.operations import python
 
 
 @operation(is_idempotent=True)
@@ -17,3 +18,17 @@ def barrier(what: str):
     """
     host.noop(what)
     yield from ()
+
+
+def on_the_controller(checked, name: str, function) -> None:
+    """``function(checked=, inv=)`` once per run, at execution time, when every host is
+    connected: the call rides on the first inference host, the work runs on the controller
+    (verify.py's cycle, probe.py's probe).
+
+    + checked: the run's Preflight
+    + name: the operation's name in the plan
+    + function: the controller-side work
+    """
+    first = next((h.host for h in checked.hosts.values() if h.is_inference), None)
+    if host.name == first:
+        python.call(name=name, function=function, checked=checked, inv=inventory)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
-from deploys import ceph_cli, orch_readback
+from deploys import ceph_cli, orch_readback, paths
 from deploys.facts import memo
 from deploys.facts.rgw import RgwBucket, RgwDnsName, RgwLifecycle, RgwReachable, RgwUser
 
@@ -177,8 +177,8 @@ def user(
     display_name: str,
     access_key: str,
     secret_key: str,
-    admin_script: str,
-    admin_config: str,
+    admin_script: str = paths.ADMIN_SCRIPT,
+    admin_config: str = paths.ADMIN_CONFIG,
     timeout: int = 60,
 ):
     """
@@ -277,7 +277,13 @@ def user_bucket_quota(uid: str, max_size_gb: int, timeout: int = 60):
 
 
 @operation()
-def bucket(bucket_name: str, owner: str, admin_script: str, admin_config: str, timeout: int = 60):
+def bucket(
+    bucket_name: str,
+    owner: str,
+    admin_script: str = paths.ADMIN_SCRIPT,
+    admin_config: str = paths.ADMIN_CONFIG,
+    timeout: int = 60,
+):
     """
     Create a bucket (owned by the keys in ``admin_config``) unless it exists.
 
@@ -399,8 +405,8 @@ def lifecycle_refusal(merge: LifecycleMerge, bucket_name: str, rules: list[dict]
 def bucket_lifecycle(
     bucket_name: str,
     rules: list[dict],
-    admin_script: str,
-    admin_config: str,
+    admin_script: str = paths.ADMIN_SCRIPT,
+    admin_config: str = paths.ADMIN_CONFIG,
     managed_prefix: str = "kvceph-",
     allow_removal: bool = False,
     timeout: int = 60,

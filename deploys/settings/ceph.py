@@ -118,7 +118,7 @@ def rgw_settings(r: Reader) -> RgwSettings:
     networks = r.cidrs("kvceph_rgw_networks", ["10.67.67.0/24"])
     vip = r.opt_str("kvceph_rgw_ingress_virtual_ip")
     if vip is not None:
-        r.interface("kvceph_rgw_ingress_virtual_ip", vip, "10.67.67.100/24")
+        r.ip("kvceph_rgw_ingress_virtual_ip", vip, "10.67.67.100/24", prefix=True)
     concentrator = r.raw("kvceph_rgw_concentrator", "haproxy")
     if concentrator not in (None, "haproxy"):
         raise r.fail(

@@ -105,20 +105,17 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
     unknown = set(raw) - set(DEFAULT_PROFILES["nvidia"])
     if unknown:
         raise r.fail(key, sorted(unknown), "unknown profile keys", "remove them")
-    if not versions.vllm_key(raw["vllm_version"]):
-        raise r.fail(
-            f"{key}.vllm_version",
-            raw["vllm_version"],
-            "unsupported vLLM version",
-            f"use one of {', '.join(versions.SUPPORTED_VLLM)}",
-        )
-    if not versions.lmcache_key(raw["lmcache_version"]):
-        raise r.fail(
-            f"{key}.lmcache_version",
-            raw["lmcache_version"],
-            "unsupported LMCache version",
-            f"use one of {', '.join(versions.SUPPORTED_LMCACHE)}",
-        )
+    for field, known, supported, what in (
+        ("vllm_version", versions.vllm_key, versions.SUPPORTED_VLLM, "vLLM"),
+        ("lmcache_version", versions.lmcache_key, versions.SUPPORTED_LMCACHE, "LMCache"),
+    ):
+        if not known(raw[field]):
+            raise r.fail(
+                f"{key}.{field}",
+                raw[field],
+                f"unsupported {what} version",
+                f"use one of {', '.join(supported)}",
+            )
     if not versions.pair_supported(raw["vllm_version"], raw["lmcache_version"]):
         raise r.fail(
             key,

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from deploys.settings import engine_list
+from deploys.settings import cache_key, engine_list
 from deploys.settings.reader import SettingsError
 
 if TYPE_CHECKING:
@@ -20,26 +20,6 @@ class CacheGroup:
     model: str
     tensor_parallel_size: int
     hosts: tuple[str, ...]
-
-
-# What must agree inside a cache group, or keys differ and nodes never reuse each other's cache.
-# Not kvceph_lmcache_connector: kvceph's connector names objects exactly as LMCache's stock one
-# (CacheEngineKey.to_string() at the bucket root) and reads stock-written objects (accepted on
-# size alone), so a group may mix the two and move between them without losing its cache.
-_KEY_INVARIANTS = (
-    ("kvceph_kv_dtype", lambda h: h.engine.kv_dtype),
-    ("kvceph_lmcache_chunk_size", lambda h: h.lmcache.chunk_size),
-    ("kvceph_lmcache_hash_algorithm", lambda h: h.lmcache.hash_algorithm),
-    ("kvceph_python_hash_seed", lambda h: h.engine.python_hash_seed),
-    ("kvceph_lmcache_remote_serde", lambda h: h.lmcache.remote_serde),
-    ("kvceph_s3_bucket", lambda h: h.s3.bucket),
-    ("kvceph_s3_endpoint", lambda h: h.s3.endpoint),
-    ("kvceph_engine_profile.vllm_version", lambda h: h.engine.profile.vllm_minor),
-    # The serve argument is in every key; the source and revision decide which weights it is.
-    ("kvceph_model_source", lambda h: h.engine.source.source),
-    ("kvceph_model_revision", lambda h: h.engine.source.revision),
-    ("kvceph_model_path", lambda h: h.engine.serve_model),
-)
 
 
 def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
@@ -59,16 +39,12 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
     for h in inference:
         groups.setdefault((h.engine.model, h.engine.tensor_parallel_size), []).append(h)
     for (model, tp), members in groups.items():
-        first = members[0]
-        for key, get in _KEY_INVARIANTS:
-            for other in members[1:]:
-                if get(other) != get(first):
-                    raise SettingsError(
-                        f"{other.host}: {key} = {get(other)!r} differs from {first.host}'s "
-                        f"{get(first)!r} in cache group {model} TP={tp}: their cache keys would "
-                        "differ and the nodes would never reuse each other's cache; "
-                        "fix: use one value across the group"
-                    )
+        _agree(
+            members,
+            [(s.key, s.get) for s in cache_key.GROUP_INVARIANTS],
+            f"in cache group {model} TP={tp}: their cache keys would differ and the nodes would "
+            "never reuse each other's cache; fix: use one value across the group",
+        )
     _check_roll(inference, groups)
     return [
         CacheGroup(model, tp, tuple(h.host for h in members))
@@ -76,20 +52,31 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
     ]
 
 
+def _agree(hosts: list[HostSettings], settings, why: str) -> None:
+    """Each (key, getter) gives every host the first host's value, or one line: who differs,
+    with what, and ``why`` (how it ends, fix included)."""
+    first = hosts[0]
+    for key, get in settings:
+        for other in hosts[1:]:
+            if get(other) != get(first):
+                sep = "" if why.startswith(":") else " "
+                raise SettingsError(
+                    f"{other.host}: {key} = {get(other)!r} differs from {first.host}'s "
+                    f"{get(first)!r}{sep}{why}"
+                )
+
+
 def _check_roll(inference: list[HostSettings], groups) -> None:
     """One restart batch for the whole inventory, never a whole cache group at once."""
     first = inference[0]
-    for key, get in (
-        ("kvceph_restart_batch", lambda h: h.engine.restart_batch),
-        (engine_list.WHOLE_GROUP_OPT_IN, lambda h: h.engine.restart_whole_group),
-    ):
-        for other in inference[1:]:
-            if get(other) != get(first):
-                raise SettingsError(
-                    f"{other.host}: {key} = {get(other)!r} differs from {first.host}'s "
-                    f"{get(first)!r}: the roll is one for the whole run; "
-                    "fix: set it once, in group_data/all.py"
-                )
+    _agree(
+        inference,
+        [
+            ("kvceph_restart_batch", lambda h: h.engine.restart_batch),
+            (engine_list.WHOLE_GROUP_OPT_IN, lambda h: h.engine.restart_whole_group),
+        ],
+        ": the roll is one for the whole run; fix: set it once, in group_data/all.py",
+    )
     refusal = engine_list.roll_refusal(
         first.engine.restart_batch,
         first.engine.restart_whole_group,

@@ -24,8 +24,9 @@ from deploys.settings import run_control, secret_names
 PREFIX = "kvceph_"
 _LITERAL = re.compile(r"""["'](kvceph_[a-z0-9_]+)["']""")
 # kvceph_* literals that name no setting: the marker of an untranslatable lifecycle rule
-# (deploys/facts/rgw.py) and the engine gate's module name (paths.GUARD_MODULE).
-NOT_SETTINGS = frozenset({"kvceph_untranslatable", "kvceph_engine_guard"})
+# (deploys/facts/rgw.py), the engine gate's module name (paths.GUARD_MODULE) and the
+# connector package's import name (deploys/remote/s3probe.py).
+NOT_SETTINGS = frozenset({"kvceph_untranslatable", "kvceph_engine_guard", "kvceph_connector"})
 
 
 @cache
@@ -65,7 +66,7 @@ def closest(key: str) -> str | None:
 def refuse_unknown(r) -> None:
     """Refuse a secret-looking or an unknown ``kvceph_*`` key of one host's data.
 
-    + r: the host's settings reader (deploys/settings.py ``_Reader``)
+    + r: the host's settings reader (deploys/settings/reader.py ``Reader``)
 
     pyinfra's own keys (``ssh_*``, ``_sudo*``, ``_su_*``) and names whose secret word is only a
     unit (``LAB_KV_BYTES_PER_TOKEN``) pass; other keys without the prefix are the operator's.

@@ -109,20 +109,18 @@ class Reader:
             raise self.fail(key, value, "must be a dict", "use a Python dict")
         return dict(value)
 
-    def ip(self, key: str, value: str, example: str) -> str:
-        """``value`` (read from ``key``) as an IP address, or the one-line error."""
+    def ip(self, key: str, value: str, example: str, prefix: bool = False) -> str:
+        """``value`` (read from ``key``) as an IP address (with ``prefix``: an IP/prefix, an
+        interface address), or the one-line error with ``example`` as the fix."""
+        parse, what = (
+            (ipaddress.ip_interface, "IP/prefix")
+            if prefix
+            else (ipaddress.ip_address, "IP address")
+        )
         try:
-            ipaddress.ip_address(value)
+            parse(value)
         except ValueError:
-            raise self.fail(key, value, "is not an IP address", f"use {example}") from None
-        return value
-
-    def interface(self, key: str, value: str, example: str) -> str:
-        """``value`` as an IP/prefix (an interface address), or the one-line error."""
-        try:
-            ipaddress.ip_interface(value)
-        except ValueError:
-            raise self.fail(key, value, "is not an IP/prefix", f"use {example}") from None
+            raise self.fail(key, value, f"is not an {what}", f"use {example}") from None
         return value
 
     def cidrs(self, key: str, default: Any) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from deploys.facts import memo
 from deploys.facts.engine import CacheKeyInUse, cache_key_from_argv
 from deploys.operations import files, tls
 from deploys.secrets import Secret
-from deploys.settings import HostSettings
+from deploys.settings import HostSettings, cache_key
 
 # Seconds for the TLS check's connection and handshake.
 TLS_TIMEOUT = 10
@@ -34,17 +34,6 @@ def dropped_keys_warning(me: HostSettings) -> str | None:
         f"{me.engine.profile.lmcache_version}; they are left out of lmcache.yaml "
         "(remove them from group_data)"
     )
-
-
-# Cache-key settings: (name in the engine's files, the inventory key that sets it).
-_CACHE_KEY_SETTINGS = (
-    ("chunk_size", "kvceph_lmcache_chunk_size"),
-    ("pre_caching_hash_algorithm", "kvceph_lmcache_hash_algorithm"),
-    ("PYTHONHASHSEED", "kvceph_python_hash_seed"),
-    ("kv_dtype", "kvceph_kv_dtype"),
-    ("model", "kvceph_model"),
-    ("tensor_parallel_size", "kvceph_tensor_parallel_size"),
-)
 
 
 def desired_cache_key(me: HostSettings) -> dict[str, str]:
@@ -72,7 +61,7 @@ def cache_key_changes(current: dict | None, me: HostSettings) -> list[str]:
     model = current.get("model", me.engine.model)
     group = f"{model} TP={current.get('tensor_parallel_size', me.engine.tensor_parallel_size)}"
     warnings = []
-    for name, key in _CACHE_KEY_SETTINGS:
+    for name, key in cache_key.IN_FILES:
         old, new = current.get(name), wanted.get(name)
         if old is None or new is None or old == new:
             continue

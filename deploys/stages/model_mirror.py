@@ -42,27 +42,23 @@ def apply(me: HostSettings, checked: Preflight) -> None:
     bucket, owner, reader = model_source.mirror_users(sources)
     creds = checked.credentials
     timeout = me.ceph.command_timeout if me.ceph else 60
-    kvfiles.atomic_file(
-        name=f"Model mirror helper {paths.MIRROR_SCRIPT}",
-        path=paths.MIRROR_SCRIPT,
-        content=paths.MIRROR_SOURCE.read_text(),
-        mode="0755",
+    # The S3 tier made the script directory on this host.
+    kvfiles.helper_script(
+        "Model mirror helper",
+        paths.MIRROR_SCRIPT,
+        paths.MIRROR_SOURCE.read_text(),
+        directory_label=None,
     )
     model.mirror_owner(
         name=f"RGW user {owner} (owns the model mirror)",
         uid=owner,
         display_name="kvceph model mirror",
-        admin_script=paths.ADMIN_SCRIPT,
-        admin_config=paths.ADMIN_CONFIG,
         owner_config=paths.MODELS_OWNER_CONFIG,
     )
     kvfiles.private_file(
         name=f"Model mirror reader credentials {paths.MODELS_ADMIN_READER_CONFIG}",
         path=paths.MODELS_ADMIN_READER_CONFIG,
         content=Secret(s3_tier.admin_config(me, creds.models_access_key, creds.models_secret_key)),
-        user="root",
-        group="root",
-        mode="0600",
     )
     s3.user(
         name=f"RGW user {reader} (reads the model mirror)",
@@ -70,7 +66,6 @@ def apply(me: HostSettings, checked: Preflight) -> None:
         display_name="kvceph model mirror, read-only",
         access_key=creds.models_access_key,
         secret_key=creds.models_secret_key,
-        admin_script=paths.ADMIN_SCRIPT,
         admin_config=paths.MODELS_ADMIN_READER_CONFIG,
         timeout=timeout,
     )
@@ -78,7 +73,6 @@ def apply(me: HostSettings, checked: Preflight) -> None:
         name=f"Bucket {bucket}",
         bucket_name=bucket,
         owner=owner,
-        admin_script=paths.ADMIN_SCRIPT,
         admin_config=paths.MODELS_OWNER_CONFIG,
         timeout=timeout,
     )
@@ -86,7 +80,6 @@ def apply(me: HostSettings, checked: Preflight) -> None:
         name=f"Bucket {bucket} read-only for {reader}",
         bucket=bucket,
         reader=reader,
-        admin_script=paths.ADMIN_SCRIPT,
         owner_config=paths.MODELS_OWNER_CONFIG,
     )
     for src in sources:

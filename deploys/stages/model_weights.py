@@ -35,26 +35,11 @@ def apply(me: HostSettings, checked) -> None:
     src = me.engine.source
     if src.source != "mirror":
         return
-    files.directory(
-        name=f"Directory {paths.SCRIPT_DIR}",
-        path=paths.SCRIPT_DIR,
-        user="root",
-        group="root",
-        mode="755",
-    )
-    files.atomic_file(
-        name=f"Model mirror helper {paths.MIRROR_SCRIPT}",
-        path=paths.MIRROR_SCRIPT,
-        content=paths.MIRROR_SOURCE.read_text(),
-        mode="0755",
-    )
+    files.helper_script("Model mirror helper", paths.MIRROR_SCRIPT, paths.MIRROR_SOURCE.read_text())
     files.private_file(
         name=f"Model mirror key {paths.MODELS_READER_CONFIG}",
         path=paths.MODELS_READER_CONFIG,
         content=reader_config(me, checked.credentials),
-        user="root",
-        group="root",
-        mode="0600",
     )
     model.staged(
         name=f"Model {src.name}@{src.revision} in {src.path}",

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import re
 
-import jinja2
-import yaml
 from pyinfra import host, inventory, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import ceph_cli, paths
+from deploys import ceph_cli, specs
 from deploys.facts import memo
 from deploys.facts.ceph import (
     CephOrchStatus,
@@ -35,7 +33,6 @@ from deploys.stages.ceph_pools import unreachable_message
 CONCENTRATOR_UPSTREAM = (20, 2)
 CONCENTRATOR_DOWNSTREAM = (19, 2, 1)
 # haproxy's health/stats port on the ingress hosts (the cephadm documentation's value).
-INGRESS_MONITOR_PORT = 1967
 CEPH_HOSTNAME_KEY = "kvceph_ceph_hostname"
 # Opt-in: apply the concentrator spec even when the orchestrator's dry run refused it (a
 # cluster whose dry run is wrong). The apply's own refusal then fails the stage.
@@ -55,47 +52,6 @@ def concentrator_announced(version: str) -> bool:
     return key[:2] >= CONCENTRATOR_UPSTREAM
 
 
-def render(template: str, **values) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(paths.TEMPLATES),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
-    return env.get_template(template).render(**values)
-
-
-def concentrator_spec(rgw: RgwSettings) -> str:
-    """The RGW spec with the concentrator keys: what the dry run probes and what is applied."""
-    return render(
-        "rgw_spec_concentrator.yaml.j2",
-        concentrator=rgw.concentrator,
-        concentrator_port=rgw.concentrator_port,
-        **_common(rgw),
-    )
-
-
-def probe_spec(rgw: RgwSettings) -> str:
-    """The concentrator spec as the dry run gets it: ``placement: count: 1``.
-
-    The question is whether the orchestrator takes the concentrator keys, not where the
-    daemons go: before the first run no host has the rgw label, and a dry run of a label
-    placement then answers "Error EINVAL: Cannot place ...: No matching hosts for label rgw".
-    """
-    spec = yaml.safe_load(concentrator_spec(rgw))
-    spec["placement"] = {"count": 1}
-    return yaml.safe_dump(spec, sort_keys=False)
-
-
-def _common(rgw: RgwSettings) -> dict:
-    return {
-        "service_id": rgw.service_id,
-        "count_per_host": rgw.count_per_host,
-        "label": rgw.label,
-        "networks": list(rgw.networks),
-        "frontend_port": rgw.frontend_port,
-    }
-
-
 def _release(versions: dict | None) -> str:
     if not versions:
         return "Ceph (version unknown)"
@@ -105,9 +61,8 @@ def _release(versions: dict | None) -> str:
     return f"Ceph {versions['oldest']} ({versions['release']}{hint})"
 
 
-# The orchestrator's possible answers to the concentrator dry run (``CephSpecProbe``): what is
-# decided before the cluster answers (preflight's template check)
-# covers every spec the stage could choose from the real answer.
+# The orchestrator's possible answers to the concentrator dry run (``CephSpecProbe``): every
+# service the stage could apply, whatever the cluster answers (status.py reads them all).
 PROBE_ANSWERS = (
     ("concentrator refused", {"accepted": False, "rc": 0, "message": "refused"}),
     ("concentrator accepted", {"accepted": True, "rc": 0, "message": None}),
@@ -116,8 +71,8 @@ PROBE_ANSWERS = (
 
 def plan_specs(
     rgw: RgwSettings, versions: dict | None, probe: dict | None, force: bool = False
-) -> tuple[list[str], str | None]:
-    """The spec texts to apply, in order, and a notice for the operator (or None).
+) -> tuple[list[dict], str | None]:
+    """The specs to apply (deploys/specs.py), in order, and a notice for the operator (or None).
 
     + probe: the orchestrator's answer to the concentrator spec's dry run (``CephSpecProbe``);
       only read when a concentrator is wanted
@@ -125,18 +80,8 @@ def plan_specs(
 
     Raises SpecError when the settings ask for a layout this cluster cannot run.
     """
-    ingress = None
-    if rgw.ingress_virtual_ip:
-        ingress = render(
-            "rgw_ingress_spec.yaml.j2",
-            backend_service=rgw.service_name,
-            label=rgw.label,
-            virtual_ip=rgw.ingress_virtual_ip,
-            frontend_port=rgw.ingress_frontend_port,
-            monitor_port=INGRESS_MONITOR_PORT,
-            ssl_cert=rgw.ingress_ssl_cert,
-        )
-    plain = render("rgw_spec.yaml.j2", **_common(rgw))
+    ingress = specs.ingress_spec(rgw) if rgw.ingress_virtual_ip else None
+    plain = specs.rgw_spec(rgw)
     if not rgw.concentrator:
         return [plain] + ([ingress] if ingress else []), None
     release = _release(versions)
@@ -160,7 +105,7 @@ def plan_specs(
                 f"kvceph: kvceph_rgw_ingress_virtual_ip {rgw.ingress_virtual_ip} is not used: "
                 f"{release} fronts RGW with the {rgw.concentrator} concentrator"
             )
-        return [concentrator_spec(rgw)], notice
+        return [specs.rgw_spec(rgw, concentrator=True)], notice
     if ingress is None:
         raise SpecError(
             f"kvceph_rgw_concentrator = {rgw.concentrator!r}: the orchestrator of {release} "
@@ -176,12 +121,12 @@ def plan_specs(
     return [plain, ingress], notice
 
 
-def wanted_specs(me: HostSettings, t: dict) -> tuple[list[str], str | None]:
+def wanted_specs(me: HostSettings, t: dict) -> tuple[list[dict], str | None]:
     """:func:`plan_specs` with the cluster's answers (facts; read once per run and host)."""
     rgw = me.rgw
     probe = None
     if rgw.concentrator:
-        probe = memo.read(host, CephSpecProbe, spec=probe_spec(rgw), **t)
+        probe = memo.read(host, CephSpecProbe, spec=specs.dump(specs.probe_spec(rgw)), **t)
     versions = memo.read(host, CephVersions, **t)
     return plan_specs(rgw, versions, probe, force=me.run.allow_unprobed_concentrator)
 
@@ -218,7 +163,7 @@ def _orchestrator(me: HostSettings, t: dict) -> bool:
     return True
 
 
-def _plan(me: HostSettings, t: dict) -> tuple[list[str], str | None]:
+def _plan(me: HostSettings, t: dict) -> tuple[list[dict], str | None]:
     try:
         return wanted_specs(me, t)
     except SpecError as exc:
@@ -249,7 +194,7 @@ def apply(me: HostSettings, checked):
     t = ceph_cli.timeouts(me.ceph)
     if not _orchestrator(me, t):
         return
-    specs, notice = _plan(me, t)
+    wanted, notice = _plan(me, t)
     if notice:
         logger.warning(notice)
 
@@ -259,12 +204,11 @@ def apply(me: HostSettings, checked):
         ceph.host_label(
             name=f"Label {ceph_name} {rgw.label}", ceph_host=ceph_name, label=rgw.label, **t
         )
-    for spec in specs:
-        parsed = yaml.safe_load(spec)
-        service = parsed["service_name"]
-        # The ingress's TLS key travels beside the spec text, never in it (ssl_cert is public).
+    for spec in wanted:
+        service = spec["service_name"]
+        # The ingress's TLS key travels beside the spec, never in it (ssl_cert is public).
         secret = None
-        if parsed["service_type"] == "ingress" and rgw.ingress_ssl_key is not None:
+        if spec["service_type"] == "ingress" and rgw.ingress_ssl_key is not None:
             secret = {"ssl_key": rgw.ingress_ssl_key}
         ceph.service_spec(
             name=f"Apply the {service} spec (read back: exported, all daemons running)",

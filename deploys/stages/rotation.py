@@ -20,7 +20,7 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 from pyinfra.api.exceptions import PyinfraError
 
-from deploys import paths, render
+from deploys import render
 from deploys.facts import memo
 from deploys.facts.engine import ServiceDrift
 from deploys.facts.rgw import RgwUser
@@ -127,8 +127,6 @@ def add(me: HostSettings, checked: Preflight):
         uid=me.s3.user,
         access_key=creds.access_key,
         secret_key=creds.secret_key,
-        admin_script=paths.ADMIN_SCRIPT,
-        admin_config=paths.ADMIN_CONFIG,
         timeout=timeout,
     )
     logger.info(

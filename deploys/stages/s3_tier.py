@@ -7,7 +7,6 @@ reads the keys from a private file (``paths.ADMIN_CONFIG``) so they never appear
 
 from __future__ import annotations
 
-import yaml
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
@@ -69,8 +68,7 @@ def rgw_spec_changes(me: HostSettings, timeouts: dict) -> bool:
         specs, _ = rgw_service.wanted_specs(me, timeouts)
     except rgw_service.SpecError:
         return False  # the RGW service stage stops the run first
-    for spec in specs:
-        wanted = yaml.safe_load(spec)
+    for wanted in specs:
         current = memo.read(host, CephServiceSpec, service_name=wanted["service_name"], **timeouts)
         if current is None or ceph_ops.spec_differences(wanted, current):
             return True
@@ -79,19 +77,7 @@ def rgw_spec_changes(me: HostSettings, timeouts: dict) -> bool:
 
 def install_admin_tools(me: HostSettings, creds) -> None:
     """The S3 admin helper and its private key file on the admin host (S3 tier, rotate.py)."""
-    kvfiles.directory(
-        name=f"Directory {paths.SCRIPT_DIR}",
-        path=paths.SCRIPT_DIR,
-        user="root",
-        group="root",
-        mode="755",
-    )
-    kvfiles.atomic_file(
-        name=f"S3 admin helper {paths.ADMIN_SCRIPT}",
-        path=paths.ADMIN_SCRIPT,
-        content=paths.ADMIN_SOURCE.read_text(),
-        mode="0755",
-    )
+    kvfiles.helper_script("S3 admin helper", paths.ADMIN_SCRIPT, paths.ADMIN_SOURCE.read_text())
     kvfiles.directory(
         name=f"Private directory {paths.ADMIN_DIR}",
         path=paths.ADMIN_DIR,
@@ -103,9 +89,6 @@ def install_admin_tools(me: HostSettings, creds) -> None:
         name=f"S3 admin credentials {paths.ADMIN_CONFIG}",
         path=paths.ADMIN_CONFIG,
         content=admin_config(me, creds.access_key, creds.secret_key),
-        user="root",
-        group="root",
-        mode="0600",
     )
 
 
@@ -163,8 +146,6 @@ def apply(me: HostSettings, checked: Preflight):
         display_name=me.s3.user_display_name,
         access_key=creds.access_key,
         secret_key=creds.secret_key,
-        admin_script=paths.ADMIN_SCRIPT,
-        admin_config=paths.ADMIN_CONFIG,
         timeout=timeout,
     )
     if me.s3.quota_max_size_gb is not None:
@@ -178,16 +159,12 @@ def apply(me: HostSettings, checked: Preflight):
         name=f"Bucket {me.s3.bucket}",
         bucket_name=me.s3.bucket,
         owner=me.s3.user,
-        admin_script=paths.ADMIN_SCRIPT,
-        admin_config=paths.ADMIN_CONFIG,
         timeout=timeout,
     )
     s3.bucket_lifecycle(
         name=f"Lifecycle of bucket {me.s3.bucket}",
         bucket_name=me.s3.bucket,
         rules=rules,
-        admin_script=paths.ADMIN_SCRIPT,
-        admin_config=paths.ADMIN_CONFIG,
         allow_removal=allow_removal,
         timeout=timeout,
     )

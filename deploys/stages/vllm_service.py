@@ -152,25 +152,15 @@ def _shared_files(me: HostSettings, checked) -> dict[str, str]:
         name=f"Engine secrets {paths.SECRETS_PATH}",
         path=paths.SECRETS_PATH,
         content=secrets_text,
-        user="root",
-        group="root",
-        mode="0600",
     )
     if me.security.guard:
-        files.directory(
-            name=f"Engine gate directory {paths.SCRIPT_DIR}",
-            path=paths.SCRIPT_DIR,
-            user="root",
-            group="root",
-            mode="0755",
-        )
-        files.atomic_file(
-            name=f"Engine gate {paths.GUARD_PATH}",
-            path=paths.GUARD_PATH,
-            content=render.guard_module(),
-            user="root",
-            group="root",
+        files.helper_script(
+            "Engine gate",
+            paths.GUARD_PATH,
+            render.guard_module(),
             mode="0644",
+            directory_label="Engine gate directory",
+            directory_mode="0755",
         )
     return desired
 

@@ -9,7 +9,6 @@ command is a fact's, or an orchestrator read (``ceph orch ls`` / ``orch ps``).
 
 from __future__ import annotations
 
-import yaml
 from pyinfra.facts.files import FileContents
 
 from deploys import ceph_cli, paths, render
@@ -43,7 +42,7 @@ def rgw_service_names(me) -> list[str]:
         except rgw_service.SpecError:
             continue
         for spec in specs:
-            name = yaml.safe_load(spec)["service_name"]
+            name = spec["service_name"]
             if name not in names:
                 names.append(name)
     return names

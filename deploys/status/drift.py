@@ -16,7 +16,7 @@ import shlex
 import yaml
 
 from deploys.facts.engine import SECRET_ENV_NAME
-from deploys.stages.inference_config import _CACHE_KEY_SETTINGS
+from deploys.settings import cache_key
 
 # ExecStart flags -> the group_data key that sets them (render.exec_start).
 FLAG_KEYS = {
@@ -41,7 +41,7 @@ LMCACHE_KEYS = {
     "blocking_timeout_secs": "kvceph_lmcache_blocking_timeout_secs",
     "lookup_timeout_ms": "kvceph_lmcache_lookup_timeout_ms",
     "remote_url": "kvceph_s3_bucket / kvceph_rgw_dns_name / kvceph_s3_endpoint",
-    **{name: key for name, key in _CACHE_KEY_SETTINGS},
+    **{name: key for name, key in cache_key.IN_FILES},
 }
 ENV_KEYS = {
     "PYTHONHASHSEED": "kvceph_python_hash_seed",
@@ -185,7 +185,7 @@ def group_splits(in_use: dict[str, dict], groups) -> list[dict]:
     out = []
     for g in groups:
         hosts = [h for h in g.hosts if in_use.get(h)]
-        for name, key in _CACHE_KEY_SETTINGS:
+        for name, key in cache_key.IN_FILES:
             values = {h: in_use[h].get(name) for h in hosts if in_use[h].get(name) is not None}
             if len(set(values.values())) > 1:
                 out.append(

@@ -13,7 +13,7 @@ from pyinfra.api.command import StringCommand
 from deploys import crossover, drain, measured, tier_preflight
 from deploys.facts.connector import RemoteTierLog
 from deploys.verification import report as reporting
-from deploys.verification import runner
+from deploys.verification import runner, targets, transport
 
 UNIT = "vllm"  # the default engine's unit (deploys/settings/engine_list.py)
 
@@ -100,14 +100,14 @@ def target_name(host_name: str, engines, engine) -> str:
     return host_name if len(engines) == 1 else f"{host_name}/{engine.name}"
 
 
-def target_for(h, settings, vs, engine=None) -> runner.Target:
+def target_for(h, settings, vs, engine=None) -> targets.Target:
     engines = settings.engine.engines
     engine = engine or engines[0]
     decided = settings.lmcache.tier.crossover
     address = h.data.get("ssh_hostname") or h.name
     if ":" in address and not address.startswith("["):
         address = f"[{address}]"  # IPv6 literal
-    return runner.Target(
+    return targets.Target(
         name=target_name(h.name, engines, engine),
         base_url=f"{vs.scheme}://{address}:{engine.port}",
         model=settings.engine.model,
@@ -156,7 +156,7 @@ def run_cycle(state, host, checked, inv) -> bool:
         if me.is_inference and me.security.guard
         for engine in me.engine.engines
     }
-    bucket = runner.Boto3Bucket(
+    bucket = transport.Boto3Bucket(
         endpoint=vs.s3_endpoint or s3.endpoint,
         bucket=s3.bucket,
         region=s3.region,
@@ -166,10 +166,10 @@ def run_cycle(state, host, checked, inv) -> bool:
         ca_bundle=first.security.s3_ca_bundle,
     )
     cycle = runner.Runner(
-        runner.Options.from_settings(vs),
+        targets.Options.from_settings(vs),
         bucket,
         SshControl(inv, units, drains),
-        http=runner.Http(api_key=checked.credentials.vllm_api_key),
+        http=transport.Http(api_key=checked.credentials.vllm_api_key),
         log=logger.info,
     )
     for g in tier_preflight.plan_lines(checked.hosts, checked.cache_groups):

@@ -1,324 +1,45 @@
 """The cold -> warm -> cold cycle across the inference hosts, as plain Python.
 
-verify.py calls :func:`verify` once, from the controller, with the hosts' settings; the three
-side-effecting collaborators are passed in so that tests can replace them:
-
-- :class:`Http` talks to the engines' OpenAI API (``/health``, ``/v1/models``, ``/metrics``,
-  chat completions, streamed for TTFT);
-- a ``Bucket`` (:class:`Boto3Bucket` in production) lists and deletes objects;
-- a ``Control`` restarts a host's engine unit and greps its journal (pyinfra SSH in verify.py).
-
-Every wait and request is bounded by a setting; nothing retries without a limit.
+verify.py builds one :class:`Runner` per run, from the controller, with the hosts' settings and
+its three side-effecting collaborators (deploys/verification/transport.py; tests replace them):
+``Http`` (the engines' OpenAI API), a ``Bucket`` (lists and deletes objects) and a ``Control``
+(restarts an engine unit, greps its journal). Each step of the cycle is one method: ``cold``,
+``warm``, ``cross``, ``fallback``. Every wait and request is bounded by a setting.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
 
 from deploys import remote_tier
 from deploys.verification import bookkeeping, document, metrics, sse, verdicts
 from deploys.verification.bookkeeping import ObjectInfo
 from deploys.verification.report import Report, StepResult
+from deploys.verification.targets import Options, Target, peers_of
+from deploys.verification.transport import Bucket, CheckFailed, Control, Http, RestartFailed
 from deploys.verification.verdicts import FAIL, PASS, SKIP, WARN, Verdict
 
 S3_DISABLED = "S3 connection disabled"
 
 
 @dataclass(frozen=True)
-class Target:
-    """One inference host as the controller reaches it."""
+class Cold:
+    """What the cold step leaves for the steps after it."""
 
-    name: str
-    base_url: str  # scheme://address:port, no trailing slash
-    model: str
-    tensor_parallel_size: int
-    chunk_size: int
-    save_unfull_chunk: bool
-    health_timeout: int
-    max_model_len: int
-    # The `vllm serve` argument LMCache puts in its keys; "" when it is the model name (hub).
-    serve_model: str = ""
-    # kvceph_lmcache_connector; with "kvceph", lookups below min_hit_tokens report 0 hits.
-    connector: str = "lmcache"
-    min_hit_tokens: int = 0
-    crossover: str = ""  # where min_hit_tokens came from (crossover.Crossover.describe())
-
-    @property
-    def prefix(self) -> str:
-        return bookkeeping.object_prefix(self.serve_model or self.model, self.tensor_parallel_size)
-
-    @property
-    def host(self) -> str:
-        """The host the engine runs on (names are ``host`` or ``host/engine``)."""
-        return self.name.split("/", 1)[0]
-
-
-def peers_of(a: Target, healthy: list[Target]) -> list[Target]:
-    """Who must load A's chunks: another engine on A's host, and one on another host (each
-    when there is one): reuse inside a host and across hosts are both proved."""
-    same = [t for t in healthy if t.host == a.host and t.name != a.name]
-    other = [t for t in healthy if t.host != a.host]
-    return same[:1] + other[:1]
-
-
-@dataclass(frozen=True)
-class Options:
-    """The figures of VerifySettings the cycle needs (kept separate: tests build it by hand)."""
-
-    document_tokens: int = 16384
-    output_tokens: int = 32
-    warm_ratio: float = 1.0
-    fallback_tolerance: float = 0.5
-    request_timeout: int = 600
-    restart_timeout: int = 180
-    s3_timeout: float = 30
-    objects_timeout: float = 120
-    clock_skew: int = 120
-    cleanup: bool = True
-    poll_interval: float = 1.0
-
-    @classmethod
-    def from_settings(cls, vs) -> Options:
-        return cls(
-            document_tokens=vs.document_tokens,
-            output_tokens=vs.output_tokens,
-            warm_ratio=vs.warm_ratio,
-            fallback_tolerance=vs.fallback_tolerance,
-            request_timeout=vs.request_timeout,
-            restart_timeout=vs.restart_timeout,
-            s3_timeout=vs.s3_timeout,
-            objects_timeout=vs.objects_timeout,
-            clock_skew=vs.clock_skew,
-            cleanup=vs.cleanup,
-        )
-
-
-class CheckFailed(RuntimeError):
-    """A request or wait failed; the message is one line for the report."""
-
-    def __init__(self, message: str):
-        super().__init__(" ".join(str(message).split()))
-
-
-class RestartFailed(CheckFailed):
-    """The engine did not come back after a restart (unit or health), not a request fault."""
-
-
-class Bucket(Protocol):
-    endpoint: str
-
-    def check(self) -> str | None: ...  # None, or why the bucket cannot be used
-
-    def list(self, prefix: str) -> dict[str, ObjectInfo]: ...
-
-    def delete(self, keys: list[str]) -> int: ...
-
-
-class Control(Protocol):
-    def restart(self, host: str, timeout: int) -> str | None: ...  # None, or the error
-
-    def journal_has(self, host: str, since: float, text: str) -> bool | None: ...
-
-    # LMCache's remote-backend lines since the engine started (remote_tier.PREFILTER), or None.
-    def remote_tier(self, host: str) -> list[str] | None: ...
-
-
-# --- HTTP ----------------------------------------------------------------------------------
-
-
-class Http:
-    """Bounded HTTP to one engine API (urllib: no extra dependency, honours timeouts).
-
-    ``api_key`` (a ``Secret``, or None) is sent as ``Authorization: Bearer`` on every request.
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic, api_key=None):
-        self.clock = clock
-        self._api_key = api_key
-
-    def _open(self, url: str, body: dict | None, timeout: float):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
-        if self._api_key:
-            req.add_header("Authorization", "Bearer " + str.__str__(self._api_key))
-        if body is not None:
-            req.add_header("Content-Type", "application/json")
-        return urllib.request.urlopen(req, timeout=timeout)  # noqa: S310 (http/https from settings)
-
-    def get(self, url: str, timeout: float) -> tuple[int | None, str]:
-        """(status, body); status None with the reason as body when unreachable."""
-        try:
-            with self._open(url, None, timeout) as resp:
-                return resp.status, resp.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as exc:
-            return exc.code, _read_error(exc)
-        except (OSError, ValueError) as exc:
-            return None, _reason(exc)
-
-    def post(self, url: str, body: dict, timeout: float) -> dict:
-        try:
-            with self._open(url, body, timeout) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            raise CheckFailed(_http_failure(exc)) from None
-        except (OSError, ValueError) as exc:
-            raise CheckFailed(f"{url}: {_reason(exc)}") from None
-
-    def stream(self, url: str, body: dict, timeout: float) -> sse.StreamResult:
-        """Send a streamed request; TTFT from the arrival of the first generated text."""
-        deadline_note = f"no complete answer within {timeout}s (kvceph_verify_request_timeout)"
-        t0 = self.clock()
-        try:
-            with self._open(url, body, timeout) as resp:
-
-                def lines():
-                    for line in resp:
-                        now = self.clock()
-                        if now - t0 > timeout:
-                            raise CheckFailed(deadline_note)
-                        yield now, line
-
-                return sse.parse(lines(), t0)
-        except urllib.error.HTTPError as exc:
-            raise CheckFailed(_http_failure(exc)) from None
-        except sse.StreamError as exc:
-            raise CheckFailed(str(exc)) from None
-        except TimeoutError:
-            raise CheckFailed(deadline_note) from None
-        except (OSError, ValueError) as exc:
-            raise CheckFailed(f"{url}: {_reason(exc)}") from None
-
-
-def _reason(exc: BaseException) -> str:
-    inner = getattr(exc, "reason", None)
-    return f"{type(exc).__name__}: {inner or exc}"
-
-
-def _read_error(exc: urllib.error.HTTPError) -> str:
-    try:
-        return exc.read(2000).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _http_failure(exc: urllib.error.HTTPError) -> str:
-    body = _read_error(exc)
-    try:
-        err = json.loads(body)
-        err = err.get("error", err)
-        body = err.get("message", body) if isinstance(err, dict) else str(err)
-    except (ValueError, AttributeError):
-        pass
-    line = f"HTTP {exc.code} from {exc.url}: {' '.join(str(body).split())[:200]}"
-    if exc.code == 401:
-        line += f"; {verdicts.CAUSE_401}"
-    return line
-
-
-# --- S3 ------------------------------------------------------------------------------------
-
-
-class Boto3Bucket:
-    """The bucket as the controller sees it (path-style, bounded timeouts and retries)."""
-
-    def __init__(
-        self,
-        endpoint: str,
-        bucket: str,
-        region: str,
-        credentials,
-        timeout: int,
-        max_objects: int,
-        ca_bundle: str | None = None,
-    ):
-        import boto3
-        from botocore.config import Config
-
-        self.endpoint, self.bucket, self.max_objects = endpoint, bucket, max_objects
-        self._client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name=region,
-            aws_access_key_id=credentials.access_key.reveal(),
-            aws_secret_access_key=credentials.secret_key.reveal(),
-            # kvceph_s3_ca_bundle: RGW's private CA (None: botocore's own bundle).
-            verify=ca_bundle,
-            config=Config(
-                connect_timeout=timeout,
-                read_timeout=timeout,
-                retries={"max_attempts": 3, "mode": "standard"},
-                s3={"addressing_style": "path"},
-            ),
-        )
-
-    def check(self) -> str | None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            self._client.head_bucket(Bucket=self.bucket)
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "?")
-            hint = {
-                "403": "credentials rejected (wrong key, or stray whitespace in it)",
-                "404": "bucket does not exist (run deploy.py's S3 tier stage)",
-            }.get(str(code), "S3 error")
-            return f"S3 {self.endpoint} bucket {self.bucket}: HTTP {code}: {hint}"
-        except BotoCoreError as exc:
-            return f"S3 {self.endpoint} unreachable: {exc}: {verdicts.CAUSE_UNREACHABLE}"
-        return None
-
-    def list(self, prefix: str) -> dict[str, ObjectInfo]:
-        return self._s3_call(f"list {prefix!r}", self._list, prefix)
-
-    def delete(self, keys: list[str]) -> int:
-        return self._s3_call(f"delete {len(keys)} objects", self._delete, keys)
-
-    def _s3_call(self, what: str, fn, *args):
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            return fn(*args)
-        except (BotoCoreError, ClientError) as exc:
-            raise CheckFailed(f"S3 {self.endpoint} bucket {self.bucket}: {what}: {exc}") from None
-
-    def _list(self, prefix: str) -> dict[str, ObjectInfo]:
-        out: dict[str, ObjectInfo] = {}
-        pages = self._client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": 1000}
-        )
-        for page in pages:
-            for o in page.get("Contents", ()):
-                out[o["Key"]] = ObjectInfo(o["Key"], int(o["Size"]), o["LastModified"])
-            if len(out) > self.max_objects:
-                raise CheckFailed(
-                    f"more than {self.max_objects} objects under {prefix!r}: listing stopped "
-                    "(raise kvceph_verify_max_listed_objects)"
-                )
-        return out
-
-    def _delete(self, keys: list[str]) -> int:
-        deleted = 0
-        for i in range(0, len(keys), 1000):
-            batch = [{"Key": k} for k in keys[i : i + 1000]]
-            resp = self._client.delete_objects(
-                Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}
-            )
-            errors = resp.get("Errors") or []
-            if errors:
-                e = errors[0]
-                raise CheckFailed(f"delete {e.get('Key')}: {e.get('Code')} {e.get('Message')}")
-            deleted += len(batch)
-        return deleted
-
-
-# --- The cycle ------------------------------------------------------------------------------
+    ttft: float | None
+    created: dict[str, ObjectInfo]  # the run's objects: key -> listing
+    expected: int  # objects the cold request should have written
+    expected_hit: int  # tokens a later request should hit
+    kv_bytes: int
+    since_wall: float  # wall clock before the cold request (journal greps start here)
+    prompt_tokens: int | None = None
+    # kvceph's connector reports 0 hits below its crossover: the later steps verify that, and
+    # measure nothing (crossover.py: the load is measured only by a document above it).
+    below_crossover: bool = False
 
 
 class Runner:
@@ -511,17 +232,25 @@ class Runner:
         """Cold on A, warm on A after a restart, cross-engine / cross-node on each peer (another
         engine of A's host, an engine of another host), fallback on A."""
         peers = [] if b is None else [b] if isinstance(b, Target) else list(b)
-        add, o = self.report.add, self.o
+        cold = self.cold(a)
+        if cold is None:
+            self._skip_rest(a, b, "the cold request failed")
+            return
+        self.warm(a, cold)
+        self.cross(a, peers, cold, no_peer)
+        self.fallback(a, cold.created, cold.expected, cold.ttft)
+
+    def cold(self, a: Target) -> Cold | None:
+        """The document on A with nothing cached: its chunks must land in the bucket."""
         since_wall = self.wall()
         since = datetime.fromtimestamp(since_wall, UTC)
         try:
             before = self.bucket.list(a.prefix)
-            cold, _, _ = self.ask(a)
+            got, _, _ = self.ask(a)
         except CheckFailed as exc:
-            add(StepResult(a.name, "cold", Verdict(FAIL, str(exc))))
-            self._skip_rest(a, b, "the cold request failed")
-            return
-        pt = cold.prompt_tokens
+            self.report.add(StepResult(a.name, "cold", Verdict(FAIL, str(exc))))
+            return None
+        pt = got.prompt_tokens
         expected = (
             bookkeeping.expected_objects(
                 pt, a.chunk_size, a.tensor_parallel_size, a.save_unfull_chunk
@@ -532,131 +261,122 @@ class Runner:
         created = self.wait_objects(a.prefix, before, since, expected) if expected else {}
         disabled = self.s3_disabled(a, since_wall) if len(created) < expected else None
         kv_bytes = sum(x.size for x in created.values())
-        per_worker = bookkeeping.worker_counts(created)
-        add(
+        self.report.add(
             StepResult(
                 a.name,
                 "cold",
                 verdicts.cold(pt, len(created), expected, disabled),
-                ttft=cold.ttft,
+                ttft=got.ttft,
                 objects=len(created),
                 figures={
                     "prompt_tokens": pt,
                     "expected_objects": expected,
                     "kv_bytes": kv_bytes,
-                    "objects_per_worker": per_worker,
+                    "objects_per_worker": bookkeeping.worker_counts(created),
                 },
             )
         )
         expected_hit = (
             bookkeeping.expected_hit_tokens(pt, a.chunk_size, a.save_unfull_chunk) if pt else 0
         )
-
-        # Below the crossover kvceph's connector reports 0 hits: verify that, and measure
-        # nothing (crossover.py: the load is measured only by a document above it).
         below = a.connector == "kvceph" and 0 < expected_hit < a.min_hit_tokens
+        return Cold(got.ttft, created, expected, expected_hit, kv_bytes, since_wall, pt, below)
 
-        # Warm: a restart empties GPU and CPU caches, so every hit comes from the bucket.
+    def _hit_diagnosis(self, t: Target, cold: Cold, hit: int | None) -> dict:
+        """Why a hit fell short, read only when it did (journal greps cost an SSH round trip)."""
+        return {
+            "s3_disabled": self.s3_disabled(t, cold.since_wall) if not hit else None,
+            "causes": self.lmcache_causes(t, cold.since_wall)
+            if (hit or 0) < cold.expected_hit
+            else (),
+        }
+
+    def warm(self, a: Target, cold: Cold) -> None:
+        """A after a restart: a restart empties GPU and CPU caches, so every hit is the bucket's."""
         try:
             self.restart(a)
-            warm, metric, hit = self.ask(a)
-            if not below and hit is not None and hit >= expected_hit > 0 and cold.ttft:
-                self.measured.append(
-                    (
-                        a,
-                        {
-                            "prompt_tokens": pt,
-                            "cold_ttft_s": cold.ttft,
-                            "warm_ttft_s": warm.ttft,
-                            "kv_bytes": kv_bytes,
-                        },
-                    )
-                )
-            add(
+            got, metric, hit = self.ask(a)
+            full = hit is not None and hit >= cold.expected_hit > 0
+            if not cold.below_crossover and full and cold.ttft:
+                figures = {"prompt_tokens": cold.prompt_tokens, "cold_ttft_s": cold.ttft}
+                figures |= {"warm_ttft_s": got.ttft, "kv_bytes": cold.kv_bytes}
+                self.measured.append((a, figures))
+            self.report.add(
                 StepResult(
                     a.name,
                     "warm",
-                    verdicts.below_crossover(
-                        hit=hit, tokens=expected_hit, min_hit=a.min_hit_tokens, source=a.crossover
-                    )
-                    if below
+                    self._below(a, cold, hit)
+                    if cold.below_crossover
                     else verdicts.warm(
                         hit=hit,
-                        expected_hit=expected_hit,
+                        expected_hit=cold.expected_hit,
                         metric=metric,
-                        warm_ttft=warm.ttft,
+                        warm_ttft=got.ttft,
                         cold_ttft=cold.ttft,
-                        ratio=o.warm_ratio,
-                        kv_bytes=kv_bytes,
-                        objects=len(created),
-                        s3_disabled=self.s3_disabled(a, since_wall) if not hit else None,
-                        causes=self.lmcache_causes(a, since_wall)
-                        if (hit or 0) < expected_hit
-                        else (),
+                        ratio=self.o.warm_ratio,
+                        kv_bytes=cold.kv_bytes,
+                        objects=len(cold.created),
+                        **self._hit_diagnosis(a, cold, hit),
                     ),
-                    ttft=warm.ttft,
+                    ttft=got.ttft,
                     hit_tokens=hit,
-                    objects=len(created),
+                    objects=len(cold.created),
                     figures={
                         "metric": metric,
-                        "expected_hit_tokens": expected_hit,
-                        "ttft_ratio": warm.ttft / cold.ttft if cold.ttft else None,
-                        "load_bytes_per_s": kv_bytes / warm.ttft if warm.ttft else None,
-                        "break_even_bytes_per_s": kv_bytes / cold.ttft if cold.ttft else None,
+                        "expected_hit_tokens": cold.expected_hit,
+                        "ttft_ratio": got.ttft / cold.ttft if cold.ttft else None,
+                        "load_bytes_per_s": cold.kv_bytes / got.ttft if got.ttft else None,
+                        "break_even_bytes_per_s": cold.kv_bytes / cold.ttft if cold.ttft else None,
                         "min_hit_tokens": a.min_hit_tokens if a.connector == "kvceph" else None,
                         "crossover": a.crossover,
                     },
                 )
             )
         except CheckFailed as exc:
-            causes = "".join(f"; {c}" for c in self.lmcache_causes(a, since_wall))
-            add(StepResult(a.name, "warm", Verdict(FAIL, f"{exc}{causes}")))
+            self._failed(a, "warm", exc, cold)
 
+    def cross(self, a: Target, peers: list[Target], cold: Cold, no_peer: str) -> None:
+        """Each peer asks the same document: its hits are A's objects (another engine of A's
+        host: cross-engine; another host: cross-node)."""
         if not peers:
-            add(
-                StepResult(
-                    a.name,
-                    "cross-node",
-                    Verdict(SKIP, no_peer),
-                )
-            )
+            self.report.add(StepResult(a.name, "cross-node", Verdict(SKIP, no_peer)))
         for b in peers:
             step = "cross-engine" if b.host == a.host else "cross-node"
             try:
                 got, metric, hit = self.ask(b)
-                add(
+                self.report.add(
                     StepResult(
                         b.name,
                         step,
-                        verdicts.below_crossover(
-                            hit=hit,
-                            tokens=expected_hit,
-                            min_hit=a.min_hit_tokens,
-                            source=a.crossover,
-                        )
-                        if below
+                        self._below(a, cold, hit)
+                        if cold.below_crossover
                         else verdicts.cross_node(
                             hit=hit,
-                            expected_hit=expected_hit,
+                            expected_hit=cold.expected_hit,
                             metric=metric,
                             writer=a.name,
                             ttft=got.ttft,
                             cold_ttft=cold.ttft,
-                            s3_disabled=self.s3_disabled(b, since_wall) if not hit else None,
-                            causes=self.lmcache_causes(b, since_wall)
-                            if (hit or 0) < expected_hit
-                            else (),
+                            **self._hit_diagnosis(b, cold, hit),
                         ),
                         ttft=got.ttft,
                         hit_tokens=hit,
-                        figures={"metric": metric, "expected_hit_tokens": expected_hit},
+                        figures={"metric": metric, "expected_hit_tokens": cold.expected_hit},
                     )
                 )
             except CheckFailed as exc:
-                causes = "".join(f"; {c}" for c in self.lmcache_causes(b, since_wall))
-                add(StepResult(b.name, step, Verdict(FAIL, f"{exc}{causes}")))
+                self._failed(b, step, exc, cold)
 
-        self.fallback(a, created, expected, cold.ttft)
+    @staticmethod
+    def _below(a: Target, cold: Cold, hit: int | None) -> Verdict:
+        """A document below the writer's crossover: kvceph's connector must report 0 hits."""
+        return verdicts.below_crossover(
+            hit=hit, tokens=cold.expected_hit, min_hit=a.min_hit_tokens, source=a.crossover
+        )
+
+    def _failed(self, t: Target, step: str, exc: CheckFailed, cold: Cold) -> None:
+        causes = "".join(f"; {c}" for c in self.lmcache_causes(t, cold.since_wall))
+        self.report.add(StepResult(t.name, step, Verdict(FAIL, f"{exc}{causes}")))
 
     def fallback(self, a: Target, created: dict, expected: int, cold_ttft: float | None) -> None:
         add, o = self.report.add, self.o
@@ -749,4 +469,4 @@ class Runner:
         return self.report
 
 
-__all__ = ["Boto3Bucket", "CheckFailed", "Http", "Options", "Runner", "Target", "WARN"]
+__all__ = ["Cold", "Runner", "WARN"]

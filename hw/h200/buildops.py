@@ -35,7 +35,7 @@ from torch.utils import cpp_extension
 setup(
     name="lmcache-cuda-ops",
     ext_modules=[cpp_extension.CUDAExtension(
-        "lmcache.cuda_ops", sources={sources!r}, include_dirs=["csrc"],
+        "lmcache.cuda_ops", sources={sources!r}, include_dirs=[{csrc!r}],
         extra_compile_args={{"cxx": ["-O3"], "nvcc": ["-O3"]}})],
     cmdclass={{"build_ext": cpp_extension.BuildExtension}},
 )
@@ -47,7 +47,9 @@ def main(tgz: str, work: str) -> int:
     (w / "lmcache").mkdir(parents=True, exist_ok=True)
     with tarfile.open(tgz) as t:
         t.extractall(w, filter="data")
-    (w / "setup_ops.py").write_text(SETUP.format(sources=SOURCES))
+    # absolute: nvcc runs in the build directory, where "csrc" finds nothing (the H200 run of
+    # 2026-12-01: kv_transfer_types.h not found)
+    (w / "setup_ops.py").write_text(SETUP.format(sources=SOURCES, csrc=str(w.resolve() / "csrc")))
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST="9.0", MAX_JOBS=str(os.cpu_count() or 8))
     t0 = time.time()
     with open(w / "build.log", "w") as log:

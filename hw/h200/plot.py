@@ -43,6 +43,9 @@ def main(results: str, out: str) -> None:
                    marker="s", ls="--", color=col, alpha=0.6, label=f"{conn}: cold",
                    capsize=3)  # fmt: skip
         b.plot(x, [r["warm/cold"] for r in rs], marker="o", color=col, label=conn)
+        if conn != "lmcache":
+            b.plot(x, [r["warm/stock_cold"] for r in rs], marker="o", ls=":", color=col,
+                   label=f"{conn} warm / stock cold")  # fmt: skip
         c.plot(x, [r["fetch_GBps"] for r in rs], marker="o", color=col, label=f"{conn}: fetch")
     bx = sorted(set(BLOG))[:-1]
     a.plot([n / 1000 for n in bx], [BLOG[n][0] for n in bx], "k:", marker="x", label="blog: cold")

@@ -28,7 +28,9 @@ from local import LocalControl, LocalEngine  # noqa: E402
 
 from deploys.secrets import S3Credentials, Secret  # noqa: E402
 from deploys.verification import report as reporting  # noqa: E402
-from deploys.verification.runner import Boto3Bucket, Options, Runner, Target  # noqa: E402
+from deploys.verification.runner import Runner  # noqa: E402
+from deploys.verification.targets import Options, Target  # noqa: E402
+from deploys.verification.transport import Boto3Bucket  # noqa: E402
 
 
 def log(msg: str) -> None:

@@ -33,7 +33,7 @@ from deploys import kv_sizing, paths, preflight, render, secrets, settings  # no
 from deploys.probe.controller import probe_args, shape_of  # noqa: E402
 from deploys.settings.inventory import check_inventory  # noqa: E402
 from deploys.verification.controller import target_for  # noqa: E402
-from deploys.verification.runner import Options  # noqa: E402
+from deploys.verification.targets import Options  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 import model  # noqa: E402

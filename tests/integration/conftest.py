@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import re
-import runpy
 import shlex
 import shutil
 import subprocess
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from deploys.settings import group_data
 
 REPO = Path(__file__).resolve().parents[2]
 # KVCEPH_LAB_INSTANCE=N: the Nth lab beside the others (lab/lab.sh): subnet 10.213.(7+N).0/24.
@@ -40,7 +41,9 @@ S3_SCHEME = os.environ.get("KVCEPH_LAB_S3_SCHEME") or "https"
 S3_PORT = {"https": 443, "http": 80}[S3_SCHEME]
 # The lab serves its model from the mirror (group_data/lab.py): every host's `vllm serve`
 # argument, and so the model field of every LMCache key, is the staged directory.
-LAB_MODEL_REVISION = runpy.run_path(str(REPO / "group_data" / "lab.py"))["LAB_MODEL_REVISION"]
+LAB_MODEL_REVISION = group_data.read(["lab"], keep=lambda k: k == "LAB_MODEL_REVISION")[
+    "LAB_MODEL_REVISION"
+]
 MODEL_ARGUMENT = f"/var/lib/kvceph/models/Qwen/Qwen3-32B/{LAB_MODEL_REVISION}"
 LAB_MODEL_DIR = LAB_DIR / "model"
 # KVCEPH_LAB_CEPH=cephadm: the cephadm lab (Ceph 20.2.4; RGW behind cephadm's ingress VIP .100,

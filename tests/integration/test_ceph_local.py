@@ -214,8 +214,6 @@ def test_orchestrator(cluster):
 
 
 def test_rgw_spec_converged_and_drifted(test_orchestrator, cluster, tmp_path):
-    import yaml
-
     from deploys import settings
     from deploys.stages import rgw_service
 
@@ -228,7 +226,6 @@ def test_rgw_spec_converged_and_drifted(test_orchestrator, cluster, tmp_path):
         # Pacific's dry run refuses the concentrator keys as 20.2.4 does: RGW + ingress.
         {"accepted": False, "rc": 0, "message": "refused"},
     )
-    specs = [yaml.safe_load(s) for s in specs]
     call = "rgw_service.apply(me, checked)"
     flags = ("-y", "--data", "kvceph_ceph_hostname=ceph1")
 

@@ -30,7 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
 
 from deploys import connector_package, paths, render, secrets, settings  # noqa: E402
 from deploys.operations import s3  # noqa: E402
@@ -341,8 +340,7 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
     }
     # CephReachable (its `|| echo` turns a failure into output)
     r[f"{ceph} health 2>&1"] = ["HEALTH_OK"]
-    for spec in specs:
-        wanted = yaml.safe_load(spec)
+    for wanted in specs:
         name = wanted["service_name"]
         key = f"{ceph} orch ls --service_name {name} --export"
         # What the orchestrator exports adds its own defaults; the op compares only our keys.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from fake_deploy import _commands
+from fake_deploy import run as _run
 from pyinfra_testing.util import get_command_string
 
 from deploys import settings
@@ -66,3 +68,55 @@ def test_budget_counts_default_size_for_new_pools():
 
 def test_budget_uses_real_osd_count_above_three():
     assert "x 12 OSDs" in plan_pg_budget({}, [{"name": "b", "pg_num": 8, "size": 3}], 250, 12, 3)
+
+
+# --- mons down: one line within the connect timeout (the @fake deploy) ----------------------
+
+MON_TIMEOUT = "[errno 110] RADOS timed out (error connecting to the cluster)"
+
+
+def test_ceph_reachable_reads_health_and_failures():
+    from deploys.facts.ceph import CephReachable
+
+    fact = CephReachable()
+    cmd = str(fact.command(connect_timeout=5, command_timeout=60))
+    assert cmd == ("timeout 60 ceph --connect-timeout 5 health 2>&1 || echo kvceph-ceph-failed=$?")
+    assert fact.process(["HEALTH_WARN 1 pool(s) have no replicas configured"])["reachable"]
+    monclient = "2026-11-30T01:00:00.000+0000 7f monclient(hunting): authenticate timed out after 5"
+    assert fact.process([monclient, MON_TIMEOUT, "kvceph-ceph-failed=1"]) == {
+        "reachable": False,
+        "rc": 1,
+        "error": MON_TIMEOUT,
+    }
+    assert fact.process(["kvceph-ceph-failed=124"]) == {
+        "reachable": False,
+        "rc": 124,
+        "error": "no answer, killed by timeout (exit 124)",
+    }
+
+
+def test_ceph_unreachable_message_is_one_line():
+    from deploys.stages.ceph_pools import unreachable_message
+
+    probe = {"reachable": False, "rc": 1, "error": MON_TIMEOUT}
+    assert unreachable_message("ceph1", 5, probe) == (
+        "Ceph pools: the cluster is unreachable from ceph1 within 5s (ceph --connect-timeout): "
+        f"{MON_TIMEOUT}; fix: check the mons"
+    )
+    assert unreachable_message("ceph1", 5, {"reachable": True}) is None
+
+
+@pytest.mark.parametrize("flags", [("--dry",), ("-y",)])
+def test_mon_down_stops_with_one_line_before_anything(flags):
+    rc, out = _run("tests/inventories/fake_mon_down.py", *flags, "-vvv", "--debug")
+    assert rc != 0
+    assert "Traceback" not in out and "continue?" not in out
+    line = (
+        "Ceph pools: the cluster is unreachable from @fake/ceph1 within 5s "
+        f"(ceph --connect-timeout): {MON_TIMEOUT}; fix: check the mons"
+    )
+    errors = [x for x in out.splitlines() if x.startswith("--> ") and "error" in x]
+    assert len(errors) == 1 and errors[0].endswith(line), errors
+    ceph_commands = [c for h, c in _commands(out) if h == "@fake/ceph1" and "ceph " in c]
+    assert len(ceph_commands) == 1 and " health " in ceph_commands[0]
+    assert "Starting operation" not in out

@@ -208,7 +208,7 @@ def test_verify_sends_the_api_key_on_every_request():
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    from deploys.verification.runner import Http
+    from deploys.verification.transport import Http
 
     seen = []
 

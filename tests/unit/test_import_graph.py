@@ -8,6 +8,7 @@ when ``y`` is a module, ``x.y``; a package counts its ``__init__``), and checks 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +48,7 @@ def _targets(node: ast.AST, known: set[str], here: str) -> set[str]:
     return found
 
 
+@functools.cache
 def graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """(module -> modules it imports at module level, module -> modules imported in functions)."""
     mods = modules()
@@ -77,7 +79,9 @@ _PARENTS: dict[int, dict] = {}
 
 
 def _chain(tree: ast.AST, node: ast.AST):
-    parents = _PARENTS.setdefault(id(tree), _parents(tree))
+    if id(tree) not in _PARENTS:
+        _PARENTS[id(tree)] = _parents(tree)
+    parents = _PARENTS[id(tree)]
     while node in parents:
         node = parents[node]
         yield node

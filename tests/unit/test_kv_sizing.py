@@ -152,11 +152,10 @@ def _lab_hosts():
     import runpy
     from pathlib import Path
 
+    from deploys.settings import group_data
+
     root = Path(__file__).resolve().parents[2]
-    data = {}
-    for name in ("all", "lab"):
-        got = runpy.run_path(str(root / "group_data" / f"{name}.py"))
-        data.update({k: v for k, v in got.items() if k.startswith("kvceph_")})
+    data = group_data.read(("all", "lab"))
     # The lab's CA exists once the lab is up; sizing does not depend on it.
     data.pop("kvceph_s3_ca_bundle", None)
     # The default lab's shape, whatever lab the shell that runs the tests points at (the

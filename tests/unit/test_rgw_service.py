@@ -7,10 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 from pyinfra.api import OperationError
 
-from deploys import settings
+from deploys import settings, specs
 from deploys.facts.ceph import version_key
 from deploys.operations.ceph import spec_differences
 from deploys.settings.reader import SettingsError
@@ -61,9 +60,9 @@ def test_version_key_orders_downstream_builds():
 
 def test_an_orchestrator_that_accepts_the_dry_run_gets_the_seed_spec():
     # IBM Storage Ceph 8.1: not run here; its answer is the preview table (plausible fixture).
-    specs, notice = rgw_service.plan_specs(rgw(), IBM_81, ACCEPTED)
+    got, notice = rgw_service.plan_specs(rgw(), IBM_81, ACCEPTED)
     assert notice is None
-    assert [yaml.safe_load(s) for s in specs] == [
+    assert got == [
         {
             "service_type": "rgw",
             "service_id": "standard",
@@ -80,8 +79,8 @@ def test_an_orchestrator_that_accepts_the_dry_run_gets_the_seed_spec():
 
 
 def test_accepted_concentrator_with_vip_says_the_vip_is_unused():
-    specs, notice = rgw_service.plan_specs(rgw(**VIP), IBM_81, ACCEPTED)
-    assert len(specs) == 1 and "not used" in notice
+    got, notice = rgw_service.plan_specs(rgw(**VIP), IBM_81, ACCEPTED)
+    assert len(got) == 1 and "not used" in notice
 
 
 def test_tentacle_20_2_4_refusal_without_vip_stops_with_the_clusters_words():
@@ -97,8 +96,8 @@ def test_tentacle_20_2_4_refusal_without_vip_stops_with_the_clusters_words():
 
 
 def test_refusal_with_vip_gets_rgw_plus_ingress():
-    specs, notice = rgw_service.plan_specs(rgw(**VIP), PACIFIC, REFUSED)
-    plain, ingress = (yaml.safe_load(s) for s in specs)
+    got, notice = rgw_service.plan_specs(rgw(**VIP), PACIFIC, REFUSED)
+    plain, ingress = got
     assert "concentrator" not in plain["spec"]
     assert ingress == {
         "service_type": "ingress",
@@ -109,7 +108,7 @@ def test_refusal_with_vip_gets_rgw_plus_ingress():
             "backend_service": "rgw.standard",
             "virtual_ip": "10.67.67.100/24",
             "frontend_port": 80,
-            "monitor_port": rgw_service.INGRESS_MONITOR_PORT,
+            "monitor_port": specs.INGRESS_MONITOR_PORT,
         },
     }
     assert "ingress service on 10.67.67.100/24" in notice
@@ -117,17 +116,17 @@ def test_refusal_with_vip_gets_rgw_plus_ingress():
 
 
 def test_opt_in_forces_the_concentrator_spec_and_says_so():
-    specs, notice = rgw_service.plan_specs(rgw(**VIP), TENTACLE, REFUSED, force=True)
-    assert "concentrator" in yaml.safe_load(specs[0])["spec"]
-    assert len(specs) == 1
+    got, notice = rgw_service.plan_specs(rgw(**VIP), TENTACLE, REFUSED, force=True)
+    assert "concentrator" in got[0]["spec"]
+    assert len(got) == 1
     assert "kvceph_allow_unprobed_concentrator" in notice and "refused" in notice
 
 
 def test_no_concentrator_wanted_gives_the_plain_spec_without_asking():
     for versions in (PACIFIC, TENTACLE):
-        specs, notice = rgw_service.plan_specs(rgw(kvceph_rgw_concentrator=None), versions, None)
-        assert len(specs) == 1 and notice is None
-        assert "concentrator" not in yaml.safe_load(specs[0])["spec"]
+        got, notice = rgw_service.plan_specs(rgw(kvceph_rgw_concentrator=None), versions, None)
+        assert len(got) == 1 and notice is None
+        assert "concentrator" not in got[0]["spec"]
 
 
 def test_no_answer_from_the_dry_run_stops():
@@ -136,7 +135,7 @@ def test_no_answer_from_the_dry_run_stops():
 
 
 def test_probe_spec_asks_about_the_keys_not_the_placement():
-    probe = yaml.safe_load(rgw_service.probe_spec(rgw()))
+    probe = specs.probe_spec(rgw())
     assert probe["placement"] == {"count": 1}
     assert probe["spec"]["concentrator"] == "haproxy"
 
@@ -174,7 +173,8 @@ print(json.dumps(out))
 """
 
 
-def _pacific_validate(texts: list[str]) -> list[str]:
+def _pacific_validate(wanted: list[dict]) -> list[str]:
+    texts = [specs.dump(s) for s in wanted]
     probe = (
         subprocess.run(
             [str(SYSTEM_PYTHON), "-c", "import ceph.deployment.service_spec"],
@@ -198,15 +198,15 @@ def _pacific_validate(texts: list[str]) -> list[str]:
 
 
 def test_pacific_accepts_what_kvceph_sends_it():
-    specs, _ = rgw_service.plan_specs(rgw(**VIP), PACIFIC, REFUSED)
+    got, _ = rgw_service.plan_specs(rgw(**VIP), PACIFIC, REFUSED)
     plain, _ = rgw_service.plan_specs(rgw(kvceph_rgw_concentrator=None), PACIFIC, None)
-    assert _pacific_validate(specs + plain) == ["ok RGWSpec", "ok IngressSpec", "ok RGWSpec"]
+    assert _pacific_validate(got + plain) == ["ok RGWSpec", "ok IngressSpec", "ok RGWSpec"]
 
 
 def test_pacific_would_reject_the_concentrator_spec():
     # The same words the real 20.2.4 mgr answered the dry run with (REFUSED).
-    specs, _ = rgw_service.plan_specs(rgw(), IBM_81, ACCEPTED)
-    (result,) = _pacific_validate(specs)
+    got, _ = rgw_service.plan_specs(rgw(), IBM_81, ACCEPTED)
+    (result,) = _pacific_validate(got)
     assert "unexpected keyword argument 'concentrator'" in result
 
 
@@ -229,9 +229,9 @@ def test_ingress_with_tls_carries_the_certificate_but_never_the_key(tls_pem):
     r = rgw(**VIP, kvceph_rgw_ingress_ssl_pem=str(tls_pem), kvceph_rgw_ingress_frontend_port=443)
     key = r.ingress_ssl_key.reveal()
     assert "PRIVATE KEY" in key and repr(r.ingress_ssl_key) == "'***'"
-    specs, _ = rgw_service.plan_specs(r, PACIFIC, REFUSED)
-    assert all("PRIVATE KEY" not in text for text in specs)
-    ingress = yaml.safe_load(specs[1])["spec"]
+    wanted, _ = rgw_service.plan_specs(r, PACIFIC, REFUSED)
+    assert all("PRIVATE KEY" not in specs.dump(s) for s in wanted)
+    ingress = wanted[1]["spec"]
     assert ingress["ssl"] is True and ingress["frontend_port"] == 443
     assert ingress["ssl_cert"] == tls_pem.with_suffix(".crt").read_text()
     assert "ssl_key" not in ingress

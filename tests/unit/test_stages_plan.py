@@ -4,6 +4,7 @@ to the real operations' signatures, and the refusals that stop a run."""
 from __future__ import annotations
 
 import inspect
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -37,16 +38,29 @@ class Recorder:
 
     def __getattr__(self, attr):
         op = getattr(self.module, attr)
+        if inspect.isfunction(op) and not hasattr(op, "_inner"):
+            return self._recording(op)  # a helper: the operations it calls are recorded
         if not hasattr(op, "_inner"):
-            return op  # a helper, not an operation
+            return op
 
         def call(*args, **kwargs):
             real = {k: v for k, v in kwargs.items() if k not in GLOBAL}
-            inspect.signature(op._inner).bind(*args, **real)
-            self.calls.append((f"{self.module.__name__.rsplit('.', 1)[-1]}.{attr}", kwargs))
+            bound = inspect.signature(op._inner).bind(*args, **real)
+            bound.apply_defaults()  # what the operation gets, defaults included
+            given = {**bound.arguments, **{k: v for k, v in kwargs.items() if k in GLOBAL}}
+            self.calls.append((f"{self.module.__name__.rsplit('.', 1)[-1]}.{attr}", given))
             return SimpleNamespace(did_change=lambda: True)
 
         return call
+
+    def _recording(self, fn):
+        """``fn`` with this module's operations in its globals replaced by recorded calls."""
+        names = {k: getattr(self, k) for k, v in fn.__globals__.items() if hasattr(v, "_inner")}
+        rebound = types.FunctionType(
+            fn.__code__, {**fn.__globals__, **names}, fn.__name__, fn.__defaults__, fn.__closure__
+        )
+        rebound.__kwdefaults__ = fn.__kwdefaults__
+        return rebound
 
 
 class FakeHost:

@@ -11,7 +11,7 @@ from deploys import connector_package, measured, render, tier_preflight
 from deploys import settings as s
 from deploys.settings.inventory import check_inventory
 from deploys.settings.reader import SettingsError
-from deploys.verification import controller, runner
+from deploys.verification import controller, targets
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_lmcache_connector": "kvceph"}
 
@@ -62,7 +62,7 @@ def test_verify_measurement_changes_the_crossover_and_lmcache_yaml(tmp_path):
     hosts, groups = fleet(tmp_path)
     hosts = tier_preflight.resolve(hosts)
     before = render.lmcache_yaml(hosts["gpu1"])
-    writer = runner.Target("gpu1", "http://x", "Qwen/Qwen3-32B", 2, 256, False, 1, 32768)
+    writer = targets.Target("gpu1", "http://x", "Qwen/Qwen3-32B", 2, 256, False, 1, 32768)
     # Slow loads (the first H200 proof: warm x1.8 of cold at 16k).
     figures = {"prompt_tokens": 16384, "cold_ttft_s": 4.0, "warm_ttft_s": 7.2,
                "kv_bytes": 16384 * 131072 * 2}  # fmt: skip

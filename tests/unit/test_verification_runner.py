@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from deploys.verification import report as reporting
-from deploys.verification import runner
+from deploys.verification import runner, targets, transport
 from deploys.verification.bookkeeping import ObjectInfo
 
 MODEL = "Qwen/Qwen3-32B"
@@ -197,7 +197,7 @@ def lab():
         threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()
         servers.append(srv)
         engines[name] = engine
-        return runner.Target(
+        return targets.Target(
             name=name,
             base_url=f"http://127.0.0.1:{srv.server_address[1]}",
             model=MODEL,
@@ -215,7 +215,7 @@ def lab():
 
 
 def _run(bucket, engines, groups, control=None, **opts):
-    options = runner.Options(
+    options = targets.Options(
         document_tokens=1030, objects_timeout=0.2, poll_interval=0.01, request_timeout=10, **opts
     )
     control = control or FakeControl(engines)
@@ -377,7 +377,7 @@ def test_preflight_failures_skip_the_cycle_loudly(lab):
 def test_unreachable_engine_and_s3_check(lab):
     bucket, engines, add = lab
     a = add("gpu1")
-    dead = runner.Target("gpu9", "http://127.0.0.1:9", MODEL, 2, CHUNK, False, 0.3, 40960)
+    dead = targets.Target("gpu9", "http://127.0.0.1:9", MODEL, 2, CHUNK, False, 0.3, 40960)
     bucket.check_error = "S3 http://10.213.7.11:80 bucket lmcache: HTTP 403: credentials rejected"
     rep, _ = _run(bucket, engines, [[a, dead]])
     steps = _by_step(rep)
@@ -389,7 +389,7 @@ def test_unreachable_engine_and_s3_check(lab):
 def test_document_too_long_for_the_model(lab):
     bucket, engines, add = lab
     a = add("gpu1")
-    short = runner.Target(**{**a.__dict__, "max_model_len": 512})
+    short = targets.Target(**{**a.__dict__, "max_model_len": 512})
     rep, _ = _run(bucket, engines, [[short]])
     assert "does not fit max_model_len 512" in rep.failure_lines()[0]
 
@@ -420,7 +420,7 @@ def test_bucket_failure_between_steps_aborts_the_group_with_a_line(lab):
     def flaky(prefix):
         calls["n"] += bool(prefix)  # the fake engine lists "" for its lookups
         if calls["n"] > 1:  # the listing before the cold request works, the next one fails
-            raise runner.CheckFailed("S3 memory://bucket: list: connection reset")
+            raise transport.CheckFailed("S3 memory://bucket: list: connection reset")
         return real_list(prefix)
 
     bucket.list = flaky
@@ -433,9 +433,9 @@ def test_bucket_failure_between_steps_aborts_the_group_with_a_line(lab):
 def test_boto3_bucket_unreachable_endpoint_is_named():
     creds = type("C", (), {})()
     creds.access_key = creds.secret_key = type("S", (str,), {"reveal": lambda self: "x"})("x")
-    b = runner.Boto3Bucket("http://127.0.0.1:9", "lmcache", "default", creds, 1, 1000)
+    b = transport.Boto3Bucket("http://127.0.0.1:9", "lmcache", "default", creds, 1, 1000)
     assert b.check().startswith("S3 http://127.0.0.1:9 unreachable")
-    with pytest.raises(runner.CheckFailed, match=r"S3 http://127.0.0.1:9 bucket lmcache: list"):
+    with pytest.raises(transport.CheckFailed, match=r"S3 http://127.0.0.1:9 bucket lmcache: list"):
         b.list("Qwen_Qwen3-32B@2@")
 
 
@@ -463,12 +463,12 @@ def test_a_peer_engine_on_the_same_host_that_misses_fails_its_own_step(lab):
 
 def test_peers_are_one_engine_of_the_host_and_one_of_another_host():
     def t(name):
-        return runner.Target(name, "http://x", MODEL, 2, CHUNK, False, 2, 40960)
+        return targets.Target(name, "http://x", MODEL, 2, CHUNK, False, 2, 40960)
 
     a, b, c, d = t("gpu1/a"), t("gpu1/b"), t("gpu2/a"), t("gpu2/b")
-    assert runner.peers_of(a, [a, b, c, d]) == [b, c]
-    assert runner.peers_of(c, [c, d]) == [d]
-    assert runner.peers_of(t("gpu3"), [t("gpu3"), c]) == [c]
+    assert targets.peers_of(a, [a, b, c, d]) == [b, c]
+    assert targets.peers_of(c, [c, d]) == [d]
+    assert targets.peers_of(t("gpu3"), [t("gpu3"), c]) == [c]
 
 
 # --- The remote tier and the crossover (kvceph's connector) ------------------------------------
@@ -494,7 +494,7 @@ def test_an_engine_without_remote_tier_fails_preflight_naming_the_cause(lab):
 
 
 def _kvceph(target, min_hit):
-    return runner.Target(
+    return targets.Target(
         **{**target.__dict__, "connector": "kvceph", "min_hit_tokens": min_hit,
            "crossover": f"{min_hit} tokens (test)"}
     )  # fmt: skip
@@ -505,7 +505,7 @@ def test_below_the_crossover_no_hit_is_the_pass_and_nothing_is_measured(lab):
     a, b = _kvceph(add("gpu1"), 2048), _kvceph(add("gpu2"), 2048)
     for e in engines.values():
         e.min_hit = 2048
-    options = runner.Options(
+    options = targets.Options(
         document_tokens=1030, objects_timeout=0.2, poll_interval=0.01, request_timeout=10
     )
     r = runner.Runner(options, bucket, FakeControl(engines), log=lambda _m: None)
@@ -529,7 +529,7 @@ def test_a_hit_below_the_crossover_fails(lab):
 def test_a_complete_warm_load_is_measured(lab):
     bucket, engines, add = lab
     a = add("gpu1")
-    options = runner.Options(
+    options = targets.Options(
         document_tokens=1030, objects_timeout=0.2, poll_interval=0.01, request_timeout=10
     )
     r = runner.Runner(options, bucket, FakeControl(engines), log=lambda _m: None)

@@ -1,0 +1,47 @@
+"""group_data files read outside a pyinfra run (the benchmark's peer, tests), as pyinfra does.
+
+pyinfra executes each ``group_data/<group>.py`` and merges their names in group order, a later
+group's value winning. Here the same, for code that needs a lab host's data without an
+inventory: the files may read the environment, so ``environ`` stands in for the one the run
+would get.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from deploys import paths
+
+ROOT = paths.TEMPLATES.parent / "group_data"
+
+
+def read(
+    groups: Iterable[str],
+    environ: Mapping[str, str] | None = None,
+    keep: Callable[[str], bool] = lambda name: name.startswith("kvceph_"),
+    root: Path = ROOT,
+) -> dict:
+    """The merged names of ``root/<group>.py`` for ``groups`` in order (missing files skipped).
+
+    + groups: group names, lowest priority first (e.g. ``("all", "gpu", "lab")``)
+    + environ: the environment the files see; None: this process's
+    + keep: which names to return (the ``kvceph_*`` settings by default)
+    + root: the group_data directory
+    """
+    data: dict = {}
+    saved = dict(os.environ)
+    try:
+        if environ is not None:
+            os.environ.clear()
+            os.environ.update(environ)
+        for name in groups:
+            path = root / f"{name}.py"
+            if path.exists():
+                data.update({k: v for k, v in runpy.run_path(str(path)).items() if keep(k)})
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return data

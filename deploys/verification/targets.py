@@ -1,0 +1,81 @@
+"""Who verify.py talks to and how long it waits: the inference hosts as the controller reaches
+them (:class:`Target`), which peer reads whose objects, and the run's bounds (:class:`Options`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deploys.verification import bookkeeping
+
+
+@dataclass(frozen=True)
+class Target:
+    """One inference host as the controller reaches it."""
+
+    name: str
+    base_url: str  # scheme://address:port, no trailing slash
+    model: str
+    tensor_parallel_size: int
+    chunk_size: int
+    save_unfull_chunk: bool
+    health_timeout: int
+    max_model_len: int
+    # The `vllm serve` argument LMCache puts in its keys; "" when it is the model name (hub).
+    serve_model: str = ""
+    # kvceph_lmcache_connector; with "kvceph", lookups below min_hit_tokens report 0 hits.
+    connector: str = "lmcache"
+    min_hit_tokens: int = 0
+    crossover: str = ""  # where min_hit_tokens came from (crossover.Crossover.describe())
+
+    @property
+    def prefix(self) -> str:
+        return bookkeeping.object_prefix(self.serve_model or self.model, self.tensor_parallel_size)
+
+    @property
+    def host(self) -> str:
+        """The host the engine runs on (names are ``host`` or ``host/engine``)."""
+        return self.name.split("/", 1)[0]
+
+
+def peers_of(a: Target, healthy: list[Target]) -> list[Target]:
+    """Who must load A's chunks: another engine on A's host, and one on another host (each
+    when there is one): reuse inside a host and across hosts are both proved."""
+    same = [t for t in healthy if t.host == a.host and t.name != a.name]
+    other = [t for t in healthy if t.host != a.host]
+    return same[:1] + other[:1]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The figures of VerifySettings the cycle needs (kept separate: tests build it by hand)."""
+
+    document_tokens: int = 16384
+    output_tokens: int = 32
+    warm_ratio: float = 1.0
+    fallback_tolerance: float = 0.5
+    request_timeout: int = 600
+    restart_timeout: int = 180
+    s3_timeout: float = 30
+    objects_timeout: float = 120
+    clock_skew: int = 120
+    cleanup: bool = True
+    poll_interval: float = 1.0
+
+    @classmethod
+    def from_settings(cls, vs) -> Options:
+        return cls(
+            document_tokens=vs.document_tokens,
+            output_tokens=vs.output_tokens,
+            warm_ratio=vs.warm_ratio,
+            fallback_tolerance=vs.fallback_tolerance,
+            request_timeout=vs.request_timeout,
+            restart_timeout=vs.restart_timeout,
+            s3_timeout=vs.s3_timeout,
+            objects_timeout=vs.objects_timeout,
+            clock_skew=vs.clock_skew,
+            cleanup=vs.cleanup,
+        )
+
+
+# --- The cycle ------------------------------------------------------------------------------

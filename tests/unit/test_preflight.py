@@ -1,0 +1,169 @@
+"""Preflight: bad inventories and broken templates stop the run before any host is touched."""
+
+from __future__ import annotations
+
+import pytest
+from fake_deploy import _commands, fake_facts
+from fake_deploy import run as _run
+
+from deploys import paths
+
+
+def _hosts_and_creds():
+    layout = fake_facts.Layout("fake_fresh", converged=False)
+    return {h: layout.host_settings(h) for h in layout.hosts}, fake_facts.credentials()
+
+
+def _broken_templates(tmp_path, name: str, text: str):
+    import shutil
+
+    shutil.copytree(paths.TEMPLATES, tmp_path, dirs_exist_ok=True)
+    (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_every_template_renders_for_every_host():
+    from deploys import preflight
+
+    preflight.check_templates(*_hosts_and_creds())
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "error"),
+    [
+        (
+            "lmcache.yaml.j2",
+            "{% for key in top %}\n{{ key }\n",
+            "TemplateSyntaxError: unexpected '}'",
+        ),
+        ("vllm.service.j2", "ExecStart={{ exec_start }} {{ no_such_value }}\n", "UndefinedError"),
+    ],
+)
+def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, name, text, error):
+    import jinja2
+
+    from deploys import preflight, render
+
+    folder = _broken_templates(tmp_path, name, text)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    monkeypatch.setattr(render, "_env", env)
+    with pytest.raises(preflight.PreflightError) as caught:
+        preflight.check_templates(*_hosts_and_creds())
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"kvceph: @fake/gaudi1: template {name}: {error}"), message
+    assert message.endswith(f"; fix: correct templates/{name} or the setting it renders")
+    assert fake_facts.FAKE_SECRET_KEY not in message
+
+
+# --- bad inventories: refused before any host is touched -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "line"),
+    [
+        (
+            "both",
+            "kvceph: @fake/gpu1: groups = ['gpu', 'gaudi', 'fake_bad', '@fake']: host is in both "
+            "gpu and gaudi; fix: put it in one group",
+        ),
+        (
+            "no_inference",
+            "kvceph: inventory: gpu + gaudi = []: no inference hosts; fix: add hosts to gpu or "
+            "gaudi",
+        ),
+        (
+            "two_admins",
+            "kvceph: inventory: ceph_admin = ['@fake/ceph1', '@fake/ceph2']: exactly one Ceph "
+            "admin host is needed; fix: put one host in the ceph_admin group",
+        ),
+        (
+            "no_secrets",
+            "kvceph: controller: S3 credentials missing: neither KVCEPH_S3_ACCESS_KEY/"
+            "KVCEPH_S3_SECRET_KEY are set nor /nonexistent/secrets.env exists; fix: export them "
+            "or write /nonexistent/secrets.env (KEY=VALUE, mode 0600)",
+        ),
+        (
+            "hf_token",
+            "kvceph: @fake/gpu1: kvceph_hf_token = '***': secrets must not live in group_data or "
+            "the inventory (they are committed); fix: export KVCEPH_VLLM_API_KEY / "
+            "KVCEPH_HF_TOKEN / KVCEPH_S3_ACCESS_KEY / KVCEPH_S3_SECRET_KEY or put them in "
+            "secrets.env (0600; docs/security.md)",
+        ),
+        (
+            "secret_env",
+            "kvceph: @fake/gpu1: kvceph_extra_env = 'HF_TOKEN': looks like a secret "
+            "(KEY/TOKEN/SECRET/PASSWORD/CREDENTIALS in its name) and would be written in clear "
+            "from a committed file; fix: remove it; export KVCEPH_VLLM_API_KEY / KVCEPH_HF_TOKEN "
+            "/ KVCEPH_S3_ACCESS_KEY / KVCEPH_S3_SECRET_KEY or put them in secrets.env (0600; "
+            "docs/security.md)",
+        ),
+        (
+            "secret_arg",
+            "kvceph: @fake/gpu1: kvceph_engine_profile.extra_args = '--api-key': passes a secret "
+            "on the command line (readable in /proc/<pid>/cmdline, shown by systemctl show, the "
+            "plan and the journal); fix: remove it; export KVCEPH_VLLM_API_KEY / KVCEPH_HF_TOKEN "
+            "/ KVCEPH_S3_ACCESS_KEY / KVCEPH_S3_SECRET_KEY or put them in secrets.env (0600; "
+            "docs/security.md)",
+        ),
+        (
+            "typo",
+            "kvceph: @fake/gpu1: kvceph_tensor_paralel_size = 4: is not a kvceph setting (it "
+            "would be ignored and the default deployed); fix: did you mean "
+            "kvceph_tensor_parallel_size?",
+        ),
+        (
+            "secret_key",
+            "kvceph: @fake/gpu1: HF_TOKEN = '***': looks like a secret (KEY/TOKEN/SECRET/"
+            "PASSWORD/CREDENTIALS in its name), and group_data and the inventory are committed; "
+            "fix: remove it; export KVCEPH_VLLM_API_KEY / KVCEPH_HF_TOKEN / KVCEPH_S3_ACCESS_KEY "
+            "/ KVCEPH_S3_SECRET_KEY or put them in secrets.env (0600; docs/security.md)",
+        ),
+        (
+            "at_model",
+            "kvceph: @fake/gpu1: kvceph_model = 'Qwen/Qwen3-32B@v2': contains '@', which LMCache "
+            "splits its object keys on; fix: drop the '@...' part (pin a version with "
+            "kvceph_model_revision)",
+        ),
+        (
+            "long_context",
+            "kvceph: @fake/gpu1: kvceph_max_model_len = 131072: over the native context of "
+            "Qwen/Qwen3-32B, 40960 tokens (deploys/kv_sizing.py KNOWN_MODELS), and no rope "
+            "scaling is configured: vLLM would refuse to start; fix: use at most 40960, or "
+            "configure rope scaling (config.json rope_scaling, or --hf-overrides in "
+            "kvceph_engine_profile.extra_args), or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in "
+            "kvceph_extra_env",
+        ),
+        (
+            "env_newline",
+            "kvceph: @fake/gpu1: kvceph_extra_env = 'NCCL_DEBUG': its value holds a newline or "
+            "NUL, which the engine's env file cannot carry; fix: put the value on one line",
+        ),
+        (
+            "env_devices",
+            "kvceph: @fake/gpu1: kvceph_extra_env = 'CUDA_VISIBLE_DEVICES': is set by kvceph "
+            "from each engine's devices (kvceph_engines); fix: remove it; list each engine's "
+            "devices in kvceph_engines",
+        ),
+    ],
+)
+def test_bad_inventory_is_refused_before_any_host_is_touched(bad, line, monkeypatch):
+    env = {"KVCEPH_FAKE_BAD": bad, "KVCEPH_SECRETS_FILE": "/nonexistent/secrets.env"}
+    if bad == "no_secrets":
+        monkeypatch.delenv("KVCEPH_S3_ACCESS_KEY", raising=False)
+        monkeypatch.delenv("KVCEPH_S3_SECRET_KEY", raising=False)
+        env.update(KVCEPH_S3_ACCESS_KEY="", KVCEPH_S3_SECRET_KEY="")
+    rc, out = _run("tests/inventories/fake_bad.py", "--dry", "-vvv", "--debug", env=env)
+    assert rc != 0
+    errors = [x for x in out.splitlines() if x.startswith("--> ") and "error" in x]
+    assert len(errors) == 1 and errors[0].endswith(line), errors
+    assert "Traceback" not in out
+    assert _commands(out) == []  # the fake connector answered no command: no fact, no op
+    assert "Starting operation" not in out and "Loaded fact" not in out
+    assert "hf_fake" not in out  # the refused value itself is never shown
