@@ -6,6 +6,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from deploys import connector_package, remote_tier
+from deploys.facts.engine import venv_script
 from deploys.facts.probe_output import last_json_line
 
 # Runs in the venv's python: the connector's version and the content hash of its RECORD lines
@@ -36,17 +37,7 @@ class ConnectorInstalled(FactBase):
     default = dict
 
     def command(self, venv: str, timeout: int = 60):
-        py = f"{venv}/bin/python"
-        return StringCommand(
-            "if test -x",
-            QuoteString(py),
-            "; then timeout",
-            str(timeout),
-            QuoteString(py),
-            "-c",
-            QuoteString(_CONNECTOR_SCRIPT),
-            "; else echo novenv; fi",
-        )
+        return venv_script(venv, _CONNECTOR_SCRIPT, timeout)
 
     def process(self, output):
         return last_json_line(output) or {}
@@ -87,17 +78,7 @@ class CompiledOps(FactBase):
     default = dict
 
     def command(self, venv: str, timeout: int = 120):
-        py = f"{venv}/bin/python"
-        return StringCommand(
-            "if test -x",
-            QuoteString(py),
-            "; then timeout",
-            str(timeout),
-            QuoteString(py),
-            "-c",
-            QuoteString(_COMPILED_OPS_SCRIPT),
-            "2>/dev/null; else echo novenv; fi",
-        )
+        return venv_script(venv, _COMPILED_OPS_SCRIPT, timeout, quiet=True)
 
     def process(self, output):
         return last_json_line(output) or {}

@@ -26,6 +26,25 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def venv_script(venv: str, script: str, timeout: int, quiet: bool = False) -> StringCommand:
+    """Run ``script`` with the venv's python, or print ``novenv`` when there is no venv.
+
+    + quiet: drop the script's stderr (imports that may fail noisily)
+    """
+    py = f"{venv}/bin/python"
+    tail = "2>/dev/null; else echo novenv; fi" if quiet else "; else echo novenv; fi"
+    return StringCommand(
+        "if test -x",
+        QuoteString(py),
+        "; then timeout",
+        str(timeout),
+        QuoteString(py),
+        "-c",
+        QuoteString(script),
+        tail,
+    )
+
+
 class EngineVersions(FactBase):
     """
     Python version and installed distributions of the engine venv.
@@ -37,17 +56,7 @@ class EngineVersions(FactBase):
     default = dict
 
     def command(self, venv: str, timeout: int = 60):
-        py = f"{venv}/bin/python"
-        return StringCommand(
-            "if test -x",
-            QuoteString(py),
-            "; then timeout",
-            str(timeout),
-            QuoteString(py),
-            "-c",
-            QuoteString(_VERSIONS_SCRIPT),
-            "; else echo novenv; fi",
-        )
+        return venv_script(venv, _VERSIONS_SCRIPT, timeout)
 
     def process(self, output):
         python, packages = None, {}

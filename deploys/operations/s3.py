@@ -37,7 +37,11 @@ def _radosgw_admin(timeout: int, *args) -> StringCommand:
     return StringCommand("timeout", str(timeout), "radosgw-admin", *args)
 
 
-def _s3admin(script: str, config: str, timeout: int, *args) -> StringCommand:
+def _s3admin(script: str | None, config: str | None, timeout: int, *args) -> StringCommand:
+    # None = the paths module's value when the operation runs, not when this module was
+    # imported (tests/integration/s3_local_deploy.py moves them into a temp directory).
+    script = script or paths.ADMIN_SCRIPT
+    config = config or paths.ADMIN_CONFIG
     return StringCommand(
         "timeout",
         str(timeout),
@@ -177,8 +181,8 @@ def user(
     display_name: str,
     access_key: str,
     secret_key: str,
-    admin_script: str = paths.ADMIN_SCRIPT,
-    admin_config: str = paths.ADMIN_CONFIG,
+    admin_script: str | None = None,
+    admin_config: str | None = None,
     timeout: int = 60,
 ):
     """
@@ -280,8 +284,8 @@ def user_bucket_quota(uid: str, max_size_gb: int, timeout: int = 60):
 def bucket(
     bucket_name: str,
     owner: str,
-    admin_script: str = paths.ADMIN_SCRIPT,
-    admin_config: str = paths.ADMIN_CONFIG,
+    admin_script: str | None = None,
+    admin_config: str | None = None,
     timeout: int = 60,
 ):
     """
@@ -405,8 +409,8 @@ def lifecycle_refusal(merge: LifecycleMerge, bucket_name: str, rules: list[dict]
 def bucket_lifecycle(
     bucket_name: str,
     rules: list[dict],
-    admin_script: str = paths.ADMIN_SCRIPT,
-    admin_config: str = paths.ADMIN_CONFIG,
+    admin_script: str | None = None,
+    admin_config: str | None = None,
     managed_prefix: str = "kvceph-",
     allow_removal: bool = False,
     timeout: int = 60,

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import QuoteString, operation
 
-from deploys import paths
 from deploys.facts import memo
 from deploys.facts.rgw import RgwUser
 from deploys.operations.s3 import _fail, _radosgw_admin, _s3admin, secret_sha256, user_refusal
@@ -23,8 +22,8 @@ def user_key(
     uid: str,
     access_key: str,
     secret_key: str,
-    admin_script: str = paths.ADMIN_SCRIPT,
-    admin_config: str = paths.ADMIN_CONFIG,
+    admin_script: str | None = None,
+    admin_config: str | None = None,
     timeout: int = 60,
 ):
     """

@@ -22,7 +22,8 @@ PYINFRA = Path(sys.executable).parent / "pyinfra"
 DEPLOY = """
 import json, os, types
 from pyinfra import host
-from deploys import settings, {module}
+from deploys import settings
+from deploys.stages import {module}
 data = json.loads(os.environ["KVCEPH_IT_DATA"])
 me = settings.load(data, host.name, ["ceph_admin", "rgw"])
 checked = types.SimpleNamespace(hosts={{host.name: me}})

@@ -79,6 +79,8 @@ def plan(monkeypatch):
         parts = [stage, *(v for v in vars(stage).values() if v is tier_software)]
         for part in parts:
             for name, value in list(vars(part).items()):
+                if isinstance(value, Recorder):  # a second plan in one test records anew
+                    value = value.module
                 if inspect.ismodule(value) and value.__name__.startswith(
                     ("pyinfra.operations", "deploys.operations")
                 ):
@@ -322,10 +324,10 @@ def test_a_removed_engine_goes_and_only_that_one(plan):
     removed = [kw["unit"] for n, kw in calls if n == "service.removed"]
     assert removed == ["vllm-engine-c.service"]
     converged = plan(vllm_service, me, {**STOPPED, "EngineUnits": units[:2]}, CHECKED)
+    assert converged, "the second plan recorded nothing"
     assert "service.removed" not in names(converged)
 
 
-# (One plan per test: the fixture records into the first call's list.)
 def test_an_unchanged_profile_rolls_with_a_drain_and_labels_the_versions(plan):
     facts = {**_running("vllm=0.33.0 lmcache=0.5.6"), "EngineUnits": ["vllm.service"]}
     calls = plan(vllm_service, lab_host(), facts, CHECKED)
