@@ -123,6 +123,8 @@ def kvceph_extra_config(me: HostSettings) -> dict[str, Any]:
         "kvceph.connections": tier.connections,
         "kvceph.timeout_s": tier.timeout_s,
         "kvceph.min_hit_tokens": min_hit,
+        # Only when set, so engines configured before the key existed keep their file.
+        **({"kvceph.receive_dir": tier.receive_dir} if tier.receive_dir else {}),
         "save_chunk_meta": False,
     }
 

@@ -77,27 +77,33 @@ LAB_LOAD_BYTES_PER_S = 2_000_000
 kvceph_kv_bytes_per_token = LAB_KV_BYTES_PER_TOKEN
 kvceph_kv_load_gb_per_s = LAB_LOAD_BYTES_PER_S / 2 / 1e9
 kvceph_prefill_tokens_per_s = 5000  # the lab engine's --prefill-ms-per-token 0.2
+
+
+def _lab_engine(name: str, vllm_version: str, bytes_per_token: int) -> dict:
+    """The lab engine's profile emulating ``vllm_version``, ``bytes_per_token`` of KV per worker
+    (inventories/lab.py's Gaudi host takes one too)."""
+    return {
+        "name": name,
+        "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
+        "executable": "kvceph-lab-engine",
+        "vllm_version": vllm_version,
+        "lmcache_version": "0.5.6",
+        # The lab engine's emulated device memory: two engines on one device fail to start, as
+        # vLLM's do (lab/engine devices.py).
+        "env": {"KVCEPH_LAB_DEVICE_LEDGER": "/dev/shm/kvceph-lab-devices"},
+        "extra_args": [
+            *("--vllm-version", vllm_version),
+            *("--bytes-per-token", str(bytes_per_token)),
+            *("--load-bytes-per-s", str(LAB_LOAD_BYTES_PER_S)),
+        ],
+    }
+
+
 # The vLLM release the lab engine emulates and reports (/version), as the profile declares it:
 # KVCEPH_LAB_VLLM_VERSION=0.33.1 or 0.26.0 is how the upgrade tests move a cache group.
 _VLLM = os.environ.get("KVCEPH_LAB_VLLM_VERSION") or "0.33.0"
-kvceph_engine_profile = {
-    "name": "lab-engine",
-    "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
-    "executable": "kvceph-lab-engine",
-    "vllm_version": _VLLM,
-    "lmcache_version": "0.5.6",
-    # The lab engine's emulated device memory: two engines on one device fail to start, as
-    # vLLM's do (lab/engine devices.py).
-    "env": {"KVCEPH_LAB_DEVICE_LEDGER": "/dev/shm/kvceph-lab-devices"},
-    "extra_args": [
-        "--vllm-version",
-        _VLLM,
-        "--bytes-per-token",
-        str(LAB_KV_BYTES_PER_TOKEN // 2),  # per worker, TP 2
-        "--load-bytes-per-s",
-        str(LAB_LOAD_BYTES_PER_S),
-    ],
-}
+# TP 2: each worker holds half the lab model's KV.
+kvceph_engine_profile = _lab_engine("lab-engine", _VLLM, LAB_KV_BYTES_PER_TOKEN // 2)
 kvceph_health_timeout = 60
 
 # The lab's model (lab/model.sh makes it on the controller at `make lab-up`): mirrored once into

@@ -3,6 +3,8 @@
 # a member of group "lab", whose group_data overrides the production defaults.
 import os
 
+from deploys.settings import group_data
+
 # KVCEPH_LAB_INSTANCE=N: the Nth lab beside the others (lab/lab.sh): subnet 10.213.(7+N).0/24.
 _INSTANCE = int(os.environ.get("KVCEPH_LAB_INSTANCE") or 0)
 _NET = f"10.213.{7 + _INSTANCE}"
@@ -41,30 +43,16 @@ if os.environ.get("KVCEPH_LAB_ENGINES"):
             for x, i in zip(_letters, _slots, strict=True)
         ],
     )
+# group_data/lab.py's lab-engine profile, built for another vLLM version and KV size.
+_lab_engine = group_data.read(["lab"], keep=lambda name: name == "_lab_engine")["_lab_engine"]
 # The Gaudi host emulates vLLM 0.26 (the Gaudi plugin's version) with TP=1: its own cache group.
 gaudi = [
     _host(
         "gaudi1",
         f"{_NET}.31",
         kvceph_tensor_parallel_size=1,
-        kvceph_engine_profile={
-            "name": "lab-engine-gaudi",
-            "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
-            "executable": "kvceph-lab-engine",
-            "vllm_version": "0.26.0",
-            "lmcache_version": "0.5.6",
-            # TP 1: one worker holds the lab model's whole 128 bytes per token (group_data/lab.py)
-            # The lab engine's emulated device memory (lab/engine devices.py).
-            "env": {"KVCEPH_LAB_DEVICE_LEDGER": "/dev/shm/kvceph-lab-devices"},
-            "extra_args": [
-                "--vllm-version",
-                "0.26.0",
-                "--bytes-per-token",
-                "128",
-                "--load-bytes-per-s",
-                "2000000",
-            ],
-        },
+        # TP 1: one worker holds the lab model's whole 128 bytes per token
+        kvceph_engine_profile=_lab_engine("lab-engine-gaudi", "0.26.0", 128),
     )
 ]
 

@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
 
@@ -82,6 +83,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # quiet
         pass
 
+    @contextmanager
+    def _request(self):
+        """The request's path; the request counts as in flight until its handler returns."""
+        path = self._enter()
+        try:
+            yield path
+        finally:
+            self._leave()
+
     def _enter(self):
         s = self.server
         with s.lock:
@@ -99,38 +109,42 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
+    def _lookup(self, path: str):
+        """(fault, (data, meta)) for ``path``; the object None once an error was answered (the
+        403/500 faults, 404 for a missing object). The "slow" fault waits before answering."""
+        fault = self.server.faults.get(path)
+        if fault in ("403", "500"):
+            self._status(int(fault))
+            return fault, None
+        if fault == "slow":
+            time.sleep(self.server.slow_s)
+        obj = self.server.objects.get(path)
+        if obj is None:
+            self._status(404)
+        return fault, obj
+
+    def _headers(self, code: int, length: int, meta: dict):
+        """The status line and the headers HEAD and GET share (the caller ends them)."""
+        self.send_response(code)
+        self.send_header("Content-Length", str(length))
+        self.send_header("ETag", '"0"')
+        for k, v in meta.items():
+            self.send_header(k, v)
+
     def do_HEAD(self):
-        path = self._enter()
-        try:
+        with self._request() as path:
             time.sleep(self.server.head_delay_s)
-            fault = self.server.faults.get(path)
-            if fault in ("403", "500"):
-                return self._status(int(fault))
-            if fault == "slow":
-                time.sleep(self.server.slow_s)
-            obj = self.server.objects.get(path)
+            fault, obj = self._lookup(path)
             if obj is None:
-                return self._status(404)
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(obj[0])))
-            self.send_header("ETag", '"0"')
-            for k, v in obj[1].items():
-                self.send_header(k, v)
+                return
+            self._headers(200, len(obj[0]), obj[1])
             self.end_headers()
-        finally:
-            self._leave()
 
     def do_GET(self):
-        path = self._enter()
-        try:
-            fault = self.server.faults.get(path)
-            if fault in ("403", "500"):
-                return self._status(int(fault))
-            if fault == "slow":
-                time.sleep(self.server.slow_s)
-            obj = self.server.objects.get(path)
+        with self._request() as path:
+            fault, obj = self._lookup(path)
             if obj is None:
-                return self._status(404)
+                return
             data, meta = obj
             if fault == "corrupt":
                 data = bytes([data[0] ^ 0xFF]) + data[1:]
@@ -143,13 +157,9 @@ class _Handler(BaseHTTPRequestHandler):
                 a, _, b = rng[6:].partition("-")
                 start, end = int(a), min(int(b) if b else total - 1, total - 1)
             body = data[start : end + 1]
-            self.send_response(206 if rng else 200)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("ETag", '"0"')
+            self._headers(206 if rng else 200, len(body), meta)
             if rng:
                 self.send_header("Content-Range", f"bytes {start}-{end}/{total}")
-            for k, v in meta.items():
-                self.send_header(k, v)
             self.end_headers()
             if fault == "drip":  # the whole body, slowly: drip_s in ten pieces
                 step = max(1, len(body) // 10)
@@ -166,12 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             self.wfile.write(body)
-        finally:
-            self._leave()
 
     def do_PUT(self):
-        path = self._enter()
-        try:
+        with self._request() as path:
             n = int(self.headers.get("Content-Length", "0"))
             data = self.rfile.read(n)
             fault = self.server.faults.get(path)
@@ -185,13 +192,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("ETag", '"0"')
             self.send_header("Content-Length", "0")
             self.end_headers()
-        finally:
-            self._leave()
 
     def do_DELETE(self):
-        path = self._enter()
-        try:
+        with self._request() as path:
             self.server.objects.pop(path, None)
             self._status(204)
-        finally:
-            self._leave()

@@ -31,10 +31,6 @@ class _CephFact(FactBase):
     # fact reports it instead of failing (a failed fact stops pyinfra with a prompt).
     failure_marker: str | None = None
 
-    @staticmethod
-    def default():
-        return None
-
     def command(
         self,
         connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
@@ -100,10 +96,6 @@ class CephConfigValue(FactBase):
     """
     One option as a daemon sees it (``ceph config get <who> <option>``), as a string.
     """
-
-    @staticmethod
-    def default():
-        return None
 
     def command(
         self,
@@ -195,10 +187,6 @@ class CephServiceSpec(FactBase):
     The exported spec of one orchestrator service (``ceph orch ls --service_name <name>
     --export``), or None when the service does not exist.
     """
-
-    @staticmethod
-    def default():
-        return None
 
     def command(
         self,
@@ -292,10 +280,6 @@ class CephSpecProbe(FactBase):
     unexpected keyword argument 'concentrator'"}`` or ``{"accepted": True, "rc": 0,
     "message": None}``. The spec travels on stdin (it holds no secret).
     """
-
-    @staticmethod
-    def default():
-        return None
 
     def command(
         self,

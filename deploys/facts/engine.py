@@ -8,7 +8,7 @@ import shlex
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from deploys.facts.probe_output import last_json_line
+from deploys.facts.probe_output import ENGINE_HEADERS, last_json_line, probe_command
 from deploys.settings import cache_key
 
 # Runs in the venv's own python: what *that* interpreter imports is what the service runs.
@@ -304,24 +304,16 @@ class ModelConfig(FactBase):
         return config if isinstance(config, dict) else None
 
 
-_READY_SCRIPT = """
+_READY_SCRIPT = (
+    """
 import json, re, sys, urllib.request
+"""
+    + ENGINE_HEADERS
+    + """
 port, model, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
 base = "http://127.0.0.1:%s" % port
 out = {"health": None, "choices": False, "error": None}
-headers = {"Content-Type": "application/json"}
-# The API key is read here, on the host, from the engine's own secrets file: it never travels
-# through pyinfra's command line or output.
-try:
-    with open(sys.argv[4]) as f:
-        for line in f:
-            if line.startswith("VLLM_API_KEY="):
-                value = line.strip().split("=", 1)[1]
-                if value[:1] == '"' and value[-1:] == '"':
-                    value = re.sub(r'\\\\(.)', r'\\1', value[1:-1])
-                headers["Authorization"] = "Bearer " + value
-except OSError:
-    pass
+headers = engine_headers(sys.argv[4], **{"Content-Type": "application/json"})
 try:
     with urllib.request.urlopen(base + "/health", timeout=timeout) as r:
         out["health"] = r.status
@@ -339,6 +331,7 @@ except Exception as exc:
     out["error"] = ("%s: %s" % (type(exc).__name__, exc))[:300]
 print(json.dumps(out))
 """
+)
 
 
 class EngineReadiness(FactBase):
@@ -355,18 +348,9 @@ class EngineReadiness(FactBase):
     def command(
         self, python: str, port: int, model: str, timeout: int = 60, secrets: str = "/dev/null"
     ):
-        return StringCommand(
-            "timeout",
-            str(2 * timeout + 10),
-            QuoteString(python),
-            "-c",
-            QuoteString(_READY_SCRIPT),
-            str(port),
-            QuoteString(model),
-            str(timeout),
-            QuoteString(secrets),
-            '2>&1 || echo \'{"health": null, "choices": false, "error": "probe failed"}\'',
-        )
+        failed = '{"health": null, "choices": false, "error": "probe failed"}'
+        args = (port, model, timeout, secrets)
+        return probe_command(2 * timeout + 10, python, _READY_SCRIPT, args, failed)
 
     def process(self, output):
         answer = last_json_line(output)
@@ -459,10 +443,6 @@ class ServiceAccount(FactBase):
     Two ``getent`` lookups, not pyinfra's ``Users`` and ``Groups``: ``Users`` loops over every
     account with ``lastlog`` and ``groups`` each, the costliest read of an inference host.
     """
-
-    @staticmethod
-    def default():
-        return None
 
     def command(self, user: str):
         u = shlex.quote(user)

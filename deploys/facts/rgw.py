@@ -16,8 +16,9 @@ from pyinfra.api.exceptions import FactProcessError
 
 from deploys import ceph_cli
 
-# Runner: argv = timeout, mode, command...; prints one JSON line (null when the subject does
-# not exist) or exits non-zero with radosgw-admin's last error line. Python 3.6 compatible.
+# Runner: argv = timeout, mode (user, bucket, usage: a bucket's stats; lc), command...; prints
+# one JSON line (null when the subject does not exist) or exits non-zero with radosgw-admin's
+# last error line. Python 3.6 compatible.
 RADOSGW_JSON = r"""
 import hashlib, json, subprocess, sys
 t, mode, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -29,6 +30,7 @@ except subprocess.TimeoutExpired:
     sys.exit("%s timed out after %ds" % (" ".join(cmd[:3]), t))
 missing = {"user": ["no user info saved"],
            "bucket": ["(2002)", "could not get bucket info", "could not init bucket"],
+           "usage": ["(2002)", "could not get bucket info", "could not init bucket"],
            "lc": ["could not init bucket"]}[mode]
 if p.returncode:
     if any(m in err for m in missing):
@@ -50,13 +52,15 @@ if mode == "user":
 elif mode == "bucket":
     data = {"bucket": data["bucket"], "owner": data["owner"],
             "bucket_quota": data.get("bucket_quota")}
+elif mode == "usage":
+    data = {"usage": data.get("usage"), "bucket_quota": data.get("bucket_quota")}
 else:
     data = [r["rule"] for r in data.get("rule_map", [])]
 print(json.dumps(data, sort_keys=True))
 """.strip()
 
 
-def _radosgw_json(timeout: int, mode: str, *args: str) -> StringCommand:
+def radosgw_json(timeout: int, mode: str, *args: str) -> StringCommand:
     # The outer timeout is a backstop; the runner's own one reports which command hung.
     return StringCommand(
         "timeout",
@@ -107,7 +111,16 @@ class RgwDnsName(FactBase):
         return "\n".join(output).strip()
 
 
-class RgwUser(FactBase):
+class _RadosgwJson(FactBase):
+    """A fact the radosgw-admin runner answers: its JSON (None: the subject does not exist)."""
+
+    requires_command = "radosgw-admin"
+
+    def process(self, output):
+        return _json(output)
+
+
+class RgwUser(_RadosgwJson):
     """
     An RGW user (``radosgw-admin user info``), or None if it does not exist.
 
@@ -120,35 +133,17 @@ class RgwUser(FactBase):
          "bucket_quota": {"enabled": True, "max_size": 4294967296, ...}, "user_quota": {...}}
     """
 
-    requires_command = "radosgw-admin"
-
     def command(self, uid: str, timeout: int = 60):
-        return _radosgw_json(timeout, "user", "user", "info", f"--uid={uid}")
-
-    @staticmethod
-    def default():
-        return None
-
-    def process(self, output):
-        return _json(output)
+        return radosgw_json(timeout, "user", "user", "info", f"--uid={uid}")
 
 
-class RgwBucket(FactBase):
+class RgwBucket(_RadosgwJson):
     """
     A bucket's owner and bucket quota (``radosgw-admin bucket stats``), or None if missing.
     """
 
-    requires_command = "radosgw-admin"
-
     def command(self, bucket: str, timeout: int = 60):
-        return _radosgw_json(timeout, "bucket", "bucket", "stats", f"--bucket={bucket}")
-
-    @staticmethod
-    def default():
-        return None
-
-    def process(self, output):
-        return _json(output)
+        return radosgw_json(timeout, "bucket", "bucket", "stats", f"--bucket={bucket}")
 
 
 # Keys of a Pacific rule dump (``radosgw-admin lc get``) this module knows how to translate.
@@ -249,11 +244,7 @@ class RgwLifecycle(FactBase):
     requires_command = "radosgw-admin"
 
     def command(self, bucket: str, timeout: int = 60):
-        return _radosgw_json(timeout, "lc", "lc", "get", f"--bucket={bucket}")
-
-    @staticmethod
-    def default():
-        return None
+        return radosgw_json(timeout, "lc", "lc", "get", f"--bucket={bucket}")
 
     def process(self, output):
         rules = _json(output)
@@ -320,10 +311,6 @@ class RgwReachable(FactBase):
             "echo",
             f"{_PROBE_FAILED}=$?",
         )
-
-    @staticmethod
-    def default():
-        return None
 
     def process(self, output):
         lines = [line.strip() for line in output if line.strip()]

@@ -8,27 +8,20 @@ import json
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from deploys.ceph_cli import ceph
-from deploys.facts.probe_output import last_json_line
+from deploys.facts.probe_output import ENGINE_HEADERS, last_json_line, probe_command
+from deploys.facts.rgw import radosgw_json
 from deploys.status import counters
 
-_ENGINE_SCRIPT = """
+_ENGINE_SCRIPT = (
+    """
 import json, re, sys, urllib.request
+"""
+    + ENGINE_HEADERS
+    + """
 port, timeout = sys.argv[1], float(sys.argv[2])
 base = "http://127.0.0.1:%s" % port
 out = {"health": None, "version": None, "metrics": None, "error": None}
-headers = {}
-# The API key is read here, on the host, from the engine's own secrets file (as the deploy's
-# readiness probe does): it never travels through a command line or back to the controller.
-try:
-    with open(sys.argv[3]) as f:
-        for line in f:
-            if line.startswith("VLLM_API_KEY="):
-                value = line.strip().split("=", 1)[1]
-                if value[:1] == '"' and value[-1:] == '"':
-                    value = re.sub(r'\\\\(.)', r'\\1', value[1:-1])
-                headers["Authorization"] = "Bearer " + value
-except OSError:
-    pass
+headers = engine_headers(sys.argv[3])
 def get(path):
     req = urllib.request.Request(base + path, headers=headers)
     with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -46,6 +39,7 @@ for path, key in (("/version", "version"), ("/metrics", "metrics")):
         out["error"] = out["error"] or ("%s: %s: %s" % (path, type(exc).__name__, exc))[:300]
 print(json.dumps(out))
 """
+)
 
 
 class EngineAnswers(FactBase):
@@ -68,17 +62,9 @@ class EngineAnswers(FactBase):
         return {"health": None, "version": None, "counters": None, "error": "no answer"}
 
     def command(self, python: str, port: int, timeout: int = 10, secrets: str = "/dev/null"):
-        return StringCommand(
-            "timeout",
-            str(3 * timeout + 10),
-            QuoteString(python),
-            "-c",
-            QuoteString(_ENGINE_SCRIPT),
-            str(port),
-            str(timeout),
-            QuoteString(secrets),
-            '2>&1 || echo \'{"error": "engine probe failed"}\'',
-        )
+        failed = '{"error": "engine probe failed"}'
+        args = (port, timeout, secrets)
+        return probe_command(3 * timeout + 10, python, _ENGINE_SCRIPT, args, failed)
 
     def process(self, output):
         answer = last_json_line(output)
@@ -157,23 +143,9 @@ class BucketUsage(FactBase):
 
     requires_command = "radosgw-admin"
 
-    @staticmethod
-    def default():
-        return None
-
     def command(self, bucket: str, timeout: int = 60):
-        return StringCommand(
-            "timeout",
-            str(timeout + 10),
-            "python3",
-            "-c",
-            QuoteString(_STATS_SCRIPT),
-            str(timeout),
-            "radosgw-admin",
-            "bucket",
-            "stats",
-            QuoteString(f"--bucket={bucket}"),
-        )
+        # RgwBucket's runner: a missing bucket prints null, any other failure exits non-zero.
+        return radosgw_json(timeout, "usage", "bucket", "stats", f"--bucket={bucket}")
 
     def process(self, output):
         try:
@@ -195,27 +167,6 @@ class BucketUsage(FactBase):
         }
 
 
-# radosgw-admin under a timeout; a missing bucket prints null (the same words RgwBucket's
-# runner knows), any other failure exits non-zero with radosgw-admin's last line.
-_STATS_SCRIPT = r"""
-import subprocess, sys
-t, cmd = int(sys.argv[1]), sys.argv[2:]
-p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
-try:
-    out, err = p.communicate(timeout=t)
-except subprocess.TimeoutExpired:
-    p.kill()
-    sys.exit("%s timed out after %ds" % (" ".join(cmd[:3]), t))
-if p.returncode:
-    if any(m in err for m in ("(2002)", "could not get bucket info", "could not init bucket")):
-        print("null")
-        sys.exit(0)
-    lines = [l for l in err.splitlines() if l.strip()] or ["exit status %d" % p.returncode]
-    sys.exit("%s: %s" % (" ".join(cmd[:3]), lines[-1]))
-print(out)
-""".strip()
-
-
 class RgwDaemons(FactBase):
     """
     The RGW daemons the manager's service map lists (``ceph service dump``): every radosgw that
@@ -227,10 +178,6 @@ class RgwDaemons(FactBase):
     (by the daemon's id, as in ``client.rgw.<id>``); None when no
     mon answered. A daemon that stopped stays listed until the manager's beacon grace ends.
     """
-
-    @staticmethod
-    def default():
-        return None
 
     def command(self, connect_timeout: int = 10, command_timeout: int = 60):
         return ceph(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import FactBase
 
-from deploys.facts.probe_output import last_json_line
+from deploys.facts.probe_output import last_json_line, probe_command
 
 # Each OS family's own tool and where it takes extra anchors from.
 TRUST_STORES = {
@@ -97,17 +97,9 @@ class TlsHandshake(FactBase):
         return {"ok": False, "problem": "no answer from the probe"}
 
     def command(self, python: str, server: str, port: int, timeout: int = 10):
-        return StringCommand(
-            "timeout",
-            str(3 * timeout + 5),
-            QuoteString(python),
-            "-c",
-            QuoteString(_HANDSHAKE_SCRIPT),
-            QuoteString(server),
-            str(port),
-            str(timeout),
-            '2>&1 || echo \'{"ok": false, "problem": "probe failed or timed out"}\'',
-        )
+        failed = '{"ok": false, "problem": "probe failed or timed out"}'
+        args = (server, port, timeout)
+        return probe_command(3 * timeout + 5, python, _HANDSHAKE_SCRIPT, args, failed)
 
     def process(self, output):
         answer = last_json_line(output)

@@ -156,6 +156,17 @@ def directory(
         host.noop(f"{path} is a directory with the right owner and mode")
 
 
+def named_directory(label: str, path: str, mode: str, owner: str = "root") -> None:
+    """One directory, ``"<label> <path>"`` in the plan, ``owner`` its user and group.
+
+    + label: what the directory is, e.g. ``"Config directory"``
+    + path: the directory on the host
+    + mode: its permissions
+    + owner: its user and group (root by default)
+    """
+    directory(name=f"{label} {path}", path=path, user=owner, group=owner, mode=mode)
+
+
 def helper_script(
     label: str,
     path: str,
@@ -179,11 +190,5 @@ def helper_script(
     + directory_mode: the directory's permissions
     """
     if directory_label is not None:
-        directory(
-            name=f"{directory_label} {paths.SCRIPT_DIR}",
-            path=paths.SCRIPT_DIR,
-            user="root",
-            group="root",
-            mode=directory_mode,
-        )
+        named_directory(directory_label, paths.SCRIPT_DIR, directory_mode)
     atomic_file(name=f"{label} {path}", path=path, content=content, mode=mode)

@@ -90,6 +90,9 @@ class Worker:
                 tls_opts.set_alpn_list(["h2", "http/1.1"])
             except Exception:
                 tls_opts = None
+        # LMCache passes no throughput target (awscrt then sizes its pool for 10 Gb/s); the
+        # H200 read benchmark (hw/h200/getbench.py) may set one.
+        target = getattr(args, "throughput_target_gbps", None)
         self.client = s3.S3Client(
             bootstrap=bootstrap,
             region=args.region,
@@ -98,6 +101,7 @@ class Worker:
             tls_mode=s3.S3RequestTlsMode.DISABLED
             if args.disable_tls
             else s3.S3RequestTlsMode.ENABLED,
+            **({"throughput_target_gbps": target} if target else {}),
         )
 
     def request(self, method, key, rtype, body=None, sink=None, op=None):

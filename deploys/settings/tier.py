@@ -33,6 +33,8 @@ class TierSettings:
     connector: str  # "lmcache" | "kvceph"
     connections: int
     timeout_s: float
+    # None: GET bodies through awscrt's callback; a directory (tmpfs): CRT writes them there.
+    receive_dir: str | None
     # None: the crossover (measured by verify.py, else 0 = never skip); an int: fixed.
     min_hit_tokens: int | None
     measured_dir: str
@@ -84,6 +86,11 @@ def load(r, accelerator: str) -> TierSettings:
         connector=connector,
         connections=r.int("kvceph_connector_connections", DEFAULT_CONNECTIONS, lo=1, hi=512),
         timeout_s=float(timeout),
+        receive_dir=(
+            r.path("kvceph_connector_receive_dir")
+            if r.raw("kvceph_connector_receive_dir", None) is not None
+            else None
+        ),
         min_hit_tokens=r.opt_int("kvceph_min_hit_tokens", lo=0),
         measured_dir=r.str("kvceph_measured_dir", DEFAULT_MEASURED_DIR),
         prefill_points=points,

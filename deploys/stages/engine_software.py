@@ -133,13 +133,7 @@ def _engine_packages(me: HostSettings) -> None:
     engine_ops.service_account(
         name=f"Service account {e.service_user}", user=e.service_user, home=e.service_home
     )
-    kvfiles.directory(
-        name=f"Service home {e.service_home}",
-        path=e.service_home,
-        user=e.service_user,
-        group=e.service_user,
-        mode="0750",
-    )
+    kvfiles.named_directory("Service home", e.service_home, "0750", owner=e.service_user)
 
     if me.lmcache.hash_algorithm == "builtin":
         # Python's hash() differs across minors: read every group member's venv Python.

@@ -89,13 +89,7 @@ def apply(me: HostSettings, checked) -> None:
     for warning in cache_key_changes(in_use, me):
         logger.warning(warning)
 
-    files.directory(
-        name=f"Config directory {paths.CONFIG_DIR}",
-        path=paths.CONFIG_DIR,
-        user="root",
-        group="root",
-        mode="0755",
-    )
+    files.named_directory("Config directory", paths.CONFIG_DIR, "0755")
     files.atomic_file(
         name=f"LMCache config {paths.LMCACHE_PATH}",
         path=paths.LMCACHE_PATH,
@@ -107,7 +101,7 @@ def apply(me: HostSettings, checked) -> None:
 
     # The directory is 0700 before any file lands in it; the files are written privately.
     aws = render.aws_dir(me)
-    files.directory(name=f"AWS directory {aws}", path=aws, user=user, group=user, mode="0700")
+    files.named_directory("AWS directory", aws, "0700", owner=user)
     files.private_file(
         name=f"AWS credentials {aws}/credentials",
         path=f"{aws}/credentials",

@@ -14,20 +14,16 @@ from deploys import paths
 from deploys.operations import files, model
 from deploys.secrets import Secret
 from deploys.settings import HostSettings
+from deploys.stages import s3_tier
 
 PULL_JOBS = 8
 
 
 def reader_config(me: HostSettings, credentials) -> Secret:
     """The read-only key's INI (root 0600): the mirror as this host reaches the KV bucket."""
-    return Secret(
-        "# kvceph: the model mirror's read-only key (written by pyinfra; 0600)\n"
-        "[s3]\n"
-        f"endpoint = {me.s3.endpoint}\n"
-        f"region = {me.s3.region}\n"
-        f"access_key = {credentials.models_access_key.reveal()}\n"
-        f"secret_key = {credentials.models_secret_key.reveal()}\n"
-    )
+    keys = (credentials.models_access_key, credentials.models_secret_key)
+    what = "kvceph: the model mirror's read-only key"
+    return Secret(s3_tier.s3_ini(what, me.s3.endpoint, me.s3.region, *keys))
 
 
 @deploy("Model weights")

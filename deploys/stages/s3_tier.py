@@ -28,16 +28,23 @@ RGW_PROBE_DELAY = 2
 RGW_PROBE_TRIES_DEPLOYING = 20  # about 2.5 min for cephadm to (re)start RGW
 
 
-def admin_config(me: HostSettings, access_key, secret_key) -> str:
-    """INI text for s3admin.py; the only place the keys are revealed."""
+def s3_ini(what: str, endpoint: str, region: str, access_key, secret_key) -> str:
+    """The INI s3admin.py and model_mirror.py read (``[s3]`` endpoint, region and one key
+    pair, ``what`` in its first line); the only place the keys are revealed."""
     return (
-        "# kvceph S3 tier: keys of the LMCache RGW user (written by pyinfra; 0600)\n"
+        f"# {what} (written by pyinfra; 0600)\n"
         "[s3]\n"
-        f"endpoint = {me.s3.admin_endpoint}\n"
-        f"region = {me.s3.region}\n"
+        f"endpoint = {endpoint}\n"
+        f"region = {region}\n"
         f"access_key = {access_key.reveal()}\n"
         f"secret_key = {secret_key.reveal()}\n"
     )
+
+
+def admin_config(me: HostSettings, access_key, secret_key) -> str:
+    """INI text for s3admin.py on the admin host (RGW's admin endpoint)."""
+    what = "kvceph S3 tier: keys of the LMCache RGW user"
+    return s3_ini(what, me.s3.admin_endpoint, me.s3.region, access_key, secret_key)
 
 
 def refusals(me: HostSettings, creds, rules: list[dict], allow_removal: bool, timeout: int):
@@ -78,13 +85,7 @@ def rgw_spec_changes(me: HostSettings, timeouts: dict) -> bool:
 def install_admin_tools(me: HostSettings, creds) -> None:
     """The S3 admin helper and its private key file on the admin host (S3 tier, rotate.py)."""
     kvfiles.helper_script("S3 admin helper", paths.ADMIN_SCRIPT, paths.ADMIN_SOURCE.read_text())
-    kvfiles.directory(
-        name=f"Private directory {paths.ADMIN_DIR}",
-        path=paths.ADMIN_DIR,
-        user="root",
-        group="root",
-        mode="700",
-    )
+    kvfiles.named_directory("Private directory", paths.ADMIN_DIR, "700")
     kvfiles.private_file(
         name=f"S3 admin credentials {paths.ADMIN_CONFIG}",
         path=paths.ADMIN_CONFIG,

@@ -305,18 +305,17 @@ class Runner:
                 StepResult(
                     a.name,
                     "warm",
-                    self._below(a, cold, hit)
-                    if cold.below_crossover
-                    else verdicts.warm(
-                        hit=hit,
-                        expected_hit=cold.expected_hit,
-                        metric=metric,
+                    self._verdict(
+                        verdicts.warm,
+                        a,
+                        a,
+                        cold,
+                        hit,
+                        metric,
                         warm_ttft=got.ttft,
-                        cold_ttft=cold.ttft,
                         ratio=self.o.warm_ratio,
                         kv_bytes=cold.kv_bytes,
                         objects=len(cold.created),
-                        **self._hit_diagnosis(a, cold, hit),
                     ),
                     ttft=got.ttft,
                     hit_tokens=hit,
@@ -348,16 +347,15 @@ class Runner:
                     StepResult(
                         b.name,
                         step,
-                        self._below(a, cold, hit)
-                        if cold.below_crossover
-                        else verdicts.cross_node(
-                            hit=hit,
-                            expected_hit=cold.expected_hit,
-                            metric=metric,
+                        self._verdict(
+                            verdicts.cross_node,
+                            a,
+                            b,
+                            cold,
+                            hit,
+                            metric,
                             writer=a.name,
                             ttft=got.ttft,
-                            cold_ttft=cold.ttft,
-                            **self._hit_diagnosis(b, cold, hit),
                         ),
                         ttft=got.ttft,
                         hit_tokens=hit,
@@ -366,6 +364,21 @@ class Runner:
                 )
             except CheckFailed as exc:
                 self._failed(b, step, exc, cold)
+
+    def _verdict(self, judge, a: Target, t: Target, cold: Cold, hit, metric, **more) -> Verdict:
+        """``t``'s verdict on A's document: below A's crossover, :meth:`_below`'s; else
+        ``judge``'s (verdicts.warm, verdicts.cross_node) on the hit, with ``more`` of its
+        arguments and, when the hit fell short, the diagnosis."""
+        if cold.below_crossover:
+            return self._below(a, cold, hit)
+        return judge(
+            hit=hit,
+            expected_hit=cold.expected_hit,
+            metric=metric,
+            cold_ttft=cold.ttft,
+            **more,
+            **self._hit_diagnosis(t, cold, hit),
+        )
 
     @staticmethod
     def _below(a: Target, cold: Cold, hit: int | None) -> Verdict:

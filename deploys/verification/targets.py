@@ -4,7 +4,7 @@ them (:class:`Target`), which peer reads whose objects, and the run's bounds (:c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from deploys.verification import bookkeeping
 
@@ -64,17 +64,9 @@ class Options:
 
     @classmethod
     def from_settings(cls, vs) -> Options:
+        """Every figure from VerifySettings ``vs`` under its own name (poll_interval: tests')."""
         return cls(
-            document_tokens=vs.document_tokens,
-            output_tokens=vs.output_tokens,
-            warm_ratio=vs.warm_ratio,
-            fallback_tolerance=vs.fallback_tolerance,
-            request_timeout=vs.request_timeout,
-            restart_timeout=vs.restart_timeout,
-            s3_timeout=vs.s3_timeout,
-            objects_timeout=vs.objects_timeout,
-            clock_skew=vs.clock_skew,
-            cleanup=vs.cleanup,
+            **{f.name: getattr(vs, f.name) for f in fields(cls) if f.name != "poll_interval"}
         )
 
 

@@ -13,6 +13,9 @@ RGW_COUNT=${RGW_COUNT:-4}; MON_PORT=${MON_PORT:-3300}; S3_PORT=${S3_PORT:-7480}
 RGW_BASE_PORT=${RGW_BASE_PORT:-7481}; DNS_NAME=${DNS_NAME:-s3.lab}; BUCKET=${BUCKET:-lmcache}
 PY=${PY:-python3}; CREDS=${CREDS:?CREDS=rendered credentials file}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# the ceph.conf lines shared with the lab's single-node cluster (ship.sh packs the file)
+# shellcheck source=lab/ceph/conf.sh
+. "$HERE/../../lab/ceph/conf.sh"
 L=$P/usr/lib/x86_64-linux-gnu; B=$P/usr/bin
 export CEPH_CONF=$D/ceph.conf
 CL="$L:$L/ceph:$P/lib"
@@ -31,22 +34,8 @@ for f in "$D"/run/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done;
 rm -rf "$D" "$OSD_DIR"/osd; mkdir -p "$D"/{keys,log,run,mon/a,crash} "$OSD_DIR/osd"
 FSID=$(cat /proc/sys/kernel/random/uuid)
 {
+ceph_conf_global "$FSID" "$MON_PORT" "$D" "$OSD_DIR"
 cat <<EOC
-[global]
-fsid = $FSID
-mon_host = v2:127.0.0.1:$MON_PORT
-public_addr = 127.0.0.1
-cluster_addr = 127.0.0.1
-auth_cluster_required = cephx
-auth_service_required = cephx
-auth_client_required = cephx
-keyring = $D/keys/\$name.keyring
-log_file = $D/log/\$name.log
-admin_socket = $D/run/\$name.asok
-run_dir = $D/run
-crash_dir = $D/crash
-mon_data = $D/mon/\$id
-osd_data = $OSD_DIR/osd/\$id
 plugin_dir = $L/ceph
 erasure_code_dir = $L/ceph/erasure-code
 osd_class_dir = $L/rados-classes

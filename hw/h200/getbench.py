@@ -3,21 +3,23 @@
 
     getbench.py HOST:PORT BUCKET MAX_GB [TARGET_GBPS]      (env: HOME, AWS_PROFILE as the engine's)
 
-GETs the bucket's objects (up to MAX_GB) all at once, the way LMCache's S3 connector does: an
-``S3Client`` on its default settings (LMCache passes no throughput target; awscrt then sizes its
-connection pool for 10 Gb/s), virtual-host ``Host`` header, TLS off. TARGET_GBPS sets
-``throughput_target_gbps`` instead, to see whether the client or the server is the limit.
-Prints one JSON line.
+GETs the bucket's objects (up to MAX_GB) all at once, the way LMCache's S3 connector does, with
+the cache probe's client and GET path (deploys/remote/s3probe.py: an ``S3Client`` on LMCache's
+default settings, no throughput target, so awscrt sizes its connection pool for 10 Gb/s;
+virtual-host ``Host`` header, TLS off). TARGET_GBPS sets ``throughput_target_gbps`` instead, to
+see whether the client or the server is the limit. Prints one JSON line.
 """
 
 import json
 import sys
 import time
-from urllib.parse import quote
+from pathlib import Path
+from types import SimpleNamespace
 
 import boto3
-from awscrt import auth, io, s3
-from awscrt.http import HttpHeaders, HttpRequest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout (or the pack)
+from deploys.remote import s3probe  # noqa: E402
 
 
 def main(host: str, bucket: str, max_gb: float, target: float | None) -> dict:
@@ -27,47 +29,32 @@ def main(host: str, bucket: str, max_gb: float, target: float | None) -> dict:
         for p in b.get_paginator("list_objects_v2").paginate(Bucket=bucket)
         for o in p.get("Contents", ())
     ]
-    keys, total = [], 0
+    keys, sizes = [], []
     for o in sorted(found, key=lambda o: o["Key"]):
-        if total >= max_gb * 1e9:
+        if sum(sizes) >= max_gb * 1e9:
             break
         keys.append(o["Key"])
-        total += o["Size"]
-    elg = io.EventLoopGroup(64)  # LMCache's s3_num_io_threads default
-    boot = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
-    creds = auth.AwsCredentialsProvider.new_default_chain(boot)
-    extra = {"throughput_target_gbps": target} if target else {}
-    client = s3.S3Client(
-        bootstrap=boot, region="default", tls_mode=s3.S3RequestTlsMode.DISABLED, **extra
-    )
-    got = [0]
-
-    def on_body(chunk, offset, **kw):
-        got[0] += len(chunk)
-
-    t = time.perf_counter()
-    reqs = []
-    for k in keys:
-        h = HttpHeaders()
-        h.add("Host", f"{bucket}.{host}")
-        reqs.append(
-            s3.S3Request(
-                client=client,
-                type=s3.S3RequestType.GET_OBJECT,
-                request=HttpRequest("GET", "/" + quote(k), h),
-                on_body=on_body,
-                credential_provider=creds,
-                region="default",
-            )
+        sizes.append(o["Size"])
+    worker = s3probe.Worker(
+        SimpleNamespace(
+            endpoint=f"{bucket}.{host}",
+            region="default",
+            io_threads=64,  # LMCache's s3_num_io_threads default
+            prefer_http2=False,
+            disable_tls=True,
+            throughput_target_gbps=target,
         )
-    for r in reqs:
-        r.finished_future.result(timeout=600)
+    )
+    buffers = [bytearray(n) for n in sizes]
+    t = time.perf_counter()
+    s3probe.get_all(worker, keys, buffers)
     dt = time.perf_counter() - t
+    got = sum(len(buf) for buf in buffers)
     return {
         "objects": len(keys),
-        "bytes": got[0],
+        "bytes": got,
         "s": round(dt, 3),
-        "GBps": round(got[0] / dt / 1e9, 3),
+        "GBps": round(got / dt / 1e9, 3),
         "throughput_target_gbps": target or "default (10)",
     }
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Lay out what the device calls carry, in DEST/.ship (DEST: the checkout the device tool sends;
 # add /.ship/ to its .git/info/exclude):
-#   .ship/code/       deploys/, templates/ and hw/ of this worktree (run from here on the GPU machine)
+#   .ship/code/       deploys/, templates/, hw/ and lab/ceph/conf.sh (ceph-up.sh sources it) of this
+#                     worktree (run from here on the GPU machine)
 #   .ship/rendered/   kvceph's files for the h200 inventory, one directory per variant of
 #                     plan.txt, rendered with one throwaway S3 key pair (see VARIANTS below)
 #   .ship/meta/       SHA256SUMS of the parts, kvceph's connector wheel (whl/), LMCache's csrc
@@ -14,7 +15,7 @@ HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 DEST=${1:?DEST: the checkout that travels}; PARTS=${2:-/tmp/h200-parts}
 PY=${PY:-$REPO/.venv/bin/python}
 S=$DEST/.ship; rm -rf "$S"; mkdir -p "$S/code" "$S/rendered" "$S/meta/whl"
-(cd "$REPO" && git ls-files -co --exclude-standard deploys templates hw | tar -cf - -T -) | tar -xf - -C "$S/code"
+(cd "$REPO" && git ls-files -co --exclude-standard deploys templates hw lab/ceph/conf.sh | tar -cf - -T -) | tar -xf - -C "$S/code"
 export KVCEPH_S3_ACCESS_KEY=${KVCEPH_S3_ACCESS_KEY:-H200$(openssl rand -hex 8 | tr a-f A-F)}
 export KVCEPH_S3_SECRET_KEY=${KVCEPH_S3_SECRET_KEY:-$(openssl rand -base64 30 | tr -d '/+=\n')}
 # Every variant pins 31.5 GiB (LMCache's torch fallback rounds its buffer up to a power of two:
@@ -33,6 +34,7 @@ r kv-r06 $KV kvceph_verify_warm_ratio=0.6      # the verifier at 16k: warm <= 0.
 r kv-r05 $KV kvceph_verify_warm_ratio=0.5      # at 32k: warm <= 0.5 x cold
 r kv1024 $KV kvceph_lmcache_chunk_size=1024
 r kvfp8 $KV kvceph_kv_dtype=fp8
+r kvshm $KV kvceph_connector_receive_dir=/dev/shm   # GET bodies via files on tmpfs
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
 for d in "$S"/rendered/*/; do v=$(basename "$d")

@@ -13,6 +13,8 @@ NUM_OSDS=${NUM_OSDS:-2}; OSD_STORE=${OSD_STORE:-memstore}; OSD_SIZE_GB=${OSD_SIZ
 MON_PORT=${MON_PORT:-3300}; RGW_PORT=${RGW_PORT:-7480}
 AK=${S3_ACCESS_KEY:-testaccess}; SK=${S3_SECRET_KEY:-testsecret}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lab/ceph/conf.sh
+. "$HERE/conf.sh"
 export CEPH_CONF=$DATA/ceph.conf
 T0=$(date +%s.%N)
 say() { awk -v t0="$T0" -v t="$(date +%s.%N)" -v m="$*" 'BEGIN{printf "[%6.1fs] %s\n", t-t0, m}'; }
@@ -50,23 +52,8 @@ for p in "$MON_PORT" "$RGW_PORT"; do   # fail fast if another cluster holds our 
 done
 mkdir -p "$DATA"/{keys,log,run,mon/a,mgr/x,rgw}; touch "$DATA/.ceph-lab"
 FSID=$(uuidgen)
-cat >"$CEPH_CONF" <<EOF
-[global]
-fsid = $FSID
-mon_host = v2:127.0.0.1:$MON_PORT
-public_addr = 127.0.0.1
-cluster_addr = 127.0.0.1
-auth_cluster_required = cephx
-auth_service_required = cephx
-auth_client_required = cephx
-keyring = $DATA/keys/\$name.keyring
-log_file = $DATA/log/\$name.log
-admin_socket = $DATA/run/\$name.asok
-run_dir = $DATA/run
-crash_dir = $DATA/crash
-mon_data = $DATA/mon/\$id
+{ ceph_conf_global "$FSID" "$MON_PORT" "$DATA" "$DATA"; cat <<EOF
 mgr_data = $DATA/mgr/\$id
-osd_data = $DATA/osd/\$id
 osd_objectstore = $OSD_STORE
 memstore_device_bytes = $((OSD_SIZE_GB << 30))
 bluestore_block_size = $((OSD_SIZE_GB << 30))
@@ -83,6 +70,7 @@ admin_socket =
 rgw_data = $DATA/rgw
 rgw_frontends = beast endpoint=127.0.0.1:$RGW_PORT
 EOF
+} >"$CEPH_CONF"
 
 # --- mon
 ceph-authtool --create-keyring "$DATA/keys/client.admin.keyring" --gen-key -n client.admin \

@@ -78,14 +78,17 @@ chroot_mounts() {  # chroot_mounts DIR: API filesystems for a chroot apt run (no
   mount --bind "$M/run/kvlab-resolv.conf" "$M/etc/resolv.conf"
 }
 
-build_ceph() {
-  local stamp="$IMAGE_VERSION $CEPH_PKGS $(cat "$IMG/base.stamp")"
-  if [ -f "$IMG/ceph.stamp" ] && [ "$(cat "$IMG/ceph.stamp")" = "$stamp" ]; then return 0; fi
+# build_layer NAME STAMP "WHAT (DETAIL)" PKGS FINISH: the overlay layer $IMG/NAME on top of base,
+# PKGS apt-installed in a chroot (no service starts), then FINISH run with the mounted tree as $1
+# (what the layer adds besides its packages); skipped while $IMG/NAME.stamp says STAMP.
+build_layer() {
+  local name=$1 stamp=$2 what=$3 pkgs=$4 finish=$5
+  if [ -f "$IMG/$name.stamp" ] && [ "$(cat "$IMG/$name.stamp")" = "$stamp" ]; then return 0; fi
   local t0; t0=$(date +%s)
-  log "building ceph layer (Ceph Pacific + haproxy, chroot apt-get) ..."
+  log "building $what ..."
   local L=$IMG/ceph.tmp W=$IMG/ceph.work M=$IMG/ceph.mnt
   cleanup_ceph_build
-  rm -rf "$IMG/ceph" "$IMG/ceph.stamp" "$L" "$W"
+  rm -rf "${IMG:?}/$name" "$IMG/$name.stamp" "$L" "$W"
   mkdir -p "$L" "$W" "$M"
   mount -t overlay overlay -o "lowerdir=$IMG/base,upperdir=$L,workdir=$W" "$M"
   trap cleanup_ceph_build EXIT
@@ -94,58 +97,47 @@ build_ceph() {
   chroot "$M" env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
   # shellcheck disable=SC2086
   chroot "$M" env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=600 \
-    -o Dpkg::Use-Pty=0 install --no-install-recommends $CEPH_PKGS >"$IMG/ceph-build.log" 2>&1 ||
-    { tail -30 "$IMG/ceph-build.log" >&2; exit 1; }
+    -o Dpkg::Use-Pty=0 install --no-install-recommends $pkgs >"$IMG/$name-build.log" 2>&1 ||
+    { tail -30 "$IMG/$name-build.log" >&2; exit 1; }
   rm -f "$M/usr/sbin/policy-rc.d"
   chroot "$M" apt-get clean
   rm -rf "$M"/var/lib/apt/lists/*_Packages "$M"/var/lib/apt/lists/*_InRelease
-  # Ceph's own units are not used in the lab (kvlab-ceph.service runs the daemons)
-  for u in ceph-crash.service ceph.target ceph-mon.target ceph-mgr.target ceph-osd.target \
-           ceph-radosgw.target ceph-mds.target; do
-    ln -sf /dev/null "$M/etc/systemd/system/$u"
-  done
-  chroot "$M" ceph --version >&2
+  "$finish" "$M"
   cleanup_ceph_build
   trap - EXIT
   rm -rf "$W"
-  mv "$L" "$IMG/ceph"
-  echo "$stamp" >"$IMG/ceph.stamp"
-  log "ceph layer ready in $(($(date +%s) - t0)) s ($(du -sh "$IMG/ceph" | cut -f1))"
+  mv "$L" "$IMG/$name"
+  echo "$stamp" >"$IMG/$name.stamp"
+  log "${what%% (*} ready in $(($(date +%s) - t0)) s ($(du -sh "$IMG/$name" | cut -f1))"
+}
+
+finish_ceph() {
+  # Ceph's own units are not used in the lab (kvlab-ceph.service runs the daemons)
+  for u in ceph-crash.service ceph.target ceph-mon.target ceph-mgr.target ceph-osd.target \
+           ceph-radosgw.target ceph-mds.target; do
+    ln -sf /dev/null "$1/etc/systemd/system/$u"
+  done
+  chroot "$1" ceph --version >&2
+}
+
+build_ceph() {
+  build_layer ceph "$IMAGE_VERSION $CEPH_PKGS $(cat "$IMG/base.stamp")" \
+    "ceph layer (Ceph Pacific + haproxy, chroot apt-get)" "$CEPH_PKGS" finish_ceph
 }
 
 # ceph1 of the cephadm lab: a plain Debian host a cephadm cluster can be bootstrapped on (podman,
 # lvm2, a time-sync unit, the cephadm zipapp); the Ceph daemons come as container images.
 CEPHADM_HOST_PKGS="podman crun conmon catatonit lvm2 chrony python3-yaml python3-boto3 uuid-runtime"
 
+finish_cephadm_host() {
+  ln -sfn /var/lib/kvlab-images/cephadm "$1/usr/sbin/cephadm"  # the zipapp, bound in read-only
+  cp -a "$HERE/../cephadm/host/." "$1/"
+}
+
 build_cephadm_host() {
-  local stamp="$IMAGE_VERSION $CEPHADM_HOST_PKGS $(cat "$IMG/base.stamp") $(cd "$HERE/../cephadm/host" && find . -type f -exec md5sum {} + | sort | md5sum)"
-  if [ -f "$IMG/cephadm.stamp" ] && [ "$(cat "$IMG/cephadm.stamp")" = "$stamp" ]; then return 0; fi
-  local t0; t0=$(date +%s)
-  log "building cephadm host layer (podman, lvm2, chrony, cephadm) ..."
-  local L=$IMG/ceph.tmp W=$IMG/ceph.work M=$IMG/ceph.mnt
-  cleanup_ceph_build
-  rm -rf "$IMG/cephadm" "$IMG/cephadm.stamp" "$L" "$W"
-  mkdir -p "$L" "$W" "$M"
-  mount -t overlay overlay -o "lowerdir=$IMG/base,upperdir=$L,workdir=$W" "$M"
-  trap cleanup_ceph_build EXIT
-  chroot_mounts "$M"
-  printf '#!/bin/sh\nexit 101\n' >"$M/usr/sbin/policy-rc.d"; chmod 755 "$M/usr/sbin/policy-rc.d"
-  chroot "$M" env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
-  # shellcheck disable=SC2086
-  chroot "$M" env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=600 \
-    -o Dpkg::Use-Pty=0 install --no-install-recommends $CEPHADM_HOST_PKGS >"$IMG/cephadm-build.log" 2>&1 ||
-    { tail -30 "$IMG/cephadm-build.log" >&2; exit 1; }
-  rm -f "$M/usr/sbin/policy-rc.d"
-  chroot "$M" apt-get clean
-  rm -rf "$M"/var/lib/apt/lists/*_Packages "$M"/var/lib/apt/lists/*_InRelease
-  ln -sfn /var/lib/kvlab-images/cephadm "$M/usr/sbin/cephadm"  # the zipapp, bound in read-only
-  cp -a "$HERE/../cephadm/host/." "$M/"
-  cleanup_ceph_build
-  trap - EXIT
-  rm -rf "$W"
-  mv "$L" "$IMG/cephadm"
-  echo "$stamp" >"$IMG/cephadm.stamp"
-  log "cephadm host layer ready in $(($(date +%s) - t0)) s ($(du -sh "$IMG/cephadm" | cut -f1))"
+  local files; files=$(cd "$HERE/../cephadm/host" && find . -type f -exec md5sum {} + | sort | md5sum)
+  build_layer cephadm "$IMAGE_VERSION $CEPHADM_HOST_PKGS $(cat "$IMG/base.stamp") $files" \
+    "cephadm host layer (podman, lvm2, chrony, cephadm)" "$CEPHADM_HOST_PKGS" finish_cephadm_host
 }
 
 cleanup_ceph_build() {

@@ -173,26 +173,30 @@ def pyinfra(
     return Run(proc.returncode, proc.stdout + proc.stderr, results, time.monotonic() - started)
 
 
+def ssh_argv(host: str) -> list[str]:
+    """``ssh`` to a lab host as root: the lab's key, its pinned host keys, no prompt."""
+    return [
+        "ssh",
+        "-i",
+        str(LAB_DIR / "id_ed25519"),
+        "-o",
+        f"UserKnownHostsFile={LAB_DIR / 'known_hosts'}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=10",
+        f"root@{HOSTS[host]}",
+    ]
+
+
 def ssh(
     host: str, command: str, check: bool = True, timeout: int = 120
 ) -> subprocess.CompletedProcess:
     """Run a command on a lab host over real SSH, with strict host key checking."""
     proc = subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(LAB_DIR / "id_ed25519"),
-            "-o",
-            f"UserKnownHostsFile={LAB_DIR / 'known_hosts'}",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ConnectTimeout=10",
-            f"root@{HOSTS[host]}",
-            command,
-        ],
+        [*ssh_argv(host), command],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -262,7 +266,9 @@ def secrets() -> dict[str, str]:
     return dict(line.split("=", 1) for line in SECRETS.read_text().splitlines() if "=" in line)
 
 
-def path_style_client(endpoint: str, access_key: str, secret_key: str):
+def path_style_client(
+    endpoint: str, access_key: str, secret_key: str, read_timeout: int = 30, attempts: int = 2
+):
     """A boto3 S3 client as the tests use it: path-style, bounded timeouts and retries."""
     import boto3
     from botocore.config import Config
@@ -277,8 +283,8 @@ def path_style_client(endpoint: str, access_key: str, secret_key: str):
         config=Config(
             s3={"addressing_style": "path"},
             connect_timeout=5,
-            read_timeout=30,
-            retries={"max_attempts": 2},
+            read_timeout=read_timeout,
+            retries={"max_attempts": attempts},
         ),
     )
 

@@ -20,7 +20,16 @@ import secrets as random
 import threading
 import time
 
-from conftest import CA_BUNDLE, HOSTS, INFERENCE, S3_ADMIN_URL, SECRETS, pyinfra, secrets, ssh
+from conftest import (
+    HOSTS,
+    INFERENCE,
+    S3_ADMIN_URL,
+    SECRETS,
+    path_style_client,
+    pyinfra,
+    secrets,
+    ssh,
+)
 from lab_client import completion, long_prompt
 from lmcache_log import PREFILTER, trouble
 
@@ -39,24 +48,9 @@ def new_keys() -> dict[str, str]:
 
 def rejected(access_key: str, secret_key: str) -> str | None:
     """RGW's refusal of these keys (None: accepted), asked like an engine would."""
-    import boto3
-    from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
 
-    client = boto3.client(
-        "s3",
-        endpoint_url=S3_ADMIN_URL,
-        region_name="default",
-        aws_access_key_id=access_key,
-        aws_secret_access_key=secret_key,
-        verify=CA_BUNDLE if S3_ADMIN_URL.startswith("https:") else None,
-        config=Config(
-            s3={"addressing_style": "path"},
-            connect_timeout=5,
-            read_timeout=10,
-            retries={"max_attempts": 1},
-        ),
-    )
+    client = path_style_client(S3_ADMIN_URL, access_key, secret_key, read_timeout=10, attempts=1)
     try:
         client.head_bucket(Bucket=BUCKET)
     except ClientError as exc:

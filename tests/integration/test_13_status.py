@@ -14,7 +14,6 @@ import pytest
 from conftest import (
     HOSTS,
     INFERENCE,
-    LAB_DIR,
     PYINFRA,
     REPO,
     SECRETS,
@@ -22,6 +21,7 @@ from conftest import (
     pyinfra,
     s3_client,
     ssh,
+    ssh_argv,
 )
 from lab_client import metric, wait_health
 
@@ -109,12 +109,6 @@ def first(converged, tmp_path_factory):
     after = snapshot()
     return {"run": run, "doc": json.loads(path.read_text()), "path": path, "before": before,
             "after": after, "probed": probed}  # fmt: skip
-
-
-def ssh_argv(host: str) -> list[str]:
-    return ["ssh", "-i", str(LAB_DIR / "id_ed25519"), "-o",
-            f"UserKnownHostsFile={LAB_DIR / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
-            "-o", "BatchMode=yes", f"root@{HOSTS[host]}"]  # fmt: skip
 
 
 def test_every_field_is_present_and_true(first):

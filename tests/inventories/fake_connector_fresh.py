@@ -7,12 +7,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_facts  # noqa: E402
 
-fake_facts.export_fake_credentials()
 _LAYOUT = fake_facts.Layout(
     "fake_connector_fresh", converged=False, kvceph_connector=("@fake/gpu1", "@fake/gpu2")
 )
-_groups = fake_facts.inventory(_LAYOUT)
-ceph_admin = _groups["ceph_admin"]
-rgw = _groups["rgw"]
-gpu = _groups["gpu"]
-gaudi = _groups["gaudi"]
+_groups = fake_facts.groups(_LAYOUT)
+globals().update(_groups)  # ceph_admin, rgw, gpu, gaudi

@@ -34,6 +34,7 @@ if str(REPO) not in sys.path:
 from deploys import connector_package, paths, render, secrets, settings  # noqa: E402
 from deploys.operations import s3  # noqa: E402
 from deploys.operations.files import sha256_text  # noqa: E402
+from deploys.settings import group_data  # noqa: E402
 from deploys.stages import rgw_service, s3_tier  # noqa: E402
 
 FACTS = REPO / "tests" / "facts"
@@ -54,13 +55,12 @@ GROUPS = {
     "gaudi": ["@fake/gaudi1"],
 }
 
+# group_data/lab.py's engine profile without the lab engine's device ledger and its KV and S3
+# emulation flags (these hosts run nothing).
+_LAB_PROFILE = group_data.read(["lab"])["kvceph_engine_profile"]
 LAB_PROFILE = {
-    "name": "lab-engine",
-    "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
-    "executable": "kvceph-lab-engine",
-    "vllm_version": "0.33.0",
-    "lmcache_version": "0.5.6",
-    "extra_args": ["--vllm-version", "0.33.0"],
+    **{k: v for k, v in _LAB_PROFILE.items() if k not in ("env", "extra_args")},
+    "extra_args": ["--vllm-version", _LAB_PROFILE["vllm_version"]],
 }
 
 # Settings like group_data/lab.py, as host data (host data outranks the repo's group_data,
@@ -254,6 +254,16 @@ def _directory(path: str, user: str, group: str, mode: str) -> dict:
     return {_exists(path): _stat(path, user, group, _mode_string(mode), kind="d")}
 
 
+# A settled pool's PG counts: all at pg_num (no split or merge under way).
+_PG_COUNTS = (
+    "pg_num",
+    "pg_placement_num",
+    "pg_num_target",
+    "pg_placement_num_target",
+    "pg_num_pending",
+)
+
+
 def _pools_output(me: settings.HostSettings, converged: bool) -> list[str]:
     """``ceph osd pool ls detail``: RGW's own pools (captured), plus kvceph's when converged."""
     raw = json.loads("\n".join(_captured("ceph.CephPools", "fresh_cluster")))
@@ -261,17 +271,9 @@ def _pools_output(me: settings.HostSettings, converged: bool) -> list[str]:
         template = raw[0]
         for i, p in enumerate(me.ceph.pools):
             pool = copy.deepcopy(template)
+            pool.update(pool_id=100 + i, pool_name=p.name, size=p.size, min_size=p.min_size)
             pool.update(
-                pool_id=100 + i,
-                pool_name=p.name,
-                size=p.size,
-                min_size=p.min_size,
-                pg_num=p.pg_num,
-                pg_placement_num=p.pg_num,
-                pg_num_target=p.pg_num,
-                pg_placement_num_target=p.pg_num,
-                pg_num_pending=p.pg_num,
-                application_metadata={p.application: {}},
+                dict.fromkeys(_PG_COUNTS, p.pg_num), application_metadata={p.application: {}}
             )
             raw.append(pool)
     return ["", json.dumps(raw, separators=(",", ":"))]
@@ -565,3 +567,9 @@ def inventory(layout: Layout) -> dict[str, list]:
             responses.update(inference_responses(me, layout))
         data[host] = {**layout.host_data(host), "fake_responses": responses}
     return {g: [(h, data[h]) for h in members] for g, members in layout.groups.items()}
+
+
+def groups(layout: Layout) -> dict[str, list]:
+    """An inventory module's groups (``globals().update`` them), the fake keys exported first."""
+    export_fake_credentials()
+    return inventory(layout)

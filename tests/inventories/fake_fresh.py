@@ -7,9 +7,5 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_facts  # noqa: E402
 
-fake_facts.export_fake_credentials()
-_groups = fake_facts.inventory(fake_facts.Layout("fake_fresh", converged=False))
-ceph_admin = _groups["ceph_admin"]
-rgw = _groups["rgw"]
-gpu = _groups["gpu"]
-gaudi = _groups["gaudi"]
+_groups = fake_facts.groups(fake_facts.Layout("fake_fresh", converged=False))
+globals().update(_groups)  # ceph_admin, rgw, gpu, gaudi

@@ -7,12 +7,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_facts  # noqa: E402
 
-fake_facts.export_fake_credentials()
 _converged = os.environ.get("KVCEPH_FAKE_FRESH") != "1"
-_groups = fake_facts.inventory(
-    fake_facts.Layout("fake_rgw_down", converged=_converged, rgw_down=True)
-)
-ceph_admin = _groups["ceph_admin"]
-rgw = _groups["rgw"]
-gpu = _groups["gpu"]
-gaudi = _groups["gaudi"]
+_groups = fake_facts.groups(fake_facts.Layout("fake_rgw_down", converged=_converged, rgw_down=True))
+globals().update(_groups)  # ceph_admin, rgw, gpu, gaudi

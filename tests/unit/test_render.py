@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from deploys import paths, render, versions
 from deploys import settings as s
@@ -84,8 +85,8 @@ print(json.dumps(out))
 """
 
 
-def _s3_adapter_keys(python: str) -> set[str]:
-    """extra_config keys LMCache's S3 adapter reads, from its own source."""
+def _lmcache_source(python: str) -> Path:
+    """The lmcache package directory of ``python``'s LMCache."""
     src = subprocess.run(
         [python, "-c", "import lmcache, os; print(os.path.dirname(lmcache.__file__))"],
         capture_output=True,
@@ -93,18 +94,18 @@ def _s3_adapter_keys(python: str) -> set[str]:
         check=True,
         timeout=60,
     ).stdout.strip()
-    text = (Path(src) / "v1/storage_backend/connector/s3_adapter.py").read_text()
-    return set(re.findall(r'extra_config\.get\("([a-z0-9_]+)"', text))
+    return Path(src)
 
 
-@pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
-def test_lmcache_yaml_loads_cleanly_with_lmcache_own_loader(tmp_path):
-    python = _lmcache_python()
+def _loaded_by_lmcache(python: str, tmp_path: Path, **data) -> tuple[dict, dict]:
+    """Every MATRIX host's lmcache.yaml (``data`` over its settings) read by LMCache's own
+    loader: (path -> the host's settings, path -> what LMCache read)."""
     paths = {}
     for (acc, v), name in zip(MATRIX, IDS, strict=True):
+        me = host(acc, v, **data)
         path = tmp_path / f"{name}.yaml"
-        path.write_text(render.lmcache_yaml(host(acc, v)))
-        paths[str(path)] = host(acc, v)
+        path.write_text(render.lmcache_yaml(me))
+        paths[str(path)] = me
     done = subprocess.run(
         [python, "-c", _LOADER, *paths],
         capture_output=True,
@@ -113,7 +114,19 @@ def test_lmcache_yaml_loads_cleanly_with_lmcache_own_loader(tmp_path):
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    return paths, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _s3_adapter_keys(python: str) -> set[str]:
+    """extra_config keys LMCache's S3 adapter reads, from its own source."""
+    text = (_lmcache_source(python) / "v1/storage_backend/connector/s3_adapter.py").read_text()
+    return set(re.findall(r'extra_config\.get\("([a-z0-9_]+)"', text))
+
+
+@pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
+def test_lmcache_yaml_loads_cleanly_with_lmcache_own_loader(tmp_path):
+    python = _lmcache_python()
+    paths, loaded = _loaded_by_lmcache(python, tmp_path)
     adapter_keys = _s3_adapter_keys(python)
     assert {"s3_region", "disable_tls"} <= adapter_keys
     for path, me in paths.items():
@@ -432,15 +445,17 @@ if __name__ == "__main__":
 # --- kvceph's connector: an LMCache remote storage plugin ----------------------------------------
 
 
-def _lmcache_source(python: str) -> Path:
-    src = subprocess.run(
-        [python, "-c", "import lmcache, os; print(os.path.dirname(lmcache.__file__))"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
-    return Path(src)
+def test_receive_dir_is_rendered_only_when_set():
+    """kvceph_connector_receive_dir reaches the plugin as kvceph.receive_dir; unset, the file
+    is byte-identical to one rendered before the key existed (no roll on upgrade)."""
+    acc, v = MATRIX[0]
+    plain = render.lmcache_yaml(host(acc, v, kvceph_lmcache_connector="kvceph"))
+    assert "receive_dir" not in plain
+    shm = render.lmcache_yaml(
+        host(acc, v, kvceph_lmcache_connector="kvceph", kvceph_connector_receive_dir="/dev/shm")
+    )
+    assert yaml.safe_load(shm)["extra_config"]["kvceph.receive_dir"] == "/dev/shm"
+    assert [x for x in shm.splitlines() if "receive_dir" not in x] == plain.splitlines()
 
 
 @pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
@@ -448,21 +463,7 @@ def test_kvceph_connector_yaml_loads_with_lmcache_own_loader(tmp_path):
     """LMCache 0.5.6 reads the plugin's yaml: one remote tier (no remote_url), the plugin's
     module and class under the keys its plugin launcher reads, the contract's kvceph.* keys."""
     python = _lmcache_python()
-    paths = {}
-    for (acc, v), name in zip(MATRIX, IDS, strict=True):
-        me = host(acc, v, kvceph_lmcache_connector="kvceph")
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(render.lmcache_yaml(me))
-        paths[str(path)] = me
-    done = subprocess.run(
-        [python, "-c", _LOADER, *paths],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    paths, loaded = _loaded_by_lmcache(python, tmp_path, kvceph_lmcache_connector="kvceph")
     launcher = (_lmcache_source(python) / "v1/storage_backend/connector/__init__.py").read_text()
     templates = set(re.findall(r'"(remote_storage_plugin\.%s\.[a-z_]+)"', launcher))
     assert templates == {

@@ -54,8 +54,12 @@ class Recorder:
         return call
 
     def _recording(self, fn):
-        """``fn`` with this module's operations in its globals replaced by recorded calls."""
+        """``fn`` with this module's operations in its globals replaced by recorded calls, and
+        its helpers by ones that record theirs (looked up when called: helpers call helpers)."""
         names = {k: getattr(self, k) for k, v in fn.__globals__.items() if hasattr(v, "_inner")}
+        for k, v in fn.__globals__.items():
+            if inspect.isfunction(v) and v.__module__ == self.module.__name__:
+                names[k] = lambda *a, _name=k, **kw: getattr(self, _name)(*a, **kw)
         rebound = types.FunctionType(
             fn.__code__, {**fn.__globals__, **names}, fn.__name__, fn.__defaults__, fn.__closure__
         )

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import ctypes
 import inspect
+import itertools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -67,6 +69,11 @@ class S3Config:
     + access_key_id / secret_access_key: static keys; both unset = awscrt's default chain
       (AWS_ACCESS_KEY_ID..., AWS_PROFILE + ~/.aws/credentials).
     + ca_file: a PEM bundle to trust instead of the system's (tests, the lab CA).
+    + receive_dir: None = a GET's body comes through awscrt's on_body callback (CRT hands
+      Python a bytes copy of every part, with the GIL: one thread's worth of copying for all
+      connections); a directory (a tmpfs: /dev/shm) = CRT writes the body to a file there on
+      its own threads and the core reads it into the buffer when it is done (os.preadv, no
+      GIL), then deletes it. Needs room there for `connections` objects at once.
     """
 
     endpoint: str
@@ -77,6 +84,7 @@ class S3Config:
     access_key_id: str | None = None
     secret_access_key: str | None = None
     ca_file: str | None = None
+    receive_dir: str | None = None
 
     def __post_init__(self):
         if not self.endpoint or "/" in self.endpoint or "://" in self.endpoint:
@@ -90,6 +98,8 @@ class S3Config:
             raise ValueError(f"S3 timeout_s must be > 0, not {self.timeout_s}")
         if bool(self.access_key_id) != bool(self.secret_access_key):
             raise ValueError("S3 static keys need both access_key_id and secret_access_key")
+        if self.receive_dir is not None and not os.path.isdir(self.receive_dir):
+            raise ValueError(f"S3 receive_dir {self.receive_dir!r} is not a directory")
 
     @property
     def bucket(self) -> str:
@@ -115,8 +125,12 @@ def crc32c(data) -> int:
 
 
 class _Body:
-    """A zero-copy request body over a bytes-like object (awscrt reads it with readinto).
+    """A request body over a bytes-like object that awscrt reads with readinto.
 
+    The copy into CRT's buffer is one ``ctypes.memmove``, which runs without the GIL: a
+    slice assignment holds it for the whole copy (~0.8 s per GiB into CRT's fresh buffers),
+    and in the engine that stalled the prefill loop while the previous step's chunks went
+    out (bench/put_gil.py measures it).
     + data: the bytes-like body. + progress: called on every read (the upload moves).
     """
 
@@ -124,10 +138,16 @@ class _Body:
         self.mv = memoryview(data).cast("B")
         self.pos = 0
         self.progress = progress
+        self.addr, self._keep = _source_address(data, self.mv)
 
     def readinto(self, buf) -> int:
         n = min(len(buf), len(self.mv) - self.pos)
-        buf[:n] = self.mv[self.pos : self.pos + n]
+        if n > 0:
+            dst = _writable_address(buf) if self.addr is not None else None
+            if dst is None:
+                buf[:n] = self.mv[self.pos : self.pos + n]
+            else:
+                ctypes.memmove(dst, self.addr + self.pos, n)
         self.pos += n
         if self.progress is not None:
             self.progress()
@@ -148,6 +168,29 @@ class _Body:
 
     def tell(self) -> int:
         return self.pos
+
+
+def _source_address(data, view: memoryview) -> tuple[int | None, object]:
+    """The address of a body's bytes, and what keeps it valid; (None, None) = copy by slice.
+
+    + data: the caller's object. + view: its byte view (writable ones are exported once).
+    """
+    if not view.c_contiguous or len(view) == 0:
+        return None, None
+    if not view.readonly:
+        arr = (ctypes.c_char * len(view)).from_buffer(view)
+        return ctypes.addressof(arr), arr
+    if isinstance(data, bytes):
+        return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value, data
+    return None, None
+
+
+def _writable_address(buf) -> int | None:
+    """The address of CRT's writable read buffer, or None (then the copy is a slice)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    except (TypeError, ValueError):
+        return None
 
 
 class _Op:
@@ -174,6 +217,7 @@ class _Op:
         "started",
         "backoff",
         "finished",
+        "path",
     )
 
     def __init__(self, kind: str, key: str, addr: int = 0, size: int = 0, data=None, keep=None):
@@ -193,6 +237,7 @@ class _Op:
         self.started = 0.0
         self.backoff = 0.0  # > 0: this request's fault began a back-off of that many seconds
         self.finished = False
+        self.path: str | None = None  # receive_dir mode: the file CRT writes the body to
 
 
 def _address_of(buffer, size: int) -> tuple[int, object]:
@@ -493,6 +538,14 @@ class S3Core:
             "PUT": s3.S3RequestType.PUT_OBJECT,
         }.get(op.kind, s3.S3RequestType.DEFAULT)
         extra = {}
+        on_body = (lambda **kw: self._on_body(op, **kw)) if op.kind == "GET" else None
+        if op.kind == "GET" and self.config.receive_dir:
+            op.path = os.path.join(
+                self.config.receive_dir, f"kvceph-{os.getpid()}-{next(_SEQ)}.get"
+            )
+            extra["recv_filepath"] = op.path
+            extra["on_progress"] = lambda n: self._progressed(op, n)
+            on_body = None
         if rtype == s3.S3RequestType.DEFAULT:
             extra["operation_name"] = {"HEAD": "HeadObject", "DELETE": "DeleteObject"}[op.kind]
         op.started = time.monotonic()
@@ -505,7 +558,7 @@ class S3Core:
                 credential_provider=self._creds,
                 region=self.config.region,
                 on_headers=lambda **kw: self._on_headers(op, **kw),
-                on_body=(lambda **kw: self._on_body(op, **kw)) if op.kind == "GET" else None,
+                on_body=on_body,
                 on_done=lambda **kw: self._on_done(op, **kw),
                 **extra,
             )
@@ -553,6 +606,40 @@ class S3Core:
             self._cancel(op)
         self._moved(op)
 
+    def _progressed(self, op: _Op, n: int) -> None:
+        """receive_dir mode: CRT wrote n more body bytes to op's file."""
+        with op.lock:
+            op.received += int(n)
+        self._moved(op)
+
+    def _take_file(self, op: _Op) -> None:
+        """receive_dir mode: read op's finished file into the caller's buffer (under op.lock).
+
+        Fewer or more bytes than expected leave op.received saying so (the body check fails).
+        """
+        try:
+            fd = os.open(op.path, os.O_RDONLY)
+        except OSError as exc:
+            self._fail(op, "file", f"body file {op.path}: {exc.strerror}")
+            return
+        try:
+            size = os.fstat(fd).st_size
+            op.received = size
+            if size != op.size:
+                return
+            view = memoryview((ctypes.c_char * op.size).from_address(op.addr)).cast("B")
+            got = 0
+            while got < size:
+                n = os.preadv(fd, [view[got:]], got)  # no GIL while the kernel copies
+                if n <= 0:
+                    break
+                got += n
+            op.received = got
+        except OSError as exc:
+            self._fail(op, "file", f"body file {op.path}: {exc.strerror}")
+        finally:
+            os.close(fd)
+
     def _on_done(self, op: _Op, error=None, status_code=None, **_):
         try:
             if status_code is not None:
@@ -596,7 +683,14 @@ class S3Core:
             if op.finished:
                 return  # the watchdog gave up on it earlier; CRT's late on_done changes nothing
             op.finished = True
+            if op.path is not None and op.kind == "GET" and op.fault is None and not op.dead:
+                self._take_file(op)
             op.dead = True  # from here on nothing writes into the caller's buffer
+        if op.path is not None:
+            try:
+                os.unlink(op.path)
+            except OSError:
+                pass  # never created (no body), or CRT removed it after a failure
         if op.kind == "GET" and op.fault is None:
             self._check_body(op)
         if op.fault is None:
@@ -707,6 +801,9 @@ class S3Core:
                 self._fail(op, "timeout", f"no progress for {waited:.1f} s{alone}")
                 op.deadline = now + self._timeout
                 self._cancel(op)
+
+
+_SEQ = itertools.count()
 
 
 def _ok_status(op: _Op) -> bool:

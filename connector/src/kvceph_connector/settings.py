@@ -15,6 +15,7 @@ KEYS = {
     "connections": 16,
     "timeout_s": 5.0,
     "min_hit_tokens": 0,
+    "receive_dir": None,
 }
 
 
@@ -63,5 +64,6 @@ def settings_from_extra(extra: dict | None) -> tuple[S3Config, int]:
         tls=_bool("tls", got["tls"]),
         connections=_number("connections", got["connections"], int, 1),
         timeout_s=_number("timeout_s", got["timeout_s"], float, 0.1),
+        receive_dir=str(got["receive_dir"]) if got["receive_dir"] else None,
     )
     return config, _number("min_hit_tokens", got["min_hit_tokens"], int, 0)

@@ -208,6 +208,18 @@ class S3Store:
             exc = e
         return got, exc
 
+    def _answer(self, pending, ok: tuple[int, ...], failure: str, key: str) -> dict | None:
+        """A GET's or PUT's answer once it finished; None when it failed or answered a status
+        outside ``ok``: logged as ``failure % (key, why)`` (LMCache's words), or counted by the
+        breaker when it is a connection error."""
+        got, exc = self._wait(pending)
+        if exc is None and got["status"] in ok:
+            return got
+        msg = str(exc) if exc is not None else f"status {got['status']}"
+        if not self._failed(msg):
+            log.error(failure, key, msg)
+        return None
+
     def _request(self, method: str, key: str, rtype, body: bytes | None = None):
         return self._wait(self._submit(method, key, rtype, body))
 
@@ -248,15 +260,9 @@ class S3Store:
         out: list[bytes | None] = []
         any_ok = False
         for key, p in zip(keys, pending, strict=True):
-            got, exc = self._wait(p)
-            if exc is not None or got["status"] not in (200, 206):
-                msg = str(exc) if exc is not None else f"status {got['status']}"
-                if not self._failed(msg):
-                    log.error("Failed to download %s from S3: %s", key, msg)
-                out.append(None)
-            else:
-                any_ok = True
-                out.append(bytes(got["body"]))
+            got = self._answer(p, (200, 206), "Failed to download %s from S3: %s", key)
+            any_ok = any_ok or got is not None
+            out.append(None if got is None else bytes(got["body"]))
         if any_ok:
             self._ok()
         return out
@@ -273,11 +279,7 @@ class S3Store:
         ]
         out = []
         for (key, data), p in zip(items, pending, strict=True):
-            got, exc = self._wait(p)
-            if exc is not None or got["status"] not in (200, 201):
-                msg = str(exc) if exc is not None else f"status {got['status']}"
-                if not self._failed(msg):
-                    log.error("Failed to upload %s to S3: %s", key, msg)
+            if self._answer(p, (200, 201), "Failed to upload %s to S3: %s", key) is None:
                 out.append(False)
                 continue
             self.size_cache[key] = len(data)
