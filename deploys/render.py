@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from deploys import connector_package, kv_sizing, paths, versions
+from deploys import connector_package, kv_sizing, paths, upgrade, versions
 from deploys.secrets import Secret
 from deploys.settings import HostSettings, model_source
 from deploys.settings.engine_list import DEVICE_VARIABLE, Engine
@@ -250,6 +250,10 @@ def environment(
         # awscrt finds ~/.aws/credentials through HOME: explicit, so it never depends on how
         # the unit's user is set up.
         "HOME": e.service_home,
+        # What the process starts with, read back from it before an upgrade (deploys/upgrade.py).
+        upgrade.VERSIONS_VAR: upgrade.versions_value(
+            e.profile.vllm_version, e.profile.lmcache_version
+        ),
     }
     if devices is not None:
         # The runtime numbers the listed devices 0..n-1 for the engine: TP uses the first n.

@@ -103,8 +103,11 @@ def _lab_engine(name: str, vllm_version: str, bytes_per_token: int) -> dict:
     }
 
 
+# The vLLM release the lab engine emulates and reports (/version), as the profile declares it:
+# KVCEPH_LAB_VLLM_VERSION=0.33.1 or 0.26.0 is how the upgrade tests move a cache group.
+_VLLM = os.environ.get("KVCEPH_LAB_VLLM_VERSION") or "0.33.0"
 # TP 2: each worker holds half the lab model's KV.
-kvceph_engine_profile = _lab_engine("lab-engine", "0.33.0", LAB_KV_BYTES_PER_TOKEN // 2)
+kvceph_engine_profile = _lab_engine("lab-engine", _VLLM, LAB_KV_BYTES_PER_TOKEN // 2)
 kvceph_health_timeout = 60
 
 # The lab's model (lab/model.sh makes it on the controller at `make lab-up`): mirrored once into
