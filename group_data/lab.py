@@ -57,7 +57,7 @@ if _lab_ceph() == "cephadm":
     kvceph_rgw_ingress_virtual_ip = f"{_VIP}/24"
     # Two addresses for the bucket's name: the VIP and .101, a second concentrator (lab/s3b: a
     # relay to the VIP, as a second rgw host's haproxy would be); every inference host gets
-    # both /etc/hosts lines and awscrt spreads over them (tests/integration/test_14_rgw_ha.py).
+    # both /etc/hosts lines and awscrt spreads over them (tests/integration/test_15_rgw_ha.py).
     kvceph_s3_endpoint_ip = None  # all.py sets it: one of the two keys
     kvceph_s3_endpoint_ips = [_VIP, f"10.213.{7 + _INSTANCE}.101"]
     # One ingress frontend, in the lab's scheme: https on :443 terminates TLS in cephadm's
