@@ -47,7 +47,8 @@ def variables(me: settings.HostSettings, credentials) -> dict:
         "lmcache_yaml": render.lmcache_yaml(me),
         "aws_credentials": render.aws_credentials(me, credentials),
         "aws_config": render.aws_config(me),
-        "hosts_line": render.hosts_line(me),
+        # The benchmark lab's bucket name has one address: lineinfile writes one line.
+        "hosts_line": next(iter(render.hosts_lines(me)), None),
         "env_file": render.env_file(me, render.digest(me, credentials)),
         "secrets_path": paths.SECRETS_PATH,
         "secrets_env": render.secrets_env_file(credentials).reveal(),

@@ -37,6 +37,9 @@ GUARD_MODULE = "kvceph_engine_guard"
 GUARD_PATH = f"{SCRIPT_DIR}/{GUARD_MODULE}.py"
 GUARD_SOURCE = REMOTE / "engine_guard.py"
 DEFAULT_VENV = "/opt/kvceph/venv"
+# Drain files (deploys/drain.py): only root writes here; a tmpfs, so a reboot forgets them.
+DRAIN_DIR = "/run/kvceph"
+DRAIN_SOURCE = REMOTE / "engine_drain.py"
 # Mirror source: the pull, and the mirror's read-only key.
 MIRROR_SCRIPT = f"{SCRIPT_DIR}/model_mirror.py"
 MIRROR_SOURCE = REMOTE / "model_mirror.py"

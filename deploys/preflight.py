@@ -18,9 +18,10 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
-from deploys import compat, kv_sizing, lock, render, secrets, settings, tier_preflight
+from deploys import compat, kv_sizing, lock, render, s3_names, secrets, settings, tier_preflight
 from deploys.facts.engine import MemTotal, ModelConfig
 from deploys.facts.model import MirroredModel
+from deploys.facts.resolver import Resolution
 from deploys.settings import context_length, model_source
 from deploys.settings.inventory import CacheGroup, check_inventory
 from deploys.settings.reader import SettingsError
@@ -326,12 +327,38 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             )
 
 
+def check_resolvers(hosts: dict[str, settings.HostSettings], resolution) -> None:
+    """Every inference host's resolver returns every address of the bucket's name
+    (deploys/s3_names.py): checked before any host is touched, so no engine restarts onto a
+    name that resolves to one RGW.
+
+    ``resolution(host, name)`` is the host's Resolution fact, or OUTSIDE_RUN.
+    """
+    for name, me in hosts.items():
+        if not me.is_inference or not me.s3.endpoint_ips:
+            continue
+        if len(me.s3.endpoint_ips) == 1 and not me.s3.wildcard_dns:
+            continue  # one line: any resolver returns it
+        seen = resolution(name, me.s3.bucket_host)
+        if seen is OUTSIDE_RUN:
+            continue
+        refusal = s3_names.refusal(me, seen, render.hosts_lines(me))
+        if refusal:
+            raise SettingsError(refusal)
+
+
+def _rgw_addresses(inventory) -> list[str]:
+    group = inventory.get_group("rgw", [])
+    return [str(h.data.get("ssh_hostname") or h.name) for h in group]
+
+
 def _check(inventory, lock: bool = True) -> Preflight:
     try:
         hosts = {
             h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inventory
         }
         groups = check_inventory(list(hosts.values()))
+        hosts = s3_names.fill_rgw_group(hosts, _rgw_addresses(inventory))
         creds = secrets.load()
         # Read-only facts, after every check that needs none: a model directory's config.json,
         # then RAM against the pinned buffers.
@@ -360,6 +387,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
         )
         hosts = resolve_kv_sizes(hosts, read_config)
         check_sizing(hosts, lambda name: _fact(inventory, name, MemTotal))
+        check_resolvers(hosts, lambda host, name: _fact(inventory, host, Resolution, hostname=name))
         tier_preflight.check_connector(hosts)
         hosts = tier_preflight.resolve(hosts)
     except (SettingsError, secrets.SecretsError) as exc:
@@ -368,6 +396,8 @@ def _check(inventory, lock: bool = True) -> Preflight:
         logger.info(
             "kvceph: cache group %s TP=%d: %s", g.model, g.tensor_parallel_size, ", ".join(g.hosts)
         )
+    for line in s3_names.plan_lines(hosts):
+        logger.info(line)
     for line in tier_preflight.plan_lines(hosts, groups):
         logger.info(line)
     check_templates(hosts, creds)

@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from deploys import connector_package, kv_sizing, paths, versions
+from deploys import connector_package, kv_sizing, paths, upgrade, versions
 from deploys.secrets import Secret
 from deploys.settings import HostSettings, model_source
 from deploys.settings.engine_list import DEVICE_VARIABLE, Engine
@@ -250,6 +250,10 @@ def environment(
         # awscrt finds ~/.aws/credentials through HOME: explicit, so it never depends on how
         # the unit's user is set up.
         "HOME": e.service_home,
+        # What the process starts with, read back from it before an upgrade (deploys/upgrade.py).
+        upgrade.VERSIONS_VAR: upgrade.versions_value(
+            e.profile.vllm_version, e.profile.lmcache_version
+        ),
     }
     if devices is not None:
         # The runtime numbers the listed devices 0..n-1 for the engine: TP uses the first n.
@@ -341,11 +345,36 @@ def aws_config(me: HostSettings) -> str:
     )
 
 
-def hosts_line(me: HostSettings) -> str | None:
-    """The /etc/hosts line for virtual-hosted addressing, or None with wildcard DNS."""
+# Marks the lines kvceph owns in /etc/hosts: the deploy replaces exactly those.
+HOSTS_MARKER = "# kvceph"
+
+
+def hosts_lines(me: HostSettings) -> list[str]:
+    """The /etc/hosts lines for virtual-hosted addressing, one per address of the bucket's
+    name (kvceph_s3_endpoint_ips); none with wildcard DNS."""
     if me.s3.wildcard_dns:
-        return None
-    return f"{me.s3.endpoint_ip} {me.s3.bucket_host} {me.s3.endpoint_host}  # kvceph"
+        return []
+    return [
+        f"{ip} {me.s3.bucket_host} {me.s3.endpoint_host}  {HOSTS_MARKER}"
+        for ip in me.s3.endpoint_ips
+    ]
+
+
+def hosts_file(current: str, lines: list[str]) -> str:
+    """``current`` /etc/hosts text with kvceph's lines replaced by ``lines``: every other
+    line kept in its place, ours where the first of ours was (else appended)."""
+    out: list[str] = []
+    placed = False
+    for line in current.splitlines():
+        if line.rstrip().endswith(HOSTS_MARKER):
+            if not placed:
+                out += lines
+                placed = True
+            continue
+        out.append(line)
+    if not placed:
+        out += lines
+    return "".join(f"{line}\n" for line in out)
 
 
 def guard_module() -> str:

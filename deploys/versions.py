@@ -7,6 +7,8 @@ Sources (read 2026-11; docs/procedure.md "Where kvceph deliberately deviates"):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # The pairs we test and support. The Gaudi plugin (vllm-gaudi 0.26) validates vLLM 0.26, so a
 # fleet legitimately runs two vLLM versions; both pair with LMCache 0.5.6.
 SUPPORTED_VLLM = ("0.26", "0.33")
@@ -83,3 +85,47 @@ def lmcache_key(version: str) -> str | None:
 def pair_supported(vllm: str, lmcache: str) -> bool:
     """True when this vLLM/LMCache pair is one we support."""
     return (vllm_key(vllm), lmcache_key(lmcache)) in SUPPORTED_PAIRS
+
+
+# --- LMCache object keys per supported pair: what an upgrade keeps or orphans -----------------
+
+
+@dataclass(frozen=True)
+class KeyScheme:
+    """What an LMCache object key is made of: its format and the code that hashes its chunks.
+    Two pairs read each other's objects only when both agree (deploys/upgrade.py).
+
+    + key_format: the key string (``CacheEngineKey.to_string``)
+    + chunk_hash: whose implementation computes the chained chunk hash and its NONE_HASH
+    + sources: where each fact was read
+    """
+
+    key_format: str
+    chunk_hash: str
+    sources: tuple[str, ...]
+
+
+# LMCache 0.5.6 lmcache/utils.py CacheEngineKey.to_string (read in the 0.5.6 wheel).
+_KEY_FORMAT_056 = "model@world_size@worker_id@chunk_hash_hex@dtype[@tags]"
+_SOURCES_056 = (
+    "key format: LMCache 0.5.6 lmcache/utils.py CacheEngineKey.to_string",
+    # The hash is vLLM's: token_database.py takes get_hash_fn_by_name from vllm.utils.hashing
+    # (or vllm.utils before vLLM PR #27151) and NONE_HASH from vLLM's
+    # kv_cache_utils.init_none_hash (vLLM PR #20511; PR #23673 renamed sha256_cbor_64bit):
+    # vLLM's hashing code moved and changed between minors, so each vLLM minor counts as its
+    # own hash (the cache-group invariant kvceph_engine_profile.vllm_version, settings.py);
+    # a patch release of one minor keeps it.
+    "chunk hash: LMCache 0.5.6 lmcache/v1/token_database.py (_get_vllm_hash_func, "
+    "NONE_HASH from vllm.v1.core.kv_cache_utils.init_none_hash)",
+)
+KEY_SCHEMES: dict[tuple[str, str], KeyScheme] = {
+    (vllm, "0.5.6"): KeyScheme(
+        _KEY_FORMAT_056, f"vLLM {vllm}.x get_hash_fn_by_name + init_none_hash", _SOURCES_056
+    )
+    for vllm in SUPPORTED_VLLM
+}
+
+
+def key_scheme(vllm: str, lmcache: str) -> KeyScheme | None:
+    """The key scheme of a vLLM/LMCache pair (any patch release), None when unsupported."""
+    return KEY_SCHEMES.get((vllm_key(vllm), lmcache_key(lmcache)))

@@ -59,7 +59,11 @@ if _lab_ceph() == "cephadm":
     # (test_11's intermittent failures). 5 s: every stop in the lab ends clean.
     kvceph_rgw_exit_timeout_secs = 5
     kvceph_rgw_ingress_virtual_ip = f"{_VIP}/24"
-    kvceph_s3_endpoint_ip = _VIP
+    # Two addresses for the bucket's name: the VIP and .101, a second concentrator (lab/s3b: a
+    # relay to the VIP, as a second rgw host's haproxy would be); every inference host gets
+    # both /etc/hosts lines and awscrt spreads over them (tests/integration/test_15_rgw_ha.py).
+    kvceph_s3_endpoint_ip = None  # all.py sets it: one of the two keys
+    kvceph_s3_endpoint_ips = [_VIP, f"10.213.{7 + _INSTANCE}.101"]
     # One ingress frontend, in the lab's scheme: https on :443 terminates TLS in cephadm's
     # haproxy with the lab CA's certificate (it names the VIP); http on :80 without.
     kvceph_rgw_ingress_frontend_port = _PORT
@@ -103,8 +107,11 @@ def _lab_engine(name: str, vllm_version: str, bytes_per_token: int) -> dict:
     }
 
 
+# The vLLM release the lab engine emulates and reports (/version), as the profile declares it:
+# KVCEPH_LAB_VLLM_VERSION=0.33.1 or 0.26.0 is how the upgrade tests move a cache group.
+_VLLM = os.environ.get("KVCEPH_LAB_VLLM_VERSION") or "0.33.0"
 # TP 2: each worker holds half the lab model's KV.
-kvceph_engine_profile = _lab_engine("lab-engine", "0.33.0", LAB_KV_BYTES_PER_TOKEN // 2)
+kvceph_engine_profile = _lab_engine("lab-engine", _VLLM, LAB_KV_BYTES_PER_TOKEN // 2)
 kvceph_health_timeout = 60
 
 # The lab's model (lab/model.sh makes it on the controller at `make lab-up`): mirrored once into

@@ -171,6 +171,14 @@ inject() {  # inject HOST MERGED: per-host files written into the overlay before
   # image's stamp, so changing them rebuilds no shared image
   [ "$h" = ceph1 ] && [ "$CEPH_MODE" = cephadm ] &&
     install -m755 "$HERE/cephadm/cli/ceph" "$HERE/cephadm/cli/radosgw-admin" "$M/usr/local/bin/"
+  # The cephadm lab's second S3 address (lab/s3b): a relay on .101 to the ingress VIP
+  if [ "$h" = ceph1 ] && [ "$CEPH_MODE" = cephadm ]; then
+    local port=443; [ "${KVCEPH_LAB_S3_SCHEME:-https}" = http ] && port=80
+    mkdir -p "$M/etc/kvlab-s3b" "$M/etc/systemd/system/multi-user.target.wants"
+    sed "s/@NET@/$NET/g; s/@PORT@/$port/g" "$HERE/s3b/haproxy.cfg" >"$M/etc/kvlab-s3b/haproxy.cfg"
+    sed "s/@NET@/$NET/g" "$HERE/s3b/kvlab-s3b.service" >"$M/etc/systemd/system/kvlab-s3b.service"
+    ln -sfn ../kvlab-s3b.service "$M/etc/systemd/system/multi-user.target.wants/kvlab-s3b.service"
+  fi
   # Ceph files only on a blank disk: after stop/start, keep what the deploy may have changed
   if [ "$h" = ceph1 ] && [ "$CEPH_MODE" = pacific ] && [ ! -f "$M/etc/kvlab-ceph.injected" ]; then
     touch "$M/etc/kvlab-ceph.injected"

@@ -15,9 +15,9 @@ from io import BytesIO
 
 from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
-from pyinfra.facts.files import Directory, File, Sha256File
+from pyinfra.facts.files import Directory, File, FileContents, Sha256File
 
-from deploys import paths
+from deploys import paths, render
 from deploys.facts import memo
 
 
@@ -81,6 +81,13 @@ def atomic_file(
             host.noop(f"{path} is up to date")
         return
 
+    yield from _replace(path, content, user, group, mode)
+    if on_change:
+        yield on_change
+
+
+def _replace(path: str, content: str, user: str, group: str, mode: str):
+    """The commands that put ``content`` at ``path`` atomically (temp file beside it)."""
     directory, name = posixpath.split(path)
     temp = posixpath.join(directory, f".{name}.kvceph-tmp")
     # Pre-create the temp file with umask 077: an SFTP upload into an existing file keeps its
@@ -90,8 +97,23 @@ def atomic_file(
     yield StringCommand("chown", QuoteString(f"{user}:{group}"), QuoteString(temp))
     yield StringCommand("chmod", mode, QuoteString(temp))
     yield StringCommand("mv", "-f", QuoteString(temp), QuoteString(path))
-    if on_change:
-        yield on_change
+
+
+@operation()
+def hosts_entries(lines: list[str], path: str = paths.HOSTS_FILE):
+    """
+    kvceph's lines of /etc/hosts (marked ``# kvceph``) exactly ``lines``, every other line
+    kept where it is; the file replaced atomically, only when our lines differ.
+
+    + lines: the wanted lines, e.g. ``render.hosts_lines(me)`` (one per RGW address)
+    + path: the hosts file
+    """
+    current = memo.read(host, FileContents, path=path) or []
+    ours = [x for x in current if x.rstrip().endswith(render.HOSTS_MARKER)]
+    if ours == list(lines):
+        host.noop(f"{path}: kvceph's {len(lines)} line(s) are up to date")
+        return
+    yield from _replace(path, render.hosts_file("\n".join(current), lines), "root", "root", "0644")
 
 
 @operation()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import gevent
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
+from deploys import drain
 from deploys.facts import memo
 from deploys.facts.engine import SECRET_ENV_NAME, EngineReadiness, ServiceDrift, ServiceState
 
@@ -81,8 +83,22 @@ class _HostFunction(FunctionCommand):
         return self.function(state, host, connector_arguments, *self.args, **self.kwargs)
 
 
-def _restart_in_roll(state, host, connector_arguments, unit, port, python, health_timeout, batch):
-    """Restart ``unit`` in its batch and wait for /health; False stops the roll."""
+def _drain(state, host, connector_arguments, unit, port, python, timeout) -> None:
+    """Drain the engine (deploys/drain.py) and log what the restart will cut; never fails:
+    past the timeout the restart goes ahead."""
+    ok, output = drain.command(python, port, timeout).execute(
+        state, host, dict(connector_arguments)
+    )
+    result = drain.parse(output.stdout_lines if output else ())
+    line = drain.summary(result, timeout)
+    log = logger.warning if result.cut or result.state == "failed" else logger.info
+    log("%skvceph: drain %s %s: %s", host.print_prefix, host.name, unit, line)
+
+
+def _restart_in_roll(
+    state, host, connector_arguments, unit, port, python, health_timeout, batch, drain_timeout
+):
+    """Drain and restart ``unit`` in its batch and wait for /health; False stops the roll."""
     roll = _roll(state, batch)
     label = f"{host.name} {unit}"
     number = roll.admit(label)
@@ -97,9 +113,13 @@ def _restart_in_roll(state, host, connector_arguments, unit, port, python, healt
         return False
     logger.info("%skvceph: restart batch %d: %s", host.print_prefix, number, label)
     ok = False
+    started = drained = time.monotonic()
     try:
+        if drain_timeout is not None:
+            _drain(state, host, connector_arguments, unit, port, python, drain_timeout)
+            drained = time.monotonic()
         for command in (
-            StringCommand("timeout 300 systemctl restart", QuoteString(unit)),
+            drain.restart_command(unit, port),
             StringCommand(
                 "timeout",
                 str(health_timeout + 30),
@@ -120,11 +140,13 @@ def _restart_in_roll(state, host, connector_arguments, unit, port, python, healt
         # Always: a peer of the next batch waits for this engine's place.
         roll.release(label, ok)
         logger.info(
-            "%skvceph: restart batch %d: %s %s",
+            "%skvceph: restart batch %d: %s %s (drain %.1f s, restart %.1f s)",
             host.print_prefix,
             number,
             label,
             "healthy" if ok else "FAILED",
+            drained - started,
+            time.monotonic() - drained,
         )
 
 
@@ -205,6 +227,7 @@ def rolling_restart(
     secret_environment: dict[str, str] | None = None,
     note: str | None = None,
     batch: int = 1,
+    drain_timeout: int | None = None,
 ):
     """
     Restart the engine when what runs is not the desired configuration, then wait for /health.
@@ -225,6 +248,8 @@ def rolling_restart(
       probe verdict, ``deploys/probe/report.last_verdict``)
     + batch: how many engines of the run may restart at once (``kvceph_restart_batch``
       resolved to a count); the first call of a run sets it
+    + drain_timeout: seconds to drain the engine before its restart (``kvceph_drain_timeout``,
+      deploys/drain.py); None where the gate is off (``kvceph_vllm_guard`` False): no drain
 
     The host restarts when it is not active, its running ``KVCEPH_DIGEST`` differs, its running
     environment differs, or a config file differs or is newer than the process: so a hand edit
@@ -257,9 +282,55 @@ def rolling_restart(
         running,
         digest[:12],
     )
+    not_running = reasons == [current["active"]]
+    logger.info(
+        "%s%s: %s",
+        host.print_prefix,
+        unit,
+        "not running: no drain"
+        if not_running
+        else drain.plan_note(drain_timeout is not None, drain_timeout or 0),
+    )
     if note:
         logger.info("%s%s", host.print_prefix, note)
-    yield _HostFunction(_restart_in_roll, (unit, port, python, health_timeout, batch), {})
+    yield _HostFunction(
+        _restart_in_roll, (unit, port, python, health_timeout, batch, drain_timeout), {}
+    )
+
+
+def _drain_and_stop(state, host, connector_arguments, unit, port, python, drain_timeout):
+    """Drain (when the gate is on), then stop ``unit``; the drain file goes with it."""
+    if drain_timeout is not None:
+        _drain(state, host, connector_arguments, unit, port, python, drain_timeout)
+    ok, output = StringCommand(
+        "timeout 300 systemctl stop",
+        QuoteString(unit),
+        "; rc=$?; rm -f",
+        QuoteString(drain.drain_file(port)),
+        "; exit $rc",
+    ).execute(state, host, dict(connector_arguments))
+    if not ok:
+        for line in output.stderr_lines[-5:] if output else ():
+            logger.error("%s%s", host.print_prefix, line)
+    return ok
+
+
+@operation()
+def stopped_for_upgrade(unit: str, port: int, python: str, drain_timeout: int | None = None):
+    """
+    Drain and stop an engine whose running versions make other object keys than the new
+    ones (an opted-in upgrade, deploys/upgrade.py): every such engine of the group stops
+    before any new one starts, so old and new never serve one cache group together.
+
+    + unit: the systemd unit
+    + port: the engine's HTTP port on 127.0.0.1
+    + python: an interpreter on the host for the drain (the engine venv's)
+    + drain_timeout: ``kvceph_drain_timeout``; None where the gate is off (no drain)
+
+    The deploy calls it only while the engine runs the old versions; ``rolling_restart``
+    then starts the new engine in its batch.
+    """
+    yield _HostFunction(_drain_and_stop, (unit, port, python, drain_timeout), {})
 
 
 @operation()

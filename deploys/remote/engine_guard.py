@@ -10,6 +10,17 @@ except ``/health`` and ``/metrics`` from the networks in ``KVCEPH_OPEN_NETWORKS`
 ``401 {"error": "Unauthorized"}`` (a websocket is closed with 1008). Without ``VLLM_API_KEY``
 it passes everything, like vLLM.
 
+Drain (with or without an API key): while the file ``<KVCEPH_DRAIN_DIR>/drain-<port>``
+(default ``/run/kvceph``; ``<port>`` the engine's listening port) exists, was written after
+this process started and holds a Unix time still ahead (the lease), the gate admits no new
+request: ``/health`` and ``/ping`` answer ``503 {"status": "draining", "open_requests": N}``
+(a load balancer takes the engine out; N is the gate's own count of open requests, streams
+included), every other route ``503`` with ``Retry-After``, a websocket is closed with 1013;
+``/metrics`` still answers. The deploy writes the file as root over SSH (only root can write
+``/run/kvceph``, so no client can drain an engine); a file older than the process is one
+meant for the process before it, and a lease that ran out (a deploy killed mid-drain) ends
+the drain by itself.
+
 Installed on inference hosts as /usr/local/lib/kvceph/kvceph_engine_guard.py (PYTHONPATH).
 """
 
@@ -20,9 +31,24 @@ import hmac
 import ipaddress
 import json
 import os
+import time
 
 OPEN_PATHS = ("/health", "/metrics")
+# Answered by the gate while draining (a load balancer's health checks: vLLM's and SageMaker's).
+HEALTH_PATHS = ("/health", "/ping")
+DRAIN_DIR = "/run/kvceph"
+RETRY_AFTER = "5"  # seconds: long enough for a balancer to have taken the engine out
 _BODY = json.dumps({"error": "Unauthorized"}).encode()
+_DRAINING = json.dumps(
+    {
+        "error": {
+            "message": "engine draining before a restart; retry (another engine)",
+            "type": "ServiceUnavailableError",
+            "param": None,
+            "code": 503,
+        }
+    }
+).encode()
 
 
 class Guard:
@@ -36,6 +62,39 @@ class Guard:
             for n in env.get("KVCEPH_OPEN_NETWORKS", "").split(",")
             if n.strip()
         ]
+        self._drain_dir = env.get("KVCEPH_DRAIN_DIR") or DRAIN_DIR
+        self._started = time.time()
+        # One token per open request (a set: add/discard are atomic, so the lab engine's
+        # threads may share the gate too); /health and /metrics are not counted.
+        self._open: set[object] = set()
+        self._lease: tuple[tuple, float] = ((), 0.0)
+
+    @property
+    def open_requests(self) -> int:
+        """Requests admitted and not yet answered to the end (streams included)."""
+        return len(self._open)
+
+    def draining(self, scope) -> bool:
+        """True while a drain file for this engine's port holds a live lease (module doc)."""
+        server = scope.get("server") or ()
+        if len(server) < 2 or not isinstance(server[1], int):
+            return False
+        path = os.path.join(self._drain_dir, f"drain-{server[1]}")
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if st.st_mtime < self._started:
+            return False  # written for the process before this one
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if self._lease[0] != stamp:
+            try:
+                with open(path) as f:
+                    until = float(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                until = st.st_mtime + 600  # unreadable lease: drain, but not forever
+            self._lease = (stamp, until)
+        return time.time() < self._lease[1]
 
     def _header(self, scope, name: bytes) -> str | None:
         for key, value in scope.get("headers") or ():
@@ -76,10 +135,45 @@ class Guard:
         )
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] not in ("http", "websocket") or self._digest is None:
+        if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
-        if self._key_matches(scope) or self._open_from(scope) or self._preflight(scope):
+        if self._digest is not None and not (
+            self._key_matches(scope) or self._open_from(scope) or self._preflight(scope)
+        ):
+            return await self._unauthorized(scope, send)
+        path = scope.get("path", "").removeprefix(scope.get("root_path", "")).rstrip("/")
+        if self.draining(scope) and path != "/metrics":
+            return await self._refuse_draining(scope, path, send)
+        if scope["type"] == "http" and path in OPEN_PATHS:
             return await self.app(scope, receive, send)
+        token = object()
+        self._open.add(token)
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            self._open.discard(token)
+
+    async def _refuse_draining(self, scope, path, send):
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1013})  # try again later
+        body = _DRAINING
+        if path in HEALTH_PATHS:
+            body = json.dumps({"status": "draining", "open_requests": self.open_requests})
+            body = body.encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 503,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"retry-after", RETRY_AFTER.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def _unauthorized(self, scope, send):
         if scope["type"] == "websocket":
             return await send({"type": "websocket.close", "code": 1008})
         await send(

@@ -84,6 +84,10 @@ class EngineSettings:
     engines: tuple[engine_list.Engine, ...] = (engine_list.Engine("vllm", None, 8000),)
     restart_batch: int | str = 1
     restart_whole_group: bool = False
+    # Seconds a restart waits for the engine to go idle (deploys/drain.py) before it cuts.
+    drain_timeout: int = 120
+    # kvceph_upgrade_cold_cache: an upgrade that changes the object keys may roll (upgrade.py).
+    upgrade_cold_cache: bool = False
 
     @property
     def serve_model(self) -> str:
@@ -207,6 +211,8 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
         service_user=user,
         service_home=r.path("kvceph_service_home", f"/var/lib/{user}"),
         health_timeout=r.int("kvceph_health_timeout", 900, lo=5, hi=7200),
+        drain_timeout=r.int("kvceph_drain_timeout", 120, lo=0, hi=7200),
+        upgrade_cold_cache=r.bool("kvceph_upgrade_cold_cache", False),
         extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
         source=model_source.load(r, model),
         engines=engine_list.load(r, port, tp, count),

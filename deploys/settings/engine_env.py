@@ -13,8 +13,16 @@ from deploys.settings import model_source
 from deploys.settings.engine_list import DEVICE_VARIABLE
 
 # What render.environment sets in every engine's env file (tests/unit/test_engine_env.py keeps
-# the two in step): the LMCache config, the hash seed, the S3 profile and home, the digest.
-ALWAYS = ("LMCACHE_CONFIG_FILE", "PYTHONHASHSEED", "AWS_PROFILE", "HOME", "KVCEPH_DIGEST")
+# the two in step): the LMCache config, the hash seed, the S3 profile and home, the digest, the
+# versions the engine starts with (deploys/upgrade.py VERSIONS_VAR).
+ALWAYS = (
+    "LMCACHE_CONFIG_FILE",
+    "PYTHONHASHSEED",
+    "AWS_PROFILE",
+    "HOME",
+    "KVCEPH_DIGEST",
+    "KVCEPH_ENGINE_VERSIONS",
+)
 # ... and with the gate (kvceph_vllm_guard): where it is imported from, who reaches /health.
 GUARD = ("PYTHONPATH", "KVCEPH_OPEN_NETWORKS")
 

@@ -25,7 +25,10 @@ class S3Settings:
     user_display_name: str
     profile: str
     wildcard_dns: bool
-    endpoint_ip: str | None
+    # Every address of the bucket's name (one /etc/hosts line each), and where they came from
+    # (the key, or the default the plan names). Empty: the rgw group's hosts (preflight).
+    endpoint_ips: tuple[str, ...]
+    endpoint_ips_source: str
     expiration_days: int
     abort_multipart_days: int
     lifecycle_rule_id: str
@@ -84,16 +87,7 @@ def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
             "use the RGW DNS name as endpoint host (virtual-hosted addressing)",
         )
     wildcard = r.bool("kvceph_s3_wildcard_dns", False)
-    ip = r.opt_str("kvceph_s3_endpoint_ip")
-    if not wildcard and ip is None:
-        raise r.fail(
-            "kvceph_s3_endpoint_ip",
-            None,
-            "needed when kvceph_s3_wildcard_dns is False",
-            "give the RGW/haproxy IP for the /etc/hosts entry, or set wildcard DNS True",
-        )
-    if ip is not None:
-        r.ip("kvceph_s3_endpoint_ip", ip, "e.g. 10.0.0.5")
+    ips, source = endpoint_ips(r, rgw, wildcard)
     quota = r.opt_int("kvceph_s3_quota_max_size_gb", lo=1)
     return S3Settings(
         endpoint=endpoint,
@@ -107,9 +101,69 @@ def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
         user_display_name=r.str("kvceph_s3_user_display_name", "LMCache KV cache"),
         profile=r.str("kvceph_s3_profile", "lmcache", pattern=r"[A-Za-z0-9_.\-]+"),
         wildcard_dns=wildcard,
-        endpoint_ip=ip,
+        endpoint_ips=ips,
+        endpoint_ips_source=source,
         expiration_days=r.int("kvceph_s3_expiration_days", 7, lo=1),
         abort_multipart_days=r.int("kvceph_s3_abort_multipart_days", 1, lo=1),
         lifecycle_rule_id=r.str("kvceph_s3_lifecycle_rule_id", "kvceph-expire"),
         quota_max_size_gb=quota,
+    )
+
+
+# The plan's words for each default (deploys/preflight.py prints them).
+FROM_VIP = (
+    "default: the ingress VIP kvceph_rgw_ingress_virtual_ip, as keepalived keeps it on a live "
+    "rgw host whose haproxy spreads over every RGW; the hosts' own addresses serve no S3 there"
+)
+FROM_RGW_GROUP = (
+    "default: every host of the rgw group, as each runs a concentrator and no VIP fronts them"
+)
+
+
+def endpoint_ips(r: Reader, rgw: RgwSettings, wildcard: bool) -> tuple[tuple[str, ...], str]:
+    """The bucket name's addresses and their source.
+
+    ``kvceph_s3_endpoint_ips`` (a list), or ``kvceph_s3_endpoint_ip`` (one address, the same
+    as a list of one), never both. Neither, on a cephadm cluster: the ingress VIP when there
+    is one (keepalived keeps it on a live rgw host and haproxy there spreads over every RGW;
+    the hosts' own addresses serve nothing on the ingress port), else with the concentrator
+    every rgw host's address (filled in by the preflight, which knows the inventory: ``()``).
+    With wildcard DNS the addresses are optional: given, the preflight checks DNS holds them.
+    """
+    one = r.opt_str("kvceph_s3_endpoint_ip")
+    many = r.raw("kvceph_s3_endpoint_ips", None)
+    if one is not None and many is not None:
+        raise r.fail(
+            "kvceph_s3_endpoint_ips",
+            many,
+            "is set together with kvceph_s3_endpoint_ip",
+            "keep one of the two keys (kvceph_s3_endpoint_ip is a list of one)",
+        )
+    if many is not None:
+        many = r.list("kvceph_s3_endpoint_ips")
+        if not many:
+            raise r.fail(
+                "kvceph_s3_endpoint_ips", many, "is empty", "list at least one address or drop it"
+            )
+        for ip in many:
+            if not isinstance(ip, str):
+                raise r.fail("kvceph_s3_endpoint_ips", ip, "is not a string", "e.g. '10.0.0.5'")
+            r.ip("kvceph_s3_endpoint_ips", ip, "e.g. ['10.0.0.5', '10.0.0.6']")
+        if len(set(many)) != len(many):
+            raise r.fail("kvceph_s3_endpoint_ips", many, "lists an address twice", "list each once")
+        return tuple(many), "kvceph_s3_endpoint_ips"
+    if one is not None:
+        return (r.ip("kvceph_s3_endpoint_ip", one, "e.g. 10.0.0.5"),), "kvceph_s3_endpoint_ip"
+    if wildcard:
+        return (), "kvceph_s3_wildcard_dns"
+    if rgw.managed_by == "cephadm" and rgw.ingress_virtual_ip:
+        return (rgw.ingress_virtual_ip.split("/")[0],), FROM_VIP
+    if rgw.managed_by == "cephadm" and rgw.concentrator:
+        return (), FROM_RGW_GROUP
+    raise r.fail(
+        "kvceph_s3_endpoint_ips",
+        None,
+        "needed when kvceph_s3_wildcard_dns is False and no cephadm ingress or concentrator "
+        "gives the addresses",
+        "list the RGW/haproxy addresses for /etc/hosts, or set wildcard DNS True",
     )

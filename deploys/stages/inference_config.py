@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import files as pyinfra_files
 
 from deploys import kv_sizing, paths, render
 from deploys.facts import memo
@@ -119,14 +118,12 @@ def apply(me: HostSettings, checked) -> None:
         mode="0600",
     )
 
-    line = render.hosts_line(me)
-    if line is not None:
-        # Our line only: matched by its trailing marker, replaced in place.
-        pyinfra_files.line(
-            name=f"/etc/hosts entry for {me.s3.bucket_host}",
-            path="/etc/hosts",
-            line=r"^.*# kvceph$",
-            replace=line,
+    lines = render.hosts_lines(me)
+    if lines:
+        # Our lines only (trailing marker), one per RGW address: awscrt spreads its
+        # connections over every address the name resolves to (deploys/s3_names.py).
+        files.hosts_entries(
+            name=f"/etc/hosts entries for {me.s3.bucket_host} ({len(lines)})", lines=lines
         )
 
     # LMCache's awscrt trusts the system store, read once at engine start (the CA is in the

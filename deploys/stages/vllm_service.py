@@ -21,9 +21,15 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import DeployError, deploy
 
-from deploys import paths, render
+from deploys import paths, render, upgrade
 from deploys.facts import memo
-from deploys.facts.engine import Accelerators, EngineUnits, accelerator_present
+from deploys.facts.engine import (
+    Accelerators,
+    EngineUnits,
+    EngineVersions,
+    ServiceDrift,
+    accelerator_present,
+)
 from deploys.operations import files, service
 from deploys.operations.files import sha256_text
 from deploys.probe.report import last_verdict
@@ -69,9 +75,57 @@ def apply(me: HostSettings, checked) -> None:
                 f"{paths.CONFIG_DIR}/{unit.removesuffix('.service')}.env",
             ],
         )
+    _upgrade(me, checked, shared)
     batch = engine_list.batch_size(e.restart_batch, checked.engine_count)
     for engine in e.engines:
         _restart(me, checked, engine, shared, batch)
+
+
+def upgrades(me: HostSettings, checked, shared: dict[str, str]) -> list[tuple]:
+    """(engine, ``upgrade.Upgrade``) for each running engine whose versions the profile
+    changes; read from the same ServiceDrift fact as the restart decision."""
+    e = me.engine
+    desired = (e.profile.vllm_version, e.profile.lmcache_version)
+    found = []
+    for engine in e.engines:
+        want = running_state(me, checked, engine, shared)
+        current = memo.read(
+            host,
+            ServiceDrift,
+            **service.state_kwargs(
+                want["unit"], want["environment"], want["files"], want["secret_environment"]
+            ),
+        )
+        # The venv (read before this run installs anything) only for engines kvceph did not
+        # label with their versions.
+        running = upgrade.running_pair(
+            current, lambda: memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
+        )
+        if running is not None and running != desired:
+            found.append((engine, upgrade.Upgrade(running, desired)))
+    return found
+
+
+def _upgrade(me: HostSettings, checked, shared: dict[str, str]) -> None:
+    """Say whether the new versions keep the group's object keys; refuse an orphaning
+    upgrade without the opt-in; with it, drain and stop the old engines before any new one
+    starts (operations run in order across hosts: every stop precedes every restart)."""
+    e = me.engine
+    for engine, move in upgrades(me, checked, shared):
+        line = upgrade.plan_line(move, e.upgrade_cold_cache)
+        if move.keeps_keys:
+            logger.info("kvceph: %s %s: %s", me.host, engine.unit, line)
+            continue
+        if not e.upgrade_cold_cache:
+            raise DeployError(upgrade.refusal(me.host, me.s3.bucket, move))
+        logger.warning("kvceph: %s %s: %s", me.host, engine.unit, line)
+        service.stopped_for_upgrade(
+            name=f"Stop {engine.unit} before the upgrade (object keys change: cache starts cold)",
+            unit=engine.unit,
+            port=engine.port,
+            python=f"{e.venv}/bin/python",
+            drain_timeout=e.drain_timeout if me.security.guard else None,
+        )
 
 
 def shared_files_desired(me: HostSettings, checked) -> dict[str, str]:
@@ -172,4 +226,6 @@ def _restart(me: HostSettings, checked, engine: Engine, shared: dict[str, str], 
         # Whether the S3 tier this engine starts with is worth it, as last measured (probe.py).
         note=last_verdict(me.verify.report_dir, me.host) if me.verify else None,
         batch=batch,
+        # Without the gate nothing can stop admitting requests: no drain (deploys/drain.py).
+        drain_timeout=e.drain_timeout if me.security.guard else None,
     )

@@ -10,7 +10,7 @@ import shlex
 from pyinfra import logger
 from pyinfra.api.command import StringCommand
 
-from deploys import crossover, measured, tier_preflight
+from deploys import crossover, drain, measured, tier_preflight
 from deploys.facts.connector import RemoteTierLog
 from deploys.verification import report as reporting
 from deploys.verification import runner, targets, transport
@@ -23,16 +23,24 @@ class SshControl:
 
     + units: target name -> (host, unit) for engines that are not their host's only
       ``vllm.service`` (``gpu1/engine-a`` -> ``("gpu1", "vllm-engine-a.service")``)
+    + drains: target name -> (engine venv python, port, ``kvceph_drain_timeout``) for engines
+      behind the gate: their restarts drain first, like the deploy's (deploys/drain.py)
     """
 
-    def __init__(self, inv, units: dict[str, tuple[str, str]] | None = None):
+    def __init__(
+        self,
+        inv,
+        units: dict[str, tuple[str, str]] | None = None,
+        drains: dict[str, tuple[str, int, int]] | None = None,
+    ):
         self.inventory = inv
         self.units = units or {}
+        self.drains = drains or {}
 
     def _unit(self, name: str) -> tuple[str, str]:
         return self.units.get(name, (name, UNIT))
 
-    def _run(self, name: str, command: str, timeout: int) -> tuple[bool, str]:
+    def _run(self, name: str, command, timeout: int) -> tuple[bool, str]:
         target = self.inventory.get_host(name)
         if not target.connected:
             target.connect(reason="verify", raise_exceptions=False)
@@ -52,8 +60,18 @@ class SshControl:
 
     def restart(self, name: str, timeout: int) -> str | None:
         host_name, unit = self._unit(name)
-        command = f"timeout {int(timeout)} systemctl restart {shlex.quote(unit)}"
-        ok, out = self._run(host_name, command, timeout)
+        if name not in self.drains:
+            command = f"timeout {int(timeout)} systemctl restart {shlex.quote(unit)}"
+            ok, out = self._run(host_name, command, timeout)
+            return None if ok else f"systemctl restart {unit} on {host_name}: {out[-200:]}"
+        python, port, drain_timeout = self.drains[name]
+        _, out = self._run(
+            host_name, drain.command(python, port, drain_timeout), drain_timeout + 60
+        )
+        result = drain.parse(out.split("; "))
+        log = logger.warning if result.cut or result.state == "failed" else logger.info
+        log(f"kvceph verify: drain {host_name} {unit}: {drain.summary(result, drain_timeout)}")
+        ok, out = self._run(host_name, drain.restart_command(unit, port, timeout), timeout)
         return None if ok else f"systemctl restart {unit} on {host_name}: {out[-200:]}"
 
     def journal_has(self, name: str, since: float, text: str) -> bool | None:
@@ -128,6 +146,16 @@ def run_cycle(state, host, checked, inv) -> bool:
         if me.is_inference
         for engine in me.engine.engines
     }
+    drains = {
+        target_name(name, me.engine.engines, engine): (
+            f"{me.engine.venv}/bin/python",
+            engine.port,
+            me.engine.drain_timeout,
+        )
+        for name, me in checked.hosts.items()
+        if me.is_inference and me.security.guard
+        for engine in me.engine.engines
+    }
     bucket = transport.Boto3Bucket(
         endpoint=vs.s3_endpoint or s3.endpoint,
         bucket=s3.bucket,
@@ -140,7 +168,7 @@ def run_cycle(state, host, checked, inv) -> bool:
     cycle = runner.Runner(
         targets.Options.from_settings(vs),
         bucket,
-        SshControl(inv, units),
+        SshControl(inv, units, drains),
         http=transport.Http(api_key=checked.credentials.vllm_api_key),
         log=logger.info,
     )

@@ -78,6 +78,16 @@ def connector(cfg: dict) -> str:
     return "kvceph-shm" if extra.get("kvceph.receive_dir") else "kvceph"
 
 
+def variant_fields(cfg: dict, t) -> dict:
+    """What every row says of its variant: name, connector, KV dtype, chunk size."""
+    return {
+        "variant": cfg["variant"],
+        "connector": connector(cfg),
+        "kv_dtype": cfg["engine"]["kv_dtype"],
+        "chunk_size": t.chunk_size,
+    }
+
+
 def inside(t0: float, ttft: float | None) -> dict | None:
     """The engine's own phases of the request sent at t0 (trace/sitecustomize.py), if traced."""
     path = os.environ.get("KVCEPH_H200_TRACE")
@@ -111,10 +121,7 @@ def cold(rendered, state, out, label, tokens):
     row = {
         "label": label,
         "kind": "cold",
-        "variant": cfg["variant"],
-        "connector": connector(cfg),
-        "kv_dtype": cfg["engine"]["kv_dtype"],
-        "chunk_size": t.chunk_size,
+        **variant_fields(cfg, t),
         "nonce": runner.nonce,
         "document_tokens": tokens,
         "prompt_tokens": pt,
@@ -147,11 +154,8 @@ def warm(rendered, state, out, label, source):
     row = {
         "label": label,
         "kind": "warm",
-        "variant": cfg["variant"],
-        "connector": connector(cfg),
-        "kv_dtype": cfg["engine"]["kv_dtype"],
+        **variant_fields(cfg, t),
         "min_hit_tokens": cfg["lmcache"].get("extra_config", {}).get("kvceph.min_hit_tokens"),
-        "chunk_size": t.chunk_size,
         "cold_label": source,
         "document_tokens": c["document_tokens"],
         "prompt_tokens": got.prompt_tokens,

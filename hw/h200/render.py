@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
         "vllm.service": render.unit(me),
         "credentials": render.aws_credentials(me, creds),
         "config": render.aws_config(me),
-        "hosts": (render.hosts_line(me) or "") + "\n",
+        "hosts": "\n".join(render.hosts_lines(me)) + "\n",
         # the unit's --middleware (when the gate is on): installed at paths.GUARD_PATH
         "kvceph_engine_guard.py": render.guard_module() if me.security.guard else "",
     }

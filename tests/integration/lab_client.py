@@ -106,3 +106,79 @@ def wait_health(ip: str, timeout: float = 60, port: int = 8000) -> None:
 def long_prompt(words: int = 2048) -> str:
     """A prompt no other test sent: a fresh word first, so no chunk of it exists yet."""
     return " ".join([f"n{uuid.uuid4().hex}"] + [f"w{i % 97}" for i in range(words - 1)])
+
+
+class StreamLoad:
+    """A steady stream of streamed completions to every engine, from one thread per engine,
+    recorded request by request (what a client saw), until ``stop()``.
+
+    Each record: ``status`` (HTTP status, None when no answer came), ``retry_after``,
+    ``tokens`` received, ``done`` ([DONE] came), ``error`` (a connection error, before or
+    during the answer) and the engine's name.
+    """
+
+    def __init__(self, engines: dict[str, tuple[str, int]], max_tokens: int = 150):
+        import threading
+
+        self.engines, self.max_tokens = engines, max_tokens
+        self.records: list[dict] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(name,), daemon=True) for name in engines
+        ]
+
+    def __enter__(self):
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(60)
+
+    def _run(self, name: str) -> None:
+        ip, port = self.engines[name]
+        body = json.dumps(
+            {"model": "Qwen/Qwen3-32B", "prompt": f"load {name} steady", "stream": True,
+             "max_tokens": self.max_tokens, "temperature": 0}
+        ).encode()  # fmt: skip
+        while not self._stop.is_set():
+            rec = {"engine": name, "status": None, "retry_after": None, "tokens": 0,
+                   "done": False, "error": None}  # fmt: skip
+            req = urllib.request.Request(
+                f"http://{ip}:{port}/v1/completions",
+                body,
+                {"Content-Type": "application/json", **auth_headers()},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    rec["status"] = r.status
+                    for line in r:
+                        if line.startswith(b"data: [DONE]"):
+                            rec["done"] = True
+                        elif line.startswith(b"data: "):
+                            rec["tokens"] += 1
+            except urllib.error.HTTPError as exc:
+                rec["status"], rec["retry_after"] = exc.code, exc.headers.get("Retry-After")
+                exc.read()
+            except OSError as exc:  # refused while the engine is down, or cut mid-answer
+                rec["error"] = f"{type(exc).__name__}: {exc}"
+            self.records.append(rec)
+            if rec["status"] != 200:
+                time.sleep(0.2)  # a client backing off; the engine is draining or down
+
+    def accepted(self) -> list[dict]:
+        """Requests the engine accepted (200 and the stream began)."""
+        return [r for r in self.records if r["status"] == 200]
+
+    def cut(self) -> list[dict]:
+        """Accepted requests that did not end with all their tokens and [DONE]."""
+        return [r for r in self.accepted() if not (r["done"] and r["tokens"] == self.max_tokens)]
+
+    def refused(self) -> list[dict]:
+        """Requests answered with an HTTP error status (no token can have come)."""
+        return [r for r in self.records if r["status"] not in (None, 200)]

@@ -10,7 +10,14 @@ import re
 
 import pytest
 from conftest import HOSTS, MODEL_ARGUMENT, REPO, lab_sh, pyinfra, ssh
-from lab_client import auth_headers, completion, external_hits, long_prompt, wait_health
+from lab_client import (
+    StreamLoad,
+    auth_headers,
+    completion,
+    external_hits,
+    long_prompt,
+    wait_health,
+)
 
 LEDGER = "/dev/shm/kvceph-lab-devices"  # the lab engine's device memory (group_data/lab.py)
 AB = {"KVCEPH_LAB_ENGINES": "a,b"}
@@ -97,6 +104,8 @@ def test_converge_with_two_engines_then_no_change(two_engines):
 def test_verify_proves_reuse_inside_gpu1_and_across_hosts(two_engines):
     run = pyinfra(deploy="verify.py", json_out=False, env=AB, timeout=600)
     assert run.rc == 0, run.output[-5000:]
+    # verify.py's restarts drain first, like the deploy's (deploys/drain.py).
+    assert re.search(r"kvceph verify: drain gpu1 vllm-engine-a.service: drained in", run.output)
     report = json.loads((REPO / "reports" / "verify-latest.json").read_text())
     verdicts = {(s["host"], s["step"]): s for s in report["steps"]}
     assert verdicts[("gpu1/engine-a", "warm")]["verdict"] == "pass"
@@ -184,8 +193,16 @@ def test_removing_an_engine_stops_and_removes_exactly_that_unit(two_engines):
 
 def test_batch_of_two_restarts_two_engines_at_a_time(two_engines):
     before = main_pids()
-    run = pyinfra(*CHANGE, "--data", "kvceph_restart_batch=2", env=AB)
+    # A steady stream of streamed requests to every engine while they roll two at a time.
+    with StreamLoad({n: (HOSTS[h], port) for n, (h, _, port) in ENGINES.items()}) as load:
+        run = pyinfra(*CHANGE, "--data", "kvceph_restart_batch=2", env=AB)
     assert run.rc == 0, run.output[-4000:]
+    assert load.accepted() and load.cut() == [], load.cut()[:5]
+    refused = load.refused()
+    assert refused and {(r["status"], r["retry_after"]) for r in refused} == {(503, "5")}
+    # Each engine's turn: its drain (the open requests' remaining 0.2 s) and its restart.
+    turns = re.findall(r"healthy \(drain ([\d.]+) s, restart ([\d.]+) s\)", run.output)
+    assert len(turns) == len(ENGINES) and all(float(d) < 5 for d, _ in turns), turns
     after = main_pids()
     assert all(after[n] != before[n] for n in ENGINES), (before, after)
     found = batches(run.output)

@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-from deploys import connector_package, paths, render, secrets, settings  # noqa: E402
+from deploys import connector_package, paths, render, s3_names, secrets, settings  # noqa: E402
 from deploys.operations import s3  # noqa: E402
 from deploys.operations.files import sha256_text  # noqa: E402
 from deploys.settings import group_data  # noqa: E402
@@ -528,12 +528,24 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
     # engine.EngineReadiness
     r["/v1/completions"] = _captured("engine.EngineReadiness", "ready" if converged else "no_venv")
 
-    hosts_line = render.hosts_line(me)
-    if hosts_line is not None:
-        # files.FindInFile for our /etc/hosts line (matched by its trailing marker).
-        exists = "__pyinfra_exists_/etc/hosts"  # the file exists, no line matches
-        r["-e '^.*# kvceph$' /etc/hosts"] = [hosts_line] if converged else [exists]
-        r[f"-e '^{hosts_line}$' /etc/hosts"] = [exists]
+    hosts_lines = render.hosts_lines(me)
+    base_hosts = ["127.0.0.1 localhost", f"{me.host} {me.host}"]
+    hosts_now = base_hosts + (hosts_lines if converged else [])
+    # files.FileContents of /etc/hosts (files.hosts_entries), and the preflight's
+    # resolver.Resolution: Debian's host.conf, glibc's answer from those lines.
+    r["cat /etc/hosts ) ||"] = hosts_now
+    r["kvceph-resolution"] = [
+        s3_names.HOST_CONF,
+        "multi on",
+        s3_names.HOSTS,
+        *hosts_now,
+        s3_names.GETENT,
+        *(
+            f"{ip}   STREAM {me.s3.bucket_host}"
+            for ip in (me.s3.endpoint_ips if converged or me.s3.wildcard_dns else [])
+        ),
+        f"{s3_names.RC}{0 if converged else 2}",
+    ]
 
     if converged:
         r.update(_directory(e.service_home, user, user, "0750"))

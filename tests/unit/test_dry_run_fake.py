@@ -75,7 +75,7 @@ FRESH_CHANGES = {
     "Inference config | AWS directory /var/lib/vllm/.aws": INFERENCE,
     "Inference config | AWS credentials /var/lib/vllm/.aws/credentials": INFERENCE,
     "Inference config | AWS config /var/lib/vllm/.aws/config": INFERENCE,
-    "Inference config | /etc/hosts entry for lmcache.s3.kvlab": INFERENCE,
+    "Inference config | /etc/hosts entries for lmcache.s3.kvlab (1)": INFERENCE,
     "vLLM service | Engine environment /etc/kvceph/vllm.env": INFERENCE,
     "vLLM service | Engine secrets /etc/kvceph/secrets.env": INFERENCE,
     "vLLM service | Engine gate directory /usr/local/lib/kvceph": INFERENCE,

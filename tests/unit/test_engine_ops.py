@@ -7,6 +7,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ from types import SimpleNamespace
 import gevent
 import pytest
 from pyinfra.api import OperationError, StringCommand
-from pyinfra.connectors.util import CommandOutput
+from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra_testing.util import FakeState, create_host, get_command_string
 
@@ -71,7 +72,7 @@ def _roll_host(name, answers, ran):
 def test_restart_in_roll_stops_later_engines_without_restarting_them(caplog):
     state = SimpleNamespace(print_output=False, print_input=False)
     ran: list = []
-    args = ("vllm.service", 8000, "/v/bin/python", 60, 1)
+    args = ("vllm.service", 8000, "/v/bin/python", 60, 1, None)  # the gate off: no drain
     gpu1 = _roll_host("gpu1", [True, True], ran)
     gpu2 = _roll_host("gpu2", [True, False], ran)  # restarts, never healthy
     gaudi1 = _roll_host("gaudi1", [True, True], ran)
@@ -80,10 +81,36 @@ def test_restart_in_roll_stops_later_engines_without_restarting_them(caplog):
     with caplog.at_level("INFO"):
         assert service._restart_in_roll(state, gaudi1, {}, *args) is False
     assert [h for h, _ in ran] == ["gpu1", "gpu1", "gpu2", "gpu2"]
-    assert ran[0][1] == "timeout 300 systemctl restart vllm.service"
+    assert ran[0][1] == (
+        "timeout 300 systemctl restart vllm.service ; rc=$?; rm -f /run/kvceph/drain-8000 ; "
+        "exit $rc"
+    )
     assert "rolling restart stopped at gpu2 vllm.service" in caplog.text
     # Another pyinfra run starts clean.
     assert service._restart_in_roll(SimpleNamespace(**vars(state)), gaudi1, {}, *args) is True
+
+
+def test_restart_in_roll_drains_first_and_says_what_it_cut(caplog):
+    state = SimpleNamespace(print_output=False, print_input=False)
+    ran: list = []
+    answer = '{"state": "timeout", "seconds": 120.0, "gate": 2, "vllm": 1}'
+
+    def run_shell_command(command, **kwargs):
+        ran.append(get_command_string(command).split(" -c ")[0])
+        return True, CommandOutput([OutputLine("stdout", answer)] if len(ran) == 1 else [])
+
+    gpu1 = SimpleNamespace(name="gpu1", print_prefix="[gpu1] ", run_shell_command=run_shell_command)
+    with caplog.at_level("INFO"):
+        assert service._restart_in_roll(
+            state, gpu1, {}, "vllm.service", 8000, "/v/bin/python", 60, 1, 120
+        )
+    assert ran[0] == "timeout 180 /v/bin/python"  # the drain, then restart, then health
+    assert ran[1].startswith("timeout 300 systemctl restart vllm.service")
+    assert (
+        "kvceph: drain gpu1 vllm.service: drain timed out after 120 s (kvceph_drain_timeout): "
+        "the restart cuts 2 request(s)" in caplog.text
+    )
+    assert re.search(r"restart batch 1: gpu1 vllm.service healthy \(drain [\d.]+ s", caplog.text)
 
 
 def _run_ready(probe, executing):
@@ -247,10 +274,28 @@ def test_rolling_restart_logs_why(caplog):
     with caplog.at_level("INFO"), ctx_state.use(state), ctx_host.use(host):
         commands = list(service.rolling_restart._inner(**kwargs))
     assert [c.function.__name__ for c in commands] == ["_restart_in_roll"]
-    assert commands[0].args == ("vllm.service", 8000, "/opt/kvceph/venv/bin/python", 900, 1)
+    assert commands[0].args == ("vllm.service", 8000, "/opt/kvceph/venv/bin/python", 900, 1, None)
     assert "restarts: running env HF_TOKEN differs" in caplog.text
     assert "running env PYTHONHASHSEED=68, desired 67; running digest aaaaaaaaaaaa" in caplog.text
     assert "hf-fixture-token" not in caplog.text
+    # The plan says whether the restart drains (the gate is off here: drain_timeout None).
+    assert "vllm.service: no drain (kvceph_vllm_guard is False" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO"), ctx_state.use(state), ctx_host.use(host):
+        commands = list(service.rolling_restart._inner(**kwargs, drain_timeout=120))
+    assert commands[0].args[-1] == 120
+    assert "vllm.service: drains first (new requests 503, up to 120 s, kvceph_drain_timeout)" in (
+        caplog.text
+    )
+
+
+def test_a_stopped_engine_restarts_without_a_drain(caplog):
+    kwargs, key, fact = _drift_case("converged_noop")
+    stopped = {**fact, "active": "inactive", "main_pid": 0}
+    host = create_host(FakeState(), facts={"engine.ServiceDrift": {key: stopped}})
+    with caplog.at_level("INFO"), ctx_state.use(host.state), ctx_host.use(host):
+        list(service.rolling_restart._inner(**kwargs, drain_timeout=120))
+    assert "vllm.service: not running: no drain" in caplog.text
 
 
 _FAKE_SYSTEMCTL = """#!/bin/sh

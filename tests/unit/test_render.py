@@ -409,9 +409,28 @@ def test_aws_config_is_what_botocore_reads(tmp_path, monkeypatch):
     assert session.get_credentials().access_key == "AKIALMCACHE0000"
 
 
-def test_hosts_line():
-    assert render.hosts_line(host()) == "10.0.0.5 lmcache.s3.cephlab.com s3.cephlab.com  # kvceph"
-    assert render.hosts_line(host(kvceph_s3_wildcard_dns=True)) is None
+def test_hosts_lines_one_per_address():
+    line = "{} lmcache.s3.cephlab.com s3.cephlab.com  # kvceph"
+    assert render.hosts_lines(host()) == [line.format("10.0.0.5")]
+    two = host(kvceph_s3_endpoint_ip=None, kvceph_s3_endpoint_ips=["10.0.0.5", "10.0.0.6"])
+    assert render.hosts_lines(two) == [line.format("10.0.0.5"), line.format("10.0.0.6")]
+    assert render.hosts_lines(host(kvceph_s3_wildcard_dns=True)) == []
+
+
+def test_hosts_file_replaces_only_our_lines_in_place():
+    current = (
+        "127.0.0.1 localhost\n10.0.0.9 lmcache.s3.cephlab.com s3.cephlab.com  # kvceph\n"
+        "10.213.7.11 ceph1\n"
+    )
+    ours = ["10.0.0.5 a  # kvceph", "10.0.0.6 a  # kvceph"]
+    text = render.hosts_file(current, ours)
+    assert text == "127.0.0.1 localhost\n" + "".join(f"{x}\n" for x in ours) + "10.213.7.11 ceph1\n"
+    assert render.hosts_file(text, ours) == text  # converged
+    assert (
+        render.hosts_file("127.0.0.1 localhost", ours[:1])
+        == "127.0.0.1 localhost\n" + ours[0] + "\n"
+    )
+    assert render.hosts_file(text, []) == "127.0.0.1 localhost\n10.213.7.11 ceph1\n"
 
 
 def test_digest_covers_every_input_and_is_stable():

@@ -91,7 +91,29 @@ BAD = [
     ((), {"kvceph_s3_endpoint": "http://s3.cephlab.com:80/bucket"}, "scheme://host:port only"),
     ((), {"kvceph_s3_endpoint": "http://s3.cephlab.com:99999"}, "invalid port"),
     ((), {"kvceph_s3_endpoint": "http://other.example:80"}, "differs from kvceph_rgw_dns_name"),
-    ((), {"kvceph_s3_endpoint_ip": None}, "kvceph_s3_endpoint_ip = None"),
+    (
+        (),
+        {"kvceph_s3_endpoint_ip": None, "kvceph_rgw_managed_by": "external"},
+        "kvceph_s3_endpoint_ips = None: needed when kvceph_s3_wildcard_dns is False",
+    ),
+    (
+        (),
+        {"kvceph_s3_endpoint_ips": ["10.0.0.6"]},
+        "kvceph_s3_endpoint_ips = ['10.0.0.6']: is set together with kvceph_s3_endpoint_ip; "
+        "fix: keep one of the two keys",
+    ),
+    ((), {"kvceph_s3_endpoint_ip": None, "kvceph_s3_endpoint_ips": []}, "is empty"),
+    ((), {"kvceph_s3_endpoint_ip": None, "kvceph_s3_endpoint_ips": "10.0.0.6"}, "must be a list"),
+    (
+        (),
+        {"kvceph_s3_endpoint_ip": None, "kvceph_s3_endpoint_ips": ["10.0.0.6", "s3"]},
+        "kvceph_s3_endpoint_ips = 's3': is not an IP address",
+    ),
+    (
+        (),
+        {"kvceph_s3_endpoint_ip": None, "kvceph_s3_endpoint_ips": ["10.0.0.6", "10.0.0.6"]},
+        "lists an address twice",
+    ),
     ((), {"kvceph_s3_access_key": "AKIA"}, "secrets must not live in group_data"),
     ((), {"kvceph_vllm_bind": "localhost"}, "is not an IP address"),
     ((), {"kvceph_s3_region": " default"}, "whitespace"),

@@ -124,6 +124,15 @@ def names(calls):
     return [c[0] for c in calls]
 
 
+# The engine as ServiceDrift reads it (the upgrade check reads it while the stage is prepared).
+STOPPED = {"ServiceDrift": {"active": "inactive", "main_pid": 0, "env": {}}}
+
+
+def _running(versions: str) -> dict:
+    env = {"KVCEPH_ENGINE_VERSIONS": versions}
+    return {"ServiceDrift": {"active": "active", "main_pid": 7, "env": env}}
+
+
 def test_engine_software_from_wheelhouse(plan, tmp_path):
     (tmp_path / "kvceph_lab_engine-0.1.0-py3-none-any.whl").write_text("")
     me = lab_host(kvceph_engine_wheelhouse=str(tmp_path))
@@ -215,8 +224,8 @@ def test_inference_config_files_and_modes(plan, caplog):
     assert order.index("AWS directory /var/lib/vllm/.aws") < order.index(
         "AWS credentials /var/lib/vllm/.aws/credentials"
     )
-    hosts = by_name["/etc/hosts entry for lmcache.s3.cephlab.com"][1]
-    assert hosts["replace"].endswith("# kvceph")
+    hosts = by_name["/etc/hosts entries for lmcache.s3.cephlab.com (1)"][1]
+    assert [x.endswith("# kvceph") for x in hosts["lines"]] == [True]
     # An override below the derived timeout is named in the plan with LMCache's own words.
     assert "is still waiting for async lookup" in caplog.text
     assert "plan-secret-value" not in caplog.text
@@ -224,7 +233,7 @@ def test_inference_config_files_and_modes(plan, caplog):
 
 def test_vllm_service_rolls_in_batches_with_the_digest(plan, caplog):
     me = lab_host()
-    calls = plan(vllm_service, me, {"EngineUnits": ["vllm.service"]}, CHECKED)
+    calls = plan(vllm_service, me, {**STOPPED, "EngineUnits": ["vllm.service"]}, CHECKED)
     assert names(calls) == [
         "files.private_file",
         "files.directory",
@@ -281,7 +290,7 @@ TWO_ENGINES = {
 
 def test_two_engines_get_a_unit_each_and_the_old_unit_goes_before_any_restart(plan):
     me = lab_host(**TWO_ENGINES)
-    calls = plan(vllm_service, me, {"EngineUnits": ["vllm.service"]}, CHECKED)
+    calls = plan(vllm_service, me, {**STOPPED, "EngineUnits": ["vllm.service"]}, CHECKED)
     ops = [(n, kw.get("path") or kw.get("unit")) for n, kw in calls]
     assert ops[3:] == [
         ("files.atomic_file", "/etc/kvceph/vllm-engine-a.env"),
@@ -315,12 +324,56 @@ def test_two_engines_get_a_unit_each_and_the_old_unit_goes_before_any_restart(pl
 def test_a_removed_engine_goes_and_only_that_one(plan):
     me = lab_host(**TWO_ENGINES)
     units = ["vllm-engine-a.service", "vllm-engine-b.service", "vllm-engine-c.service"]
-    calls = plan(vllm_service, me, {"EngineUnits": units}, CHECKED)
+    calls = plan(vllm_service, me, {**STOPPED, "EngineUnits": units}, CHECKED)
     removed = [kw["unit"] for n, kw in calls if n == "service.removed"]
     assert removed == ["vllm-engine-c.service"]
-    converged = plan(vllm_service, me, {"EngineUnits": units[:2]}, CHECKED)
+    converged = plan(vllm_service, me, {**STOPPED, "EngineUnits": units[:2]}, CHECKED)
     assert converged, "the second plan recorded nothing"
     assert "service.removed" not in names(converged)
+
+
+def test_an_unchanged_profile_rolls_with_a_drain_and_labels_the_versions(plan):
+    facts = {**_running("vllm=0.33.0 lmcache=0.5.6"), "EngineUnits": ["vllm.service"]}
+    calls = plan(vllm_service, lab_host(), facts, CHECKED)
+    assert "service.stopped_for_upgrade" not in names(calls)
+    roll = calls[-1][1]
+    assert roll["environment"]["KVCEPH_ENGINE_VERSIONS"] == "vllm=0.33.0 lmcache=0.5.6"
+    assert roll["drain_timeout"] == 120  # the gate is on: the restart drains first
+
+
+def test_a_patch_release_rolls_and_says_the_keys_stay_valid(plan, caplog):
+    facts = {**_running("vllm=0.33.0 lmcache=0.5.6"), "EngineUnits": ["vllm.service"]}
+    patch = lab_host(kvceph_engine_profile={
+        "name": "lab-engine", "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
+        "executable": "kvceph-lab-engine", "vllm_version": "0.33.1"})  # fmt: skip
+    with caplog.at_level("INFO"):
+        calls = plan(vllm_service, patch, facts, CHECKED)
+    assert names(calls)[-1] == "service.rolling_restart"
+    assert "service.stopped_for_upgrade" not in names(calls)
+    assert "gpu1 vllm.service: vLLM 0.33.0 -> 0.33.1, LMCache 0.5.6: the object keys stay" in (
+        caplog.text
+    )
+
+
+ON_026 = {**_running("vllm=0.26.0 lmcache=0.5.6"), "EngineUnits": ["vllm.service"]}
+
+
+def test_another_minor_is_refused_in_one_line(plan):
+    with pytest.raises(DeployError, match="would be orphaned; fix: .*kvceph_upgrade_cold_cache"):
+        plan(vllm_service, lab_host(), ON_026, CHECKED)
+
+
+def test_with_the_opt_in_old_engines_stop_drained_before_any_restart(plan):
+    calls = plan(vllm_service, lab_host(kvceph_upgrade_cold_cache=True), ON_026, CHECKED)
+    assert names(calls)[-2:] == ["service.stopped_for_upgrade", "service.rolling_restart"]
+    stop = calls[-2][1]
+    assert (stop["unit"], stop["port"], stop["drain_timeout"]) == ("vllm.service", 8000, 120)
+
+
+def test_without_the_gate_nothing_drains(plan):
+    me = lab_host(kvceph_upgrade_cold_cache=True, kvceph_vllm_guard=False)
+    calls = plan(vllm_service, me, ON_026, CHECKED)
+    assert calls[-2][1]["drain_timeout"] is None and calls[-1][1]["drain_timeout"] is None
 
 
 def test_vllm_service_refuses_the_wrong_accelerator(plan):

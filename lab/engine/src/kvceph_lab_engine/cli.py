@@ -19,7 +19,7 @@ import sys
 import threading
 
 from kvceph_lab_engine import BANNER, __version__
-from kvceph_lab_engine.versions import DEFAULT_VLLM_VERSION, KV_TRANSFER_FIELDS
+from kvceph_lab_engine.versions import DEFAULT_VLLM_VERSION, KV_TRANSFER_FIELDS, emulated
 
 log = logging.getLogger("kvceph_lab_engine")
 VLLM_WATCHDOG_SECONDS = 5.0
@@ -57,7 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     # vLLM: ASGI middleware classes by import path, wrapped around the app (asgi.py).
     s.add_argument("--middleware", action="append", default=[])
     # accepted and ignored, like harmless vLLM tuning flags
-    for flag in ("--block-size", "--max-num-seqs", "--max-num-batched-tokens", "--seed"):
+    # vLLM's cap on requests in one batch; the rest wait (vllm:num_requests_waiting).
+    s.add_argument("--max-num-seqs", type=int, default=None)
+    for flag in ("--block-size", "--max-num-batched-tokens", "--seed"):
         s.add_argument(flag, type=int, default=None)
     for flag in ("--hf-overrides", "--load-format", "--download-dir", "--uvicorn-log-level"):
         s.add_argument(flag, default=None)
@@ -72,8 +74,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument(flag, action="store_true")
     # lab-only knobs
     s.add_argument(
-        "--vllm-version", default=DEFAULT_VLLM_VERSION, choices=sorted(KV_TRANSFER_FIELDS)
-    )
+        "--vllm-version", default=DEFAULT_VLLM_VERSION, type=_vllm_version,
+        help="the vLLM release to emulate and report: 0.26.x or 0.33.x",
+    )  # fmt: skip
     s.add_argument("--bytes-per-token", type=int, default=64, help="KV bytes per token per worker")
     s.add_argument("--prefill-ms-per-token", type=float, default=0.2)
     s.add_argument(
@@ -85,6 +88,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--kv-dtype", default=None, help="KV dtype in object keys (default bfloat16)")
     return p
+
+
+def _vllm_version(value: str) -> str:
+    try:
+        emulated(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def _kv_dtype(args) -> str:
@@ -262,6 +273,7 @@ def build(args):
         engine=engine,
         metrics=metrics,
         vllm_version=args.vllm_version,
+        max_num_seqs=args.max_num_seqs,
         api_keys=ApiKeys(args.api_key or [os.environ.get("VLLM_API_KEY", "")]),
         middleware=asgi.load(args.middleware),
     )

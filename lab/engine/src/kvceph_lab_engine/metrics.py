@@ -62,6 +62,7 @@ class Metrics:
         self.ttft_sum = 0.0
         self.ttft_count = 0
         self.running = 0
+        self.waiting = 0
 
     def record_prefill(
         self, *, prompt: int, local_hit: int, claimed: int, loaded: int, computed: int
@@ -103,6 +104,9 @@ class Metrics:
                 "# HELP vllm:num_requests_running Number of requests in model execution batches.",
                 "# TYPE vllm:num_requests_running gauge",
                 f"vllm:num_requests_running{{{base}}} {_f(self.running)}",
+                "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+                "# TYPE vllm:num_requests_waiting gauge",
+                f"vllm:num_requests_waiting{{{base}}} {_f(self.waiting)}",
             ]
             for name, help_text in COUNTERS.items():
                 out += [

@@ -62,9 +62,13 @@ class App:
         vllm_version: str,
         api_keys: ApiKeys | None = None,
         middleware: tuple = (),
+        max_num_seqs: int | None = None,
     ):
+        # vLLM schedules at most max_num_seqs requests; the others wait in its queue.
+        self.slots = threading.BoundedSemaphore(max_num_seqs) if max_num_seqs else None
         self.api_keys = api_keys or ApiKeys([])
-        self.middleware = middleware
+        # Built once, like Starlette's middleware stack: a middleware's state spans requests.
+        self.middleware = asgi.chain(middleware) if middleware else None
         self.model = model
         self.max_model_len = max_model_len
         self.engine = engine
@@ -151,9 +155,7 @@ class Handler(BaseHTTPRequestHandler):
         payload = obj if isinstance(obj, str) else json.dumps(obj)
         self._chunk(f"data: {payload}\n\n".encode())
 
-    def _authorized(self, path: str, body: bytes = b"") -> bool:
-        if not asgi.gate(self.app.middleware, self, path, body):
-            return False
+    def _authorized(self, path: str) -> bool:
         if self.app.api_keys.allows(self.command, path, self.headers.get("Authorization")):
             return True
         self._json(401, UNAUTHORIZED)
@@ -162,6 +164,9 @@ class Handler(BaseHTTPRequestHandler):
     # -- routes -------------------------------------------------------------------------------
     def do_GET(self):  # noqa: N802
         path = self.path.split("?", 1)[0]
+        asgi.gate(self.app.middleware, self, path, b"", lambda: self._get(path))
+
+    def _get(self, path: str) -> None:
         if not self._authorized(path):
             return
         if path == "/health":
@@ -182,7 +187,10 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        if not self._authorized(path, body):
+        asgi.gate(self.app.middleware, self, path, body, lambda: self._post(path, body))
+
+    def _post(self, path: str, body: bytes) -> None:
+        if not self._authorized(path):
             return
         if path not in ("/v1/completions", "/v1/chat/completions", "/invocations", "/tokenize"):
             self._json(404, {"detail": "Not Found"})
@@ -251,6 +259,11 @@ class Handler(BaseHTTPRequestHandler):
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         t_arrival = time.monotonic()
         with app.metrics._lock:
+            app.metrics.waiting += 1
+        if app.slots:
+            app.slots.acquire()
+        with app.metrics._lock:
+            app.metrics.waiting -= 1
             app.metrics.running += 1
         try:
             try:
@@ -341,6 +354,8 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             with app.metrics._lock:
                 app.metrics.running -= 1
+            if app.slots:
+                app.slots.release()
 
     def _stream(self, rid, chat, created, max_tokens, n_prompt, include_usage, t_arrival):
         app = self.app

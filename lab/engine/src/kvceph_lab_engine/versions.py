@@ -28,6 +28,19 @@ _FIELDS_026 = _FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_
 
 KV_TRANSFER_FIELDS: dict[str, frozenset[str]] = {"0.26.0": _FIELDS_026, "0.33.0": _FIELDS_033}
 DEFAULT_VLLM_VERSION = "0.33.0"
+# A patch release keeps its minor's config (kvceph's upgrade tests roll 0.33.0 -> 0.33.1):
+# any 0.26.x / 0.33.x is emulated as its minor's .0 and reported as given (/version).
+_MINORS = {v.rsplit(".", 1)[0]: v for v in KV_TRANSFER_FIELDS}
+
+
+def emulated(version: str) -> str:
+    """The KV_TRANSFER_FIELDS key that emulates ``version`` ('0.33.1' -> '0.33.0'); ValueError
+    for a version of another minor."""
+    parts = str(version).split(".")
+    if len(parts) == 3 and all(p.isdigit() for p in parts) and ".".join(parts[:2]) in _MINORS:
+        return _MINORS[".".join(parts[:2])]
+    raise ValueError(f"unsupported --vllm-version {version!r}; known: 0.26.x, 0.33.x")
+
 
 # Connectors the emulation can stand in for. vLLM knows more (NixlConnector, ...), but the
 # lab engine only emulates LMCache; anything else is refused like an unknown name.
@@ -45,17 +58,17 @@ def check_kv_transfer(raw: str, vllm_version: str) -> dict:
     """
     import json
 
-    if vllm_version not in KV_TRANSFER_FIELDS:
-        raise KVTransferError(
-            f"unsupported --vllm-version {vllm_version!r}; known: {sorted(KV_TRANSFER_FIELDS)}"
-        )
+    try:
+        fields = KV_TRANSFER_FIELDS[emulated(vllm_version)]
+    except ValueError as exc:
+        raise KVTransferError(str(exc)) from None
     try:
         cfg = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise KVTransferError(f"--kv-transfer-config is not valid JSON: {exc}") from exc
     if not isinstance(cfg, dict):
         raise KVTransferError("--kv-transfer-config must be a JSON object")
-    allowed = KV_TRANSFER_FIELDS[vllm_version]
+    allowed = fields
     extra = sorted(set(cfg) - allowed)
     if extra:
         raise KVTransferError(

@@ -1,0 +1,250 @@
+"""Restarts that cut no request, and engine upgrades across a cache group, on the lab.
+
+A steady stream of streamed completions runs to every engine while the deploy rolls them:
+no accepted request fails or is cut, every refused one got 503 + Retry-After (before any
+token: an error status carries no stream), each engine's turn is its drain plus its restart.
+The rolls are version moves of the whole lab (KVCEPH_LAB_VLLM_VERSION, group_data/lab.py:
+the lab engine reports the profile's version on /version): 0.33.0 -> 0.33.1 keeps the keys
+and gpu1 / gpu2 load each other's chunks while they run different releases (a setting change
+rolls gaudi1 in the same batch-1 roll: every engine restarts under the load); 0.33.1 -> 0.26.0
+changes them, refused without kvceph_upgrade_cold_cache, with it the old engines stop before
+the new ones start and a request longer than the drain timeout is cut (and the output says
+so); 0.26.0 -> 0.33.0 is refused before any host is touched, then rolls back with the opt-in
+(the other lab tests' versions). Two engines per host in batches of 2: test_10_engines.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+from conftest import HOSTS, INFERENCE, PYINFRA, REPO, SECRETS, Run, pyinfra, ssh
+from lab_client import StreamLoad, auth_headers, completion, external_hits, long_prompt
+
+ENGINES = {name: (HOSTS[name], 8000) for name in INFERENCE}
+# Every engine's LMCache file changes (the default is derived): gaudi1 rolls with the group.
+EVERY_ENGINE = ("--data", "kvceph_lmcache_blocking_timeout_secs=108")
+# The cache group the versions move (gaudi1 is its own group on vLLM 0.26, inventories/lab.py:
+# it keeps running, under the same load).
+GROUP = ("gpu1", "gpu2")
+COLD = ("--data", "kvceph_upgrade_cold_cache=true")
+
+
+def version(name: str) -> str | None:
+    ip, port = ENGINES[name]
+    req = urllib.request.Request(f"http://{ip}:{port}/version", headers=auth_headers())
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())["version"]
+    except OSError:
+        return None
+
+
+def main_pids() -> dict[str, str]:
+    return {
+        n: ssh(n, "systemctl show -p MainPID --value vllm.service").stdout.strip() for n in ENGINES
+    }
+
+
+def turns(output: str) -> dict[str, tuple[float, float]]:
+    """Engine -> (drain s, restart s) from the roll's own lines."""
+    return {
+        host: (float(d), float(r))
+        for host, d, r in re.findall(
+            r"restart batch \d+: (\S+) vllm.service healthy "
+            r"\(drain ([\d.]+) s, restart ([\d.]+) s\)",
+            output,
+        )
+    }
+
+
+def assert_no_request_cut(load: StreamLoad) -> None:
+    assert load.accepted(), "the load generator got nothing through"
+    assert load.cut() == [], load.cut()[:5]
+    refused = load.refused()
+    assert refused, "no request arrived while an engine drained"
+    assert {(r["status"], r["retry_after"]) for r in refused} == {(503, "5")}, refused[:5]
+
+
+class CrossNodeProbe:
+    """While the roll runs: a fresh document to one of gpu1/gpu2, then to the other; records
+    both engines' versions and the tokens the second loaded from the bucket."""
+
+    def __init__(self):
+        self.records: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(120)
+
+    def _run(self):
+        pair = ("gpu1", "gpu2")
+        while not self._stop.is_set():
+            writer, reader = pair
+            pair = pair[::-1]
+            try:
+                versions = (version(writer), version(reader))
+                prompt = long_prompt(1024)  # 4 full chunks
+                completion(HOSTS[writer], prompt, max_tokens=2, timeout=30)
+                before = external_hits(HOSTS[reader])
+                completion(HOSTS[reader], prompt, max_tokens=2, timeout=30)
+                loaded = external_hits(HOSTS[reader]) - before
+            except OSError:  # draining (503) or restarting: try the next pair
+                time.sleep(0.3)
+                continue
+            if versions == (version(writer), version(reader)):  # no restart in between
+                self.records.append({"versions": versions, "loaded": loaded})
+
+
+def test_patch_release_rolls_under_load_sharing_the_cache_across_versions(converged):
+    env = {"KVCEPH_LAB_VLLM_VERSION": "0.33.1"}
+    with StreamLoad(ENGINES) as load, CrossNodeProbe() as probe:
+        time.sleep(1)
+        run = pyinfra(*EVERY_ENGINE, json_out=False, env=env)
+        time.sleep(1)
+    assert run.rc == 0, run.output[-6000:]
+    # Said while the stage is prepared, before anything restarts (a --dry run says the same).
+    for name in GROUP:
+        assert re.search(
+            rf"kvceph: {name} vllm.service: vLLM 0.33.0 -> 0.33.1, LMCache 0.5.6: the object "
+            "keys stay valid",
+            run.output,
+        ), run.output[-4000:]
+        assert re.search(
+            rf"\[{name}\]\s+vllm.service: drains first \(new requests 503, up to 120 s",
+            run.output,
+        )
+    assert {version(n) for n in GROUP} == {"0.33.1"}
+    assert_no_request_cut(load)
+    steps = turns(run.output)
+    assert sorted(steps) == sorted(INFERENCE), run.output[-4000:]
+    for name, (drained, restarted) in steps.items():
+        # A turn is its drain, as long as the open requests (0.2 s each) needed, and its
+        # restart: nothing waits beyond them.
+        assert drained < 5, (name, drained, restarted)
+        assert re.search(rf"kvceph: drain {name} vllm.service: drained in", run.output)
+    mixed = [r for r in probe.records if r["versions"][0] != r["versions"][1]]
+    assert mixed, f"no probe while gpu1 and gpu2 ran different releases: {probe.records}"
+    assert all(r["loaded"] >= 1023 for r in mixed), mixed
+
+
+def test_orphaning_upgrade_needs_the_opt_in_then_stops_old_engines_first_and_cuts_late_requests(
+    converged,
+):
+    env = {"KVCEPH_LAB_VLLM_VERSION": "0.26.0"}
+    before = main_pids()
+    refused = pyinfra(json_out=False, env=env)
+    assert refused.rc != 0
+    lines = [x for x in refused.output.splitlines() if "kvceph_upgrade_cold_cache=true" in x]
+    assert lines and all("would be orphaned" in x and "fix: " in x for x in lines), lines
+    assert main_pids() == before
+
+    # With the opt-in; a request longer than the 3 s drain on gpu2 is cut, and said so.
+    long = {}
+
+    def stream():
+        body = json.dumps({"model": "Qwen/Qwen3-32B", "prompt": "long", "stream": True,
+                           "max_tokens": 30000}).encode()  # fmt: skip
+        req = urllib.request.Request(
+            f"http://{HOSTS['gpu2']}:8000/v1/completions",
+            body,
+            {"Content-Type": "application/json", **auth_headers()},
+        )
+        long.update(tokens=0, done=False)
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                for line in r:
+                    long["done"] = long["done"] or line.startswith(b"data: [DONE]")
+                    long["tokens"] += 1
+        except OSError as exc:
+            long["error"] = str(exc)
+
+    def start_stream():  # once the run reaches stage 5: the stream outlasts the 3 s drain
+        threading.Thread(target=stream, daemon=True).start()
+        while not long.get("tokens"):
+            time.sleep(0.05)
+
+    run = pyinfra_when(
+        "Starting operation: vLLM service | Engine secrets",
+        start_stream,
+        *COLD,
+        "--data",
+        "kvceph_drain_timeout=3",
+        env=env,
+    )
+    assert run.rc == 0, run.output[-6000:]
+    assert "the cache restarts cold" in run.output
+    assert re.search(
+        r"kvceph: drain gpu2 vllm.service: drain timed out after 3 s \(kvceph_drain_timeout\): "
+        r"the restart cuts 1 request",
+        run.output,
+    ), run.output[-4000:]
+    assert not long["done"], long
+    assert {version(n) for n in GROUP} == {"0.26.0"}
+    # Every old engine of the group stopped before the first new one served.
+    stops = {n: _monotonic(n, "InactiveEnterTimestampMonotonic") for n in ("gpu1", "gpu2")}
+    starts = {n: _monotonic(n, "ExecMainStartTimestampMonotonic") for n in ("gpu1", "gpu2")}
+    assert max(stops.values()) < min(starts.values()), (stops, starts)
+
+
+def pyinfra_when(marker: str, action, *args: str, env: dict) -> Run:
+    """A real run (``pyinfra -y``) that calls ``action()`` when its output shows ``marker``."""
+    cmd = [PYINFRA, "-y", *args, "inventories/lab.py", "deploy.py"]
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "KVCEPH_SECRETS_FILE": str(SECRETS), **env},
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if marker and marker in line:
+            action()
+            marker = ""
+    proc.wait(900)
+    return Run(proc.returncode, "".join(lines), None, time.monotonic() - started)
+
+
+def _monotonic(host: str, prop: str) -> int:
+    return int(ssh(host, f"systemctl show -p {prop} --value vllm.service").stdout.strip())
+
+
+def test_0_26_to_0_33_is_refused_before_any_host_is_touched_then_rolls_cold(converged):
+    before = main_pids()
+    refused = pyinfra(json_out=False)
+    assert refused.rc != 0
+    lines = [x for x in refused.output.splitlines() if "would be orphaned" in x]
+    assert lines, refused.output[-3000:]
+    assert "vLLM 0.26.0 -> 0.33.0, LMCache 0.5.6: the object keys change" in lines[0]
+    assert main_pids() == before
+    with StreamLoad(ENGINES) as load:
+        run = pyinfra(*COLD, json_out=False)
+    assert run.rc == 0, run.output[-6000:]
+    assert "the cache restarts cold" in run.output
+    assert {version(n) for n in GROUP} == {"0.33.0"}
+    assert load.cut() == [], load.cut()[:5]
+    assert pyinfra().changed() == []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _back_to_the_default_versions():
+    """Whatever failed, the later tests find the lab on 0.33.0."""
+    yield
+    if any(version(n) not in (None, "0.33.0") for n in GROUP):
+        pyinfra(*COLD, json_out=False)
