@@ -22,8 +22,8 @@ from urllib.parse import unquote
 class FakeS3(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port: int = 0):
-        super().__init__(("127.0.0.1", port), _Handler)
+    def __init__(self, port: int = 0, host: str = "127.0.0.1"):
+        super().__init__((host, port), _Handler)
         self.objects: dict[str, tuple[bytes, dict[str, str]]] = {}
         self.faults: dict[str, str] = {}
         self.slow_s = 3.0
@@ -38,7 +38,7 @@ class FakeS3(ThreadingHTTPServer):
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.server_address[1]}"
+        return f"{self.server_address[0]}:{self.server_address[1]}"
 
     def start(self) -> FakeS3:
         self.thread.start()

@@ -69,6 +69,8 @@ class S3Config:
     + access_key_id / secret_access_key: static keys; both unset = awscrt's default chain
       (AWS_ACCESS_KEY_ID..., AWS_PROFILE + ~/.aws/credentials).
     + ca_file: a PEM bundle to trust instead of the system's (tests, the lab CA).
+    + refresh_s: the CRT client and its resolver are built anew this often (0: never), so an
+      address of the endpoint that failed and came back is used again (see _refresh_client).
     + receive_dir: None = a GET's body comes through awscrt's on_body callback (CRT hands
       Python a bytes copy of every part, with the GIL: one thread's worth of copying for all
       connections); a directory (a tmpfs: /dev/shm) = CRT writes the body to a file there on
@@ -85,6 +87,7 @@ class S3Config:
     secret_access_key: str | None = None
     ca_file: str | None = None
     receive_dir: str | None = None
+    refresh_s: float = 60.0
 
     def __post_init__(self):
         if not self.endpoint or "/" in self.endpoint or "://" in self.endpoint:
@@ -267,8 +270,8 @@ class S3Core:
         self._s3 = s3
         self._connections = int(config.connections)
         self._timeout = float(config.timeout_s)
-        elg = io.EventLoopGroup(max(2, min(self._connections, 64)))
-        bootstrap = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
+        self._io = io
+        bootstrap = self._bootstrap()
         if config.access_key_id:
             self._creds = auth.AwsCredentialsProvider.new_static(
                 config.access_key_id, config.secret_access_key
@@ -280,30 +283,10 @@ class S3Core:
             ctx_opts = io.TlsContextOptions()
             ctx_opts.override_default_trust_store_from_path(ca_filepath=config.ca_file)
             tls_options = io.TlsConnectionOptions(io.ClientTlsContext(ctx_opts))
-        kwargs = dict(
-            bootstrap=bootstrap,
-            region=config.region,
-            tls_mode=s3.S3RequestTlsMode.ENABLED if config.tls else s3.S3RequestTlsMode.DISABLED,
-            credential_provider=self._creds,
-            tls_connection_options=tls_options,
-            part_size=PART_SIZE,
-            multipart_upload_threshold=SINGLE_PUT_LIMIT,
-            # CRT sizes its connection pool from the throughput target (~0.4 Gbit/s each).
-            throughput_target_gbps=max(10.0, 0.4 * self._connections),
-        )
-        # Newer awscrt: an exact connection cap, one retry only (a fault is a miss, quickly),
-        # and the connect timeout. Older releases lack them; their defaults are safe, slower.
-        optional = dict(
-            max_active_connections_override=self._connections,
-            connect_timeout_ms=int(self._timeout * 1000),
-        )
-        if hasattr(s3, "S3RetryConfig"):
-            optional["retry_config"] = s3.S3RetryConfig(
-                max_retries=1, backoff_scale_factor_ms=50, max_backoff_secs=1
-            )
-        accepted = inspect.signature(s3.S3Client.__init__).parameters
-        kwargs.update({k: v for k, v in optional.items() if k in accepted})
-        self._client = s3.S3Client(**kwargs)
+        self._tls_options = tls_options
+        self._client = self._new_client(bootstrap)
+        self._client_born = time.monotonic()
+        self._refresh_s = float(config.refresh_s)
 
         self._lock = threading.Lock()
         self._queues: list[deque[_Op]] = [deque(), deque(), deque()]
@@ -326,6 +309,50 @@ class S3Core:
             self._connections,
             self._timeout,
         )
+
+    def _bootstrap(self):
+        elg = self._io.EventLoopGroup(max(2, min(self._connections, 64)))
+        return self._io.ClientBootstrap(elg, self._io.DefaultHostResolver(elg))
+
+    def _new_client(self, bootstrap):
+        """A CRT S3 client of this core's settings, on its own event loops and resolver."""
+        s3, config = self._s3, self.config
+        kwargs = dict(
+            bootstrap=bootstrap,
+            region=config.region,
+            tls_mode=s3.S3RequestTlsMode.ENABLED if config.tls else s3.S3RequestTlsMode.DISABLED,
+            credential_provider=self._creds,
+            tls_connection_options=self._tls_options,
+            part_size=PART_SIZE,
+            multipart_upload_threshold=SINGLE_PUT_LIMIT,
+            # CRT sizes its connection pool from the throughput target (~0.4 Gbit/s each).
+            throughput_target_gbps=max(10.0, 0.4 * self._connections),
+        )
+        # Newer awscrt: an exact connection cap, one retry only (a fault is a miss, quickly),
+        # and the connect timeout. Older releases lack them; their defaults are safe, slower.
+        optional = dict(
+            max_active_connections_override=self._connections,
+            connect_timeout_ms=int(self._timeout * 1000),
+        )
+        if hasattr(s3, "S3RetryConfig"):
+            optional["retry_config"] = s3.S3RetryConfig(
+                max_retries=1, backoff_scale_factor_ms=50, max_backoff_secs=1
+            )
+        accepted = inspect.signature(s3.S3Client.__init__).parameters
+        kwargs.update({k: v for k, v in optional.items() if k in accepted})
+        return s3.S3Client(**kwargs)
+
+    def _refresh_client(self) -> None:
+        """A new client (and resolver) for the requests started from now on.
+
+        awscrt's resolver keeps an address whose connect failed out of use while another
+        address answers, for the life of the client: without this, an RGW that was down and
+        came back would take no load until the engine restarts. Requests in flight finish on
+        the old client (each holds it); it goes when the last one does.
+        """
+        client = self._new_client(self._bootstrap())
+        with self._lock:
+            self._client, self._client_born = client, time.monotonic()
 
     # -- public blocking API ---------------------------------------------------------------
     def lookup(self, keys: list[str]) -> list[int | None]:
@@ -777,6 +804,12 @@ class S3Core:
             self._wake.wait(tick)
             self._wake.clear()
             now = time.monotonic()
+            if self._refresh_s > 0 and now - self._client_born >= self._refresh_s:
+                try:
+                    self._refresh_client()
+                except Exception as exc:  # the old client goes on serving
+                    log.warning("kvceph S3 client refresh failed: %s", exc)
+                    self._client_born = now
             quiet = now > self._last_progress + self._timeout
             with self._lock:
                 late = [
