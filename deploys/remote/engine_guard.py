@@ -160,30 +160,24 @@ class Guard:
         if path in HEALTH_PATHS:
             body = json.dumps({"status": "draining", "open_requests": self.open_requests})
             body = body.encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 503,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"retry-after", RETRY_AFTER.encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _send_json(send, 503, body, [(b"retry-after", RETRY_AFTER.encode())])
 
     async def _unauthorized(self, scope, send):
         if scope["type"] == "websocket":
             return await send({"type": "websocket.close", "code": 1008})
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(_BODY)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": _BODY})
+        await _send_json(send, 401, _BODY)
+
+
+async def _send_json(send, status: int, body: bytes, headers=()) -> None:
+    """One whole JSON answer of the gate's own (no request reaches the engine)."""
+    start = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *headers,
+        ],
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": body})

@@ -13,6 +13,8 @@ import urllib.error
 import urllib.request
 import uuid
 
+from httpcall import stream
+
 
 def api_key() -> str | None:
     """The lab's engine API key, from the lab's secrets file (None when the lab has none)."""
@@ -147,26 +149,8 @@ class StreamLoad:
              "max_tokens": self.max_tokens, "temperature": 0}
         ).encode()  # fmt: skip
         while not self._stop.is_set():
-            rec = {"engine": name, "status": None, "retry_after": None, "tokens": 0,
-                   "done": False, "error": None}  # fmt: skip
-            req = urllib.request.Request(
-                f"http://{ip}:{port}/v1/completions",
-                body,
-                {"Content-Type": "application/json", **auth_headers()},
-            )
-            try:
-                with urllib.request.urlopen(req, timeout=60) as r:
-                    rec["status"] = r.status
-                    for line in r:
-                        if line.startswith(b"data: [DONE]"):
-                            rec["done"] = True
-                        elif line.startswith(b"data: "):
-                            rec["tokens"] += 1
-            except urllib.error.HTTPError as exc:
-                rec["status"], rec["retry_after"] = exc.code, exc.headers.get("Retry-After")
-                exc.read()
-            except OSError as exc:  # refused while the engine is down, or cut mid-answer
-                rec["error"] = f"{type(exc).__name__}: {exc}"
+            rec = {"engine": name}
+            stream(f"http://{ip}:{port}/v1/completions", body, rec, headers=auth_headers())
             self.records.append(rec)
             if rec["status"] != 200:
                 time.sleep(0.2)  # a client backing off; the engine is draining or down

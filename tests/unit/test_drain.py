@@ -14,11 +14,10 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+from httpcall import call, stream
 
 from deploys import drain, paths, render
 
@@ -190,19 +189,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _request(url, body=None, key=None):
-    """(status, headers, body) of one request."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data, {"Content-Type": "application/json"})
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers, exc.read()
-
-
 @pytest.fixture
 def engine(tmp_path):
     procs = []
@@ -231,7 +217,7 @@ def engine(tmp_path):
         while time.monotonic() < deadline:
             assert proc.poll() is None, (tmp_path / f"engine{port}.log").read_text()
             try:
-                if _request(f"http://127.0.0.1:{port}/health")[0] == 200:
+                if call(f"http://127.0.0.1:{port}/health")[0] == 200:
                     return port
             except OSError:
                 time.sleep(0.1)
@@ -247,24 +233,7 @@ def engine(tmp_path):
 def _stream(url, key, tokens, out):
     """A streamed completion: out gets status, tokens received and whether [DONE] came."""
     body = {"model": "Qwen/Qwen3-32B", "prompt": "hi there", "max_tokens": tokens, "stream": True}
-    req = urllib.request.Request(
-        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    out.update(status=None, tokens=0, done=False)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            out["status"] = r.status
-            for line in r:
-                if line.startswith(b"data: [DONE]"):
-                    out["done"] = True
-                elif line.startswith(b"data: "):
-                    out["tokens"] += 1
-    except urllib.error.HTTPError as exc:
-        out["status"] = exc.code
-    except OSError as exc:
-        out["error"] = str(exc)
+    stream(url, body, out, key=key)
 
 
 @pytest.mark.parametrize("key", [KEY, None], ids=["api-key", "no-key"])
@@ -290,19 +259,20 @@ def test_drain_waits_for_open_streams_refuses_new_ones_then_reports_a_cut(engine
     while not (run / f"drain-{port}").exists():
         time.sleep(0.02)
     time.sleep(0.1)
-    status, headers, body = _request(base + "/v1/completions", {"prompt": "x"}, key)
+    status, headers, body = call(base + "/v1/completions", {"prompt": "x"}, key)
     assert (status, headers.get("Retry-After")) == (503, "5")
-    status, _, body = _request(base + "/health")
+    status, _, body = call(base + "/health")
     assert status == 503 and json.loads(body) == {"status": "draining", "open_requests": 2}
     drainer.join(60)
     for t in threads:
         t.join(60)
     assert result["state"] == "drained" and result["seconds"] > 0
-    assert all(s == {"status": 200, "tokens": 1500, "done": True} for s in streams), streams
+    want = {"status": 200, "retry_after": None, "tokens": 1500, "done": True, "error": None}
+    assert all(s == want for s in streams), streams
 
     # A request longer than the drain timeout: the drain gives up and says what is cut.
     (run / f"drain-{port}").unlink()
-    assert _request(base + "/health")[0] == 200
+    assert call(base + "/health")[0] == 200
     long = {}
     t = threading.Thread(
         target=_stream, args=(base + "/v1/completions", key, 6000, long), daemon=True

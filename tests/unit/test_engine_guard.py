@@ -4,17 +4,15 @@ except /health and /metrics from the open networks; answered like vLLM (401 Unau
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+from httpcall import call as http_call
 
 from deploys import paths, render
 
@@ -116,15 +114,7 @@ def _free_port() -> int:
 
 
 def _status(url, body=None, key=None) -> int:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data, {"Content-Type": "application/json"})
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+    return http_call(url, body, key, timeout=10)[0]
 
 
 @pytest.fixture

@@ -28,13 +28,12 @@ import socket
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
 import pytest
+from httpcall import call
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # no accelerator: vLLM's CPU platform
 pytest.importorskip("vllm.entrypoints.launchers.app")
@@ -105,44 +104,32 @@ def server(request, tmp_path):
         thread.join(10)
 
 
-def _request(url, body=None, key=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data, {"Content-Type": "application/json"})
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers, exc.read()
-
-
 def test_draining_refuses_new_requests_reports_health_and_lets_open_streams_finish(
     server, tmp_path
 ):
     url, port, key = server
     body = {"model": "Qwen/Qwen3-32B", "prompt": "hi", "max_tokens": TOKENS, "stream": True}
-    assert _request(url + "/health")[0] == 200
+    assert call(url + "/health")[0] == 200
     if key:  # vLLM's own key check and the gate's are both in place
-        assert _request(url + "/v1/completions", body)[0] == 401
+        assert call(url + "/v1/completions", body)[0] == 401
     got = {"lines": []}
 
     def stream():
-        status, _, raw = _request(url + "/v1/completions", body, key)
+        status, _, raw = call(url + "/v1/completions", body, key)
         got.update(status=status, lines=[x for x in raw.decode().split("\n\n") if x])
 
     t = threading.Thread(target=stream)
     t.start()
     time.sleep(0.5)  # the stream is open inside vLLM's StreamingResponse
-    status, _, raw = _request(url + "/health")
+    status, _, raw = call(url + "/health")
     assert status == 200
     (tmp_path / f"drain-{port}").write_text(f"{time.time() + 60}\n")
-    status, headers, raw = _request(url + "/health")
+    status, headers, raw = call(url + "/health")
     assert status == 503 and json.loads(raw) == {"status": "draining", "open_requests": 1}
-    status, headers, raw = _request(url + "/v1/completions", body, key)
+    status, headers, raw = call(url + "/v1/completions", body, key)
     assert (status, headers.get("Retry-After")) == (503, "5")
     t.join(30)
     assert got["status"] == 200 and len(got["lines"]) == TOKENS + 1, got
     assert got["lines"][-1] == "data: [DONE]"
-    status, _, raw = _request(url + "/health")
+    status, _, raw = call(url + "/health")
     assert json.loads(raw)["open_requests"] == 0
