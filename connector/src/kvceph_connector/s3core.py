@@ -181,8 +181,7 @@ def _source_address(data, view: memoryview) -> tuple[int | None, object]:
     if not view.c_contiguous or len(view) == 0:
         return None, None
     if not view.readonly:
-        arr = (ctypes.c_char * len(view)).from_buffer(view)
-        return ctypes.addressof(arr), arr
+        return _address_of(view, len(view))
     if isinstance(data, bytes):
         return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value, data
     return None, None
