@@ -117,9 +117,10 @@ def test_lookups_are_concurrent_and_misses_are_not_cached(core, s3):
     started = time.monotonic()
     assert core.lookup(keys) == [None] * 32
     took = time.monotonic() - started
-    # one after another would take 3.2 s; 8 connections: ~0.4 s
-    assert took < 1.5, took
+    # The server's own count is the proof; the clock only says it was not one after another
+    # (3.2 s that way, ~0.4 s with 8 connections: the bound leaves a loaded machine room).
     assert s3.max_in_flight >= 4
+    assert took < 2.4, took
     # A second client (another host) writes one of them after the miss: the next lookup finds it.
     other = S3Core(S3Config(endpoint=s3.endpoint, tls=False))
     assert other.put(keys[5], b"kv" * 100)

@@ -167,14 +167,17 @@ def test_a_chunk_written_after_a_miss_is_found(https, http):
     assert https.lookup(keys=[key])["result"] == [None]
 
 
-def test_lookups_are_concurrent(https):
+def test_a_batch_of_lookups_answers_every_key(https):
     keys = [chunk_key(i, "c") for i in range(64)]
     assert https.put(items=[[k, 1, 4096] for k in keys])["result"] == [True] * 64
-    one_by_one = sum(https.lookup(keys=[k])["s"] for k in keys)
-    together = https.lookup(keys=keys)
-    assert together["result"] == [4096] * 64
-    # 16 HEADs in flight at once against one after another.
-    assert together["s"] < 0.5 * one_by_one, (together["s"], one_by_one)
+    # 64 HEADs in flight together against a real RGW, each answer matched to its own key. That
+    # they run at once is proven on loopback (connector/tests/test_s3core.py: the server counts
+    # its requests in flight); a wall-clock ratio here measured the lab's 2 cores, not the
+    # connector (CI, 2026-12-02: 0.08 s together vs 0.14 s one by one fired a 0.5 bound).
+    missing = chunk_key(99, "c")
+    got = https.lookup(keys=keys[:32] + [missing] + keys[32:])
+    assert got["result"] == [4096] * 32 + [None] + [4096] * 32
+    assert got["log"] == []
     https.delete(keys=keys)
 
 
