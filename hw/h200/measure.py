@@ -71,11 +71,14 @@ def lmcache_lines(log_path: str, since: float, words=("Retrieved", "hit tokens")
 
 def connector(cfg: dict) -> str:
     """Which S3 connector the variant's lmcache.yaml loads: kvceph's plugin ("kvceph-shm" when
-    its GET bodies land in files, kvceph.receive_dir) or LMCache's."""
+    its GET bodies land in files, kvceph.receive_dir; "-cN" when it runs N connections instead
+    of its default 16) or LMCache's."""
     if not cfg["lmcache"].get("remote_storage_plugins"):
         return "lmcache"
     extra = cfg["lmcache"].get("extra_config") or {}
-    return "kvceph-shm" if extra.get("kvceph.receive_dir") else "kvceph"
+    name = "kvceph-shm" if extra.get("kvceph.receive_dir") else "kvceph"
+    n = int(extra.get("kvceph.connections", 16))
+    return name if n == 16 else f"{name}-c{n}"
 
 
 def variant_fields(cfg: dict, t) -> dict:

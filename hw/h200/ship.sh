@@ -35,6 +35,12 @@ r kv-r05 $KV kvceph_verify_warm_ratio=0.5      # at 32k: warm <= 0.5 x cold
 r kv1024 $KV kvceph_lmcache_chunk_size=1024
 r kvfp8 $KV kvceph_kv_dtype=fp8
 r kvshm $KV kvceph_connector_receive_dir=/dev/shm   # GET bodies via files on tmpfs
+# loan 3: kvceph's connector with 64 requests in flight (the stock one's CRT client has no cap)
+C64=kvceph_connector_connections=64
+r kvc64 $KV $C64
+r kvc64-1024 $KV $C64 kvceph_lmcache_chunk_size=1024
+r kvc64-r06 $KV $C64 kvceph_verify_warm_ratio=0.6
+r kvc64-r05 $KV $C64 kvceph_verify_warm_ratio=0.5
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
 for d in "$S"/rendered/*/; do v=$(basename "$d")
