@@ -129,5 +129,9 @@ run haproxy $B/haproxy -W -db -f "$D/haproxy.cfg"
 waitfor 20 "haproxy :$S3_PORT" curl -sf "http://127.0.0.1:$S3_PORT/" || fail "haproxy"
 say "haproxy :$S3_PORT -> $RGW_COUNT radosgw"
 cx $B/radosgw-admin -n client.rgw.gw1 user create --uid=lmcache --display-name=lmcache --access-key="$AK" --secret-key="$SK" >"$D/log/user.json" 2>&1 || fail "user create: $(tail -5 $D/log/user.json)"
-AK=$AK SK=$SK $PY "$HERE/s3util.py" "http://127.0.0.1:$S3_PORT" mkbucket "$BUCKET" || fail "bucket"
+# the bucket as the S3 tier stage makes it: deploys/remote/s3admin.py, keys from a private INI file
+(umask 077; printf '[s3]\nendpoint = http://127.0.0.1:%s\nregion = default\naccess_key = %s\nsecret_key = %s\n' \
+  "$S3_PORT" "$AK" "$SK" >"$D/keys/s3admin.ini")
+$PY "$HERE/../../deploys/remote/s3admin.py" --config "$D/keys/s3admin.ini" create-bucket "$BUCKET" >"$D/log/bucket.log" 2>&1 ||
+  fail "bucket: $(tail -1 "$D/log/bucket.log")"
 say "user and bucket $BUCKET ok"
