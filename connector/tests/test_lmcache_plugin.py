@@ -290,11 +290,14 @@ def test_bad_kvceph_keys_are_one_line_errors():
     base = {"kvceph.endpoint": "lmcache.s3.kvlab:443"}
     config, min_hit = settings_from_extra({**base, "kvceph.tls": "false"})
     assert (config.tls, config.connections, config.timeout_s, min_hit) == (False, 16, 5.0, 0)
+    assert config.refresh_s == 60.0
+    assert settings_from_extra({**base, "kvceph.refresh_s": 15})[0].refresh_s == 15.0
     for extra, text in [
         ({**base, "kvceph.conections": 4}, "unknown extra_config key kvceph.conections"),
         ({}, "kvceph.endpoint is required"),
         ({**base, "kvceph.tls": "maybe"}, "kvceph.tls must be true or false"),
         ({**base, "kvceph.connections": 0}, "kvceph.connections must be >= 1"),
+        ({**base, "kvceph.refresh_s": -1}, "kvceph.refresh_s must be >= 0"),
         ({**base, "save_chunk_meta": True}, "save_chunk_meta must be false"),
         ({"kvceph.endpoint": "https://lmcache.s3.kvlab"}, "no scheme, no path"),
     ]:

@@ -35,6 +35,9 @@ class TierSettings:
     timeout_s: float
     # None: GET bodies through awscrt's callback; a directory (tmpfs): CRT writes them there.
     receive_dir: str | None
+    # None: the connector's own default (60 s); seconds between new CRT clients (0: never), so
+    # an RGW address that failed and came back takes load again without an engine restart.
+    refresh_s: int | None
     # None: the crossover (measured by verify.py, else 0 = never skip); an int: fixed.
     min_hit_tokens: int | None
     measured_dir: str
@@ -91,6 +94,7 @@ def load(r, accelerator: str) -> TierSettings:
             if r.raw("kvceph_connector_receive_dir", None) is not None
             else None
         ),
+        refresh_s=r.opt_int("kvceph_connector_refresh_s", lo=0, hi=3600),
         min_hit_tokens=r.opt_int("kvceph_min_hit_tokens", lo=0),
         measured_dir=r.str("kvceph_measured_dir", DEFAULT_MEASURED_DIR),
         prefill_points=points,

@@ -198,6 +198,39 @@ def test_an_orchestrator_without_a_mgr_stops_in_one_line_and_the_next_run_conver
     assert again.rc == 0 and again.changed() == [], again.output[-4000:]
 
 
+# Paused mgrs answer late, not never: shorter than the mons' mgr beacon grace (30 s), so the
+# cluster keeps them, and shorter than the run's command timeout, so the run waits them out.
+PAUSE_S = 15
+SEEN = "/run/kvceph-test-slow-orch"
+
+
+def test_a_slow_orchestrator_is_waited_for_and_the_run_converges(converged):
+    pids = ssh("ceph1", "pgrep -x ceph-mgr").stdout.split()
+    assert len(pids) == 2, pids
+    both = " ".join(pids)
+    # Both mgrs stopped (SIGSTOP); a watcher on ceph1 resumes them PAUSE_S after the run's
+    # first `ceph orch` call appears (or after 120 s), and notes that it saw one. ("[o]rch":
+    # the watcher's own command line must not match.)
+    watch = (
+        f"rm -f {SEEN}; kill -STOP {both}; end=$(( $(date +%s) + 120 )); "
+        'while [ "$(date +%s)" -lt "$end" ]; do '
+        f'if pgrep -f "ceph [o]rch" >/dev/null; then date +%s > {SEEN}; sleep {PAUSE_S}; break; '
+        f"fi; sleep 0.2; done; kill -CONT {both}"
+    )
+    ssh("ceph1", f"setsid sh -c '{watch}' </dev/null >/dev/null 2>&1 &")
+    try:
+        states = ssh("ceph1", f"for p in {both}; do cut -d' ' -f3 /proc/$p/stat; done")
+        assert states.stdout.split() == ["T", "T"], states.stdout
+        run = pyinfra("--data", f"kvceph_ceph_command_timeout={3 * PAUSE_S}")
+        seen = ssh("ceph1", f"cat {SEEN}", check=False)
+        assert seen.returncode == 0, "the run sent no `ceph orch` call while the mgrs were paused"
+        assert run.rc == 0, run.output[-4000:]
+        assert run.changed() == [], run.changed()
+        assert not errors(run), errors(run)
+    finally:
+        ssh("ceph1", f"kill -CONT {both}; rm -f {SEEN}", check=False)
+
+
 @pytest.mark.parametrize("port", [8090, 8080])
 def test_frontend_port_change_converges_and_ingress_follows(converged, port):
     run = pyinfra("--data", f"kvceph_rgw_frontend_port={port}")

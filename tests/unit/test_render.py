@@ -477,6 +477,20 @@ def test_receive_dir_is_rendered_only_when_set():
     assert [x for x in shm.splitlines() if "receive_dir" not in x] == plain.splitlines()
 
 
+def test_refresh_is_rendered_only_when_set():
+    """kvceph_connector_refresh_s reaches the plugin as kvceph.refresh_s (0 included: never);
+    unset, the file stays as it was before the key existed."""
+    acc, v = MATRIX[0]
+    plain = render.lmcache_yaml(host(acc, v, kvceph_lmcache_connector="kvceph"))
+    assert "refresh_s" not in plain
+    for seconds in (15, 0):
+        got = render.lmcache_yaml(
+            host(acc, v, kvceph_lmcache_connector="kvceph", kvceph_connector_refresh_s=seconds)
+        )
+        assert yaml.safe_load(got)["extra_config"]["kvceph.refresh_s"] == seconds
+        assert [x for x in got.splitlines() if "refresh_s" not in x] == plain.splitlines()
+
+
 @pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
 def test_kvceph_connector_yaml_loads_with_lmcache_own_loader(tmp_path):
     """LMCache 0.5.6 reads the plugin's yaml: one remote tier (no remote_url), the plugin's

@@ -42,6 +42,8 @@ BAD = [
     ({"kvceph_connector_timeout_s": True}, "kvceph_connector_timeout_s", "(0, 600]"),
     ({"kvceph_min_hit_tokens": -1}, "kvceph_min_hit_tokens", "must be >= 0"),
     ({"kvceph_connector_receive_dir": "shm"}, "kvceph_connector_receive_dir", "does not match"),
+    ({"kvceph_connector_refresh_s": -5}, "kvceph_connector_refresh_s", "must be >= 0"),
+    ({"kvceph_connector_refresh_s": 7200}, "kvceph_connector_refresh_s", "must be <= 3600"),
     ({"kvceph_prefill_tokens_per_s": {16384: 0}}, "kvceph_prefill_tokens_per_s", "not > 0"),
     ({"kvceph_prefill_tokens_per_s": {"16k": 4100}}, "kvceph_prefill_tokens_per_s", "token count"),
     ({"kvceph_prefill_tokens_per_s": "fast"}, "kvceph_prefill_tokens_per_s", "{tokens: rate}"),

@@ -16,6 +16,7 @@ KEYS = {
     "timeout_s": 5.0,
     "min_hit_tokens": 0,
     "receive_dir": None,
+    "refresh_s": 60.0,
 }
 
 
@@ -65,5 +66,6 @@ def settings_from_extra(extra: dict | None) -> tuple[S3Config, int]:
         connections=_number("connections", got["connections"], int, 1),
         timeout_s=_number("timeout_s", got["timeout_s"], float, 0.1),
         receive_dir=str(got["receive_dir"]) if got["receive_dir"] else None,
+        refresh_s=_number("refresh_s", got["refresh_s"], float, 0),
     )
     return config, _number("min_hit_tokens", got["min_hit_tokens"], int, 0)
