@@ -28,7 +28,9 @@ from deploys.settings.reader import SettingsError
 
 compat.install()
 
-_CACHE: dict[int, Preflight] = {}
+# The run's checks, kept on its State object (not keyed by id(state): a freed State's id is
+# reused, and a later State would get an earlier run's result).
+_CACHE_ATTR = "_kvceph_preflight"
 # pyinfra loads deploy.py for all hosts concurrently (gevent); the first one does the checks.
 _ONCE = BoundedSemaphore()
 
@@ -90,9 +92,10 @@ def run(state, inventory, lock: bool = True) -> Preflight:
     while it reads must not find the lock held).
     """
     with _ONCE:
-        cached = _CACHE.get(id(state))
+        cached = getattr(state, _CACHE_ATTR, None)
         if cached is None:
-            cached = _CACHE[id(state)] = _check(inventory, lock)
+            cached = _check(inventory, lock)
+            setattr(state, _CACHE_ATTR, cached)
         return cached
 
 

@@ -16,8 +16,10 @@ from deploys.facts.engine import SECRET_ENV_NAME, EngineReadiness, ServiceDrift,
 # render.DIGEST_VAR: the variable ServiceState reads as the running digest.
 DIGEST_VAR = "KVCEPH_DIGEST"
 
-# Per pyinfra run (keyed by id(state)): the restart roll (batches, failures).
-_ROLL: dict[int, _Roll] = {}
+# The restart roll (batches, failures) lives on the run's State object: a dict keyed by
+# id(state) handed a later State an earlier one's roll when Python reused the freed id
+# (seen in the unit tests: a new roll found "stopped at" an earlier test's failed host).
+_ROLL_ATTR = "_kvceph_restart_roll"
 
 _HEALTH_SCRIPT = """
 import sys, time, urllib.request
@@ -73,7 +75,11 @@ class _Roll:
 
 
 def _roll(state, size: int = 1) -> _Roll:
-    return _ROLL.setdefault(id(state), _Roll(size))
+    roll = getattr(state, _ROLL_ATTR, None)
+    if roll is None:
+        roll = _Roll(size)
+        setattr(state, _ROLL_ATTR, roll)
+    return roll
 
 
 class _HostFunction(FunctionCommand):

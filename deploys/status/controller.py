@@ -20,7 +20,8 @@ from pyinfra.api.exceptions import PyinfraError
 from deploys.status import collect, document, drift, output, reports
 
 _ONCE = BoundedSemaphore()
-_DONE: dict[int, dict] = {}
+# The run's document, kept on its State object (an id(state) key outlives its State).
+_DONE_ATTR = "_kvceph_status_doc"
 
 
 class StatusPartial(PyinfraError):
@@ -105,10 +106,11 @@ def build(state, inventory, checked) -> dict:
 def run(state, inventory, checked) -> dict:
     """Once per run: build, print, write; then StatusPartial when something was not read."""
     with _ONCE:
-        doc = _DONE.get(id(state))
+        doc = getattr(state, _DONE_ATTR, None)
         if doc is not None:
             return doc
-        doc = _DONE[id(state)] = build(state, inventory, checked)
+        doc = build(state, inventory, checked)
+        setattr(state, _DONE_ATTR, doc)
     first = next(h for h in checked.hosts.values() if h.is_inference)
     report_dir = first.verify.report_dir
     json_path, png_path = outputs(inventory.get_host(first.host).data, report_dir, doc["run"])
