@@ -86,8 +86,9 @@ def test_restart_in_roll_stops_later_engines_without_restarting_them(caplog):
         "exit $rc"
     )
     assert "rolling restart stopped at gpu2 vllm.service" in caplog.text
-    # Another pyinfra run starts clean.
-    assert service._restart_in_roll(SimpleNamespace(**vars(state)), gaudi1, {}, *args) is True
+    # Another pyinfra run (a new State) starts clean.
+    fresh = SimpleNamespace(print_output=False, print_input=False)
+    assert service._restart_in_roll(fresh, gaudi1, {}, *args) is True
 
 
 def test_restart_in_roll_drains_first_and_says_what_it_cut(caplog):
