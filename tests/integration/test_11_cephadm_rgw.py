@@ -201,7 +201,7 @@ def test_an_orchestrator_without_a_mgr_stops_in_one_line_and_the_next_run_conver
 # Paused mgrs answer late, not never: shorter than the mons' mgr beacon grace (30 s), so the
 # cluster keeps them, and shorter than the run's command timeout, so the run waits them out.
 PAUSE_S = 15
-SEEN = "/run/kvceph-test-slow-orch"
+SEEN = "/run/kvceph-test-mgrs-paused"
 
 
 def test_a_slow_orchestrator_is_waited_for_and_the_run_converges(converged):
@@ -209,12 +209,13 @@ def test_a_slow_orchestrator_is_waited_for_and_the_run_converges(converged):
     assert len(pids) == 2, pids
     both = " ".join(pids)
     # Both mgrs stopped (SIGSTOP); a watcher on ceph1 resumes them PAUSE_S after the run's
-    # first `ceph orch` call appears (or after 120 s), and notes that it saw one. ("[o]rch":
-    # the watcher's own command line must not match.)
+    # first `ceph orch` call appears (or after 120 s), and notes that it saw one. The calls
+    # read `ceph --connect-timeout N orch ...`; "[o]rch" keeps the watcher's own command line
+    # from matching (nothing else in it may hold "orch" either).
     watch = (
         f"rm -f {SEEN}; kill -STOP {both}; end=$(( $(date +%s) + 120 )); "
         'while [ "$(date +%s)" -lt "$end" ]; do '
-        f'if pgrep -f "ceph [o]rch" >/dev/null; then date +%s > {SEEN}; sleep {PAUSE_S}; break; '
+        f'if pgrep -f "ceph .*[o]rch" >/dev/null; then date +%s > {SEEN}; sleep {PAUSE_S}; break; '
         f"fi; sleep 0.2; done; kill -CONT {both}"
     )
     ssh("ceph1", f"setsid sh -c '{watch}' </dev/null >/dev/null 2>&1 &")
