@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE))
 from breakdown import breakdown  # noqa: E402
 from prove import log, setup  # noqa: E402
 
+from deploys.settings.tier import DEFAULT_CONNECTIONS  # noqa: E402
 from deploys.verification import bookkeeping  # noqa: E402
 from deploys.verification.runner import Runner  # noqa: E402
 
@@ -72,13 +73,13 @@ def lmcache_lines(log_path: str, since: float, words=("Retrieved", "hit tokens")
 def connector(cfg: dict) -> str:
     """Which S3 connector the variant's lmcache.yaml loads: kvceph's plugin ("kvceph-shm" when
     its GET bodies land in files, kvceph.receive_dir; "-cN" when it runs N connections instead
-    of its default 16) or LMCache's."""
+    of kvceph's default) or LMCache's."""
     if not cfg["lmcache"].get("remote_storage_plugins"):
         return "lmcache"
     extra = cfg["lmcache"].get("extra_config") or {}
     name = "kvceph-shm" if extra.get("kvceph.receive_dir") else "kvceph"
-    n = int(extra.get("kvceph.connections", 16))
-    return name if n == 16 else f"{name}-c{n}"
+    n = int(extra.get("kvceph.connections", DEFAULT_CONNECTIONS))
+    return name if n == DEFAULT_CONNECTIONS else f"{name}-c{n}"
 
 
 def variant_fields(cfg: dict, t) -> dict:

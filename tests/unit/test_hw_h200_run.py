@@ -119,7 +119,7 @@ def test_plan_names_known_steps_and_shipped_variants():
     # the most important first: the layout's ceiling, then both connectors' headline cells
     # (chunk 256) before any other kind of step, so a short loan still compares them
     assert steps[0] == ("ceiling", ["layout"])
-    first = [a for a, args in steps[1:]].index("verify") + 1
+    first = next((i for i, (a, _) in enumerate(steps) if a == "verify"), len(steps))
     headline = {
         (args[0].startswith("kv"), args[1])
         for a, args in steps[1:first]
