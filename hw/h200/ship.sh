@@ -1,7 +1,7 @@
 #!/bin/bash
 # Lay out what the device calls carry, in DEST/.ship (DEST: the checkout the device tool sends;
 # add /.ship/ to its .git/info/exclude):
-#   .ship/code/       deploys/, templates/, hw/ and lab/ceph/conf.sh (ceph-up.sh sources it) of this
+#   .ship/code/       deploys/, templates/, hw/ (not its results/) and lab/ceph/conf.sh (ceph-up.sh sources it) of this
 #                     worktree (run from here on the GPU machine)
 #   .ship/rendered/   kvceph's files for the h200 inventory, one directory per variant of
 #                     plan.txt, rendered with one throwaway S3 key pair (see VARIANTS below)
@@ -15,7 +15,8 @@ HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 DEST=${1:?DEST: the checkout that travels}; PARTS=${2:-/tmp/h200-parts}
 PY=${PY:-$REPO/.venv/bin/python}
 S=$DEST/.ship; rm -rf "$S"; mkdir -p "$S/code" "$S/rendered" "$S/meta/whl"
-(cd "$REPO" && git ls-files -co --exclude-standard deploys templates hw lab/ceph/conf.sh | tar -cf - -T -) | tar -xf - -C "$S/code"
+# (not hw/h200/results: earlier loans' figures, ~2 MB of a call's 64 MiB, are not needed there)
+(cd "$REPO" && git ls-files -co --exclude-standard deploys templates hw lab/ceph/conf.sh | grep -v '^hw/h200/results/' | tar -cf - -T -) | tar -xf - -C "$S/code"
 export KVCEPH_S3_ACCESS_KEY=${KVCEPH_S3_ACCESS_KEY:-H200$(openssl rand -hex 8 | tr a-f A-F)}
 export KVCEPH_S3_SECRET_KEY=${KVCEPH_S3_SECRET_KEY:-$(openssl rand -base64 30 | tr -d '/+=\n')}
 # Every variant pins 31.5 GiB (LMCache's torch fallback rounds its buffer up to a power of two:
