@@ -1,8 +1,8 @@
 #!/bin/bash
 # Lay out what the device calls carry, in DEST/.ship (DEST: the checkout the device tool sends;
 # add /.ship/ to its .git/info/exclude):
-#   .ship/code/       deploys/, templates/, hw/ (not its results/) and lab/ceph/conf.sh (ceph-up.sh sources it) of this
-#                     worktree (run from here on the GPU machine)
+#   .ship/code/       deploys/, templates/, hw/ (not its results/) and lab/ceph/conf.sh (ceph-up.sh
+#                     sources it) of this worktree (run from here on the GPU machine)
 #   .ship/rendered/   kvceph's files for the h200 inventory, one directory per variant of
 #                     plan.txt, rendered with one throwaway S3 key pair (see VARIANTS below)
 #   .ship/meta/       SHA256SUMS of the parts, kvceph's connector wheel (whl/), LMCache's csrc
