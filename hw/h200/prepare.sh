@@ -31,8 +31,16 @@ if [ -f "$B/cephmin.tar.xz" ] && xz -t "$B/cephmin.tar.xz" 2>/dev/null; then
   say "minimal Ceph + haproxy: reusing $B/cephmin.tar.xz"
 else
   say "Debian packages -> $B/deb"
-  (cd "$B/deb" && apt-get download -q $(grep -v -E '^\s*(#|$)' "$HERE/debs.txt") >/dev/null)
-  for d in "$B"/deb/*.deb; do dpkg-deb -x "$d" "$B/root"; done
+  pkgs=$(grep -v -E '^\s*(#|$)' "$HERE/debs.txt")
+  (cd "$B/deb" && apt-get download -q $pkgs >/dev/null)
+  # and the libraries they load, so that a machine without them installed can ship them too
+  # (libc, libgcc and libstdc++ excepted: the GPU image has its own)
+  deps=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+    --no-replaces --no-enhances $pkgs | grep -E '^lib' | grep -v -E '^lib(c6|gcc-s1|stdc\+\+6)$' | sort -u)
+  mkdir -p "$B/deb/deps"
+  # shellcheck disable=SC2086
+  (cd "$B/deb/deps" && apt-get download -q $deps >/dev/null)
+  for d in "$B"/deb/deps/*.deb "$B"/deb/*.deb; do dpkg-deb -x "$d" "$B/root"; done
 
   say "minimal Ceph + haproxy"
   M=$B/min; rm -rf "$M"; mkdir -p "$M/usr/bin" "$M/usr/lib/x86_64-linux-gnu" "$M/lib"

@@ -35,6 +35,8 @@ r kv-r06 $KV kvceph_verify_warm_ratio=0.6      # the verifier at 16k: warm <= 0.
 r kv-r05 $KV kvceph_verify_warm_ratio=0.5      # at 32k: warm <= 0.5 x cold
 r kv1024 $KV kvceph_lmcache_chunk_size=1024
 r kvfp8 $KV kvceph_kv_dtype=fp8
+r kvfp8-r06 $KV kvceph_kv_dtype=fp8 kvceph_verify_warm_ratio=0.6   # loan 4: the verifier in fp8
+r kvfp8-r05 $KV kvceph_kv_dtype=fp8 kvceph_verify_warm_ratio=0.5
 r kvshm $KV kvceph_connector_receive_dir=/dev/shm   # GET bodies via files on tmpfs
 # loan 3: kvceph's connector with 64 requests in flight (the stock one's CRT client has no cap)
 C64=kvceph_connector_connections=64
