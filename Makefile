@@ -102,6 +102,9 @@ _integration: venv deps
 # Integration tests by lab (lab/README.md "Which lab"): the deploy chain, verification, node
 # replacement and the RGW stage run on the cephadm lab (Ceph 20.2.4; a fresh machine builds its
 # images first, ~8 min); the rest keeps the faster Pacific lab. Two pytest sessions, two labs.
+# The slowest steps (setup, call, teardown) of each session, so CI's output says where its
+# minutes go.
+DURATIONS := --durations=40 --durations-min=5
 CEPHADM_TESTS := $(addprefix tests/integration/,test_01_lab_deploy.py test_02_verify.py \
                  test_03_node_replacement.py test_11_cephadm_rgw.py test_15_rgw_ha.py)
 PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integration/test_*.py)))
@@ -109,10 +112,10 @@ PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integrati
 test:
 	@$(CLAIM) _test
 _test: lint venv deps lmcache-venv connector-unit
-	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py \
+	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q $(DURATIONS) tests/unit lab/engine/tests/test_limits.py \
 	  lab/engine/tests/test_kvceph_store.py \
 	  $(PACIFIC_TESTS)
-	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(CEPHADM_TESTS)
+	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(DURATIONS) $(CEPHADM_TESTS)
 
 # The cephadm lab unless KVCEPH_LAB_CEPH=pacific is set.
 lab:
