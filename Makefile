@@ -99,12 +99,12 @@ integration:
 _integration: venv deps
 	$(BIN)/pytest -q -x tests/integration
 
-# Integration tests by lab (lab/README.md "Which lab"): the deploy chain, verification, node
-# replacement and the RGW stage run on the cephadm lab (Ceph 20.2.4; a fresh machine builds its
-# images first, ~8 min); the rest keeps the faster Pacific lab. Two pytest sessions, two labs.
 # The slowest steps (setup, call, teardown) of each session, so CI's output says where its
 # minutes go.
 DURATIONS := --durations=40 --durations-min=5
+# Integration tests by lab (lab/README.md "Which lab"): the deploy chain, verification, node
+# replacement and the RGW stage run on the cephadm lab (Ceph 20.2.4; a fresh machine builds its
+# images first, ~8 min); the rest keeps the faster Pacific lab. Two pytest sessions, two labs.
 CEPHADM_TESTS := $(addprefix tests/integration/,test_01_lab_deploy.py test_02_verify.py \
                  test_03_node_replacement.py test_11_cephadm_rgw.py test_15_rgw_ha.py)
 PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integration/test_*.py)))
