@@ -376,6 +376,21 @@ def _lab_up(pytestconfig) -> None:
     assert rc == 0, f"make lab-up failed ({rc}): {''.join(lines)[-4000:]}"
 
 
+def lab_used_after(request) -> bool:
+    """Whether a test after the requesting one in this session uses the lab (any fixture
+    that needs `lab`, `converged` included)."""
+    items = request.session.items
+    later = items[items.index(request.node) + 1 :]
+    return any("lab" in item.fixturenames for item in later)
+
+
+def restore_needed(request, lab) -> bool:
+    """Whether a fixture that changed the lab's settings must deploy the committed ones again:
+    not when no later test uses the lab and the session tears it down (a deploy of ~40 s that
+    `make lab-down` undoes at once); always under KVCEPH_KEEP_LAB, which leaves the lab up."""
+    return not lab["fresh"] or lab_used_after(request)
+
+
 @pytest.fixture(scope="session")
 def converged(lab):
     """The first converge from empty; later tests start from a converged lab."""
