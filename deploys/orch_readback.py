@@ -28,6 +28,12 @@ Run = Callable[[object], "tuple[int, list[str]]"]
 DEFAULT_WAIT = 180
 POLL = 3
 PROGRESS_EVERY = 15
+# cephadm acts on its daemon cache, refreshed every 10 min unless asked: with a stale entry
+# (a daemon restarted a minute before read as not running) it skips a scale-down ("not
+# enough RGW daemons left", RgwService.ok_to_stop) and retries only at its next loop, which
+# the read-back's 180 s did not reach (the cephadm lab's count 2 -> 1, intermittent). A read
+# with `orch ps --refresh` invalidates the cache and wakes that loop; asked at most this often.
+REFRESH_EVERY = 30
 
 
 def spec_differences(wanted, current, path: str = "") -> list[str]:
@@ -58,16 +64,19 @@ def _one_line(text: str, limit: int = 400) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def read_service(run: Run, service_name: str, t: dict) -> dict:
+def read_service(run: Run, service_name: str, t: dict, refresh: bool = False) -> dict:
     """One look at a service: the spec the orchestrator holds, its size, its daemons.
 
     ``orch ls -f json`` carries the spec (as ``--export`` does) plus status and events; secret
-    values (an ingress's ``ssl_key``) arrive as their sha256.
+    values (an ingress's ``ssl_key``) arrive as their sha256. ``refresh``: ``orch ps
+    --refresh`` (cephadm refreshes its daemon cache and runs its loop again; this answer is
+    still the old cache).
     """
     rc, lines = run(redacted(ceph("orch", "ls", "--service_name", service_name, **t)))
     listed = _json(lines) if rc == 0 else None
     listed = listed[0] if isinstance(listed, list) and listed else None
-    rc, lines = run(ceph("orch", "ps", "--service_name", service_name, **t))
+    ps = ("orch", "ps", "--service_name", service_name) + (("--refresh",) if refresh else ())
+    rc, lines = run(ceph(*ps, **t))
     daemons = [
         {
             "name": d.get("daemon_name") or f"{d.get('daemon_type')}.{d.get('daemon_id')}",
@@ -168,11 +177,15 @@ def wait_converged(
 
     + progress: told what is still missing, with the seconds waited, every PROGRESS_EVERY
       seconds (the wait is minutes at worst: a slow cluster is told from a hung deploy)
+    + every REFRESH_EVERY seconds still not converged, one read asks cephadm to refresh
     """
     start = clock()
-    deadline, told = start + wait, start
+    deadline, told, refreshed = start + wait, start, start
     while True:
-        seen = read_service(run, service_name, t)
+        refresh = clock() - refreshed >= REFRESH_EVERY
+        if refresh:
+            refreshed = clock()
+        seen = read_service(run, service_name, t, refresh=refresh)
         missing = converged(service_name, wanted, seen, restarted)
         if missing is None:
             return None

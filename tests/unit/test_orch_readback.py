@@ -151,6 +151,41 @@ def test_count_per_host_2_to_1_waits_until_the_extra_daemon_is_gone():
     assert orch_readback.converged("rgw.standard", one, seen) is None
 
 
+class StaleCache(Cluster):
+    """cephadm with a stale daemon cache: the scale-down happens only after `orch ps --refresh`
+    (the lab's intermittent count 2 -> 1: its loop skipped the removal and slept)."""
+
+    def __call__(self, command):
+        text = command.get_raw_value() if hasattr(command, "get_raw_value") else str(command)
+        if " --refresh" in text:
+            self.answers = {"ls": ["ls_count1_4"], "ps": ["ps_count1_4"]}
+            self.commands.append(text)
+            return recorded("ps_count1_1")  # the answer to the refreshing read is the old cache
+        return super().__call__(command)
+
+
+def test_a_stale_orchestrator_cache_is_refreshed_and_the_scale_down_converges():
+    one = {**RGW, "placement": {"count_per_host": 1, "label": "rgw"}}
+    cluster = StaleCache(ls=["ls_count1_1"], ps=["ps_count1_1"])
+    clock = Clock()
+    problem = orch_readback.wait_converged(
+        cluster, "rgw.standard", one, T, clock=clock, sleep=clock.sleep
+    )
+    assert problem is None
+    refreshes = [c for c in cluster.commands if " orch ps " in c and "--refresh" in c]
+    assert len(refreshes) == 1 and clock.now == orch_readback.REFRESH_EVERY + orch_readback.POLL
+    assert " orch ps " in cluster.commands[1] and "--refresh" not in cluster.commands[1]
+
+
+def test_refresh_is_asked_at_most_every_refresh_every_seconds():
+    one = {**RGW, "placement": {"count_per_host": 1, "label": "rgw"}}
+    cluster = Cluster(ls=["ls_count1_1"], ps=["ps_count1_1"])
+    problem = wait(cluster, one, wait=100)
+    assert problem == "service rgw.standard: 2 of 1 daemons running; 2 placed after 100 s"
+    refreshes = sum("--refresh" in c for c in cluster.commands)
+    assert refreshes == 100 // orch_readback.REFRESH_EVERY
+
+
 def test_restart_waits_until_every_daemon_started_again():
     cluster = Cluster(
         restart=["restart_rgw"],
