@@ -23,6 +23,7 @@ networks: [10.213.9.0/24]
 spec: {rgw_frontend_port: 8080}
 """
 )
+ONE = {**RGW, "placement": {"count_per_host": 1, "label": "rgw"}}  # count 2 -> 1
 INGRESS = yaml.safe_load(
     """
 service_type: ingress
@@ -134,13 +135,12 @@ def test_ingress_export_addition_first_virtual_router_id_is_ignored():
 
 
 def test_count_per_host_2_to_1_waits_until_the_extra_daemon_is_gone():
-    one = {**RGW, "placement": {"count_per_host": 1, "label": "rgw"}}
     seen = orch_readback.read_service(
         Cluster(ls=["ls_count1_1"], ps=["ps_count1_1"]),
         "rgw.standard",
         T,
     )
-    assert orch_readback.converged("rgw.standard", one, seen) == (
+    assert orch_readback.converged("rgw.standard", ONE, seen) == (
         "service rgw.standard: 2 of 1 daemons running; 2 placed"
     )
     seen = orch_readback.read_service(
@@ -148,7 +148,7 @@ def test_count_per_host_2_to_1_waits_until_the_extra_daemon_is_gone():
         "rgw.standard",
         T,
     )
-    assert orch_readback.converged("rgw.standard", one, seen) is None
+    assert orch_readback.converged("rgw.standard", ONE, seen) is None
 
 
 class StaleCache(Cluster):
@@ -165,11 +165,10 @@ class StaleCache(Cluster):
 
 
 def test_a_stale_orchestrator_cache_is_refreshed_and_the_scale_down_converges():
-    one = {**RGW, "placement": {"count_per_host": 1, "label": "rgw"}}
     cluster = StaleCache(ls=["ls_count1_1"], ps=["ps_count1_1"])
     clock = Clock()
     problem = orch_readback.wait_converged(
-        cluster, "rgw.standard", one, T, clock=clock, sleep=clock.sleep
+        cluster, "rgw.standard", ONE, T, clock=clock, sleep=clock.sleep
     )
     assert problem is None
     refreshes = [c for c in cluster.commands if " orch ps " in c and "--refresh" in c]
@@ -178,9 +177,8 @@ def test_a_stale_orchestrator_cache_is_refreshed_and_the_scale_down_converges():
 
 
 def test_refresh_is_asked_at_most_every_refresh_every_seconds():
-    one = {**RGW, "placement": {"count_per_host": 1, "label": "rgw"}}
     cluster = Cluster(ls=["ls_count1_1"], ps=["ps_count1_1"])
-    problem = wait(cluster, one, wait=100)
+    problem = wait(cluster, ONE, wait=100)
     assert problem == "service rgw.standard: 2 of 1 daemons running; 2 placed after 100 s"
     refreshes = sum("--refresh" in c for c in cluster.commands)
     assert refreshes == 100 // orch_readback.REFRESH_EVERY
@@ -260,9 +258,8 @@ def test_frontend_port_change_waits_for_daemons_seen_on_the_new_ports():
 
 
 def test_a_daemon_without_last_refresh_is_not_counted_as_seen():
-    one = {**RGW, "placement": {"count_per_host": 1, "label": "rgw"}}
     seen = {
-        "export": one,
+        "export": ONE,
         "size": 1,
         "created": "2026-12-01T06:06:14.000000Z",
         "daemons": [
@@ -270,7 +267,7 @@ def test_a_daemon_without_last_refresh_is_not_counted_as_seen():
              "ports": [8080]},
         ],
     }  # fmt: skip
-    assert orch_readback.converged("rgw.standard", one, seen) == (
+    assert orch_readback.converged("rgw.standard", ONE, seen) == (
         "service rgw.standard: not refreshed since the apply: rgw.a"
     )
 
