@@ -2,9 +2,11 @@
 
 A host lost mid-run must fail alone. pyinfra handles ``OSError``/``SSHException`` from a
 command as a failed host, but paramiko raises a bare ``EOFError`` when the transport dies while
-a channel opens; pyinfra lets that escape, and the whole run aborts with an internal error. The
-SSH connector is wrapped so that a lost connection reads as the ``SSHException`` pyinfra
-already handles.
+a channel opens; pyinfra lets that escape, and the whole run aborts with an internal error.
+A host lost while pyinfra opens its SFTP channel surfaces as pyinfra's own ``ConnectError``
+("Unable to establish SFTP connection", from paramiko's "EOF during negotiation"), which the
+operation runner does not catch either: the run aborted that way in CI (2026-12-03). The SSH
+connector is wrapped so that both read as the ``SSHException`` pyinfra already handles.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import functools
 
 from paramiko import SSHException
+from pyinfra.api.exceptions import ConnectError
 from pyinfra.connectors.ssh import SSHConnector
 
 _WRAPPED = ("run_shell_command", "put_file", "get_file")
@@ -24,6 +27,9 @@ def _lost_connection_is_ssh_error(method):
             return method(self, *args, **kwargs)
         except EOFError as exc:
             raise SSHException(f"connection to {self.host.name} lost ({exc!r})") from exc
+        except ConnectError as exc:
+            # Only a file transfer opens a channel that raises this after the connect.
+            raise SSHException(f"{exc} (cause: {exc.__cause__!r})") from exc
 
     wrapper.__kvceph_wrapped__ = True
     return wrapper
