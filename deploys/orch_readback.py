@@ -182,9 +182,10 @@ def wait_converged(
     start = clock()
     deadline, told, refreshed = start + wait, start, start
     while True:
-        refresh = clock() - refreshed >= REFRESH_EVERY
+        now = clock()
+        refresh = now - refreshed >= REFRESH_EVERY
         if refresh:
-            refreshed = clock()
+            refreshed = now
         seen = read_service(run, service_name, t, refresh=refresh)
         missing = converged(service_name, wanted, seen, restarted)
         if missing is None:

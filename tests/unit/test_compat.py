@@ -3,10 +3,26 @@
 import io
 
 import pytest
-from paramiko import SSHException
+from paramiko import SFTPClient, SSHException
 from pyinfra.connectors.ssh import SSHConnector
 
 from deploys import compat
+
+
+class Host:
+    name = "gpu2"
+
+    def __str__(self):
+        return self.name
+
+
+def connector(**attributes) -> SSHConnector:
+    """An SSH connector for gpu2 without a connection: only what the tested path reads."""
+    made = SSHConnector.__new__(SSHConnector)
+    made.host = Host()
+    for name, value in attributes.items():
+        setattr(made, name, value)
+    return made
 
 
 def test_eoferror_from_paramiko_becomes_sshexception(monkeypatch):
@@ -17,40 +33,24 @@ def test_eoferror_from_paramiko_becomes_sshexception(monkeypatch):
     compat.install()
     compat.install()  # idempotent: wrapped once
 
-    class Host:
-        name = "gpu2"
-
-    connector = SSHConnector.__new__(SSHConnector)
-    connector.host = Host()
     with pytest.raises(SSHException, match="connection to gpu2 lost"):
-        SSHConnector.run_shell_command(connector, "true")
+        SSHConnector.run_shell_command(connector(), "true")
     assert SSHConnector.run_shell_command.__wrapped__ is dies
 
 
 def test_sftp_channel_lost_while_opening_becomes_sshexception(monkeypatch):
     # The CI failure of 2026-12-03: gpu2 powered off as pyinfra opened SFTP for a put_file;
     # paramiko's "EOF during negotiation" became pyinfra's ConnectError, which aborted the run.
-    from paramiko import SFTPClient
-
     def eof_during_negotiation(transport):
         raise SSHException("EOF during negotiation")
 
     monkeypatch.setattr(SFTPClient, "from_transport", eof_during_negotiation)
     compat.install()
 
-    class Host:
-        name = "gpu2"
-
-        def __str__(self):
-            return self.name
-
     class Client:
         def get_transport(self):
             return object()
 
-    connector = SSHConnector.__new__(SSHConnector)
-    connector.host = Host()
-    connector.client = Client()
-    connector.data = {"ssh_file_transfer_protocol": "sftp"}
+    lost = connector(client=Client(), data={"ssh_file_transfer_protocol": "sftp"})
     with pytest.raises(SSHException, match=r"Unable to establish SFTP.*EOF during negotiation"):
-        connector.put_file(io.BytesIO(b"x"), "/etc/kvceph/lmcache.yaml")
+        lost.put_file(io.BytesIO(b"x"), "/etc/kvceph/lmcache.yaml")
