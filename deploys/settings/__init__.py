@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from deploys.settings import engine_env, keys, run_control, security
+from deploys.settings import engine_env, file_formats, keys, run_control, security
 from deploys.settings.ceph import CephSettings, RgwSettings, ceph_settings, rgw_settings
 from deploys.settings.engine import EngineSettings, engine_settings
 from deploys.settings.lmcache import LMCacheSettings, lmcache_settings
@@ -58,6 +58,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     r = Reader(data, host)
     security.refuse_secrets_in_data(r)
     keys.refuse_unknown(r)
+    file_formats.check(r)
     inference = [g for g in INFERENCE_GROUPS if g in groups]
     if len(inference) > 1:
         raise r.fail("groups", list(groups), "host is in both gpu and gaudi", "put it in one group")

@@ -12,6 +12,7 @@
 #   long_context  kvceph_max_model_len over the model's native context
 #   env_newline   a newline in a kvceph_extra_env value
 #   env_devices   CUDA_VISIBLE_DEVICES in kvceph_extra_env on a host with engines
+#   region_ini    a newline in kvceph_s3_region (it would add a line to the S3 INI files)
 import os
 import sys
 from pathlib import Path
@@ -65,6 +66,7 @@ _BAD = {
         "kvceph_engines": [{"name": "a", "devices": [0, 1], "port": 8000}],
         "kvceph_extra_env": {"CUDA_VISIBLE_DEVICES": "0"},
     },
+    "region_ini": {"kvceph_s3_region": "default\nendpoint_url = http://203.0.113.9"},
 }
 if _bad in _BAD:
     gpu = _gpu1(**_BAD[_bad])

@@ -34,11 +34,11 @@ def refusal(**data) -> str:
 
 def test_a_newline_in_a_value_is_refused_naming_the_key():
     assert refusal(kvceph_extra_env={"NCCL_DEBUG": "INFO\nVLLM_API_KEY=x"}) == (
-        "gpu1: kvceph_extra_env = 'NCCL_DEBUG': its value holds a newline or NUL, which the "
-        "engine's env file cannot carry; fix: put the value on one line"
+        "gpu1: kvceph_extra_env = 'NCCL_DEBUG': its value holds a newline, which the engine's "
+        "env file (env) cannot carry in a value; fix: write the value on one line, without it"
     )
     assert refusal(kvceph_engine_profile={"env": {"X": "a\0b"}}).startswith(
-        "gpu1: kvceph_engine_profile.env = 'X': its value holds a newline or NUL"
+        "gpu1: kvceph_engine_profile.env = 'X': its value holds a NUL"
     )
 
 

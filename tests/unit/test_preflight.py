@@ -142,14 +142,21 @@ def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, 
         ),
         (
             "env_newline",
-            "kvceph: @fake/gpu1: kvceph_extra_env = 'NCCL_DEBUG': its value holds a newline or "
-            "NUL, which the engine's env file cannot carry; fix: put the value on one line",
+            "kvceph: @fake/gpu1: kvceph_extra_env = 'NCCL_DEBUG': its value holds a newline, "
+            "which the engine's env file (env) cannot carry in a value; fix: write the value on "
+            "one line, without it",
         ),
         (
             "env_devices",
             "kvceph: @fake/gpu1: kvceph_extra_env = 'CUDA_VISIBLE_DEVICES': is set by kvceph "
             "from each engine's devices (kvceph_engines); fix: remove it; list each engine's "
             "devices in kvceph_engines",
+        ),
+        (
+            "region_ini",
+            "kvceph: @fake/gpu1: kvceph_s3_region = 'default\\nendpoint_url = "
+            "http://203.0.113.9': holds a newline, which ~/.aws/config and the admin host's S3 "
+            "INI (INI) cannot carry in a value; fix: write the value on one line, without it",
         ),
     ],
 )
