@@ -17,6 +17,7 @@ from pyinfra import host, inventory, state
 from deploys import preflight
 from deploys.stages import rotation
 
+rotation.phase(host.data)  # before any host is contacted
 checked = preflight.run(state, inventory)
 me = checked.hosts[host.name]
 phase, old_access_key = rotation.options(host.data, checked.credentials)

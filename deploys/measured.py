@@ -11,6 +11,7 @@ deploy rolls the group like any other change.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -24,28 +25,51 @@ def path_for(directory: str, model: str, tensor_parallel_size: int) -> Path:
     return Path(directory) / f"{slug}-tp{tensor_parallel_size}.json"
 
 
+# What each figure may be: a token count, seconds (a TTFT beyond a day is no measurement) and
+# bytes. Bounds keep every later division finite (a 1e-320 token count is 0 after scaling).
+_BOUNDS = {
+    "prompt_tokens": (1, 10**9),
+    "cold_ttft_s": (1e-6, 86400.0),
+    "warm_ttft_s": (1e-6, 86400.0),
+    "kv_bytes": (1, 10**15),
+}
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number")
+
+
 def read(path: Path) -> dict | None:
-    """The group's figures, or None when there are none; ValueError for an unusable file."""
+    """The group's figures, or None when there are none; a one-line ValueError for a file
+    that is not verify.py's (never another exception: the preflight prints it as one line)."""
     try:
-        data = json.loads(path.read_text())
+        # Python's json reads NaN and Infinity, which no measurement is.
+        data = json.loads(path.read_text(), parse_constant=_refuse_constant)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ValueError(
             f"controller: {path}: unreadable ({exc}); fix: delete it and rerun verify.py"
         ) from None
-    bad = [
-        k
-        for k in FIELDS
-        if isinstance(data.get(k), bool) or not isinstance(data.get(k), (int, float))
-        or data[k] <= 0
-    ]  # fmt: skip
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"controller: {path}: holds a JSON {type(data).__name__}, not verify.py's object; "
+            "fix: delete it and rerun verify.py"
+        )
+    bad = [k for k, (lo, hi) in _BOUNDS.items() if not _within(data.get(k), lo, hi)]
     if bad:
         raise ValueError(
-            f"controller: {path}: {', '.join(bad)} missing or not > 0; fix: delete it and "
-            "rerun verify.py"
+            f"controller: {path}: {', '.join(bad)} missing or out of range "
+            f"({'; '.join(f'{k} {lo:g}..{hi:g}' for k, (lo, hi) in _BOUNDS.items() if k in bad)}"
+            "); fix: delete it and rerun verify.py"
         )
     return data
+
+
+def _within(value, lo: float, hi: float) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and lo <= value <= hi
 
 
 def write(path: Path, figures: dict) -> Path:

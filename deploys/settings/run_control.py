@@ -3,11 +3,14 @@
 Each lets one run do something kvceph refuses by default; none belongs in group_data. pyinfra
 turns ``true``/``false`` into bools and ``1``/``0`` into ints and leaves other words as
 strings, so every opt-in accepts exactly these, read one way: True, False, unset/None, 1, 0 and
-the strings true/false/yes/no/1/0 (any case). Anything else is a one-line error.
+the strings true/false/yes/no/1/0 (any case). Anything else is a one-line error. The other
+run keys (status.py's output paths, rotate.py's phase and old key) are checked here too, so
+every entry point refuses a bad one before any host is contacted.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -32,6 +35,19 @@ class RunControl:
     #: ``kvceph_allow_unprobed_concentrator``: apply the RGW concentrator spec the orchestrator
     #: refused in its dry run
     allow_unprobed_concentrator: bool = False
+    #: ``kvceph_status_json`` / ``kvceph_status_png``: where status.py writes (None: the report
+    #: directory)
+    status_json: str | None = None
+    status_png: str | None = None
+    #: ``kvceph_rotation`` (add | retire) and ``kvceph_retire_access_key``: rotate.py's phase
+    rotation: str | None = None
+    retire_access_key: str | None = None
+
+
+PATHS = ("status_json", "status_png")
+ROTATION_PHASES = ("add", "retire")
+# RGW access keys are letters and digits; anything else is a typo (or a secret pasted).
+ACCESS_KEY = re.compile(r"[A-Za-z0-9]{1,128}")
 
 
 def key(name: str) -> str:
@@ -39,7 +55,9 @@ def key(name: str) -> str:
     return f"kvceph_{name}"
 
 
-KEYS = tuple(key(f.name) for f in fields(RunControl))
+# The opt-ins (bools); the other run keys are read by their own functions below.
+_OPT_INS = tuple(f.name for f in fields(RunControl) if f.type == "bool")
+KEYS = tuple(key(name) for name in _OPT_INS)
 
 
 def flag(r: Reader, name: str) -> bool:
@@ -55,6 +73,45 @@ def flag(r: Reader, name: str) -> bool:
     raise r.fail(k, value, "must be true or false", f"pass --data {k}=true, or leave it out")
 
 
+def _path(r: Reader, name: str) -> str | None:
+    k = key(name)
+    value: Any = r.raw(k, None)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise r.fail(k, value, "must be a file path", f"pass --data {k}=PATH, or leave it out")
+    return value
+
+
+def _rotation(r: Reader) -> tuple[str | None, str | None]:
+    phase = r.raw(key("rotation"), None)
+    if phase is not None and phase not in ROTATION_PHASES:
+        raise r.fail(
+            key("rotation"),
+            phase,
+            f"must be one of {', '.join(ROTATION_PHASES)}",
+            f"pass --data {key('rotation')}=add (then deploy.py, then retire)",
+        )
+    old = r.raw(key("retire_access_key"), None)
+    if old is not None and not (isinstance(old, str) and ACCESS_KEY.fullmatch(old)):
+        # Never shown: a secret pasted by mistake must not reach the output.
+        raise r.fail(
+            key("retire_access_key"),
+            "***",
+            "is not an access key (letters and digits)",
+            f"pass --data {key('retire_access_key')}=<old access key> (never its secret)",
+        )
+    return phase, old
+
+
 def load(r: Reader) -> RunControl:
-    """The run's opt-ins from one host's data (``--data`` reaches every host)."""
-    return RunControl(**{f.name: flag(r, f.name) for f in fields(RunControl)})
+    """The run's opt-ins from one host's data (``--data`` reaches every host), every one
+    checked here, so a bad one stops any entry point before a host is contacted."""
+    flags = {name: flag(r, name) for name in _OPT_INS}
+    phase, old = _rotation(r)
+    return RunControl(
+        **flags,
+        **{name: _path(r, name) for name in PATHS},
+        rotation=phase,
+        retire_access_key=old,
+    )

@@ -14,8 +14,6 @@ old key only when each one started with the configured credentials.
 
 from __future__ import annotations
 
-import re
-
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 from pyinfra.api.exceptions import PyinfraError
@@ -27,27 +25,33 @@ from deploys.facts.rgw import RgwUser
 from deploys.operations import s3_rotation
 from deploys.operations.files import sha256_text
 from deploys.preflight import Preflight, PreflightError
-from deploys.settings import HostSettings
+from deploys.settings import HostSettings, run_control
 from deploys.stages import s3_tier
 
 PHASE_KEY = "kvceph_rotation"
 RETIRE_KEY = "kvceph_retire_access_key"
-PHASES = ("add", "retire")
-# RGW access keys are letters and digits; anything else is a typo (or a secret pasted).
-_ACCESS_KEY = re.compile(r"[A-Za-z0-9]{1,128}")
+PHASES = run_control.ROTATION_PHASES
+_ACCESS_KEY = run_control.ACCESS_KEY
+
+
+def phase(data) -> str:
+    """The phase from ``--data``, or the one-line refusal; rotate.py asks before preflight, so
+    a run without one contacts no host."""
+    value = data.get(PHASE_KEY)
+    if value not in PHASES:
+        raise PreflightError(
+            f"kvceph: {PHASE_KEY} = {value!r}: must be one of {', '.join(PHASES)}; "
+            f"fix: pass --data {PHASE_KEY}=add (then deploy.py, then retire)"
+        )
+    return value
 
 
 def options(data, credentials) -> tuple[str, str | None]:
     """(phase, old access key) from ``--data``, checked; a problem is one line."""
-    phase = data.get(PHASE_KEY)
-    if phase not in PHASES:
-        raise PreflightError(
-            f"kvceph: {PHASE_KEY} = {phase!r}: must be one of {', '.join(PHASES)}; "
-            f"fix: pass --data {PHASE_KEY}=add (then deploy.py, then retire)"
-        )
+    phase_ = phase(data)
     old = data.get(RETIRE_KEY)
-    if phase == "add":
-        return phase, None
+    if phase_ == "add":
+        return phase_, None
     if not isinstance(old, str) or not _ACCESS_KEY.fullmatch(old):
         shown = "unset" if old is None else "not an access key (letters and digits)"
         raise PreflightError(
@@ -59,7 +63,7 @@ def options(data, credentials) -> tuple[str, str | None]:
             f"kvceph: {RETIRE_KEY} names the configured access key (the one the engines are "
             "rolled onto); fix: name the OLD access key"
         )
-    return phase, old
+    return phase_, old
 
 
 def engine_reason(current: dict, digest: str, credentials_path: str, credentials_sha: str):

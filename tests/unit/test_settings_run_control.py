@@ -49,3 +49,48 @@ def test_keys_are_the_documented_ones():
         "kvceph_allow_lifecycle_removal",
         "kvceph_allow_unprobed_concentrator",
     )
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (
+            {"kvceph_status_json": True},
+            "ceph1: kvceph_status_json = True: must be a file path; fix: pass --data "
+            "kvceph_status_json=PATH, or leave it out",
+        ),
+        (
+            {"kvceph_status_png": [1]},
+            "ceph1: kvceph_status_png = [1]: must be a file path; fix: pass --data "
+            "kvceph_status_png=PATH, or leave it out",
+        ),
+        (
+            {"kvceph_rotation": "remove"},
+            "ceph1: kvceph_rotation = 'remove': must be one of add, retire; fix: pass --data "
+            "kvceph_rotation=add (then deploy.py, then retire)",
+        ),
+        (
+            {"kvceph_retire_access_key": "AKIA/secret+x"},
+            "ceph1: kvceph_retire_access_key = '***': is not an access key (letters and "
+            "digits); fix: pass --data kvceph_retire_access_key=<old access key> (never its "
+            "secret)",
+        ),
+    ],
+)
+def test_every_entry_points_run_key_is_checked_in_settings(data, line):
+    """status.py's and rotate.py's --data keys stop the run in the preflight's settings step,
+    before any host is contacted (not with a TypeError after every host was read)."""
+    with pytest.raises(SettingsError) as err:
+        _run(**data)
+    assert str(err.value) == line
+
+
+def test_legitimate_run_keys_are_read():
+    run = _run(
+        kvceph_status_json="out/s.json",
+        kvceph_status_png="s.png",
+        kvceph_rotation="retire",
+        kvceph_retire_access_key="AKIAOLD0001",
+    )
+    assert (run.status_json, run.status_png, run.rotation) == ("out/s.json", "s.png", "retire")
+    assert run.retire_access_key == "AKIAOLD0001"

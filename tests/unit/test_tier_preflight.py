@@ -11,6 +11,7 @@ from deploys import connector_package, measured, render, tier_preflight
 from deploys import settings as s
 from deploys.settings.inventory import check_inventory
 from deploys.settings.reader import SettingsError
+from deploys.status import savings
 from deploys.verification import controller, targets
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_lmcache_connector": "kvceph"}
@@ -90,5 +91,41 @@ def test_an_unusable_measurement_file_stops_the_run(tmp_path):
     path = measured.path_for(str(tmp_path / "measured"), "Qwen/Qwen3-32B", 2)
     path.parent.mkdir(parents=True)
     path.write_text('{"prompt_tokens": 0}')
-    with pytest.raises(SettingsError, match="missing or not > 0; fix: delete it"):
+    with pytest.raises(SettingsError, match="missing or out of range .*; fix: delete it"):
         tier_preflight.resolve(hosts)
+
+
+GOOD = {"prompt_tokens": 16384, "cold_ttft_s": 4.0, "warm_ttft_s": 1.5, "kv_bytes": 2**32}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[]", "holds a JSON list, not verify.py's object"),
+        ("NaN", "unreadable (NaN is not a number)"),
+        (json.dumps(GOOD).replace("4.0", "Infinity"), "unreadable (Infinity is not a number)"),
+        (json.dumps({**GOOD, "prompt_tokens": 1e-320}), "prompt_tokens missing or out of range"),
+        (json.dumps({**GOOD, "warm_ttft_s": 1e308}), "warm_ttft_s missing or out of range"),
+        ("[" * 100000, "unreadable"),
+    ],
+)
+def test_a_measured_file_never_raises_more_than_one_line(tmp_path, text, problem):
+    hosts, _ = fleet(tmp_path)
+    path = measured.path_for(str(tmp_path / "measured"), "Qwen/Qwen3-32B", 2)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(SettingsError) as caught:
+        tier_preflight.resolve(hosts)
+    line = str(caught.value)
+    assert line.startswith(f"controller: {path}: {problem}") and "\n" not in line
+    assert line.endswith("; fix: delete it and rerun verify.py")
+    # status.py reads the same file and never stops on it.
+    savings.prefill_seconds_per_token(hosts["gpu1"], 16384)
+
+
+def test_a_measured_file_at_the_bounds_is_read(tmp_path):
+    hosts, _ = fleet(tmp_path)
+    path = measured.path_for(str(tmp_path / "measured"), "Qwen/Qwen3-32B", 2)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**GOOD, "prompt_tokens": 1, "cold_ttft_s": 1e-6}))
+    tier_preflight.resolve(hosts)
