@@ -54,6 +54,23 @@ LMCACHE_S3_EXTRA_KEYS = {
         }
     )
 }
+# How LMCache's S3 adapter reads each extra_config key (0.5.6 lmcache/v1/storage_backend/connector/s3_adapter.py
+# ``create_connector``: ``int(extra_config.get(...))``, ``bool(...)``, ``str(...)``): a value
+# of another type is not refused there but converted, so "false" reads as True and "8" fails
+# at engine start (the engine then serves without the tier). Keys kvceph sets itself
+# (s3_region, disable_tls) and the refused key pair are listed too, for completeness.
+LMCACHE_S3_EXTRA_TYPES = {
+    "0.5.6": {
+        "s3_region": str,
+        "s3_num_io_threads": int,
+        "s3_prefer_http2": bool,
+        "s3_enable_s3express": bool,
+        "disable_tls": bool,
+        "aws_access_key_id": str,
+        "aws_secret_access_key": str,
+        "save_chunk_meta": bool,
+    }
+}
 # Seed keys that 0.5.x no longer reads (PR #2096 churn): dropped with a warning.
 LMCACHE_IGNORED_SEED_KEYS = ("s3_max_io_concurrency", "s3_max_inflight_reqs", "s3_file_prefix")
 

@@ -73,6 +73,29 @@ def _kv_size(r: Reader, engine: EngineSettings) -> tuple[int | None, str]:
     )
 
 
+_AS_READ = {
+    bool: ("bool()", "any non-empty string reads as True", "use True or False (no quotes)"),
+    int: ("int()", "the connector fails at engine start", "use a whole number >= 1 (no quotes)"),
+    str: ("str()", "it is sent as text", "use a quoted string"),
+}
+
+
+def _check_type(r: Reader, lmc: str, key: str, value: Any) -> None:
+    """``extra_config.<key>`` has the type LMCache ``lmc``'s reader applies to it."""
+    want = versions.LMCACHE_S3_EXTRA_TYPES[lmc][key]
+    ok = isinstance(value, want) and (want is bool or not isinstance(value, bool))
+    if want is int and ok and value < 1:
+        ok = False
+    if not ok:
+        reader, effect, fix = _AS_READ[want]
+        raise r.fail(
+            f"kvceph_lmcache_extra_config.{key}",
+            value,
+            f"LMCache {lmc} reads it with {reader} ({effect})",
+            fix,
+        )
+
+
 def lmcache_settings(r: Reader, engine: EngineSettings) -> LMCacheSettings:
     chunk = r.int("kvceph_lmcache_chunk_size", 256, lo=1)
     block = engine.kv_block_size
@@ -117,6 +140,9 @@ def lmcache_settings(r: Reader, engine: EngineSettings) -> LMCacheSettings:
                 f"is not read by LMCache {lmc}",
                 f"use only {', '.join(sorted(allowed - managed))}",
             )
+    for k in extra:
+        if k not in dropped:
+            _check_type(r, lmc, k, extra[k])
     if extra.get("save_chunk_meta", False):
         raise r.fail(
             "kvceph_lmcache_extra_config.save_chunk_meta",

@@ -215,3 +215,50 @@ def test_python_minor_matters_only_for_builtin_hash():
     assert python_minor_mismatch(group, "sha256_cbor", pythons) is None
     message = python_minor_mismatch(group, "builtin", pythons)
     assert "gpu1=3.11, gpu2=3.12" in message and "sha256_cbor" in message
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [
+        (
+            {"s3_prefer_http2": "false"},
+            "gpu1: kvceph_lmcache_extra_config.s3_prefer_http2 = 'false': LMCache 0.5.6 reads "
+            "it with bool() (any non-empty string reads as True); fix: use True or False (no "
+            "quotes)",
+        ),
+        (
+            {"s3_num_io_threads": "8"},
+            "gpu1: kvceph_lmcache_extra_config.s3_num_io_threads = '8': LMCache 0.5.6 reads it "
+            "with int() (the connector fails at engine start); fix: use a whole number >= 1 (no "
+            "quotes)",
+        ),
+        (
+            {"s3_num_io_threads": True},
+            "gpu1: kvceph_lmcache_extra_config.s3_num_io_threads = True: LMCache 0.5.6 reads it "
+            "with int() (the connector fails at engine start); fix: use a whole number >= 1 (no "
+            "quotes)",
+        ),
+        (
+            {"s3_enable_s3express": [1]},
+            "gpu1: kvceph_lmcache_extra_config.s3_enable_s3express = [1]: LMCache 0.5.6 reads "
+            "it with bool() (any non-empty string reads as True); fix: use True or False (no "
+            "quotes)",
+        ),
+    ],
+)
+def test_extra_config_value_of_another_type_than_lmcache_reads_is_refused(extra, line):
+    with pytest.raises(SettingsError) as caught:
+        load(kvceph_lmcache_extra_config=extra)
+    assert str(caught.value) == line
+
+
+def test_extra_config_of_the_type_lmcache_reads_is_accepted():
+    h = load(kvceph_lmcache_extra_config={"s3_prefer_http2": True, "s3_num_io_threads": 8})
+    assert dict(h.lmcache.extra_config) == {"s3_prefer_http2": True, "s3_num_io_threads": 8}
+
+
+def test_every_extra_config_key_kvceph_passes_has_its_type():
+    from deploys import versions
+
+    for lmc, allowed in versions.LMCACHE_S3_EXTRA_KEYS.items():
+        assert set(versions.LMCACHE_S3_EXTRA_TYPES[lmc]) == allowed
