@@ -54,8 +54,9 @@ LMCACHE_S3_EXTRA_KEYS = {
         }
     )
 }
-# How LMCache's S3 adapter reads each extra_config key (0.5.6 lmcache/v1/storage_backend/connector/s3_adapter.py
-# ``create_connector``: ``int(extra_config.get(...))``, ``bool(...)``, ``str(...)``): a value
+# How LMCache's S3 adapter reads each extra_config key (0.5.6
+# lmcache/v1/storage_backend/connector/s3_adapter.py ``create_connector``:
+# ``int(extra_config.get(...))``, ``bool(...)``, ``str(...)``): a value
 # of another type is not refused there but converted, so "false" reads as True and "8" fails
 # at engine start (the engine then serves without the tier). Keys kvceph sets itself
 # (s3_region, disable_tls) and the refused key pair are listed too, for completeness.
