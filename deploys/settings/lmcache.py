@@ -96,6 +96,26 @@ def _check_type(r: Reader, lmc: str, key: str, value: Any) -> None:
         )
 
 
+# LMCache 0.5.6 serdes that store or load nothing through kvceph's tier: cachegen's output is
+# not a whole S3 part, so the S3 connector refuses every upload (the H200: "chunk size 0 bytes
+# does not match S3 part size 67108864 bytes. Partial/unfull chunks are not supported"); kivi is
+# a stub whose (de)serialize return their input (naive_serde/kivi_serde.py), and the async
+# loading path never deserializes: it promises a compression that does not happen.
+_SERDE_REFUSED = {
+    "cachegen": "LMCache 0.5.6's S3 connector refuses every cachegen upload (not a whole S3 "
+    "part), so the tier stores nothing",
+    "kivi": "is a no-op stub in LMCache 0.5.6 (nothing is compressed; the async loading path "
+    "never deserializes)",
+}
+
+
+def _serde(r: Reader) -> str:
+    serde = r.choice("kvceph_lmcache_remote_serde", "naive", ("naive", "kivi", "cachegen"))
+    if serde in _SERDE_REFUSED:
+        raise r.fail("kvceph_lmcache_remote_serde", serde, _SERDE_REFUSED[serde], "use naive")
+    return serde
+
+
 def lmcache_settings(r: Reader, engine: EngineSettings) -> LMCacheSettings:
     chunk = r.int("kvceph_lmcache_chunk_size", 256, lo=1)
     block = engine.kv_block_size
@@ -106,9 +126,27 @@ def lmcache_settings(r: Reader, engine: EngineSettings) -> LMCacheSettings:
             f"is not a multiple of the {engine.accelerator} KV block size {block}",
             f"use a multiple of {block}, e.g. 256",
         )
+    if chunk > engine.max_model_len:
+        # No chunk of a request is ever full, and LMCache's S3 connectors store whole chunks
+        # only: nothing would be stored.
+        raise r.fail(
+            "kvceph_lmcache_chunk_size",
+            chunk,
+            f"is above kvceph_max_model_len {engine.max_model_len}: no chunk is ever full, so "
+            "the tier stores nothing",
+            f"use a multiple of {block} of at most {engine.max_model_len}, e.g. 256",
+        )
     cpu = _positive(r, "kvceph_lmcache_max_local_cpu_size", None, "6.25 (GiB), or None")
     kv_bytes, kv_source = _kv_size(r, engine)
     tier = tier_settings.load(r, engine.accelerator)
+    if tier.min_hit_tokens is not None and tier.min_hit_tokens > engine.max_model_len:
+        raise r.fail(
+            "kvceph_min_hit_tokens",
+            tier.min_hit_tokens,
+            f"is above kvceph_max_model_len {engine.max_model_len}: no request is that long, "
+            "so the tier never loads",
+            f"use at most {engine.max_model_len}, or unset it (the measured crossover)",
+        )
     extra = r.dict("kvceph_lmcache_extra_config", {"s3_prefer_http2": False})
     if tier.connector == "kvceph" and r.raw("kvceph_lmcache_extra_config", None) is not None:
         stock = sorted(k for k in extra if k != "save_chunk_meta")
@@ -159,9 +197,7 @@ def lmcache_settings(r: Reader, engine: EngineSettings) -> LMCacheSettings:
         max_local_cpu_size=cpu,
         save_unfull_chunk=r.bool("kvceph_lmcache_save_unfull_chunk", False),
         enable_async_loading=r.bool("kvceph_lmcache_enable_async_loading", True),
-        remote_serde=r.choice(
-            "kvceph_lmcache_remote_serde", "naive", ("naive", "kivi", "cachegen")
-        ),
+        remote_serde=_serde(r),
         # None: derived from the longest request's KV and kvceph_kv_load_gb_per_s (kv_sizing).
         blocking_timeout_secs=r.opt_int("kvceph_lmcache_blocking_timeout_secs", lo=1),
         lookup_timeout_ms=r.opt_int("kvceph_lmcache_lookup_timeout_ms", lo=1),

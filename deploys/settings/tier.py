@@ -23,6 +23,7 @@ DEFAULT_CONNECTOR = {"nvidia": "lmcache", "gaudi": "lmcache"}
 # it counts as a miss (a 32 MiB chunk takes ~30 ms at 1 GB/s).
 DEFAULT_CONNECTIONS = 16
 DEFAULT_TIMEOUT_S = 5.0
+MIN_TIMEOUT_S = 0.1
 # Where verify.py keeps the measured figures of each cache group (crossover.py), relative to
 # the directory pyinfra runs in.
 DEFAULT_MEASURED_DIR = "measured"
@@ -80,9 +81,14 @@ def load(r, accelerator: str) -> TierSettings:
     """The remote tier's settings of one inference host."""
     connector = r.choice("kvceph_lmcache_connector", DEFAULT_CONNECTOR[accelerator], CONNECTORS)
     timeout = r.raw("kvceph_connector_timeout_s", DEFAULT_TIMEOUT_S)
-    if not _number(timeout) or timeout > 600:
+    # The plugin refuses below 0.1 s when the engine starts (connector/.../settings.py), and
+    # the engine then serves without the tier.
+    if not _number(timeout) or not MIN_TIMEOUT_S <= timeout <= 600:
         raise r.fail(
-            "kvceph_connector_timeout_s", timeout, "must be a number in (0, 600]", "use e.g. 5.0"
+            "kvceph_connector_timeout_s",
+            timeout,
+            f"must be a number in [{MIN_TIMEOUT_S}, 600]",
+            "use e.g. 5.0",
         )
     points, source = prefill_points(r, accelerator)
     return TierSettings(

@@ -262,3 +262,53 @@ def test_every_extra_config_key_kvceph_passes_has_its_type():
 
     for lmc, allowed in versions.LMCACHE_S3_EXTRA_KEYS.items():
         assert set(versions.LMCACHE_S3_EXTRA_TYPES[lmc]) == allowed
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (
+            {"kvceph_lmcache_chunk_size": 1024, "kvceph_max_model_len": 512},
+            "gpu1: kvceph_lmcache_chunk_size = 1024: is above kvceph_max_model_len 512: no chunk "
+            "is ever full, so the tier stores nothing; fix: use a multiple of 16 of at most 512, "
+            "e.g. 256",
+        ),
+        (
+            {"kvceph_min_hit_tokens": 50000},
+            "gpu1: kvceph_min_hit_tokens = 50000: is above kvceph_max_model_len 40960: no "
+            "request is that long, so the tier never loads; fix: use at most 40960, or unset it "
+            "(the measured crossover)",
+        ),
+        (
+            {"kvceph_lmcache_remote_serde": "cachegen"},
+            "gpu1: kvceph_lmcache_remote_serde = 'cachegen': LMCache 0.5.6's S3 connector "
+            "refuses every cachegen upload (not a whole S3 part), so the tier stores nothing; "
+            "fix: use naive",
+        ),
+        (
+            {"kvceph_lmcache_remote_serde": "kivi"},
+            "gpu1: kvceph_lmcache_remote_serde = 'kivi': is a no-op stub in LMCache 0.5.6 "
+            "(nothing is compressed; the async loading path never deserializes); fix: use naive",
+        ),
+        (
+            {"kvceph_connector_timeout_s": 0.05},
+            "gpu1: kvceph_connector_timeout_s = 0.05: must be a number in [0.1, 600]; fix: use "
+            "e.g. 5.0",
+        ),
+    ],
+)
+def test_settings_under_which_the_tier_stores_or_loads_nothing_are_refused(data, line):
+    with pytest.raises(SettingsError) as caught:
+        load(**data)
+    assert str(caught.value) == line
+
+
+def test_tier_settings_at_their_bounds_are_accepted():
+    h = load(
+        kvceph_lmcache_chunk_size=512,
+        kvceph_max_model_len=512,
+        kvceph_min_hit_tokens=512,
+        kvceph_connector_timeout_s=0.1,
+    )
+    assert (h.lmcache.chunk_size, h.lmcache.tier.min_hit_tokens) == (512, 512)
+    assert h.lmcache.tier.timeout_s == 0.1

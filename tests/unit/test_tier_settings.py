@@ -38,8 +38,8 @@ def test_prefill_figure_is_length_dependent():
 BAD = [
     ({"kvceph_lmcache_connector": "stock"}, "kvceph_lmcache_connector", "must be one of"),
     ({"kvceph_connector_connections": 0}, "kvceph_connector_connections", "must be >= 1"),
-    ({"kvceph_connector_timeout_s": 0}, "kvceph_connector_timeout_s", "(0, 600]"),
-    ({"kvceph_connector_timeout_s": True}, "kvceph_connector_timeout_s", "(0, 600]"),
+    ({"kvceph_connector_timeout_s": 0}, "kvceph_connector_timeout_s", "[0.1, 600]"),
+    ({"kvceph_connector_timeout_s": True}, "kvceph_connector_timeout_s", "[0.1, 600]"),
     ({"kvceph_min_hit_tokens": -1}, "kvceph_min_hit_tokens", "must be >= 0"),
     ({"kvceph_connector_receive_dir": "shm"}, "kvceph_connector_receive_dir", "does not match"),
     ({"kvceph_connector_refresh_s": -5}, "kvceph_connector_refresh_s", "must be >= 0"),
