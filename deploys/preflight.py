@@ -145,6 +145,34 @@ def check_templates(hosts: dict[str, settings.HostSettings], creds) -> None:
                 )
 
 
+# Below this length an abbreviation could be meant for many flags; argparse takes an
+# unambiguous prefix for the whole flag (allow_abbrev), so "--kv-cache-dt fp8" is one.
+_MIN_ABBREVIATION = 6
+
+
+def check_engine_args(hosts: dict[str, settings.HostSettings]) -> None:
+    """No ``kvceph_engine_profile.extra_args`` word sets a flag kvceph renders itself
+    (``render.managed_flags``): in ``--flag value``, ``--flag=value``, ``--flag_name``,
+    ``--flag.field`` (JSON) and abbreviated forms."""
+    key = "kvceph_engine_profile.extra_args"
+    for name, me in hosts.items():
+        if not me.is_inference:
+            continue
+        managed = render.managed_flags(me)
+        for arg in me.engine.profile.extra_args:
+            flag = render.flag_name(arg)
+            hit = flag if flag in managed else None
+            if hit is None and len(flag) >= _MIN_ABBREVIATION:
+                hit = next((m for m in sorted(managed) if m.startswith(flag)), None)
+            if hit:
+                raise SettingsError(
+                    f"{name}: {key} = {arg!r}: sets {hit}, which kvceph renders itself (the "
+                    "last one wins, so the engine would run other than kvceph sizes, keys and "
+                    f"checks it); fix: remove it; set {hit} through its kvceph setting "
+                    "(docs/settings.md)"
+                )
+
+
 # A host outside this run (--limit): pyinfra has not connected it, its facts stay unread.
 OUTSIDE_RUN = object()
 
@@ -361,6 +389,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
             h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inventory
         }
         groups = check_inventory(list(hosts.values()))
+        check_engine_args(hosts)
         hosts = s3_names.fill_rgw_group(hosts, _rgw_addresses(inventory))
         creds = secrets.load()
         # Read-only facts, after every check that needs none: a model directory's config.json,

@@ -207,6 +207,30 @@ def exec_start(me: HostSettings, engine: Engine | None = None) -> list[str]:
     ]
 
 
+# vLLM's short spellings of flags kvceph renders (vllm/engine/arg_utils.py add_argument aliases).
+FLAG_ALIASES = {"-tp": "--tensor-parallel-size"}
+# Flags vLLM appends to (action="append"): one more adds, it does not replace kvceph's.
+APPENDING_FLAGS = frozenset({"--middleware"})
+
+
+def flag_name(arg: str) -> str:
+    """The flag an argv word sets, as vLLM's FlexibleArgumentParser reads it: ``=value`` and a
+    ``.field`` (JSON argument) dropped, ``_`` read as ``-``, aliases resolved; "" for a value."""
+    if arg in FLAG_ALIASES:
+        return FLAG_ALIASES[arg]
+    if not arg.startswith("--"):
+        return ""
+    return arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+
+
+def managed_flags(me: HostSettings) -> frozenset[str]:
+    """The flags kvceph renders on this host's command line itself (the profile's
+    ``extra_args`` left out): an extra argument that sets one again would win (argparse keeps
+    the last) behind kvceph's back."""
+    own = exec_start(me)[: len(exec_start(me)) - len(me.engine.profile.extra_args)]
+    return frozenset(name for name in map(flag_name, own) if name) - APPENDING_FLAGS
+
+
 _SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_./:=,+@-]+")
 
 

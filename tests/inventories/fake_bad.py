@@ -13,6 +13,7 @@
 #   env_newline   a newline in a kvceph_extra_env value
 #   env_devices   CUDA_VISIBLE_DEVICES in kvceph_extra_env on a host with engines
 #   region_ini    a newline in kvceph_s3_region (it would add a line to the S3 INI files)
+#   dtype_arg     --kv-cache-dtype=fp8 in extra_args (kvceph renders the flag itself)
 import os
 import sys
 from pathlib import Path
@@ -66,6 +67,7 @@ _BAD = {
         "kvceph_engines": [{"name": "a", "devices": [0, 1], "port": 8000}],
         "kvceph_extra_env": {"CUDA_VISIBLE_DEVICES": "0"},
     },
+    "dtype_arg": {"kvceph_engine_profile": {**_profile, "extra_args": ["--kv-cache-dtype=fp8"]}},
     "region_ini": {"kvceph_s3_region": "default\nendpoint_url = http://203.0.113.9"},
 }
 if _bad in _BAD:

@@ -153,6 +153,13 @@ def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, 
             "devices in kvceph_engines",
         ),
         (
+            "dtype_arg",
+            "kvceph: @fake/gpu1: kvceph_engine_profile.extra_args = '--kv-cache-dtype=fp8': sets "
+            "--kv-cache-dtype, which kvceph renders itself (the last one wins, so the engine "
+            "would run other than kvceph sizes, keys and checks it); fix: remove it; set "
+            "--kv-cache-dtype through its kvceph setting (docs/settings.md)",
+        ),
+        (
             "region_ini",
             "kvceph: @fake/gpu1: kvceph_s3_region = 'default\\nendpoint_url = "
             "http://203.0.113.9': holds a newline, which ~/.aws/config and the admin host's S3 "
@@ -174,3 +181,55 @@ def test_bad_inventory_is_refused_before_any_host_is_touched(bad, line, monkeypa
     assert _commands(out) == []  # the fake connector answered no command: no fact, no op
     assert "Starting operation" not in out and "Loaded fact" not in out
     assert "hf_fake" not in out  # the refused value itself is never shown
+
+
+# --- extra_args that set a flag kvceph renders itself ---------------------------------------------
+
+
+def _with_args(*args: str) -> dict:
+    from deploys import settings
+
+    data = {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_profile": {"extra_args": [*args]}}
+    return {"gpu1": settings.load(data, "gpu1", ["gpu"])}
+
+
+@pytest.mark.parametrize(
+    ("args", "shown", "flag"),
+    [
+        (("--kv-cache-dtype", "fp8"), "--kv-cache-dtype", "--kv-cache-dtype"),
+        (("--port=9000",), "--port=9000", "--port"),
+        (("--max_model_len", "8192"), "--max_model_len", "--max-model-len"),
+        (("-tp", "4"), "-tp", "--tensor-parallel-size"),
+        (("--kv-transfer-config.kv_role", "kv_producer"), "--kv-transfer-config.kv_role",
+         "--kv-transfer-config"),
+        (("--kv-cache-dt", "fp8"), "--kv-cache-dt", "--kv-cache-dtype"),
+        (("--host", "0.0.0.0"), "--host", "--host"),
+    ],
+)  # fmt: skip
+def test_extra_args_that_set_a_rendered_flag_are_refused(args, shown, flag):
+    from deploys import preflight
+    from deploys.settings.reader import SettingsError
+
+    with pytest.raises(SettingsError) as caught:
+        preflight.check_engine_args(_with_args(*args))
+    assert str(caught.value) == (
+        f"gpu1: kvceph_engine_profile.extra_args = {shown!r}: sets {flag}, which kvceph renders "
+        "itself (the last one wins, so the engine would run other than kvceph sizes, keys and "
+        f"checks it); fix: remove it; set {flag} through its kvceph setting (docs/settings.md)"
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--kv-cache-memory-bytes", "8G"),  # a look-alike of --kv-cache-dtype
+        ("--max-num-seqs", "64"),
+        ("--middleware", "my.Middleware"),  # vLLM appends middlewares
+        ("--served-model-name=port-8000",),  # a flag's value naming one
+        ("--enable-prefix-caching",),
+    ],
+)
+def test_extra_args_kvceph_does_not_render_are_accepted(args):
+    from deploys import preflight
+
+    preflight.check_engine_args(_with_args(*args))
