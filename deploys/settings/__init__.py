@@ -10,6 +10,8 @@ subject (``reader`` for the typed getters, ``ceph``, ``s3``, ``engine`` + ``engi
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +20,7 @@ from deploys.settings import engine_env, file_formats, keys, run_control, securi
 from deploys.settings.ceph import CephSettings, RgwSettings, ceph_settings, rgw_settings
 from deploys.settings.engine import EngineSettings, engine_settings
 from deploys.settings.lmcache import LMCacheSettings, lmcache_settings
-from deploys.settings.reader import ACCELERATOR_OF_GROUP, INFERENCE_GROUPS, Reader
+from deploys.settings.reader import ACCELERATOR_OF_GROUP, HOSTNAME, INFERENCE_GROUPS, Reader
 from deploys.settings.s3 import S3Settings, s3_settings
 from deploys.settings.verification import (
     ProbeSettings,
@@ -42,6 +44,10 @@ class HostSettings:
     security: security.SecuritySettings = security.DEFAULTS
     probe: ProbeSettings | None = None  # likewise
     run: run_control.RunControl = run_control.RunControl()  # this run's --data opt-ins
+    # The kvceph_* keys this host's data sets (key -> repr of the value), and the keys its
+    # settings read (settings/placement.py).
+    given: tuple[tuple[str, str], ...] = ()
+    read_keys: frozenset[str] = frozenset()
 
     @property
     def is_inference(self) -> bool:
@@ -71,7 +77,18 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     secure = security.load(r)
     if engine is not None:
         engine_env.check(r, engine, secure.guard)
-    return HostSettings(
+    # Used by the RGW stage only, after the pools stage ran: checked here, before any stage.
+    ceph_name = r.raw("kvceph_ceph_hostname", None)
+    if ceph_name is not None and not (
+        isinstance(ceph_name, str) and re.fullmatch(HOSTNAME, ceph_name)
+    ):
+        raise r.fail(
+            "kvceph_ceph_hostname",
+            ceph_name,
+            "is not a host name",
+            "use the name `ceph orch host ls` shows",
+        )
+    settings = HostSettings(
         host=host,
         groups=groups,
         ceph=ceph_settings(r) if "ceph_admin" in groups else None,
@@ -85,3 +102,5 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
         probe=probe_settings(r),
         run=run_control.load(r),
     )
+    given = tuple((k, repr(r.peek(k))) for k in keys.data_keys(data) if k.startswith(keys.PREFIX))
+    return dataclasses.replace(settings, given=given, read_keys=frozenset(r.read))

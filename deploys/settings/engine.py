@@ -137,6 +137,16 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
         raise r.fail(
             f"{key}.extra_args", "...", "must be a list of arguments", "one list item per argument"
         )
+    if not isinstance(raw["packages"], (list, tuple)) or not all(
+        isinstance(p, str) and p.strip() for p in raw["packages"]
+    ):
+        # a string would be split into characters, one pip argument each, mid-deploy
+        raise r.fail(
+            f"{key}.packages",
+            raw["packages"],
+            "must be a list of pip requirements",
+            "one list item per package, e.g. ['vllm==0.33.0', 'lmcache==0.5.6']",
+        )
     extra_args = tuple(str(a) for a in raw["extra_args"])
     security.refuse_secret_args(r, f"{key}.extra_args", extra_args)
     return EngineProfile(
@@ -182,6 +192,8 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
     user = r.str("kvceph_service_user", "vllm", pattern=r"[a-z_][a-z0-9_-]{0,31}")
     max_len = r.int("kvceph_max_model_len", 40960, lo=256)
     port = r.port("kvceph_vllm_port", 8000)
+    source = model_source.load(r, model)
+    model_source.check_key_length(r, source)
     return EngineSettings(
         accelerator=accelerator,
         accelerator_check=r.bool("kvceph_accelerator_check", True),
@@ -214,7 +226,7 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
         drain_timeout=r.int("kvceph_drain_timeout", 120, lo=0, hi=7200),
         upgrade_cold_cache=r.bool("kvceph_upgrade_cold_cache", False),
         extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
-        source=model_source.load(r, model),
+        source=source,
         engines=engine_list.load(r, port, tp, count),
         restart_batch=engine_list.restart_batch(r),
         restart_whole_group=r.bool(engine_list.WHOLE_GROUP_OPT_IN, False),

@@ -96,7 +96,7 @@ def problem(fmt: Format, text: str) -> str | None:
 
 def _value(r, key: str):
     name, _, field = key.partition(".")
-    value = r.raw(name, None)
+    value = r.peek(name, None)
     if field:
         value = value.get(field) if isinstance(value, Mapping) else None
     return value

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from deploys.settings import cache_key, engine_list
+from deploys.settings import cache_key, engine_list, placement
 from deploys.settings.reader import SettingsError
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
         raise SettingsError(
             "inventory: gpu + gaudi = []: no inference hosts; fix: add hosts to gpu or gaudi"
         )
+    placement.check(hosts)
     groups: dict[tuple[str, int], list[HostSettings]] = {}
     for h in inference:
         groups.setdefault((h.engine.model, h.engine.tensor_parallel_size), []).append(h)

@@ -76,6 +76,20 @@ def load(r, name: str) -> ModelSource:
             "kvceph_model", name, "contains '@', which LMCache splits its object keys on",
             "drop the '@...' part (pin a version with kvceph_model_revision)",
         )  # fmt: skip
+    directory = name.startswith("/")
+    if not (
+        re.fullmatch(ABSOLUTE_PATH, name) and ".." not in name.split("/")
+        if directory
+        else re.fullmatch(_MIRROR_NAME, name) and ".." not in name
+    ):
+        # It lands in the engine's argv and every object key: a space would add a vLLM flag,
+        # an invisible character another cache group.
+        raise r.fail(
+            "kvceph_model", name,
+            "is neither a model id (org/name of letters, digits, _ . -) nor an absolute directory",
+            "use the model's id, e.g. Qwen/Qwen3-32B; vLLM flags go in "
+            "kvceph_engine_profile.extra_args",
+        )  # fmt: skip
     source = r.choice("kvceph_model_source", "hub", SOURCES)
     revision = r.opt_str("kvceph_model_revision")
     if revision is not None and not re.fullmatch(_REVISION, revision):
@@ -126,11 +140,6 @@ def load(r, name: str) -> ModelSource:
             "kvceph_model_revision", None, "is required with kvceph_model_source mirror",
             "set the commit hash the mirror holds",
         )  # fmt: skip
-    if not re.fullmatch(_MIRROR_NAME, name) or ".." in name:
-        raise r.fail(
-            "kvceph_model", name, "cannot name a mirror directory",
-            "use a hub id: letters, digits, . _ - and at most one /",
-        )  # fmt: skip
     root = r.path("kvceph_model_dir", DEFAULT_ROOT)
     owner = r.str("kvceph_model_mirror_owner", DEFAULT_OWNER, pattern=r"[A-Za-z0-9_.\-]+")
     reader = r.str("kvceph_model_mirror_reader", DEFAULT_READER, pattern=r"[A-Za-z0-9_.\-]+")
@@ -149,6 +158,27 @@ def load(r, name: str) -> ModelSource:
         mirror_owner=owner,
         mirror_reader=reader,
     )
+
+
+# S3 object keys are at most 1024 bytes (UTF-8). LMCache 0.5.6 names an object
+# "<model>@<world size>@<worker>@<chunk hash hex>@<dtype>" (versions._KEY_FORMAT_056), the model
+# being vLLM's model argument: up to 2 + 2 + 64 + 16 bytes and four "@" after it, 128 kept.
+MAX_MODEL_KEY_BYTES = 1024 - 128
+
+
+def check_key_length(r, source: ModelSource) -> None:
+    """The model argument leaves LMCache's object keys within S3's 1024 bytes."""
+    argument = source.serve_argument
+    if len(argument.encode()) > MAX_MODEL_KEY_BYTES:
+        key = "kvceph_model_path" if source.source == "path" else "kvceph_model"
+        shown = argument if key == "kvceph_model_path" else source.name
+        raise r.fail(
+            key,
+            shown[:40] + "...",
+            f"makes the model argument {len(argument.encode())} bytes long; LMCache's object "
+            f"keys carry it, and S3 keys end at 1024 bytes",
+            f"keep the model argument within {MAX_MODEL_KEY_BYTES} bytes",
+        )
 
 
 def mirror_users(sources) -> tuple[str, str, str] | None:

@@ -30,8 +30,16 @@ class Reader:
 
     def __init__(self, data: Any, host: str):
         self.data, self.host = data, host
+        # Every key looked up, set or not: the keys that act on this host (settings/placement.py).
+        self.read: set[str] = set()
 
     def raw(self, key: str, default: Any = _MISSING) -> Any:
+        self.read.add(key)
+        return self.peek(key, default)
+
+    def peek(self, key: str, default: Any = _MISSING) -> Any:
+        """:meth:`raw` for checks that look at every key (file formats, secrets): the key does
+        not count as acting on this host."""
         getter = getattr(self.data, "get", None)
         value = getter(key, _MISSING) if getter else _MISSING
         if value is _MISSING:
@@ -134,9 +142,15 @@ class Reader:
         return networks
 
     def path(self, key: str, default: Any = _MISSING) -> str:
-        """An absolute path on the hosts (letters, digits, ``_ . / -``)."""
-        return self.str(key, default, pattern=ABSOLUTE_PATH)
+        """An absolute path on the hosts (letters, digits, ``_ . / -``), no ``..`` in it."""
+        value = self.str(key, default, pattern=ABSOLUTE_PATH)
+        if ".." in value.split("/"):
+            # /dev/shm/../../etc/kvceph: the directory is not where the setting says.
+            raise self.fail(key, value, "has a '..' part", "give the directory without '..'")
+        return value
 
 
+# A host name as the orchestrator lists it (`ceph orch host ls`).
+HOSTNAME = r"[A-Za-z0-9][A-Za-z0-9.\-]{0,252}"
 # An absolute path on the hosts: no spaces or shell characters (it lands in units and argv).
 ABSOLUTE_PATH = r"/[A-Za-z0-9_./\-]+"

@@ -105,9 +105,22 @@ def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
         endpoint_ips_source=source,
         expiration_days=r.int("kvceph_s3_expiration_days", 7, lo=1),
         abort_multipart_days=r.int("kvceph_s3_abort_multipart_days", 1, lo=1),
-        lifecycle_rule_id=r.str("kvceph_s3_lifecycle_rule_id", "kvceph-expire"),
+        lifecycle_rule_id=_rule_id(r),
         quota_max_size_gb=quota,
     )
+
+
+def _rule_id(r: Reader) -> str:
+    rule = r.str("kvceph_s3_lifecycle_rule_id", "kvceph-expire")
+    if len(rule) > 255:
+        # S3 (and RGW) refuse a longer lifecycle rule ID when the stage puts the rule.
+        raise r.fail(
+            "kvceph_s3_lifecycle_rule_id",
+            rule[:40] + "...",
+            f"is {len(rule)} characters; S3 allows 255",
+            "use a short ID, e.g. kvceph-expire",
+        )
+    return rule
 
 
 # The plan's words for each default (deploys/preflight.py prints them).

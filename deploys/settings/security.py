@@ -31,7 +31,7 @@ class SecuritySettings:
 def refuse_secrets_in_data(r) -> None:
     """Secrets never live in group_data or the inventory (both are committed)."""
     for key in secret_names.GROUP_DATA_SECRETS:
-        if r.raw(key, None) is not None:
+        if r.peek(key, None) is not None:
             raise r.fail(
                 key,
                 "***",
@@ -113,12 +113,14 @@ def read_ca_bundle(r, path: str) -> str:
     certs = _PEM_CERT.findall(text)
     if not certs:
         raise r.fail(key, path, "has no PEM certificate", "give the CA certificate(s) in PEM")
-    for cert in certs:
-        try:
-            ssl.PEM_cert_to_DER_cert(cert.replace("\r", ""))
-        except ValueError:
-            raise r.fail(key, path, "holds a broken PEM certificate", "re-export it") from None
-    return "".join(cert.replace("\r", "") + "\n" for cert in certs)
+    bundle = "".join(cert.replace("\r", "") + "\n" for cert in certs)
+    try:
+        # OpenSSL parses it as the clients will: garbage base64 or DER inside a well-formed
+        # BEGIN/END block is refused here, not at the first TLS handshake.
+        ssl.create_default_context(cafile=None, cadata=bundle)
+    except (ValueError, ssl.SSLError):
+        raise r.fail(key, path, "holds a broken PEM certificate", "re-export it") from None
+    return bundle
 
 
 DEFAULTS = SecuritySettings(vllm_bind="0.0.0.0")

@@ -26,6 +26,7 @@ from deploys.facts.ceph import (
 from deploys.operations import ceph
 from deploys.settings import HostSettings, run_control
 from deploys.settings.ceph import RgwSettings
+from deploys.settings.reader import HOSTNAME
 from deploys.stages.ceph_pools import unreachable_message
 
 # Where concentrators were announced: upstream Tentacle (v20.2) and IBM Storage Ceph 8.1
@@ -37,7 +38,7 @@ CEPH_HOSTNAME_KEY = "kvceph_ceph_hostname"
 # Opt-in: apply the concentrator spec even when the orchestrator's dry run refused it (a
 # cluster whose dry run is wrong). The apply's own refusal then fails the stage.
 ALLOW_UNPROBED_KEY = run_control.key("allow_unprobed_concentrator")
-_HOSTNAME = r"[A-Za-z0-9][A-Za-z0-9.\-]{0,252}"
+_HOSTNAME = HOSTNAME
 
 
 class SpecError(ValueError):

@@ -14,6 +14,7 @@
 #   env_devices   CUDA_VISIBLE_DEVICES in kvceph_extra_env on a host with engines
 #   region_ini    a newline in kvceph_s3_region (it would add a line to the S3 INI files)
 #   dtype_arg     --kv-cache-dtype=fp8 in extra_args (kvceph renders the flag itself)
+#   pools_in_gpu  kvceph_ceph_pools on an inference host only (only ceph_admin reads it)
 import os
 import sys
 from pathlib import Path
@@ -68,6 +69,7 @@ _BAD = {
         "kvceph_extra_env": {"CUDA_VISIBLE_DEVICES": "0"},
     },
     "dtype_arg": {"kvceph_engine_profile": {**_profile, "extra_args": ["--kv-cache-dtype=fp8"]}},
+    "pools_in_gpu": {"kvceph_ceph_pools": [{"name": "p", "pg_num": 8}]},
     "region_ini": {"kvceph_s3_region": "default\nendpoint_url = http://203.0.113.9"},
 }
 if _bad in _BAD:

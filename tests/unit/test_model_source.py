@@ -63,7 +63,7 @@ def test_path_source_serves_the_operators_directory():
         ({"kvceph_model_source": "s3"}, "kvceph_model_source", "must be one of"),
         ({"kvceph_model_source": "mirror"}, "kvceph_model_revision", "required"),
         ({**MIRROR, "kvceph_model_path": "/x"}, "kvceph_model_path", "derived"),
-        ({**MIRROR, "kvceph_model": "../etc"}, "kvceph_model", "cannot name a mirror"),
+        ({**MIRROR, "kvceph_model": "../etc"}, "kvceph_model", "is neither a model id"),
         ({**MIRROR, "kvceph_model_mirror_bucket": "Models"}, "kvceph_model_mirror_bucket", ""),
         ({"kvceph_model_source": "path"}, "kvceph_model_path", "absolute directory"),
         ({"kvceph_model_path": "/x"}, "kvceph_model_path", "only read with"),

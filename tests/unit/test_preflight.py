@@ -160,6 +160,12 @@ def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, 
             "--kv-cache-dtype through its kvceph setting (docs/settings.md)",
         ),
         (
+            "pools_in_gpu",
+            "kvceph: @fake/gpu1: kvceph_ceph_pools is set where it has no effect (it acts on "
+            "@fake/ceph1 (ceph_admin/rgw) only): it would be ignored and never checked; fix: set "
+            "it in the group_data of the hosts it acts on (or all.py)",
+        ),
+        (
             "region_ini",
             "kvceph: @fake/gpu1: kvceph_s3_region = 'default\\nendpoint_url = "
             "http://203.0.113.9': holds a newline, which ~/.aws/config and the admin host's S3 "

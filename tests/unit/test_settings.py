@@ -312,3 +312,133 @@ def test_tier_settings_at_their_bounds_are_accepted():
     )
     assert (h.lmcache.chunk_size, h.lmcache.tier.min_hit_tokens) == (512, 512)
     assert h.lmcache.tier.timeout_s == 0.1
+
+
+def _inventory(admin: dict | None = None, gpu: dict | None = None):
+    return [
+        s.load({**BASE, **(admin or {})}, "ceph1", ("ceph_admin", "rgw")),
+        s.load({**BASE, **(gpu or {})}, "gpu1", ("gpu",)),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("admin", "gpu", "line"),
+    [
+        (
+            {},
+            {"kvceph_ceph_pools": [{"name": "p", "pg_num": 8}]},
+            "gpu1: kvceph_ceph_pools is set where it has no effect (it acts on ceph1 "
+            "(ceph_admin/rgw) only): it would be ignored and never checked; fix: set it in the "
+            "group_data of the hosts it acts on (or all.py)",
+        ),
+        (
+            {"kvceph_tensor_parallel_size": 4},
+            {},
+            "ceph1: kvceph_tensor_parallel_size is set where it has no effect (it acts on gpu1 "
+            "(gpu) only): it would be ignored and never checked; fix: set it in the group_data "
+            "of the hosts it acts on (or all.py)",
+        ),
+        (
+            {"kvceph_model": "Qwen/Qwen3-8B"},
+            {},
+            "ceph1: kvceph_model is set where it has no effect (it acts on gpu1 (gpu) only): it "
+            "would be ignored and never checked; fix: set it in the group_data of the hosts it "
+            "acts on (or all.py)",
+        ),
+        (
+            {"kvceph_lmcache_connector": "kvceph"},
+            {},
+            "ceph1: kvceph_lmcache_connector is set where it has no effect (it acts on gpu1 "
+            "(gpu) only): it would be ignored and never checked; fix: set it in the group_data "
+            "of the hosts it acts on (or all.py)",
+        ),
+    ],
+)
+def test_a_key_set_only_where_it_has_no_effect_is_refused(admin, gpu, line):
+    """Also for keys every host's file-format check looks at (kvceph_model: a unit value)."""
+    with pytest.raises(SettingsError) as caught:
+        check_inventory(_inventory(admin, gpu))
+    assert str(caught.value) == line
+
+
+def test_a_key_set_everywhere_or_where_it_acts_is_accepted():
+    pools = [{"name": "p", "pg_num": 8}]
+    # all.py reaches every host: it acts on the admin host, the others ignore it.
+    check_inventory(_inventory({"kvceph_ceph_pools": pools}, {"kvceph_ceph_pools": pools}))
+    check_inventory(_inventory({"kvceph_ceph_pools": pools}, {"kvceph_tensor_parallel_size": 4}))
+    # Read on no host (the source decides): nowhere to name, left alone.
+    check_inventory(_inventory({}, {"kvceph_model_mirror_from": "/srv/models/x"}))
+
+
+def test_ceph_hostname_is_checked_before_any_stage():
+    with pytest.raises(SettingsError) as caught:
+        load(groups=("rgw",), kvceph_ceph_hostname="not a host!")
+    assert str(caught.value) == (
+        "gpu1: kvceph_ceph_hostname = 'not a host!': is not a host name; fix: use the name "
+        "`ceph orch host ls` shows"
+    )
+    assert load(groups=("rgw",), kvceph_ceph_hostname="ceph-02.example.com")
+
+
+def test_profile_packages_as_a_string_is_refused():
+    with pytest.raises(SettingsError) as caught:
+        load(kvceph_engine_profile={"packages": "vllm==0.33.0"})
+    assert str(caught.value) == (
+        "gpu1: kvceph_engine_profile.packages = 'vllm==0.33.0': must be a list of pip "
+        "requirements; fix: one list item per package, e.g. ['vllm==0.33.0', 'lmcache==0.5.6']"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (
+            {"kvceph_lmcache_connector": "kvceph",
+             "kvceph_connector_receive_dir": "/dev/shm/../../etc/kvceph"},
+            "gpu1: kvceph_connector_receive_dir = '/dev/shm/../../etc/kvceph': has a '..' part; "
+            "fix: give the directory without '..'",
+        ),
+        (
+            {"kvceph_model": "Qwen/Qwen3\u200b-32B", "kvceph_kv_bytes_per_token": 262144},
+            "gpu1: kvceph_model = 'Qwen/Qwen3\\u200b-32B': is neither a model id (org/name of "
+            "letters, digits, _ . -) nor an absolute directory; fix: use the model's id, e.g. "
+            "Qwen/Qwen3-32B; vLLM flags go in kvceph_engine_profile.extra_args",
+        ),
+        (
+            {"kvceph_model": "Qwen/Qwen3-32B --trust-remote-code"},
+            "gpu1: kvceph_model = 'Qwen/Qwen3-32B --trust-remote-code': is neither a model id "
+            "(org/name of letters, digits, _ . -) nor an absolute directory; fix: use the "
+            "model's id, e.g. Qwen/Qwen3-32B; vLLM flags go in kvceph_engine_profile.extra_args",
+        ),
+        (
+            {"kvceph_model": "org/" + "m" * 2000, "kvceph_kv_bytes_per_token": 262144},
+            "gpu1: kvceph_model = 'org/mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm...': makes the "
+            "model argument 2004 bytes long; LMCache's object keys carry it, and S3 keys end at "
+            "1024 bytes; fix: keep the model argument within 896 bytes",
+        ),
+        (
+            {"kvceph_model_source": "path", "kvceph_model_path": "/m/" + "d" * 1500,
+             "kvceph_kv_bytes_per_token": 262144},
+            "gpu1: kvceph_model_path = '/m/ddddddddddddddddddddddddddddddddddddd...': makes the "
+            "model argument 1503 bytes long; LMCache's object keys carry it, and S3 keys end at "
+            "1024 bytes; fix: keep the model argument within 896 bytes",
+        ),
+        (
+            {"kvceph_s3_lifecycle_rule_id": "r" * 300},
+            "gpu1: kvceph_s3_lifecycle_rule_id = 'rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr...': "
+            "is 300 characters; S3 allows 255; fix: use a short ID, e.g. kvceph-expire",
+        ),
+    ],
+)  # fmt: skip
+def test_names_and_paths_that_would_not_be_what_they_say_are_refused(data, line):
+    with pytest.raises(SettingsError) as caught:
+        load(**data)
+    assert str(caught.value) == line
+
+
+def test_names_and_paths_that_look_alike_are_accepted():
+    assert load(kvceph_model="meta-llama/Llama-3.1-8B-Instruct", kvceph_kv_bytes_per_token=131072)
+    assert load(kvceph_model="/srv/models/qwen3..32b", kvceph_kv_bytes_per_token=1)
+    assert load(kvceph_lmcache_connector="kvceph", kvceph_connector_receive_dir="/dev/shm/kv..x")
+    assert load(kvceph_s3_lifecycle_rule_id="r" * 255)
+    assert load(kvceph_model="org/" + "m" * 892, kvceph_kv_bytes_per_token=262144)

@@ -57,11 +57,22 @@ def test_ca_bundle_is_read_and_normalised(pki):
         (None, "cannot be read"),
         ("not a certificate\n", "has no PEM certificate"),
         ("KEY", "holds a private key"),
+        # A well-formed block of garbage base64 (Python's decoder is lenient; OpenSSL is not).
+        (
+            "-----BEGIN CERTIFICATE-----\nMIIB=QUJD==QUJDQUJD====QUJD\n-----END CERTIFICATE-----\n",
+            "holds a broken PEM certificate",
+        ),
+        ("BAD_DER", "holds a broken PEM certificate"),
     ],
 )
 def test_bad_ca_bundle_is_refused_in_one_line(pki, tmp_path, content, problem):
     path = tmp_path / "bundle.pem"
-    if content == "KEY":
+    if content == "BAD_DER":
+        # Valid base64 of bytes that are no certificate.
+        path.write_text(
+            "-----BEGIN CERTIFICATE-----\n" + "QUJD" * 16 + "\n-----END CERTIFICATE-----\n"
+        )
+    elif content == "KEY":
         path.write_text((pki["good"] / "ca.pem").read_text() + (pki["good"] / "ca.key").read_text())
     elif content is not None:
         path.write_text(content)
