@@ -358,19 +358,25 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             )
 
 
+def _family(ips) -> str:
+    """ "6" for a list of IPv6 addresses, else "4" (settings refuse a mixed list)."""
+    return "6" if ":" in ips[0] else "4"
+
+
 def check_resolvers(hosts: dict[str, settings.HostSettings], resolution) -> None:
     """Every inference host's resolver returns every address of the bucket's name
     (deploys/s3_names.py): checked before any host is touched, so no engine restarts onto a
     name that resolves to one RGW.
 
-    ``resolution(host, name)`` is the host's Resolution fact, or OUTSIDE_RUN.
+    ``resolution(host, name, family)`` is the host's Resolution fact (``family`` "4" or "6",
+    of the list), or OUTSIDE_RUN.
     """
     for name, me in hosts.items():
         if not me.is_inference or not me.s3.endpoint_ips:
             continue
         if len(me.s3.endpoint_ips) == 1 and not me.s3.wildcard_dns:
             continue  # one line: any resolver returns it
-        seen = resolution(name, me.s3.bucket_host)
+        seen = resolution(name, me.s3.bucket_host, _family(me.s3.endpoint_ips))
         if seen is OUTSIDE_RUN:
             continue
         refusal = s3_names.refusal(me, seen, render.hosts_lines(me))
@@ -419,7 +425,17 @@ def _check(inventory, lock: bool = True) -> Preflight:
         )
         hosts = resolve_kv_sizes(hosts, read_config)
         check_sizing(hosts, lambda name: _fact(inventory, name, MemTotal))
-        check_resolvers(hosts, lambda host, name: _fact(inventory, host, Resolution, hostname=name))
+        check_resolvers(
+            hosts,
+            lambda host, name, family: _fact(
+                inventory,
+                host,
+                Resolution,
+                hostname=name,
+                # IPv4 lists keep the fact's original arguments (and its recorded answers).
+                **({"family": family} if family == "6" else {}),
+            ),
+        )
         tier_preflight.check_connector(hosts)
         hosts = tier_preflight.resolve(hosts)
     except (SettingsError, secrets.SecretsError) as exc:

@@ -13,14 +13,16 @@ class Resolution(FactBase):
     addresses (the lookup awscrt's getaddrinfo does), as an ``s3_names.Resolution``.
 
     + hostname: the bucket's virtual-host name, e.g. ``lmcache.s3.cephlab.com``
+    + family: "4" (default) or "6", the family of kvceph_s3_endpoint_ips (one per list)
     """
 
-    def command(self, hostname):
+    def command(self, hostname, family="4"):
         # getent exits 2 for an unknown name: an answer, not a failure of the fact.
+        lookup = "ahostsv6" if family == "6" else "ahostsv4"
         script = (
             f"echo '{s3_names.HOST_CONF}'; cat /etc/host.conf 2>/dev/null; "
             f"echo '{s3_names.HOSTS}'; cat /etc/hosts 2>/dev/null; "
-            f'echo \'{s3_names.GETENT}\'; getent ahostsv4 "$1"; echo "{s3_names.RC}$?"'
+            f'echo \'{s3_names.GETENT}\'; getent {lookup} "$1"; echo "{s3_names.RC}$?"'
         )
         return StringCommand(
             "sh", "-c", QuoteString(script), "kvceph-resolution", QuoteString(hostname)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -133,6 +134,19 @@ FROM_RGW_GROUP = (
 )
 
 
+def _rgw_address(r: Reader, key: str, ip: str, example: str) -> str:
+    """An address an engine can connect to: not 0.0.0.0/::, multicast or broadcast."""
+    address = ipaddress.ip_address(r.ip(key, ip, example))
+    if address.is_unspecified or address.is_multicast or ip == "255.255.255.255":
+        raise r.fail(
+            key,
+            ip,
+            "is not an address a host can connect to (unspecified, multicast or broadcast)",
+            "give the address an RGW (or its haproxy) listens on",
+        )
+    return ip
+
+
 def endpoint_ips(r: Reader, rgw: RgwSettings, wildcard: bool) -> tuple[tuple[str, ...], str]:
     """The bucket name's addresses and their source.
 
@@ -161,12 +175,23 @@ def endpoint_ips(r: Reader, rgw: RgwSettings, wildcard: bool) -> tuple[tuple[str
         for ip in many:
             if not isinstance(ip, str):
                 raise r.fail("kvceph_s3_endpoint_ips", ip, "is not a string", "e.g. '10.0.0.5'")
-            r.ip("kvceph_s3_endpoint_ips", ip, "e.g. ['10.0.0.5', '10.0.0.6']")
+            _rgw_address(r, "kvceph_s3_endpoint_ips", ip, "e.g. ['10.0.0.5', '10.0.0.6']")
         if len(set(many)) != len(many):
             raise r.fail("kvceph_s3_endpoint_ips", many, "lists an address twice", "list each once")
+        if len({ipaddress.ip_address(ip).version for ip in many}) > 1:
+            raise r.fail(
+                "kvceph_s3_endpoint_ips",
+                many,
+                "mixes IPv4 and IPv6: LMCache's S3 client (awscrt) takes the addresses of each "
+                "family apart, so kvceph can neither spread the load over the whole list nor "
+                "check before the deploy that the resolver returns it",
+                "list the RGW addresses of one family (all IPv4, or all IPv6)",
+            )
         return tuple(many), "kvceph_s3_endpoint_ips"
     if one is not None:
-        return (r.ip("kvceph_s3_endpoint_ip", one, "e.g. 10.0.0.5"),), "kvceph_s3_endpoint_ip"
+        return (
+            _rgw_address(r, "kvceph_s3_endpoint_ip", one, "e.g. 10.0.0.5"),
+        ), "kvceph_s3_endpoint_ip"
     if wildcard:
         return (), "kvceph_s3_wildcard_dns"
     if rgw.managed_by == "cephadm" and rgw.ingress_virtual_ip:

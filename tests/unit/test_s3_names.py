@@ -4,7 +4,9 @@ against real outputs of the Resolution fact's command.
 The fixtures are that command's output on Debian 12 (glibc 2.36), recorded with
 ``unshare -m`` bind-mounting an /etc/hosts with two kvceph lines of ``lmcache.s3.kvlab`` and an
 /etc/host.conf saying ``multi on``, ``multi off`` or nothing (glibc's default: off); and an
-/etc/hosts without them (``getent`` exits 2).
+/etc/hosts without them (``getent`` exits 2). The ``ipv6-*`` ones likewise with two IPv6
+lines (Debian 12, glibc 2.36, ``unshare -rm``): the fact with family "6", and with the IPv4
+lookup that used to be run for every list (it finds nothing).
 """
 
 from pathlib import Path
@@ -134,3 +136,66 @@ def test_plan_line_says_why_the_default_was_chosen():
     )
     (line,) = s3_names.plan_lines(conc)
     assert "10.0.0.11, 10.0.0.12 (default: every host of the rgw group, as each runs" in line
+
+
+TWO6 = ["fd00:213::100", "fd00:213::101"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("kvceph_s3_endpoint_ip", "0.0.0.0", "0.0.0.0"),
+        ("kvceph_s3_endpoint_ips", ["10.0.0.5", "224.0.0.251"], "224.0.0.251"),
+        ("kvceph_s3_endpoint_ips", ["ff02::1"], "ff02::1"),
+        ("kvceph_s3_endpoint_ips", ["::"], "::"),
+        ("kvceph_s3_endpoint_ip", "255.255.255.255", "255.255.255.255"),
+    ],
+)
+def test_an_address_no_host_can_connect_to_is_refused(key, value, shown):
+    with pytest.raises(SettingsError) as caught:
+        gpu(**{key: value})
+    assert str(caught.value) == (
+        f"gpu1: {key} = {shown!r}: is not an address a host can connect to (unspecified, "
+        "multicast or broadcast); fix: give the address an RGW (or its haproxy) listens on"
+    )
+
+
+def test_a_list_mixing_families_is_refused_with_its_cause():
+    with pytest.raises(SettingsError) as caught:
+        gpu(kvceph_s3_endpoint_ips=[TWO[0], TWO6[0]])
+    assert str(caught.value) == (
+        "gpu1: kvceph_s3_endpoint_ips = ['10.213.10.100', 'fd00:213::100']: mixes IPv4 and "
+        "IPv6: LMCache's S3 client (awscrt) takes the addresses of each family apart, so kvceph "
+        "can neither spread the load over the whole list nor check before the deploy that the "
+        "resolver returns it; fix: list the RGW addresses of one family (all IPv4, or all IPv6)"
+    )
+
+
+def test_an_ipv6_list_is_checked_with_the_ipv6_lookup():
+    from deploys import preflight
+
+    me = gpu(kvceph_s3_endpoint_ips=TWO6)
+    six = fact("ipv6-two-lines-multi-on.txt")
+    assert six.addresses == tuple(TWO6) and six.multi is True
+    assert list(six.hosts_lines) == render.hosts_lines(me)
+    assert s3_names.refusal(me, six, render.hosts_lines(me)) is None
+    # The IPv4 lookup finds none of them: the wrong cause (nsswitch) the check used to give.
+    four = fact("ipv6-two-lines-ahostsv4.txt")
+    assert four.addresses == () and "nsswitch" in s3_names.refusal(me, four, render.hosts_lines(me))
+    asked = []
+
+    def resolution(host, name, family):
+        asked.append(family)
+        return six
+
+    preflight.check_resolvers({"gpu1": me}, resolution)
+    preflight.check_resolvers({"gpu1": gpu(kvceph_s3_endpoint_ips=TWO)}, resolution)
+    assert asked == ["6", "4"]
+    assert "getent ahostsv6" in Resolution().command("x", family="6").get_raw_value()
+    assert "getent ahostsv4" in Resolution().command("x").get_raw_value()
+
+
+def test_link_local_and_loopback_addresses_stay_accepted():
+    assert gpu(kvceph_s3_endpoint_ip="127.0.0.1").s3.endpoint_ips == ("127.0.0.1",)
+    assert gpu(kvceph_s3_endpoint_ips=["::1"]).s3.endpoint_ips == ("::1",)
+    assert gpu(kvceph_s3_endpoint_ips=TWO6).s3.endpoint_ips == tuple(TWO6)
