@@ -160,6 +160,22 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
     )
 
 
+def _kv_dtype(r: Reader, accelerator: str) -> str:
+    dtype = r.choice("kvceph_kv_dtype", "bfloat16", ("bfloat16", "fp8"))
+    if dtype == "fp8" and accelerator == "gaudi":
+        # vLLM's Gaudi docs (FP8 INC): FP8 KV is --kv-cache-dtype fp8_inc with --quantization
+        # inc and QUANT_CONFIG pointing at a calibration of this model on this device type
+        # (validated on Llama models only); "fp8" is not what that engine takes.
+        raise r.fail(
+            "kvceph_kv_dtype",
+            dtype,
+            "the Gaudi engine takes FP8 KV only as fp8_inc with Intel Neural Compressor and a "
+            "QUANT_CONFIG calibration of the model, which kvceph does not set up",
+            "use bfloat16 on gaudi hosts",
+        )
+    return dtype
+
+
 def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
     model = r.str("kvceph_model", "Qwen/Qwen3-32B")
     tp = r.int("kvceph_tensor_parallel_size", 2, lo=1, hi=64)
@@ -213,7 +229,7 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
         port=port,
         # vLLM's --kv-cache-dtype values that both supported versions accept (0.33 has no
         # float16); Qwen3-32B runs in bf16, so bfloat16 equals vLLM's "auto" there.
-        kv_dtype=r.choice("kvceph_kv_dtype", "bfloat16", ("bfloat16", "fp8")),
+        kv_dtype=_kv_dtype(r, accelerator),
         python_hash_seed=r.int("kvceph_python_hash_seed", 67, lo=0, hi=4294967295),
         kv_role=r.choice("kvceph_kv_role", "kv_both", versions.KV_ROLES),
         # recompute: a missing/unreadable chunk falls back to prefill instead of failing requests.

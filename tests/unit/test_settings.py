@@ -442,3 +442,15 @@ def test_names_and_paths_that_look_alike_are_accepted():
     assert load(kvceph_lmcache_connector="kvceph", kvceph_connector_receive_dir="/dev/shm/kv..x")
     assert load(kvceph_s3_lifecycle_rule_id="r" * 255)
     assert load(kvceph_model="org/" + "m" * 892, kvceph_kv_bytes_per_token=262144)
+
+
+def test_fp8_kv_on_gaudi_is_refused_and_stays_on_nvidia():
+    with pytest.raises(SettingsError) as caught:
+        load(groups=("gaudi",), host="gaudi1", kvceph_kv_dtype="fp8")
+    assert str(caught.value) == (
+        "gaudi1: kvceph_kv_dtype = 'fp8': the Gaudi engine takes FP8 KV only as fp8_inc with "
+        "Intel Neural Compressor and a QUANT_CONFIG calibration of the model, which kvceph does "
+        "not set up; fix: use bfloat16 on gaudi hosts"
+    )
+    assert load(kvceph_kv_dtype="fp8").engine.kv_dtype == "fp8"
+    assert load(groups=("gaudi",), host="gaudi1").engine.kv_dtype == "bfloat16"
