@@ -201,6 +201,29 @@ def test_a_miss_is_not_remembered(tmp_path, s3, loop):
     remote.close()
 
 
+def test_lookup_counts_no_chunk_its_get_would_refuse(tmp_path, s3, loop, caplog, capfd):
+    """An object of the wrong size, or whose size metadata disagrees, is no hit: the engine
+    never plans to load what the GET then refuses (and recomputes part of the prefix)."""
+    backends, _ = build(tmp_path, s3, loop)
+    remote, cpu = backends["RemoteBackend-kvceph"], backends["LocalCPUBackend"]
+    for i in range(30, 34):
+        obj, _ = filled(cpu, i)
+        remote.submit_put_task(key(i), obj).result(30)
+        obj.ref_count_down()
+    keys = [key(i) for i in range(30, 34)]
+    assert remote.batched_contains(keys) == 4
+    short = s3.name(key(31).to_string())
+    data, meta = s3.objects[short]
+    s3.objects[short] = (data[:-16], meta)  # a chunk of the wrong size
+    assert remote.batched_contains(keys) == 1
+    assert run(loop, remote.batched_async_contains("r", keys)) == 1
+    assert not remote.contains(key(31))
+    s3.objects[short] = (data, {**meta, "x-amz-meta-kvceph-size": str(len(data) - 1)})
+    assert remote.batched_contains(keys) == 1
+    assert "misses (size)" in logged(caplog, capfd)
+    remote.close()
+
+
 def test_lmcache_giving_up_frees_the_buffers(tmp_path, s3, loop, caplog, capfd):
     # RemoteBackend bounds a load with asyncio.wait_for(blocking_timeout_secs): the cancelled
     # load must stop writing into its MemoryObjs and give them back.

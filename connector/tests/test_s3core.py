@@ -252,3 +252,30 @@ def test_bad_config_is_one_line():
         with pytest.raises(ValueError, match=text):
             S3Config(**kwargs)
     assert S3Config(endpoint="lmcache.s3.kvlab:443").bucket == "lmcache"
+
+
+@pytest.mark.parametrize(
+    ("stored", "meta", "kind"),
+    [
+        (4095, {}, "size"),  # not a whole chunk: the GET expects 4096
+        (4096, {SIZE_HEADER: "4095"}, "size"),
+        (4096, {CRC_HEADER: "not-a-crc"}, "checksum"),
+        (4096, {CRC_HEADER: str(1 << 32)}, "checksum"),
+    ],
+)
+def test_a_sized_lookup_refuses_what_the_get_would(core, s3, caplog, stored, meta, kind):
+    """The lookup applies the GET's rule to HEAD's headers: no hit the load then refuses."""
+    s3.objects[s3.name(KEY)] = (b"x" * stored, meta)
+    caplog.set_level(logging.DEBUG, logger="kvceph_connector")
+    assert core.lookup([KEY], 4096) == [None]
+    assert f"1 of 1 misses ({kind})" in warnings(caplog)[0]
+    assert not core.get_into(KEY, bytearray(4096), 4096)  # the GET agrees
+
+
+def test_a_sized_lookup_accepts_what_the_get_accepts(core, s3):
+    data = os.urandom(4096)
+    assert core.put(KEY, data)
+    s3.objects[s3.name(KEY + "-stock")] = (b"y" * 4096, {})  # written by LMCache's own
+    assert core.lookup([KEY, KEY + "-stock"], 4096) == [4096, 4096]
+    assert core.get_into(KEY, bytearray(4096), 4096)
+    assert core.get_into(KEY + "-stock", bytearray(4096), 4096)

@@ -100,7 +100,9 @@ class KvcephS3Connector(RemoteConnector):
         """The contiguous hit prefix (chunks), 0 below the crossover; HEADs concurrent."""
         if not keys:
             return 0
-        sizes = await asyncio.wrap_future(self.core.lookup_future([k.to_string() for k in keys]))
+        sizes = await asyncio.wrap_future(
+            self.core.lookup_future([k.to_string() for k in keys], self.full_chunk_size_bytes)
+        )
         return self._prefix(sizes)
 
     def support_batched_async_contains(self) -> bool:
@@ -110,17 +112,21 @@ class KvcephS3Connector(RemoteConnector):
         """Synchronous lookup (RemoteBackend.batched_contains): same answer as the async one."""
         if not keys:
             return 0
-        return self._prefix(self.core.lookup([k.to_string() for k in keys]))
+        return self._prefix(
+            self.core.lookup([k.to_string() for k in keys], self.full_chunk_size_bytes)
+        )
 
     def support_batched_contains(self) -> bool:
         return True
 
     async def exists(self, key: CacheEngineKey) -> bool:
-        sizes = await asyncio.wrap_future(self.core.lookup_future([key.to_string()]))
+        sizes = await asyncio.wrap_future(
+            self.core.lookup_future([key.to_string()], self.full_chunk_size_bytes)
+        )
         return sizes[0] is not None
 
     def exists_sync(self, key: CacheEngineKey) -> bool:
-        return self.core.lookup([key.to_string()])[0] is not None
+        return self.core.lookup([key.to_string()], self.full_chunk_size_bytes)[0] is not None
 
     # -- loads -----------------------------------------------------------------------------
     def _allocate(self) -> MemoryObj | None:

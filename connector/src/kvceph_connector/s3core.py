@@ -3,7 +3,8 @@
 Blocking API for callers, concurrent inside (awscrt's S3 client, as LMCache's stock connector):
 - ``lookup(keys)`` sends every HEAD at once (up to ``connections`` in flight) and returns each
   object's size, or None for a miss. Nothing is cached: a chunk another host writes after a miss
-  is found by the next lookup, and a deleted chunk stops counting.
+  is found by the next lookup, and a deleted chunk stops counting. ``lookup(keys, size)`` applies
+  the GET's rule on headers (:func:`refusal`) to what HEAD returns: no hit the GET then refuses.
 - ``get_into(key, buffer, size)`` / ``get_many_into`` stream the body straight into the caller's
   memory (``on_body`` + ``ctypes.memmove``, the shape measured fastest into pinned memory) and
   hand it over only after the size and the crc32c in ``x-amz-meta-kvceph-crc32c`` were checked
@@ -354,12 +355,14 @@ class S3Core:
             self._client, self._client_born = client, time.monotonic()
 
     # -- public blocking API ---------------------------------------------------------------
-    def lookup(self, keys: list[str]) -> list[int | None]:
+    def lookup(self, keys: list[str], size: int = 0) -> list[int | None]:
         """Each object's size (bytes), or None for a miss; all HEADs concurrent.
 
         + keys: LMCache key strings.
+        + size: the size a GET will expect (LMCache's full chunk size); given, an object the
+          GET would refuse on its headers (:func:`refusal`) is a miss here already.
         """
-        return self.lookup_future(keys).result()
+        return self.lookup_future(keys, size).result()
 
     def get_into(self, key: str, buffer, size: int) -> bool:
         """Fetch one object into buffer; True only if exactly size bytes arrived and checked.
@@ -401,9 +404,9 @@ class S3Core:
         self._wake.set()
 
     # -- public future API (for asyncio callers) -------------------------------------------
-    def lookup_future(self, keys: list[str]) -> Future:
+    def lookup_future(self, keys: list[str], size: int = 0) -> Future:
         """lookup() as a Future of the list."""
-        return self._batch([_Op("HEAD", k) for k in keys], "lookup")
+        return self._batch([_Op("HEAD", k, size=size) for k in keys], "lookup")
 
     def get_many_into_future(self, items: list[tuple[str, object, int]]) -> Future:
         """get_many_into() as a Future of the list of bools."""
@@ -719,6 +722,12 @@ class S3Core:
                 pass  # never created (no body), or CRT removed it after a failure
         if op.kind == "GET" and op.fault is None:
             self._check_body(op)
+        elif op.kind == "HEAD" and op.size and op.fault is None and _ok_status(op):
+            # The GET's rule on what HEAD returned: a hit the GET would refuse is a miss now,
+            # before the engine plans to load it.
+            refused = refusal(op.headers, op.size)
+            if refused:
+                self._fail(op, *refused)
         if op.fault is None:
             self._last_progress = time.monotonic()
             self._reachable()
@@ -730,15 +739,11 @@ class S3Core:
         self._next()
 
     def _check_body(self, op: _Op) -> None:
-        size = _object_size(op.headers)
-        if size is None:
-            self._fail(op, "size", "response has no Content-Length")
-        elif size != op.size:
-            self._fail(op, "size", f"object has {size} bytes, expected {op.size}")
+        refused = refusal(op.headers, op.size)
+        if refused:
+            self._fail(op, *refused)
         elif op.received != op.size:
             self._fail(op, "truncated", f"body ended after {op.received} of {op.size} bytes")
-        elif SIZE_HEADER in op.headers and op.headers[SIZE_HEADER] != str(op.size):
-            self._fail(op, "size", f"metadata says {op.headers[SIZE_HEADER]} bytes")
         elif CRC_HEADER in op.headers:
             got = crc32c((ctypes.c_char * op.size).from_address(op.addr))
             if str(got) != op.headers[CRC_HEADER].strip():
@@ -841,6 +846,27 @@ _SEQ = itertools.count()
 def _ok_status(op: _Op) -> bool:
     ok = {"HEAD": (200,), "GET": (200, 206), "PUT": (200, 201), "DELETE": (200, 204)}
     return op.status in ok[op.kind]
+
+
+def refusal(headers: dict[str, str], size: int) -> tuple[str, str] | None:
+    """(kind, text) when an object's headers rule it out for a read of ``size`` bytes, else
+    None: the one acceptance rule of GET (before its body is checked) and of a sized lookup.
+
+    + headers: the response's headers, names lower-case
+    + size: the size expected (LMCache's full chunk size)
+    """
+    got = _object_size(headers)
+    if got is None:
+        return "size", "response has no Content-Length"
+    if got != size:
+        return "size", f"object has {got} bytes, expected {size}"
+    if SIZE_HEADER in headers and headers[SIZE_HEADER] != str(size):
+        return "size", f"metadata says {headers[SIZE_HEADER]} bytes"
+    crc = headers.get(CRC_HEADER)
+    # The GET compares the decimal text, so only the canonical form of a 32-bit value can pass.
+    if crc is not None and not (crc.strip().isdigit() and str(int(crc) % (1 << 32)) == crc.strip()):
+        return "checksum", f"stored crc32c {crc!r} is not a crc32c"
+    return None
 
 
 def _object_size(headers: dict[str, str]) -> int | None:
