@@ -180,7 +180,8 @@ ensure_engine() { local rc
   engine alive || { need 60 "engine start"; engine start > /dev/null; log "engine started: variant $(cat "$S/variant")"; }
   engine wait $(( $(left) - 30 )) "$API"; rc=$?
   [ $rc = 0 ] && { log "engine up ($(cat "$S/variant"))"; return 0; }
-  [ $rc = 2 ] && { log "ENGINE DIED"; tail -40 "$(ls -t "$S"/engine.*.log | head -1)"; finish 2; }
+  [ $rc = 2 ] && { log "ENGINE DIED"; tail -300 "$(ls -t "$S"/engine.*.log | head -1)" > "$R/engine-died.txt"
+    tail -40 "$R/engine-died.txt"; finish 2; }
   log "CONTINUE: engine not up yet"; finish 3
 }
 use() {
