@@ -19,7 +19,8 @@ SH=$W/checkout/.ship
 cat > "$W/vllm-wrapper" <<WRAP
 #!/bin/bash
 # the lab engine in vLLM's place: its own venv's packages first (3.11), then the shipment's site
-export PYTHONPATH=$REPO/lab/engine/src:\$(ls -d $REPO/.venv/lmcache/lib/python3*/site-packages)\${PYTHONPATH:+:\$PYTHONPATH}
+# (awscrt is abi3, kvceph's connector pure Python)
+export PYTHONPATH=$REPO/lab/engine/src:\$(ls -d $REPO/.venv/lmcache/lib/python3*/site-packages):$W/site\${PYTHONPATH:+:\$PYTHONPATH}
 exec $REPO/.venv/lmcache/bin/python -c 'import sys; from kvceph_lab_engine.cli import main; sys.exit(main())' "\$@" --no-enable-prefix-caching
 WRAP
 chmod +x "$W/vllm-wrapper"
