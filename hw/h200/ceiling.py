@@ -72,7 +72,7 @@ def _buffers(sizes: list[int]):
         if torch.cuda.is_available():
             bufs = [torch.empty(n, dtype=torch.uint8, pin_memory=True) for n in sizes]
             return [b.data_ptr() for b in bufs], bufs, torch
-    except ImportError:
+    except (ImportError, OSError, ValueError):  # dry run: CUDA torch, no CUDA libs
         pass
     bufs = [(ctypes.c_char * n)() for n in sizes]
     return [ctypes.addressof(b) for b in bufs], bufs, None

@@ -7,6 +7,9 @@
 #                  -> Ceph (4 memstore OSDs, 4 radosgw, haproxy) -> the layout's ceiling -> the
 #                  steps of plan.txt in order (cells: cold, warm, the cell's ceiling, delete; the
 #                  verifier at 16k and 32k) -> $OUT/h200-results.tgz (packed after every step)
+#   PLAN=plan033.txt gpu.sh run    another plan (a file beside this script): vLLM 0.33 (issue 38)
+# A shipment that carries torch itself (meta/wheels.lst names a torch wheel: prepare.sh with
+# wheels033.txt) builds the compiled ops after the unpack, against that torch, not in `stage`.
 set -u
 export PYTHONUNBUFFERED=1
 HERE=$(cd "$(dirname "$0")" && pwd); CODE=$(cd "$HERE/../.." && pwd)
@@ -16,6 +19,7 @@ STAGE=${STAGE:-/tmp/stage}; SITE=${SITE:-/tmp/site}; CEPH=${CEPH_PREFIX:-/opt/ce
 OPS=${OPS_DIR:-/tmp/lmcops}
 OUTD=${OUT:-/tmp/h200-out}; mkdir -p "$OUTD"
 START=$(date +%s); BUDGET=${BUDGET:-560}
+PLAN=${PLAN:-plan.txt}; case "$PLAN" in /*) ;; *) PLAN=$HERE/$PLAN ;; esac
 PY=${PY:-python3}; export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 S3=${S3_ADDR:-127.0.0.1:7480}; DNS=${DNS_NAME:-s3.lab}; RGW_TOTAL=${RGW_COUNT:-4}
 NUM_OSDS=${NUM_OSDS:-4}; OSD_GB=${OSD_GB:-14}; OPS_WAIT=${OPS_WAIT:-330}; CD=${CEPH_DATA:-/tmp/ceph}
@@ -52,6 +56,7 @@ finish() {
 trap 'log "interrupted"; finish 4' TERM INT
 
 # ---- the compiled ops, built in their own session while the parts travel
+torch_shipped() { grep -q '^torch-' "$SHIP/meta/wheels.lst" 2>/dev/null; }
 start_ops_build() {
   [ -f "$OPS/started" ] || [ ! -f "$SHIP/meta/lmcache-csrc.tgz" ] && return 0
   mkdir -p "$OPS"; date +%s > "$OPS/started"
@@ -62,7 +67,7 @@ start_ops_build() {
 
 if [ "${1:-run}" = stage ]; then
   mkdir -p "$STAGE"; cp "$SHIP"/p*/part.* "$SHIP"/meta/SHA256SUMS "$STAGE"/ 2>/dev/null
-  start_ops_build
+  torch_shipped || start_ops_build
   ls "$STAGE" | tr '\n' ' '; echo; df -h /tmp | tail -1; exit 0
 fi
 
@@ -78,13 +83,15 @@ if ! done_ unpack; then
   { date -u +"date %Y-%m-%dT%H:%M:%SZ"; uname -r; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     py -c 'import importlib.metadata as m, sys
 print("python", sys.version.split()[0])
-for p in ("vllm", "lmcache", "torch", "awscrt", "boto3", "transformers", "tokenizers", "kvceph-connector"):
+for p in ("vllm", "lmcache", "torch", "triton", "flashinfer-python", "nvidia-nccl-cu13", "awscrt", "boto3", "transformers", "tokenizers", "kvceph-connector"):
     try: print(p, m.version(p))
     except m.PackageNotFoundError: print(p, "absent")'
     LD_LIBRARY_PATH=$CEPH/usr/lib/x86_64-linux-gnu:$CEPH/usr/lib/x86_64-linux-gnu/ceph:$CEPH/lib $CEPH/usr/bin/radosgw --version
     LD_LIBRARY_PATH=$CEPH/lib $CEPH/usr/bin/haproxy -v | head -1; nproc; free -g | head -2; df -h / /tmp | tail -2; } > "$R/env.txt" 2>&1
   cat "$R/env.txt"; mark unpack; log "unpacked"
 fi
+# the shipped torch is in $SITE now: the compiled ops build against it, beside Ceph and the ceiling
+torch_shipped && start_ops_build
 
 # ---- 2 kvceph's rendered files, installed where the deploy puts them (variant in $S/variant)
 install_files() { local d; d=$(rendered "$1")
@@ -102,8 +109,9 @@ if ! done_ files; then
   # engine gets the timing hooks (trace/sitecustomize.py) on its path
   mkdir -p /opt/kvceph/venv/bin
   if [ -n "${VLLM_WRAPPER:-}" ]; then install -m755 "$VLLM_WRAPPER" /opt/kvceph/venv/bin/vllm; else
-  printf '#!/bin/bash\nexport PYTHONPATH=%s:%s${PYTHONPATH:+:$PYTHONPATH} KVCEPH_H200_TRACE=%s\nexec %s -m vllm.entrypoints.cli.main "$@"\n' \
-    "$HERE/trace" "$SITE" "$KVCEPH_H200_TRACE" "$(command -v "$PY")" > /opt/kvceph/venv/bin/vllm
+  # a shipped NCCL (wheels033.txt: torch 2.14 needs a newer one than the image's) comes first
+  printf '#!/bin/bash\nexport PYTHONPATH=%s:%s${PYTHONPATH:+:$PYTHONPATH} KVCEPH_H200_TRACE=%s\n[ -d %s ] && export LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\nexec %s -m vllm.entrypoints.cli.main "$@"\n' \
+    "$HERE/trace" "$SITE" "$KVCEPH_H200_TRACE" "$SITE/nvidia/nccl/lib" "$SITE/nvidia/nccl/lib" "$(command -v "$PY")" > /opt/kvceph/venv/bin/vllm
   chmod +x /opt/kvceph/venv/bin/vllm; fi
   model=$(sed -n 's/^ExecStart=[^ ]* serve \([^ ]*\) .*/\1/p' "$UNIT")
   py "$HERE/model.py" "$model" || finish 1
@@ -172,7 +180,8 @@ ensure_engine() { local rc
   engine alive || { need 60 "engine start"; engine start > /dev/null; log "engine started: variant $(cat "$S/variant")"; }
   engine wait $(( $(left) - 30 )) "$API"; rc=$?
   [ $rc = 0 ] && { log "engine up ($(cat "$S/variant"))"; return 0; }
-  [ $rc = 2 ] && { log "ENGINE DIED"; tail -40 "$(ls -t "$S"/engine.*.log | head -1)"; finish 2; }
+  [ $rc = 2 ] && { log "ENGINE DIED"; tail -300 "$(ls -t "$S"/engine.*.log | head -1)" > "$R/engine-died.txt"
+    tail -40 "$R/engine-died.txt"; finish 2; }
   log "CONTINUE: engine not up yet"; finish 3
 }
 use() {
@@ -221,7 +230,7 @@ while read -r id needs action args; do
   # shellcheck disable=SC2086
   "$action" "$id" $args
   mark "$id"; pack
-done < "$HERE/plan.txt"
+done < "$PLAN"
 engine stop
 log "ALL DONE"
 finish 0

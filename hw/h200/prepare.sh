@@ -7,22 +7,31 @@
 # MiB parts no longer fitted, loan 5) and .ship/code, rendered and meta (~2 MB); and LMCache 0.5.6's csrc/ from its
 # sdist (lmcache-csrc.tgz, for buildops.py).
 #   hw/h200/prepare.sh [OUT]     (default: <repo>/.ship/parts; work files in $BUILD, default /tmp/h200-build)
+#   WHEELS=hw/h200/wheels033.txt BUILD=/tmp/h200-build-033 hw/h200/prepare.sh /tmp/h200-parts-033
+#                                (vLLM 0.33 + torch 2.14: 27 parts, issue 38; see wheels033.txt)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 OUT=${1:-$REPO/.ship/parts}; B=${BUILD:-/tmp/h200-build}; PART_MIB=${PART_MIB:-52}
-PY=${PY:-python3}
+PY=${PY:-python3}; WHEELS=${WHEELS:-$HERE/wheels.txt}
 mkdir -p "$B/whl" "$B/deb" "$B/root" "$OUT"
 say() { echo "[prepare] $*"; }
 
 say "wheels -> $B/whl"
-grep -v -E '^\s*(#|$)' "$HERE/wheels.txt" | while read -r req; do
+grep -v -E '^\s*(#|$)' "$WHEELS" | while read -r req; do
   name=${req%%==*}; ver=${req##*==}; norm=$(echo "$name" | tr '-' '_')
-  ls "$B/whl/" 2>/dev/null | grep -qi "^${norm}-${ver}-" && continue
+  ls "$B/whl/" 2>/dev/null | grep -i "^${norm}-${ver}-" >/dev/null && continue  # not -q: pipefail + SIGPIPE
   $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
     --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_5_x86_64 \
     --platform manylinux1_x86_64 --platform any -d "$B/whl" "$req"
+done
+# vLLM 0.33's FA2 module (124 MiB of 321): vLLM picks FA3 on sm90, and its flash_attn_interface
+# imports FA2 inside try/except (FA2_AVAILABLE False). Deleted without recompressing (zip -d).
+for w in "$B"/whl/vllm-0.33.*.whl; do [ -f "$w" ] || continue
+  unzip -l "$w" vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so >/dev/null 2>&1 || continue
+  say "dropping vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so from $(basename "$w")"
+  zip -q -d "$w" vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so
 done
 n=$(ls "$B/whl"/*.whl | wc -l); say "$n wheels, $(du -sm "$B/whl" | cut -f1) MiB"
 
@@ -90,4 +99,5 @@ say "payload -> $OUT/part.NN (<= $PART_MIB MiB each)"
 rm -f "$OUT"/part.*
 tar -C "$B" -cf - whl cephmin.tar.xz | split -b "${PART_MIB}M" -d - "$OUT/part."
 (cd "$OUT" && sha256sum part.* > SHA256SUMS)
+ls "$B/whl" > "$OUT/wheels.lst"
 ls -la "$OUT"

@@ -44,6 +44,16 @@ r kvc64 $KV $C64
 r kvc64-1024 $KV $C64 kvceph_lmcache_chunk_size=1024
 r kvc64-r06 $KV $C64 kvceph_verify_warm_ratio=0.6
 r kvc64-r05 $KV $C64 kvceph_verify_warm_ratio=0.5
+# issue 38: the NVIDIA default profile, vLLM 0.33.0 + LMCache 0.5.6 (prepare.sh with
+# wheels033.txt; plan033.txt), at the default's 40960 tokens (group_data/gpu.py: Qwen3-32B's
+# native context), the buffer and timeouts derived; the same dummy Qwen3-32B shape and flags as
+# the 0.26 runs. `dram`: the node's DRAM tier on (kvceph_lmcache_local_cpu, issue 37)
+P33='kvceph_engine_profile={"name": "vllm", "packages": ["vllm==0.33.0", "lmcache==0.5.6"], "executable": "vllm", "vllm_version": "0.33.0", "lmcache_version": "0.5.6", "extra_args": ["--load-format", "dummy", "--enforce-eager"]}'
+L33=kvceph_max_model_len=40960
+r st33 "$P33" $L33 kvceph_lmcache_connector=lmcache
+r kv33 "$P33" $L33 kvceph_lmcache_connector=kvceph kvceph_min_hit_tokens=12288
+r st33dram "$P33" $L33 kvceph_lmcache_connector=lmcache kvceph_lmcache_local_cpu=true
+r kv33dram "$P33" $L33 kvceph_lmcache_connector=kvceph kvceph_min_hit_tokens=12288 kvceph_lmcache_local_cpu=true
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
 for d in "$S"/rendered/*/; do v=$(basename "$d")
@@ -53,6 +63,8 @@ done
 # kvceph's connector as the engine-software stage builds it (deploys/connector_package.py)
 "$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); from deploys import connector_package as c; w = c.build(); open(sys.argv[2] + "/" + w.filename, "wb").write(w.data); print(w.filename, w.version, w.content[:12])' "$REPO" "$S/meta/whl"
 cp "$PARTS/SHA256SUMS" "$S/meta/"
+# which wheels travel (gpu.sh: a shipped torch moves the compiled ops build after the unpack)
+cp "$PARTS/wheels.lst" "$S/meta/" 2>/dev/null || true
 cp "$PARTS/lmcache-csrc.tgz" "$S/meta/" 2>/dev/null || echo "ship.sh: no lmcache-csrc.tgz in $PARTS: the run uses LMCache's torch fallback"
 [ -n "${DONE_BEFORE:-}" ] && cp "$DONE_BEFORE" "$S/meta/done-before.txt"
 for p in "$PARTS"/part.*; do n=$((10#${p##*.})); mkdir -p "$S/p$n"; cp "$p" "$S/p$n/"; done
