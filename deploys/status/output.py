@@ -145,8 +145,29 @@ def report_lines(doc: dict) -> list[str]:
     return lines
 
 
+def crash_lines(doc: dict) -> list[str]:
+    """One line per engine that systemd keeps restarting or gave up on (its start limit)."""
+    lines = []
+    for r in doc["engines"]:
+        if not r["reachable"]:
+            continue
+        where = f"{r['host']} {r['unit']}"
+        fix = f"fix: journalctl -u {r['unit']} on {r['host']}"
+        if r.get("result") == "start-limit-hit":
+            lines.append(
+                f"CRASH LOOP {where}: systemd stopped restarting it at its start limit "
+                f"(Result=start-limit-hit); {fix}, then rerun the deploy (it resets the limit)"
+            )
+        elif r.get("restarts"):
+            lines.append(
+                f"RESTARTED {where}: {r['restarts']} automatic restart(s) since kvceph or an "
+                f"operator last started it (the engine died); {fix}"
+            )
+    return lines
+
+
 def table(doc: dict) -> str:
-    lines = engine_table(doc)
+    lines = engine_table(doc) + crash_lines(doc)
     lines += [""] + cluster_lines(doc)
     for split in doc["cache_group_splits"]:
         values = ", ".join(f"{h}={v}" for h, v in split["values"].items())
