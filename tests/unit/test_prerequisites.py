@@ -97,7 +97,10 @@ def _cluster(name: str) -> dict:
     ("client", "cluster", "ok"),
     [
         ("16.2.15", "pacific", True),
+        ("18.2.4", "reef_18_2_4", True),
+        ("19.2.3", "squid_19_2_3", True),
         ("20.2.4", "tentacle_20_2_4", True),
+        ("18.2.4", "squid_19_2_3", False),
         ("16.2.15", "tentacle_20_2_4", False),  # a Pacific radosgw-admin on a Tentacle cluster
         ("20.2.4", "pacific", False),
     ],
