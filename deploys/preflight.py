@@ -31,7 +31,7 @@ from deploys import (
     tier_preflight,
 )
 from deploys.facts import memo
-from deploys.facts.ceph import CephVersions
+from deploys.facts.ceph import CephReachable, CephVersions
 from deploys.facts.engine import MemTotal, ModelConfig
 from deploys.facts.model import MirroredModel
 from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
@@ -402,7 +402,12 @@ def check_prerequisites(hosts: dict[str, settings.HostSettings], read) -> None:
         if me.is_ceph_admin:
             fact = read(name, AdminPrerequisites)
             if fact is not OUTSIDE_RUN:
-                cluster = read(name, CephVersions, **ceph_cli.timeouts(me.ceph))
+                # The cluster only when a mon answers (a failed fact stops pyinfra with a
+                # traceback); an unreachable cluster is the Ceph pools stage's one line.
+                t = ceph_cli.timeouts(me.ceph)
+                cluster = None
+                if (read(name, CephReachable, **t) or {}).get("reachable"):
+                    cluster = read(name, CephVersions, **t)
                 lines += prerequisites.admin_problems(me, fact, cluster or None)
     if lines:
         _stop("; ".join(lines) + " (nothing was changed)")
