@@ -145,6 +145,16 @@ def report_lines(doc: dict) -> list[str]:
     return lines
 
 
+def crash_loop_stopped(r: dict) -> bool:
+    """Whether systemd gave up restarting the engine. With Restart=always a unit stays failed
+    only at its start limit: ``Result=start-limit-hit`` where systemd says so, while systemd
+    252 (Debian 12) keeps the last exit's result ("Start request repeated too quickly" in the
+    journal) and the unit failed after automatic restarts."""
+    if r.get("result") == "start-limit-hit":
+        return True
+    return r.get("active") == "failed" and bool(r.get("restarts"))
+
+
 def crash_lines(doc: dict) -> list[str]:
     """One line per engine that systemd keeps restarting or gave up on (its start limit)."""
     lines = []
@@ -153,10 +163,11 @@ def crash_lines(doc: dict) -> list[str]:
             continue
         where = f"{r['host']} {r['unit']}"
         fix = f"fix: journalctl -u {r['unit']} on {r['host']}"
-        if r.get("result") == "start-limit-hit":
+        if crash_loop_stopped(r):
             lines.append(
                 f"CRASH LOOP {where}: systemd stopped restarting it at its start limit "
-                f"(Result=start-limit-hit); {fix}, then rerun the deploy (it resets the limit)"
+                f"({r.get('restarts') or 0} restarts, last result {r.get('result')}); {fix}, "
+                "then rerun the deploy (it resets the limit)"
             )
         elif r.get("restarts"):
             lines.append(
