@@ -2,7 +2,8 @@
 
 How the deploy signals the gate: over its SSH connection, as root, it runs
 ``remote/engine_drain.py`` on the host, which writes ``/run/kvceph/drain-<port>`` (a lease:
-the Unix time the drain ends by itself) and polls the engine on 127.0.0.1 until it is idle.
+the Unix time the drain ends by itself) and polls the engine where its host reaches it
+(``engine_address.local``: loopback for a wildcard bind) until it is idle.
 The gate (``remote/engine_guard.py``) sees the file and refuses new requests (503 +
 Retry-After; ``/health`` 503 "draining"). A file, not an admin route: only root can write
 ``/run/kvceph``, so no client, remote or local, can drain an engine, and nothing depends on
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from pyinfra.api import QuoteString, StringCommand
 
-from deploys import paths
+from deploys import engine_address, paths
 
 DRAIN_DIR = paths.DRAIN_DIR
 SCRIPT = paths.DRAIN_SOURCE.read_text()
@@ -34,12 +35,13 @@ def drain_file(port: int) -> str:
     return f"{DRAIN_DIR}/drain-{int(port)}"
 
 
-def command(python: str, port: int, timeout: int) -> StringCommand:
+def command(python: str, port: int, timeout: int, bind: str = "0.0.0.0") -> StringCommand:
     """Drain the engine on ``port`` for at most ``timeout`` s; prints one JSON line.
 
     + python: an interpreter on the host (the engine venv's)
-    + port: the engine's port on 127.0.0.1
+    + port: the engine's port
     + timeout: ``kvceph_drain_timeout``
+    + bind: ``kvceph_vllm_bind``, the address the engine listens on
     """
     return StringCommand(
         "timeout",
@@ -51,12 +53,19 @@ def command(python: str, port: int, timeout: int) -> StringCommand:
         str(int(timeout)),
         str(int(timeout) + LEASE_MARGIN),
         QuoteString(DRAIN_DIR),
+        QuoteString(engine_address.local_url(bind, port)),
     )
 
 
 def restart_command(unit: str, port: int, timeout: int = 300) -> StringCommand:
-    """``systemctl restart``, then the drain file goes (whatever the restart's outcome)."""
+    """``systemctl restart``, then the drain file goes (whatever the restart's outcome).
+
+    ``reset-failed`` first: a unit that hit its start limit (a crash loop) refuses every start
+    until its counter is reset, and the deploy is how an operator brings it back."""
     return StringCommand(
+        "timeout 60 systemctl reset-failed",
+        QuoteString(unit),
+        "2>/dev/null;",
         "timeout",
         str(int(timeout)),
         "systemctl restart",

@@ -18,9 +18,23 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
-from deploys import compat, kv_sizing, lock, render, s3_names, secrets, settings, tier_preflight
+from deploys import (
+    ceph_cli,
+    compat,
+    kv_sizing,
+    lock,
+    prerequisites,
+    render,
+    s3_names,
+    secrets,
+    settings,
+    tier_preflight,
+)
+from deploys.facts import memo
+from deploys.facts.ceph import CephReachable, CephVersions
 from deploys.facts.engine import MemTotal, ModelConfig
 from deploys.facts.model import MirroredModel
+from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
 from deploys.facts.resolver import Resolution
 from deploys.settings import context_length, model_source
 from deploys.settings.inventory import CacheGroup, check_inventory
@@ -181,6 +195,12 @@ def _fact(inventory, name: str, fact, **kwargs):
     """A fact of a host pyinfra has connected (read-only), or OUTSIDE_RUN."""
     target = inventory.get_host(name)
     return target.get_fact(fact, **kwargs) if target.connected else OUTSIDE_RUN
+
+
+def _memo_fact(inventory, name: str, fact, **kwargs):
+    """``_fact`` through the run's memo: a fact a stage reads again (CephVersions)."""
+    target = inventory.get_host(name)
+    return memo.read(target, fact, **kwargs) if target.connected else OUTSIDE_RUN
 
 
 def resolve_kv_sizes(hosts: dict[str, settings.HostSettings], read_config) -> dict:
@@ -363,6 +383,36 @@ def _family(ips) -> str:
     return "6" if ":" in ips[0] else "4"
 
 
+def check_prerequisites(hosts: dict[str, settings.HostSettings], read) -> None:
+    """Every host's prerequisites (deploys/prerequisites.py), one fact per role, before any
+    stage: all problems of all hosts in one error, one line each.
+
+    ``read(host, fact, **kwargs)`` is the fact's answer, or OUTSIDE_RUN (not checked).
+    """
+    lines = []
+    for name, me in hosts.items():
+        if me.is_inference:
+            accelerator = me.engine.accelerator if me.engine.accelerator_check else None
+            fact = read(name, InferencePrerequisites, venv=me.engine.venv, accelerator=accelerator)
+            if fact is not OUTSIDE_RUN:
+                lines += prerequisites.inference_problems(me, fact)
+                note = prerequisites.driver_note(me) if accelerator else None
+                if note:
+                    logger.warning(note)
+        if me.is_ceph_admin:
+            fact = read(name, AdminPrerequisites)
+            if fact is not OUTSIDE_RUN:
+                # The cluster only when a mon answers (a failed fact stops pyinfra with a
+                # traceback); an unreachable cluster is the Ceph pools stage's one line.
+                t = ceph_cli.timeouts(me.ceph)
+                cluster = None
+                if (read(name, CephReachable, **t) or {}).get("reachable"):
+                    cluster = read(name, CephVersions, **t)
+                lines += prerequisites.admin_problems(me, fact, cluster or None)
+    if lines:
+        _stop("; ".join(lines) + " (nothing was changed)")
+
+
 def check_resolvers(hosts: dict[str, settings.HostSettings], resolution) -> None:
     """Every inference host's resolver returns every address of the bucket's name
     (deploys/s3_names.py): checked before any host is touched, so no engine restarts onto a
@@ -425,6 +475,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
         )
         hosts = resolve_kv_sizes(hosts, read_config)
         check_sizing(hosts, lambda name: _fact(inventory, name, MemTotal))
+        check_prerequisites(hosts, lambda name, fact, **kw: _memo_fact(inventory, name, fact, **kw))
         check_resolvers(
             hosts,
             lambda host, name, family: _fact(

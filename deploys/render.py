@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from deploys import connector_package, kv_sizing, paths, upgrade, versions
+from deploys import connector_package, engine_address, kv_sizing, paths, upgrade, versions
 from deploys.secrets import Secret
 from deploys.settings import HostSettings, model_source
 from deploys.settings.engine_list import DEVICE_VARIABLE, Engine
@@ -275,6 +275,8 @@ def environment(
         # awscrt finds ~/.aws/credentials through HOME: explicit, so it never depends on how
         # the unit's user is set up.
         "HOME": e.service_home,
+        # huggingface_hub's cache (hub weights, tokenizers): explicit, and writable in the unit.
+        "HF_HOME": e.hf_home,
         # What the process starts with, read back from it before an upgrade (deploys/upgrade.py).
         upgrade.VERSIONS_VAR: upgrade.versions_value(
             e.profile.vllm_version, e.profile.lmcache_version
@@ -285,8 +287,12 @@ def environment(
         env[DEVICE_VARIABLE[e.accelerator]] = ",".join(str(d) for d in devices)
     if me.security.guard:
         env["PYTHONPATH"] = paths.SCRIPT_DIR
-        # Loopback always: the deploy's own health and readiness checks run on the host.
-        networks = dict.fromkeys(("127.0.0.0/8", "::1/128", *me.security.open_networks))
+        # Loopback always: the deploy's own health and readiness checks run on the host; so
+        # does the address the engine listens on alone, the source of their requests then.
+        own = engine_address.own_network(me.security.vllm_bind)
+        networks = dict.fromkeys(
+            ("127.0.0.0/8", "::1/128", *([own] if own else []), *me.security.open_networks)
+        )
         env["KVCEPH_OPEN_NETWORKS"] = ",".join(networks)
     for key, value in (*model_source.environment(e.source), *e.profile.env, *e.extra_env):
         if key in env or key == DIGEST_VAR:
@@ -341,7 +347,31 @@ def unit(me: HostSettings, engine: Engine | None = None) -> str:
         exec_start=exec_start_line(me, one),
         # Loading a 32B model and warming up takes minutes; match the readiness budget.
         timeout_start=e.health_timeout,
+        restart_delay=e.restart_delay,
+        start_limit_burst=START_LIMIT_BURST,
+        start_limit_interval=start_limit_interval(e.health_timeout, e.restart_delay),
+        writable=writable_paths(me),
     )
+
+
+# Starts in a row that end in a crash before the unit stays failed (start-limit-hit).
+START_LIMIT_BURST = 5
+
+
+def start_limit_interval(timeout_start: int, restart_delay: int) -> int:
+    """StartLimitIntervalSec: long enough to hold ``START_LIMIT_BURST`` starts that each use
+    the whole start budget, so an engine that dies at the end of every load is still counted
+    (systemd's default 10 s would never count a start that takes minutes)."""
+    return START_LIMIT_BURST * (timeout_start + restart_delay)
+
+
+def writable_paths(me: HostSettings) -> list[str]:
+    """The paths the engine writes under ProtectSystem=strict: its home (vLLM's, torch's and
+    Triton's caches, Habana's logs) and huggingface_hub's cache when that lies elsewhere."""
+    e = me.engine
+    home = e.service_home.rstrip("/")
+    inside = e.hf_home == home or e.hf_home.startswith(home + "/")
+    return [e.service_home] if inside else [e.service_home, e.hf_home]
 
 
 def _ini_value(value: str, what: str) -> str:

@@ -113,6 +113,9 @@ _VLLM = os.environ.get("KVCEPH_LAB_VLLM_VERSION") or "0.33.0"
 # TP 2: each worker holds half the lab model's KV.
 kvceph_engine_profile = _lab_engine("lab-engine", _VLLM, LAB_KV_BYTES_PER_TOKEN // 2)
 kvceph_health_timeout = 60
+# The lab engine starts in ~2 s: a crash loop reaches its start limit (5 starts) in ~20 s
+# (tests/integration/test_16_restart.py).
+kvceph_restart_delay = 2
 
 # The lab's model (lab/model.sh makes it on the controller at `make lab-up`): mirrored once into
 # Ceph and pulled by every inference host, which serves it from local disk; the lab engine reads

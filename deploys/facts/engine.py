@@ -310,8 +310,8 @@ import json, re, sys, urllib.request
 """
     + ENGINE_HEADERS
     + """
-port, model, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
-base = "http://127.0.0.1:%s" % port
+port, model, timeout, address = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[5]
+base = "http://%s:%s" % ("[%s]" % address if ":" in address else address, port)
 out = {"health": None, "choices": False, "error": None}
 headers = engine_headers(sys.argv[4], **{"Content-Type": "application/json"})
 try:
@@ -336,8 +336,9 @@ print(json.dumps(out))
 
 class EngineReadiness(FactBase):
     """
-    Read-only readiness probe: ``GET /health`` then a completion of 8 tokens on 127.0.0.1,
-    with the API key from ``secrets`` (the engine's secrets file, read on the host) when set.
+    Read-only readiness probe: ``GET /health`` then a completion of 8 tokens on ``address``
+    (where the host reaches its engine: ``engine_address.local`` of ``kvceph_vllm_bind``), with
+    the API key from ``secrets`` (the engine's secrets file, read on the host) when set.
 
     Returns ``{"health": 200, "choices": True, "error": None}``; ``error`` says what failed.
     """
@@ -346,10 +347,16 @@ class EngineReadiness(FactBase):
         return {"health": None, "choices": False, "error": "no answer from the probe"}
 
     def command(
-        self, python: str, port: int, model: str, timeout: int = 60, secrets: str = "/dev/null"
+        self,
+        python: str,
+        port: int,
+        model: str,
+        timeout: int = 60,
+        secrets: str = "/dev/null",
+        address: str = "127.0.0.1",
     ):
         failed = '{"health": null, "choices": false, "error": "probe failed"}'
-        args = (port, model, timeout, secrets)
+        args = (port, model, timeout, secrets, address)
         return probe_command(2 * timeout + 10, python, _READY_SCRIPT, args, failed)
 
     def process(self, output):

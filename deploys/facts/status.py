@@ -18,8 +18,8 @@ import json, re, sys, urllib.request
 """
     + ENGINE_HEADERS
     + """
-port, timeout = sys.argv[1], float(sys.argv[2])
-base = "http://127.0.0.1:%s" % port
+port, timeout, address = sys.argv[1], float(sys.argv[2]), sys.argv[4]
+base = "http://%s:%s" % ("[%s]" % address if ":" in address else address, port)
 out = {"health": None, "version": None, "metrics": None, "error": None}
 headers = engine_headers(sys.argv[3])
 def get(path):
@@ -44,13 +44,15 @@ print(json.dumps(out))
 
 class EngineAnswers(FactBase):
     """
-    What a running engine answers on 127.0.0.1: ``GET /health`` (status code), ``/version``
-    and the ``/metrics`` text, with the API key from ``secrets`` (read on the host) when set.
+    What a running engine answers on ``address`` (``engine_address.local`` of
+    ``kvceph_vllm_bind``): ``GET /health`` (status code), ``/version`` and the ``/metrics``
+    text, with the API key from ``secrets`` (read on the host) when set.
 
     + python: an interpreter on the host (the engine venv's)
     + port: the engine's port
     + timeout: seconds per request
     + secrets: the engine's secrets file (``VLLM_API_KEY=``)
+    + address: where the host reaches the engine
 
     Returns ``{"health": 200, "version": "0.26.0", "counters": {...}, "error": None}``: the
     counters status.py reads, parsed from the /metrics text by ``deploys/status/counters``
@@ -61,9 +63,16 @@ class EngineAnswers(FactBase):
     def default(self):
         return {"health": None, "version": None, "counters": None, "error": "no answer"}
 
-    def command(self, python: str, port: int, timeout: int = 10, secrets: str = "/dev/null"):
+    def command(
+        self,
+        python: str,
+        port: int,
+        timeout: int = 10,
+        secrets: str = "/dev/null",
+        address: str = "127.0.0.1",
+    ):
         failed = '{"error": "engine probe failed"}'
-        args = (port, timeout, secrets)
+        args = (port, timeout, secrets, address)
         return probe_command(3 * timeout + 10, python, _ENGINE_SCRIPT, args, failed)
 
     def process(self, output):
@@ -79,19 +88,30 @@ class UnitTimes(FactBase):
     """
     When a unit entered its present state and when its main process started (systemd's own
     words): ``{"active": "active", "sub": "running", "main_pid": 123, "since": "Tue 2026-12-01
-    20:01:02.123456 UTC", "started": "..."}``. ``since`` is when it became active, or for a unit
-    that is not, when it stopped being so; times are None where systemd has none (n/a).
+    20:01:02.123456 UTC", "started": "...", "result": "success", "restarts": 0}``. ``since`` is
+    when it became active, or for a unit that is not, when it stopped being so; times are None
+    where systemd has none (n/a). ``result`` is systemd's ``Result`` (``start-limit-hit``: a
+    crash loop that systemd gave up restarting), ``restarts`` its ``NRestarts`` (automatic
+    restarts since the unit was last started by hand or by kvceph); None where not reported.
 
     + unit: the systemd unit
     """
 
     def default(self):
-        return {"active": "unknown", "sub": None, "main_pid": 0, "since": None, "started": None}
+        return {
+            "active": "unknown",
+            "sub": None,
+            "main_pid": 0,
+            "since": None,
+            "started": None,
+            "result": None,
+            "restarts": None,
+        }
 
     def command(self, unit: str):
         props = (
             "-p ActiveState -p SubState -p MainPID -p ActiveEnterTimestamp"
-            " -p InactiveEnterTimestamp -p ExecMainStartTimestamp"
+            " -p InactiveEnterTimestamp -p ExecMainStartTimestamp -p Result -p NRestarts"
         )
         # --timestamp=us+utc needs systemd >= 248; older ones print local time.
         return StringCommand(
@@ -112,6 +132,8 @@ class UnitTimes(FactBase):
             "ActiveEnterTimestamp": "active_since",
             "InactiveEnterTimestamp": "inactive_since",
             "ExecMainStartTimestamp": "started",
+            "Result": "result",
+            "NRestarts": "restarts",
         }
         seen = {}
         for line in output:
@@ -123,6 +145,9 @@ class UnitTimes(FactBase):
         pid = seen.get("main_pid") or ""
         found["main_pid"] = int(pid) if pid.isdigit() else 0
         found["started"] = seen.get("started")
+        found["result"] = seen.get("result")
+        restarts = seen.get("restarts") or ""
+        found["restarts"] = int(restarts) if restarts.isdigit() else None
         active = found["active"] in ("active", "reloading", "deactivating")
         found["since"] = seen.get("active_since" if active else "inactive_since")
         return found

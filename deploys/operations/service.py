@@ -9,7 +9,7 @@ import gevent
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
-from deploys import drain
+from deploys import drain, engine_address
 from deploys.facts import memo
 from deploys.facts.engine import SECRET_ENV_NAME, EngineReadiness, ServiceDrift, ServiceState
 
@@ -23,18 +23,18 @@ _ROLL_ATTR = "_kvceph_restart_roll"
 
 _HEALTH_SCRIPT = """
 import sys, time, urllib.request
-port, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])
+port, deadline, base = sys.argv[1], time.monotonic() + float(sys.argv[2]), sys.argv[3]
 last = "no answer"
 while time.monotonic() < deadline:
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%s/health" % port, timeout=5) as r:
+        with urllib.request.urlopen(base + "/health", timeout=5) as r:
             if r.status == 200:
                 sys.exit(0)
             last = "HTTP %s" % r.status
     except Exception as exc:
         last = "%s: %s" % (type(exc).__name__, exc)
     time.sleep(max(0.0, min(2.0, deadline - time.monotonic())))
-sys.exit("kvceph: /health on port %s not 200 within %ss (last: %s)" % (port, sys.argv[2], last))
+sys.exit("kvceph: %s/health not 200 within %ss (last: %s)" % (base, sys.argv[2], last))
 """
 
 
@@ -89,10 +89,10 @@ class _HostFunction(FunctionCommand):
         return self.function(state, host, connector_arguments, *self.args, **self.kwargs)
 
 
-def _drain(state, host, connector_arguments, unit, port, python, timeout) -> None:
+def _drain(state, host, connector_arguments, unit, port, python, timeout, bind) -> None:
     """Drain the engine (deploys/drain.py) and log what the restart will cut; never fails:
     past the timeout the restart goes ahead."""
-    ok, output = drain.command(python, port, timeout).execute(
+    ok, output = drain.command(python, port, timeout, bind).execute(
         state, host, dict(connector_arguments)
     )
     result = drain.parse(output.stdout_lines if output else ())
@@ -102,8 +102,9 @@ def _drain(state, host, connector_arguments, unit, port, python, timeout) -> Non
 
 
 def _restart_in_roll(
-    state, host, connector_arguments, unit, port, python, health_timeout, batch, drain_timeout
-):
+    state, host, connector_arguments, unit, port, python, health_timeout, batch, drain_timeout,
+    bind,
+):  # fmt: skip
     """Drain and restart ``unit`` in its batch and wait for /health; False stops the roll."""
     roll = _roll(state, batch)
     label = f"{host.name} {unit}"
@@ -122,7 +123,7 @@ def _restart_in_roll(
     started = drained = time.monotonic()
     try:
         if drain_timeout is not None:
-            _drain(state, host, connector_arguments, unit, port, python, drain_timeout)
+            _drain(state, host, connector_arguments, unit, port, python, drain_timeout, bind)
             drained = time.monotonic()
         for command in (
             drain.restart_command(unit, port),
@@ -134,6 +135,7 @@ def _restart_in_roll(
                 QuoteString(_HEALTH_SCRIPT),
                 str(port),
                 str(health_timeout),
+                QuoteString(engine_address.local_url(bind, port)),
             ),
         ):
             ok, output = command.execute(state, host, dict(connector_arguments))
@@ -234,12 +236,13 @@ def rolling_restart(
     note: str | None = None,
     batch: int = 1,
     drain_timeout: int | None = None,
+    bind: str = "0.0.0.0",
 ):
     """
     Restart the engine when what runs is not the desired configuration, then wait for /health.
 
     + digest: the desired ``KVCEPH_DIGEST`` (``render.digest``)
-    + port: the engine's HTTP port on 127.0.0.1
+    + port: the engine's HTTP port
     + python: an interpreter on the host for the health loop (the engine venv's)
     + health_timeout: seconds to wait for ``GET /health`` = 200 after the restart
     + unit: the systemd unit
@@ -256,6 +259,8 @@ def rolling_restart(
       resolved to a count); the first call of a run sets it
     + drain_timeout: seconds to drain the engine before its restart (``kvceph_drain_timeout``,
       deploys/drain.py); None where the gate is off (``kvceph_vllm_guard`` False): no drain
+    + bind: ``kvceph_vllm_bind``; the drain and health wait reach the engine there
+      (``engine_address.local``: loopback of its family for a wildcard)
 
     The host restarts when it is not active, its running ``KVCEPH_DIGEST`` differs, its running
     environment differs, or a config file differs or is newer than the process: so a hand edit
@@ -300,14 +305,14 @@ def rolling_restart(
     if note:
         logger.info("%s%s", host.print_prefix, note)
     yield _HostFunction(
-        _restart_in_roll, (unit, port, python, health_timeout, batch, drain_timeout), {}
+        _restart_in_roll, (unit, port, python, health_timeout, batch, drain_timeout, bind), {}
     )
 
 
-def _drain_and_stop(state, host, connector_arguments, unit, port, python, drain_timeout):
+def _drain_and_stop(state, host, connector_arguments, unit, port, python, drain_timeout, bind):
     """Drain (when the gate is on), then stop ``unit``; the drain file goes with it."""
     if drain_timeout is not None:
-        _drain(state, host, connector_arguments, unit, port, python, drain_timeout)
+        _drain(state, host, connector_arguments, unit, port, python, drain_timeout, bind)
     ok, output = StringCommand(
         "timeout 300 systemctl stop",
         QuoteString(unit),
@@ -322,21 +327,24 @@ def _drain_and_stop(state, host, connector_arguments, unit, port, python, drain_
 
 
 @operation()
-def stopped_for_upgrade(unit: str, port: int, python: str, drain_timeout: int | None = None):
+def stopped_for_upgrade(
+    unit: str, port: int, python: str, drain_timeout: int | None = None, bind: str = "0.0.0.0"
+):
     """
     Drain and stop an engine whose running versions make other object keys than the new
     ones (an opted-in upgrade, deploys/upgrade.py): every such engine of the group stops
     before any new one starts, so old and new never serve one cache group together.
 
     + unit: the systemd unit
-    + port: the engine's HTTP port on 127.0.0.1
+    + port: the engine's HTTP port
     + python: an interpreter on the host for the drain (the engine venv's)
     + drain_timeout: ``kvceph_drain_timeout``; None where the gate is off (no drain)
+    + bind: ``kvceph_vllm_bind`` (where the drain reaches the engine)
 
     The deploy calls it only while the engine runs the old versions; ``rolling_restart``
     then starts the new engine in its batch.
     """
-    yield _HostFunction(_drain_and_stop, (unit, port, python, drain_timeout), {})
+    yield _HostFunction(_drain_and_stop, (unit, port, python, drain_timeout, bind), {})
 
 
 @operation()
@@ -369,29 +377,45 @@ def enabled(unit: str = "vllm.service"):
 
 
 @operation()
-def ready(python: str, port: int, model: str, timeout: int = 60, secrets: str = "/dev/null"):
+def ready(
+    python: str,
+    port: int,
+    model: str,
+    timeout: int = 60,
+    secrets: str = "/dev/null",
+    bind: str = "0.0.0.0",
+):
     """
     Read-only readiness check: ``GET /health`` = 200 and a completion of 8 tokens with
     ``choices``. Never changes anything; fails the host with the reason when not ready.
 
     + python: an interpreter on the host (the engine venv's)
-    + port: the engine's HTTP port on 127.0.0.1
+    + port: the engine's HTTP port
     + model: the served model name (the ``serve`` argument)
     + timeout: seconds per HTTP request
     + secrets: the engine's secrets file; its ``VLLM_API_KEY`` is sent as the bearer token
       (read on the host, so the key never passes through pyinfra)
+    + bind: ``kvceph_vllm_bind`` (the probe reaches the engine at ``engine_address.local``)
 
     The probe runs as a fact, so it is re-read when the operation executes (after the restart
     stage); while planning, a not-ready engine is expected and only noted.
     """
+    address = engine_address.local(bind)
     probe = host.get_fact(
-        EngineReadiness, python=python, port=port, model=model, timeout=timeout, secrets=secrets
+        EngineReadiness,
+        python=python,
+        port=port,
+        model=model,
+        timeout=timeout,
+        secrets=secrets,
+        address=address,
     )
     if probe.get("health") == 200 and probe.get("choices"):
         host.noop(f"engine on port {port} is healthy and answers completions")
         return
     reason = (
-        f"engine on 127.0.0.1:{port} not ready: /health={probe.get('health')}, "
+        f"engine on {engine_address.url_host(address)}:{port} not ready: "
+        f"/health={probe.get('health')}, "
         f"completion choices={bool(probe.get('choices'))}, error={probe.get('error')}"
     )
     if getattr(host.state, "is_executing", False):

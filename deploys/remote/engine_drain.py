@@ -1,13 +1,15 @@
 """Drain one engine before kvceph restarts it (run on the inference host as root, stdlib only).
 
-    python engine_drain.py PORT TIMEOUT LEASE DRAIN_DIR
+    python engine_drain.py PORT TIMEOUT LEASE DRAIN_DIR [URL]
 
 Writes ``DRAIN_DIR/drain-PORT`` holding ``now + LEASE`` (the gate, deploys/remote/
 engine_guard.py, then refuses new requests with 503 and reports draining on /health), and
-polls 127.0.0.1:PORT every 0.5 s until the gate's count of open requests (``/health``'s body)
+polls URL (default ``http://127.0.0.1:PORT``: where this host reaches the engine, from
+kvceph_vllm_bind) every 0.5 s until the gate's count of open requests (``/health``'s body)
 and vLLM's ``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` (``/metrics``) are
 both 0, or TIMEOUT seconds passed. Both routes are open to loopback without the API key
-(render.environment puts 127.0.0.0/8 and ::1 in KVCEPH_OPEN_NETWORKS), so no key is read.
+(render.environment puts 127.0.0.0/8, ::1 and a non-loopback bind address in
+KVCEPH_OPEN_NETWORKS), so no key is read.
 Prints one JSON line: ``{"state": "drained"|"timeout"|"down"|"no-gate"|"unhealthy", "seconds": s,
 "gate": n, "vllm": n}``; always exits 0 (the restart goes ahead either way). The drain file
 stays until the restart removes it: the new process ignores it anyway (older than itself).
@@ -63,7 +65,7 @@ def gate_open(status: int | None, body: str) -> int | None:
 
 def main(argv: list[str]) -> dict:
     port, timeout, lease, directory = int(argv[0]), float(argv[1]), float(argv[2]), argv[3]
-    base = f"http://127.0.0.1:{port}"
+    base = argv[4] if len(argv) > 4 else f"http://127.0.0.1:{port}"
     start = time.monotonic()
     status, _ = get(f"{base}/health")
     if status is None:

@@ -88,6 +88,10 @@ class EngineSettings:
     drain_timeout: int = 120
     # kvceph_upgrade_cold_cache: an upgrade that changes the object keys may roll (upgrade.py).
     upgrade_cold_cache: bool = False
+    # Seconds systemd waits before it starts an engine that ended (any exit: Restart=always).
+    restart_delay: int = 10
+    # huggingface_hub's cache (HF_HOME): hub downloads and tokenizers; writable for the engine.
+    hf_home: str = "/var/lib/vllm/.cache/huggingface"
 
     @property
     def serve_model(self) -> str:
@@ -210,6 +214,7 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
     port = r.port("kvceph_vllm_port", 8000)
     source = model_source.load(r, model)
     model_source.check_key_length(r, source)
+    home = r.path("kvceph_service_home", f"/var/lib/{user}")
     return EngineSettings(
         accelerator=accelerator,
         accelerator_check=r.bool("kvceph_accelerator_check", True),
@@ -237,10 +242,13 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
             "kvceph_kv_load_failure_policy", "recompute", versions.KV_LOAD_FAILURE_POLICIES
         ),
         service_user=user,
-        service_home=r.path("kvceph_service_home", f"/var/lib/{user}"),
+        service_home=home,
         health_timeout=r.int("kvceph_health_timeout", 900, lo=5, hi=7200),
         drain_timeout=r.int("kvceph_drain_timeout", 120, lo=0, hi=7200),
         upgrade_cold_cache=r.bool("kvceph_upgrade_cold_cache", False),
+        restart_delay=r.int("kvceph_restart_delay", 10, lo=1, hi=600),
+        # huggingface_hub's own default under HOME: hosts keep the cache they already have.
+        hf_home=r.path("kvceph_hf_home", f"{home}/.cache/huggingface"),
         extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
         source=source,
         engines=engine_list.load(r, port, tp, count),

@@ -20,6 +20,7 @@ ALWAYS = (
     "PYTHONHASHSEED",
     "AWS_PROFILE",
     "HOME",
+    "HF_HOME",
     "KVCEPH_DIGEST",
     "KVCEPH_ENGINE_VERSIONS",
 )
@@ -34,6 +35,8 @@ def managed(engine, guard: bool) -> dict[str, tuple[str, str]]:
     + guard: kvceph_vllm_guard
     """
     names = dict.fromkeys(ALWAYS, ("is set by kvceph in every engine's environment", "remove it"))
+    # The unit lets the engine write there only (ProtectSystem=strict): one setting names it.
+    names["HF_HOME"] = ("is set by kvceph from kvceph_hf_home", "set kvceph_hf_home instead")
     if guard:
         why = ("is set by kvceph's engine gate", "remove it, or set kvceph_vllm_guard False")
         names.update(dict.fromkeys(GUARD, why))

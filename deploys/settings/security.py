@@ -75,7 +75,11 @@ def refuse_secret_args(r, key: str, args) -> None:
 
 
 def load(r) -> SecuritySettings:
-    bind = r.ip("kvceph_vllm_bind", r.str("kvceph_vllm_bind", "0.0.0.0"), "0.0.0.0 or 127.0.0.1")
+    bind = r.ip(
+        "kvceph_vllm_bind",
+        r.str("kvceph_vllm_bind", "0.0.0.0"),
+        "0.0.0.0, :: (dual-stack), 127.0.0.1, ::1 or one of the host's addresses",
+    )
     networks = r.cidrs("kvceph_vllm_open_networks", list(DEFAULTS.open_networks))
     bundle = r.opt_str("kvceph_s3_ca_bundle")
     return SecuritySettings(

@@ -89,6 +89,10 @@ def apply(me: HostSettings, checked) -> None:
         logger.warning(warning)
 
     files.named_directory("Config directory", paths.CONFIG_DIR, "0755")
+    # The unit may write only where render.writable_paths says; a path it names must exist
+    # (systemd refuses to start the unit otherwise). The home exists with the user.
+    for path in render.writable_paths(me)[1:]:
+        files.named_directory("HF cache directory", path, "0750", owner=user)
     files.atomic_file(
         name=f"LMCache config {paths.LMCACHE_PATH}",
         path=paths.LMCACHE_PATH,

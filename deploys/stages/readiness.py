@@ -26,6 +26,7 @@ def apply(me: HostSettings) -> None:
             model=e.model,
             timeout=60,
             secrets=paths.SECRETS_PATH,
+            bind=me.security.vllm_bind,
         )
         # LMCache only logs a remote backend it could not create; vLLM then serves without it.
         connector_ops.remote_tier_present(

@@ -125,6 +125,7 @@ def _upgrade(me: HostSettings, checked, shared: dict[str, str]) -> None:
             port=engine.port,
             python=f"{e.venv}/bin/python",
             drain_timeout=e.drain_timeout if me.security.guard else None,
+            bind=me.security.vllm_bind,
         )
 
 
@@ -228,4 +229,5 @@ def _restart(me: HostSettings, checked, engine: Engine, shared: dict[str, str], 
         batch=batch,
         # Without the gate nothing can stop admitting requests: no drain (deploys/drain.py).
         drain_timeout=e.drain_timeout if me.security.guard else None,
+        bind=me.security.vllm_bind,
     )

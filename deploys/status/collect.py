@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pyinfra.facts.files import FileContents
 
-from deploys import ceph_cli, paths, render
+from deploys import ceph_cli, engine_address, paths, render
 from deploys.facts import memo
 from deploys.facts.ceph import CephOrchStatus, CephReachable
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
@@ -91,6 +91,7 @@ def read_engines(host, me, checked) -> dict:
             port=engine.port,
             timeout=ENGINE_TIMEOUT,
             secrets=paths.SECRETS_PATH,
+            address=engine_address.local(me.security.vllm_bind),
         )
         engines.append(
             {

@@ -63,6 +63,8 @@ def engine_rows(name: str, me, read: dict | None, probe: dict | None, error: str
                 "reachable": True,
                 "active": times.get("active"),
                 "sub_state": times.get("sub"),
+                "result": times.get("result"),
+                "restarts": times.get("restarts"),
                 "since": times.get("since"),
                 "main_pid": state.get("main_pid"),
                 **_version(answers, read["versions"], e.profile),

@@ -145,8 +145,40 @@ def report_lines(doc: dict) -> list[str]:
     return lines
 
 
+def crash_loop_stopped(r: dict) -> bool:
+    """Whether systemd gave up restarting the engine. With Restart=always a unit stays failed
+    only at its start limit: ``Result=start-limit-hit`` where systemd says so, while systemd
+    252 (Debian 12) keeps the last exit's result ("Start request repeated too quickly" in the
+    journal) and the unit failed after automatic restarts."""
+    if r.get("result") == "start-limit-hit":
+        return True
+    return r.get("active") == "failed" and bool(r.get("restarts"))
+
+
+def crash_lines(doc: dict) -> list[str]:
+    """One line per engine that systemd keeps restarting or gave up on (its start limit)."""
+    lines = []
+    for r in doc["engines"]:
+        if not r["reachable"]:
+            continue
+        where = f"{r['host']} {r['unit']}"
+        fix = f"fix: journalctl -u {r['unit']} on {r['host']}"
+        if crash_loop_stopped(r):
+            lines.append(
+                f"CRASH LOOP {where}: systemd stopped restarting it at its start limit "
+                f"({r.get('restarts') or 0} restarts, last result {r.get('result')}); {fix}, "
+                "then rerun the deploy (it resets the limit)"
+            )
+        elif r.get("restarts"):
+            lines.append(
+                f"RESTARTED {where}: {r['restarts']} automatic restart(s) since kvceph or an "
+                f"operator last started it (the engine died); {fix}"
+            )
+    return lines
+
+
 def table(doc: dict) -> str:
-    lines = engine_table(doc)
+    lines = engine_table(doc) + crash_lines(doc)
     lines += [""] + cluster_lines(doc)
     for split in doc["cache_group_splits"]:
         values = ", ".join(f"{h}={v}" for h, v in split["values"].items())

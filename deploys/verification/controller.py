@@ -10,7 +10,7 @@ import shlex
 from pyinfra import logger
 from pyinfra.api.command import StringCommand
 
-from deploys import crossover, drain, measured, tier_preflight
+from deploys import crossover, drain, engine_address, measured, tier_preflight
 from deploys.facts.connector import RemoteTierLog
 from deploys.verification import report as reporting
 from deploys.verification import runner, targets, transport
@@ -23,15 +23,16 @@ class SshControl:
 
     + units: target name -> (host, unit) for engines that are not their host's only
       ``vllm.service`` (``gpu1/engine-a`` -> ``("gpu1", "vllm-engine-a.service")``)
-    + drains: target name -> (engine venv python, port, ``kvceph_drain_timeout``) for engines
-      behind the gate: their restarts drain first, like the deploy's (deploys/drain.py)
+    + drains: target name -> (engine venv python, port, ``kvceph_drain_timeout``,
+      ``kvceph_vllm_bind``) for engines behind the gate: their restarts drain first, like the
+      deploy's (deploys/drain.py)
     """
 
     def __init__(
         self,
         inv,
         units: dict[str, tuple[str, str]] | None = None,
-        drains: dict[str, tuple[str, int, int]] | None = None,
+        drains: dict[str, tuple[str, int, int, str]] | None = None,
     ):
         self.inventory = inv
         self.units = units or {}
@@ -64,9 +65,9 @@ class SshControl:
             command = f"timeout {int(timeout)} systemctl restart {shlex.quote(unit)}"
             ok, out = self._run(host_name, command, timeout)
             return None if ok else f"systemctl restart {unit} on {host_name}: {out[-200:]}"
-        python, port, drain_timeout = self.drains[name]
+        python, port, drain_timeout, bind = self.drains[name]
         _, out = self._run(
-            host_name, drain.command(python, port, drain_timeout), drain_timeout + 60
+            host_name, drain.command(python, port, drain_timeout, bind), drain_timeout + 60
         )
         result = drain.parse(out.split("; "))
         log = logger.warning if result.cut or result.state == "failed" else logger.info
@@ -104,7 +105,10 @@ def target_for(h, settings, vs, engine=None) -> targets.Target:
     engines = settings.engine.engines
     engine = engine or engines[0]
     decided = settings.lmcache.tier.crossover
-    address = h.data.get("ssh_hostname") or h.name
+    # An engine bound to one address (a data-plane network) answers there only; a wildcard
+    # bind answers on the address the controller reaches the host at.
+    address = engine_address.remote(settings.security.vllm_bind)
+    address = address or h.data.get("ssh_hostname") or h.name
     if ":" in address and not address.startswith("["):
         address = f"[{address}]"  # IPv6 literal
     return targets.Target(
@@ -151,6 +155,7 @@ def run_cycle(state, host, checked, inv) -> bool:
             f"{me.engine.venv}/bin/python",
             engine.port,
             me.engine.drain_timeout,
+            me.security.vllm_bind,
         )
         for name, me in checked.hosts.items()
         if me.is_inference and me.security.guard

@@ -334,6 +334,12 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
             json.dumps({"mon": {TENTACLE: 1}, "osd": {TENTACLE: 2}, "overall": {TENTACLE: 5}}),
         ],
         f"{ceph} orch host ls": [json.dumps(orch_hosts)],
+        # prerequisites.AdminPrerequisites: the tools, a client of the cluster's release.
+        "for t in ceph radosgw-admin": [
+            "which ceph /usr/bin/ceph",
+            "which radosgw-admin /usr/bin/radosgw-admin",
+            f"client {TENTACLE}",
+        ],
         # CephSpecProbe: the dry run of the concentrator spec (an orchestrator that has them).
         f"{ceph} orch apply -i - --dry-run": _captured("ceph.CephSpecProbe", "ibm_8_1_accepted")
         + ["kvceph-orch-apply-rc=0"],
@@ -425,6 +431,17 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         "/sys/bus/pci/devices/*/vendor": PCI[e.accelerator],
         # engine.MemTotal: 64 GiB, so the pinned-RAM warning stays quiet.
         "grep '^MemTotal:' /proc/meminfo": ["MemTotal:       67108864 kB"],
+        # prerequisites.InferencePrerequisites: the H200's recorded nvidia-smi line
+        # (hw/h200/results/2026-12-01/env.txt), its Python; no other compute process.
+        "echo python $(python3": [
+            "python 3.12.3",
+            "ensurepip yes",
+            f"venv {'yes' if converged else 'no'}",
+            "disk_free_kib 66060288",
+            "tool NVIDIA H200, 143771 MiB, 580.159.04",
+            "tool_rc 0",
+            "apps_rc 0",
+        ],
         # engine.EngineUnits: today's single engine where the host is converged.
         "for f in /etc/systemd/system/vllm.service": ["vllm.service"] if converged else [],
     }

@@ -171,12 +171,15 @@ def test_summary_lines_say_what_the_restart_cuts():
 
 def test_commands_carry_no_secret_and_remove_the_file_whatever_the_restart_did():
     text = str(drain.command("/opt/kvceph/venv/bin/python", 8001, 120).get_raw_value())
-    assert text.endswith(" 8001 120 480 /run/kvceph")
+    assert text.endswith(" 8001 120 480 /run/kvceph http://127.0.0.1:8001")
     assert "VLLM_API_KEY" not in text.split("-c", 1)[0]
+    six = str(drain.command("/opt/kvceph/venv/bin/python", 8001, 120, "::").get_raw_value())
+    assert six.endswith(" /run/kvceph 'http://[::1]:8001'")
     restart = str(drain.restart_command("vllm-engine-b.service", 8001).get_raw_value())
+    # reset-failed: a unit that hit its start limit (crash loop) accepts the restart.
     assert restart == (
-        "timeout 300 systemctl restart vllm-engine-b.service ; rc=$?; rm -f "
-        "/run/kvceph/drain-8001 ; exit $rc"
+        "timeout 60 systemctl reset-failed vllm-engine-b.service 2>/dev/null; timeout 300 "
+        "systemctl restart vllm-engine-b.service ; rc=$?; rm -f /run/kvceph/drain-8001 ; exit $rc"
     )
 
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra_testing.util import FakeState, create_host, get_command_string
 
+from deploys import engine_address
 from deploys.facts import engine as facts
 from deploys.operations import service
 
@@ -72,7 +74,7 @@ def _roll_host(name, answers, ran):
 def test_restart_in_roll_stops_later_engines_without_restarting_them(caplog):
     state = SimpleNamespace(print_output=False, print_input=False)
     ran: list = []
-    args = ("vllm.service", 8000, "/v/bin/python", 60, 1, None)  # the gate off: no drain
+    args = ("vllm.service", 8000, "/v/bin/python", 60, 1, None, "::")  # the gate off: no drain
     gpu1 = _roll_host("gpu1", [True, True], ran)
     gpu2 = _roll_host("gpu2", [True, False], ran)  # restarts, never healthy
     gaudi1 = _roll_host("gaudi1", [True, True], ran)
@@ -82,8 +84,8 @@ def test_restart_in_roll_stops_later_engines_without_restarting_them(caplog):
         assert service._restart_in_roll(state, gaudi1, {}, *args) is False
     assert [h for h, _ in ran] == ["gpu1", "gpu1", "gpu2", "gpu2"]
     assert ran[0][1] == (
-        "timeout 300 systemctl restart vllm.service ; rc=$?; rm -f /run/kvceph/drain-8000 ; "
-        "exit $rc"
+        "timeout 60 systemctl reset-failed vllm.service 2>/dev/null; timeout 300 systemctl restart "
+        "vllm.service ; rc=$?; rm -f /run/kvceph/drain-8000 ; exit $rc"
     )
     assert "rolling restart stopped at gpu2 vllm.service" in caplog.text
     # Another pyinfra run (a new State) starts clean.
@@ -103,10 +105,10 @@ def test_restart_in_roll_drains_first_and_says_what_it_cut(caplog):
     gpu1 = SimpleNamespace(name="gpu1", print_prefix="[gpu1] ", run_shell_command=run_shell_command)
     with caplog.at_level("INFO"):
         assert service._restart_in_roll(
-            state, gpu1, {}, "vllm.service", 8000, "/v/bin/python", 60, 1, 120
+            state, gpu1, {}, "vllm.service", 8000, "/v/bin/python", 60, 1, 120, "0.0.0.0"
         )
     assert ran[0] == "timeout 180 /v/bin/python"  # the drain, then restart, then health
-    assert ran[1].startswith("timeout 300 systemctl restart vllm.service")
+    assert ran[1].startswith("timeout 60 systemctl reset-failed vllm.service")
     assert (
         "kvceph: drain gpu1 vllm.service: drain timed out after 120 s (kvceph_drain_timeout): "
         "the restart cuts 2 request(s)" in caplog.text
@@ -117,7 +119,9 @@ def test_restart_in_roll_drains_first_and_says_what_it_cut(caplog):
 def _run_ready(probe, executing):
     state = FakeState()
     state.is_executing = executing
-    key = "model=m, port=8000, python=/v/bin/python, secrets=/dev/null, timeout=60"
+    key = (
+        "address=127.0.0.1, model=m, port=8000, python=/v/bin/python, secrets=/dev/null, timeout=60"
+    )
     host = create_host(state, facts={"engine.EngineReadiness": {key: probe}})
     with ctx_state.use(state), ctx_host.use(host):
         return list(service.ready._inner(python="/v/bin/python", port=8000, model="m"))
@@ -199,6 +203,38 @@ def test_readiness_probe_against_an_http_engine(engine, monkeypatch):
     assert "no choices" in got["error"]
 
 
+class _Engine6(HTTPServer):
+    address_family = socket.AF_INET6
+
+
+@pytest.mark.parametrize("bind", ["::", "::1"])
+def test_health_wait_and_readiness_reach_an_engine_on_ipv6_loopback(bind):
+    # The deploy's checks reach `--host ::` and `--host ::1` on [::1], never on 127.0.0.1
+    # (a v6-only socket, as with net.ipv6.bindv6only = 1, does not answer there).
+    try:
+        server = _Engine6(("::1", 0), _Engine)
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    port = server.server_address[1]
+    try:
+        url = engine_address.local_url(bind, port)
+        assert url == f"http://[::1]:{port}"
+        done = subprocess.run(
+            [sys.executable, "-c", service._HEALTH_SCRIPT, str(port), "10", url],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        fact = facts.EngineReadiness()
+        cmd = fact.command(sys.executable, port, "m", 5, address=engine_address.local(bind))
+        assert fact.process(_sh(cmd)) == {"health": 200, "choices": True, "error": None}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_readiness_probe_when_nothing_listens(engine):
     fact = facts.EngineReadiness()
     port = engine.server_address[1]
@@ -210,18 +246,25 @@ def test_readiness_probe_when_nothing_listens(engine):
 
 def test_health_wait_script_times_out_with_a_message():
     done = subprocess.run(
-        [sys.executable, "-c", service._HEALTH_SCRIPT, "1", "1"],
+        [sys.executable, "-c", service._HEALTH_SCRIPT, "1", "1", "http://127.0.0.1:1"],
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert done.returncode == 1
-    assert "/health on port 1 not 200 within 1s" in done.stderr
+    assert "http://127.0.0.1:1/health not 200 within 1s" in done.stderr
 
 
 def test_health_wait_script_succeeds(engine):
     done = subprocess.run(
-        [sys.executable, "-c", service._HEALTH_SCRIPT, str(engine.server_address[1]), "10"],
+        [
+            sys.executable,
+            "-c",
+            service._HEALTH_SCRIPT,
+            str(engine.server_address[1]),
+            "10",
+            engine_address.local_url("0.0.0.0", engine.server_address[1]),
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=30,
@@ -275,7 +318,8 @@ def test_rolling_restart_logs_why(caplog):
     with caplog.at_level("INFO"), ctx_state.use(state), ctx_host.use(host):
         commands = list(service.rolling_restart._inner(**kwargs))
     assert [c.function.__name__ for c in commands] == ["_restart_in_roll"]
-    assert commands[0].args == ("vllm.service", 8000, "/opt/kvceph/venv/bin/python", 900, 1, None)
+    python = "/opt/kvceph/venv/bin/python"
+    assert commands[0].args == ("vllm.service", 8000, python, 900, 1, None, "0.0.0.0")
     assert "restarts: running env HF_TOKEN differs" in caplog.text
     assert "running env PYTHONHASHSEED=68, desired 67; running digest aaaaaaaaaaaa" in caplog.text
     assert "hf-fixture-token" not in caplog.text
@@ -284,7 +328,7 @@ def test_rolling_restart_logs_why(caplog):
     caplog.clear()
     with caplog.at_level("INFO"), ctx_state.use(state), ctx_host.use(host):
         commands = list(service.rolling_restart._inner(**kwargs, drain_timeout=120))
-    assert commands[0].args[-1] == 120
+    assert commands[0].args[-2:] == (120, "0.0.0.0")
     assert "vllm.service: drains first (new requests 503, up to 120 s, kvceph_drain_timeout)" in (
         caplog.text
     )

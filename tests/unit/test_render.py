@@ -311,7 +311,7 @@ def test_systemd_analyze_check_is_real(systemd_root):
     assert "not executable" in _verify(systemd_root, me).stderr
     _stub(systemd_root, me)
     unit = systemd_root / "etc/systemd/system/vllm.service"
-    unit.write_text(render.unit(me).replace("Restart=on-failure", "Restart=sometimes"))
+    unit.write_text(render.unit(me).replace("Restart=always", "Restart=sometimes"))
     done = subprocess.run(
         [_SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={systemd_root}", paths.UNIT_PATH],
         capture_output=True,
@@ -327,11 +327,41 @@ def test_unit_has_the_service_settings():
         "User=vllm",
         "EnvironmentFile=/etc/kvceph/vllm.env",
         "LimitMEMLOCK=infinity",
-        "Restart=on-failure",
+        "Restart=always",
+        "RestartSec=10",
+        # 5 starts that each take the whole start budget still count as one crash loop.
+        "StartLimitIntervalSec=4550",
+        "StartLimitBurst=5",
         "TimeoutStartSec=900",
+        "KillMode=mixed",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ReadWritePaths=/var/lib/vllm",
+        "PrivateTmp=yes",
         "WantedBy=multi-user.target",
     ):
         assert f"\n{line}\n" in text
+    # Device access stays open: ProtectClock= and PrivateDevices= would close /dev/nvidia*.
+    assert "\nProtectClock=" not in text and "\nPrivateDevices=" not in text
+    assert 'HF_HOME="/var/lib/vllm/.cache/huggingface"' in render.env_file(host())
+
+
+def test_hf_home_elsewhere_is_writable_and_created():
+    me = host(kvceph_hf_home="/data/hf", kvceph_restart_delay=2, kvceph_health_timeout=60)
+    text = render.unit(me)
+    assert "\nReadWritePaths=/var/lib/vllm /data/hf\n" in text
+    assert "\nRestartSec=2\n" in text and "\nStartLimitIntervalSec=310\n" in text
+    assert render.writable_paths(me) == ["/var/lib/vllm", "/data/hf"]
+    assert 'HF_HOME="/data/hf"' in render.env_file(me)
+
+
+def test_a_single_address_bind_is_open_to_the_host_itself():
+    # The deploy's checks on the host then come from that address (the kernel's choice).
+    env = dict(render.environment(host(kvceph_vllm_bind="10.67.0.21")))
+    assert env["KVCEPH_OPEN_NETWORKS"].split(",")[:3] == ["127.0.0.0/8", "::1/128", "10.67.0.21/32"]
+    for bind in ("0.0.0.0", "::", "127.0.0.1", "::1"):
+        env = dict(render.environment(host(kvceph_vllm_bind=bind)))
+        assert env["KVCEPH_OPEN_NETWORKS"] == "127.0.0.0/8,::1/128", bind
 
 
 def _parse_env(text: str) -> dict[str, str]:

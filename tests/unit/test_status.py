@@ -369,3 +369,28 @@ def test_hosts_left_out_with_limit_are_rows_not_problems(tmp_path):
     cluster = document.cluster_row("ceph1", host("ceph1", "ceph_admin"), None, document.OUTSIDE)
     doc = _doc(rows, cluster, tmp_path)
     assert not doc["partial"] and "OUTSIDE THIS RUN" in output.table(doc)
+
+
+def test_a_crash_loop_at_its_start_limit_is_named_with_the_fix(tmp_path):
+    me = host()
+    read = _engine_read(me, case="engine-stopped")
+    times = json.loads((ROOT / "tests/facts/status.UnitTimes/crash-loop-stopped.json").read_text())
+    read["engines"][0]["times"] = times["fact"]
+    (row,) = document.engine_rows("gpu2", me, read, None, None)
+    assert (row["active"], row["result"], row["restarts"]) == ("failed", "exit-code", 4)
+    text = output.table(_doc([row], None, tmp_path))
+    assert (
+        "CRASH LOOP gpu2 vllm.service: systemd stopped restarting it at its start limit "
+        "(4 restarts, last result exit-code); fix: journalctl -u vllm.service on gpu2, then "
+        "rerun the deploy (it resets the limit)" in text
+    )
+    # Newer systemd names it: the same line.
+    row.update(result="start-limit-hit")
+    assert "CRASH LOOP gpu2 vllm.service" in output.table(_doc([row], None, tmp_path))
+    # A unit stopped by hand that failed its stop (no automatic restart) is no crash loop.
+    row.update(result="exit-code", restarts=0)
+    assert "CRASH LOOP" not in output.table(_doc([row], None, tmp_path))
+    row.update(active="active", result="success", restarts=2)
+    assert "RESTARTED gpu2 vllm.service: 2 automatic restart(s)" in output.table(
+        _doc([row], None, tmp_path)
+    )

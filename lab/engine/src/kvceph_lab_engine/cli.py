@@ -6,7 +6,7 @@ LMCACHE_CONFIG_FILE, LMCACHE_<KEY> overrides, PYTHONHASHSEED (chunk-hash chain s
 AWS_PROFILE / HOME / AWS_* (awscrt default credentials chain), VLLM_API_KEY (the API key, as
 vLLM reads it; or --api-key) and KVCEPH_DIGEST (shown as kvceph_lab_engine_info on /metrics).
 Exit status 1 with the reason on stderr where the real pair refuses to start; 2 for flags
-`vllm serve` does not know.
+`vllm serve` does not know; 0 after a shutdown, also one because the engine core died (core.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 
-from kvceph_lab_engine import BANNER, __version__
+from kvceph_lab_engine import BANNER, __version__, core
 from kvceph_lab_engine.versions import DEFAULT_VLLM_VERSION, KV_TRANSFER_FIELDS, emulated
 
 log = logging.getLogger("kvceph_lab_engine")
@@ -317,14 +317,28 @@ def main(argv: list[str] | None = None) -> int:
         threading.Timer(VLLM_WATCHDOG_SECONDS, server.shutdown).start()
 
     app.on_dead = _dead
+
+    def _core_died():
+        log.error("%s", core.DIED)
+        app.engine.dead = app.engine.dead or core.DIED
+        app._dead_reported = True
+        log.info("Shutting down FastAPI HTTP server.")
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    engine_core = core.Core(_core_died)
+    log.info("%s pid=%d started", core.NAME, engine_core.pid)
     log.info("Starting vLLM API server 0 on http://%s:%d (%s)", args.host, args.port, BANNER)
     log.info("Application startup complete.")
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        engine_core.stop()
         server.server_close()
-    # A dead engine ends the process with an error status (systemd's Restart=on-failure).
-    return 1 if app.engine.dead else 0
+    if app.engine.dead:
+        log.info("Application shutdown complete.")
+    # Exit status 0 also after the engine died, as vLLM's (vllm-project/vllm#48966): systemd
+    # restarts it only with Restart=always.
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,113 @@
+"""What a host needs before kvceph installs anything: read once per host in preflight.
+
+One fact per role, each one command (no stage runs before both answered): an inference host's
+``python3``, whether it can make a venv, the disk under the venv, the accelerator tool's answer
+and the processes on the devices; the Ceph admin host's ``ceph`` and ``radosgw-admin`` and the
+client's version (the cluster's comes from ``facts.ceph.CephVersions``). The verdicts live in
+``deploys/prerequisites.py``, tested against recorded outputs.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+# The accelerator tool's queries: the same fields hw/h200 recorded on the H200
+# (hw/h200/results/2026-12-01/env.txt), and the compute processes on any device.
+NVIDIA_GPUS = "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader"
+NVIDIA_APPS = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader"
+# hl-smi's CSV query (docs.habana.ai "System Management Interface Tool"): the tool answers.
+GAUDI_AIPS = "hl-smi -Q index,name,driver_version -f csv,noheader"
+TOOLS = {"nvidia": (NVIDIA_GPUS, NVIDIA_APPS), "gaudi": (GAUDI_AIPS, None)}
+TOOL_TIMEOUT = 30
+
+
+def _tool_lines(query: str, tag: str) -> str:
+    """``<tag> <line>`` per output line of ``query`` (stderr included), then ``<tag>_rc N``;
+    ``<tag>_rc missing`` when the tool is not on PATH."""
+    tool = query.split()[0]
+    return (
+        f"if command -v {tool} >/dev/null 2>&1; then "
+        f"out=$(timeout {TOOL_TIMEOUT} {query} 2>&1); rc=$?; "
+        f'printf "%s\\n" "$out" | sed "s/^/{tag} /"; echo "{tag}_rc $rc"; '
+        f'else echo "{tag}_rc missing"; fi'
+    )
+
+
+class InferencePrerequisites(FactBase):
+    """
+    An inference host's prerequisites, as lines the verdicts read (``deploys/prerequisites``).
+
+    + venv: the engine venv (``kvceph_venv``): present, or its filesystem's free space
+    + accelerator: ``nvidia`` | ``gaudi`` | None (no tool run: ``kvceph_accelerator_check``
+      False)
+
+    Returns ``{"python": "3.11.2", "ensurepip": True, "venv": False, "disk_free_kib": 123,
+    "tool": {"rc": "0", "lines": [...]}, "apps": {"rc": "0", "lines": []}}``; ``tool`` /
+    ``apps`` None where not run.
+    """
+
+    def command(self, venv: str, accelerator: str | None = None):
+        parts = [
+            "echo python $(python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'"
+            " 2>/dev/null || echo none);",
+            # Debian's python3 lacks ensurepip without python3-venv: `python3 -m venv` fails.
+            "python3 -c 'import ensurepip, venv' >/dev/null 2>&1"
+            " && echo ensurepip yes || echo ensurepip no;",
+            StringCommand("test -x", QuoteString(f"{venv}/bin/python")),
+            "&& echo venv yes || echo venv no;",
+            f"d={shlex.quote(venv)};",
+            'while [ ! -d "$d" ]; do d=$(dirname "$d"); done;',
+            "echo disk_free_kib $(df -Pk \"$d\" | awk 'NR==2 {print $4}');",
+        ]
+        gpus, apps = TOOLS.get(accelerator or "", (None, None))
+        if gpus:
+            parts.append(_tool_lines(gpus, "tool") + ";")
+        if apps:
+            parts.append(_tool_lines(apps, "apps") + ";")
+        parts.append("true")
+        return StringCommand(*parts)
+
+    def process(self, output):
+        found: dict = {"python": None, "ensurepip": None, "venv": None, "disk_free_kib": None}
+        found["tool"] = found["apps"] = None
+        for line in output:
+            key, _, value = line.rstrip("\n").partition(" ")
+            if key == "python":
+                found["python"] = None if value == "none" else value.strip()
+            elif key in ("ensurepip", "venv"):
+                found[key] = value.strip() == "yes"
+            elif key == "disk_free_kib":
+                found[key] = int(value) if value.strip().isdigit() else None
+            elif key in ("tool", "apps"):
+                found[key] = found[key] or {"rc": None, "lines": []}
+                if value.strip():
+                    found[key]["lines"].append(value.strip())
+            elif key in ("tool_rc", "apps_rc"):
+                name = key[:-3]
+                found[name] = found[name] or {"rc": None, "lines": []}
+                found[name]["rc"] = value.strip()
+        return found
+
+
+class AdminPrerequisites(FactBase):
+    """
+    The Ceph admin host's tools: ``{"ceph": "/usr/bin/ceph", "radosgw-admin": None,
+    "client": "16.2.15"}`` (paths None where missing; ``client``: ``ceph --version``).
+    """
+
+    command = (
+        "for t in ceph radosgw-admin; do echo which $t $(command -v $t); done; "
+        "echo client $(timeout 30 ceph --version 2>/dev/null); true"
+    )
+
+    def process(self, output):
+        found: dict = {"ceph": None, "radosgw-admin": None, "client": None}
+        for line in output:
+            words = line.split()
+            if len(words) >= 3 and words[0] == "which" and words[1] in found:
+                found[words[1]] = words[2]
+            elif len(words) >= 4 and words[:3] == ["client", "ceph", "version"]:
+                found["client"] = words[3]
+        return found

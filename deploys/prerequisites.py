@@ -1,0 +1,134 @@
+"""PURE: whether each host can take kvceph, from facts read in preflight before any stage
+(``facts/prerequisites.py``, ``facts.ceph.CephVersions``). One line per problem: the host,
+what is missing, the fix; preflight stops the run on the first host's lines, before any
+operation exists (so nothing is changed, ``--dry`` or not).
+"""
+
+from __future__ import annotations
+
+import re
+
+# vLLM's requires-python (its pyproject.toml) for the versions kvceph supports.
+PYTHON_MIN = (3, 10)
+# The CUDA of the torch each vLLM minor pins, and the oldest Linux driver that runs it (NVIDIA's
+# CUDA Toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions": 13.0 GA needs
+# >= 580.65.06). vLLM 0.26.0 pins torch 2.11.0 (hw/h200/results/2026-12-01/env.txt), whose PyPI
+# wheel depends on nvidia-*-cu13 (CUDA 13.0). A minor not listed is not checked (the plan says
+# so): add its row when a host has run it.
+DRIVER_MIN = {"0.26": ("torch 2.11.0 (CUDA 13.0)", "580.65.06")}
+# Free space the first install needs beside the venv: a vLLM venv with torch and the CUDA
+# wheels, plus pip's unpacking. An estimate, not a measurement (no clean install was
+# measured yet); an emulating engine (the lab engine) needs a fraction.
+VENV_FREE_GIB = {"vllm": 12, "emulating": 1}
+
+
+def _version(text: str | None) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", text or ""))
+
+
+def _real_vllm(packages) -> bool:
+    return any(re.split(r"[=<>!~ \[]", p, maxsplit=1)[0].lower() == "vllm" for p in packages)
+
+
+def inference_problems(me, fact: dict) -> list[str]:
+    """What keeps an inference host from running its engines (``[]`` when nothing).
+
+    + me: the host's HostSettings
+    + fact: its ``InferencePrerequisites``
+    """
+    e, host, out = me.engine, me.host, []
+    py = _version(fact.get("python"))
+    if not py:
+        out.append(f"{host}: python3 is missing; fix: install python3 (>= 3.10, vLLM's minimum)")
+    elif py[:2] < PYTHON_MIN:
+        out.append(
+            f"{host}: python3 is {fact['python']}, vLLM needs >= "
+            f"{'.'.join(map(str, PYTHON_MIN))}; fix: install a newer python3"
+        )
+    if not fact.get("venv") and fact.get("ensurepip") is False:
+        out.append(
+            f"{host}: python3 cannot create the venv {e.venv} (no ensurepip); fix: apt-get "
+            "install python3-venv (Debian/Ubuntu), or dnf install python3 (RHEL)"
+        )
+    need = VENV_FREE_GIB["vllm" if _real_vllm(e.profile.packages) else "emulating"]
+    free = fact.get("disk_free_kib")
+    if not fact.get("venv") and free is not None and free < need << 20:
+        out.append(
+            f"{host}: {free / (1 << 20):.1f} GiB free under {e.venv}, the engine's first "
+            f"install needs ~{need} GiB; fix: free space or set kvceph_venv on a larger disk"
+        )
+    out += _tool_problems(me, fact)
+    return out
+
+
+def _tool_problems(me, fact: dict) -> list[str]:
+    tool, host = fact.get("tool"), me.host
+    if tool is None:  # kvceph_accelerator_check False: nothing run
+        return []
+    name = "nvidia-smi" if me.engine.accelerator == "nvidia" else "hl-smi"
+    if tool["rc"] == "missing":
+        return [f"{host}: {name} is not installed; fix: install the accelerator driver"]
+    if tool["rc"] != "0" or not tool["lines"]:
+        said = " / ".join(tool["lines"][-2:]) or "no output"
+        return [
+            f"{host}: {name} failed (exit {tool['rc']}: {said}); fix: repair the accelerator "
+            "driver (the engine cannot start without it)"
+        ]
+    out = []
+    if me.engine.accelerator == "nvidia":
+        row = DRIVER_MIN.get(me.engine.profile.vllm_minor)
+        drivers = {line.rsplit(",", 1)[-1].strip() for line in tool["lines"]}
+        if row:
+            old = sorted(d for d in drivers if _version(d) < _version(row[1]))
+            if old:
+                out.append(
+                    f"{host}: NVIDIA driver {', '.join(old)} is older than {row[1]}, which vLLM "
+                    f"{me.engine.profile.vllm_version}'s {row[0]} needs; fix: upgrade the driver"
+                )
+        apps = fact.get("apps") or {"rc": "0", "lines": []}
+        if apps["rc"] == "0" and apps["lines"]:
+            out.append(
+                f"{host}: the GPUs already run other compute processes ({'; '.join(apps['lines'])}"
+                "); fix: stop them (vLLM takes kvceph_gpu_memory_utilization of each device)"
+            )
+    return out
+
+
+def driver_note(me) -> str | None:
+    """The plan line for an NVIDIA profile whose driver floor kvceph does not know."""
+    minor = me.engine.profile.vllm_minor
+    if me.engine.accelerator != "nvidia" or minor in DRIVER_MIN:
+        return None
+    return (
+        f"kvceph: {me.host}: driver floor for vLLM {minor} unknown: the NVIDIA driver is not "
+        "checked (deploys/prerequisites.py DRIVER_MIN)"
+    )
+
+
+def admin_problems(me, fact: dict, cluster: dict | None) -> list[str]:
+    """What keeps the Ceph admin host from running kvceph's Ceph stages (``[]`` when nothing).
+
+    + me: the host's HostSettings
+    + fact: its ``AdminPrerequisites``
+    + cluster: its ``CephVersions`` (None when the cluster did not answer: the Ceph stages say
+      so themselves)
+    """
+    host, out = me.host, []
+    for tool in ("ceph", "radosgw-admin"):
+        if not fact.get(tool):
+            out.append(
+                f"{host}: {tool} is not installed; fix: install ceph-common"
+                + (" and radosgw (radosgw-admin)" if tool == "radosgw-admin" else "")
+                + " in the cluster's release"
+            )
+    client = fact.get("client")
+    if client and cluster:
+        majors = sorted({_version(v)[0] for v in cluster["versions"]})
+        if _version(client)[0] not in majors:  # an upgrade half done has two
+            out.append(
+                f"{host}: the ceph client is {client} but the cluster runs "
+                f"{', '.join(cluster['versions'])}: a client of another major release writes "
+                "metadata the cluster may misread; fix: install the cluster's release of "
+                "ceph-common and radosgw on the admin host"
+            )
+    return out

@@ -1,0 +1,170 @@
+"""deploys/prerequisites.py against recorded outputs: the H200's nvidia-smi, `ceph versions` of
+real clusters, the fact's own command on this machine with a stand-in accelerator tool."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from deploys import prerequisites as p
+from deploys import settings as s
+from deploys.facts import ceph
+from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
+
+ROOT = Path(__file__).resolve().parents[2]
+# hw/h200/results/2026-12-01/env.txt: `nvidia-smi --query-gpu=name,memory.total,driver_version
+# --format=csv,noheader` on the H200 that ran vLLM 0.26.0 (torch 2.11.0).
+H200 = "NVIDIA H200, 143771 MiB, 580.159.04"
+# What nvidia-smi prints (exit 9) where the driver is not loaded.
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+    "that the latest NVIDIA driver is installed and running."
+)
+
+
+def host(accelerator="nvidia", vllm="0.26.0", **data):
+    profile = {"vllm_version": vllm, "packages": [f"vllm=={vllm}", "lmcache==0.5.6"]}
+    data = {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_profile": profile, **data}
+    group = {"nvidia": "gpu", "gaudi": "gaudi"}[accelerator]
+    return s.load(data, f"{group}1", (group,))
+
+
+def fact(**over):
+    base = {
+        "python": "3.12.3",
+        "ensurepip": True,
+        "venv": False,
+        "disk_free_kib": 60 << 20,
+        "tool": {"rc": "0", "lines": [H200]},
+        "apps": {"rc": "0", "lines": []},
+    }
+    return {**base, **over}
+
+
+def test_the_h200_as_recorded_passes():
+    assert p.inference_problems(host(), fact()) == []
+    assert p.driver_note(host()) is None
+
+
+def test_each_missing_piece_is_one_line_naming_host_and_fix():
+    me = host()
+    cases = {
+        "python3 cannot create the venv /opt/kvceph/venv (no ensurepip); fix: apt-get install "
+        "python3-venv": fact(ensurepip=False),
+        "python3 is 3.9.2, vLLM needs >= 3.10": fact(python="3.9.2"),
+        "python3 is missing": fact(python=None),
+        "GiB free under /opt/kvceph/venv, the engine's first install needs ~12 GiB": fact(
+            disk_free_kib=5 << 20
+        ),
+        "nvidia-smi failed (exit 9: " + NO_DRIVER: fact(tool={"rc": "9", "lines": [NO_DRIVER]}),
+        "nvidia-smi is not installed": fact(tool={"rc": "missing", "lines": []}),
+        "NVIDIA driver 570.133.20 is older than 580.65.06, which vLLM 0.26.0's torch 2.11.0 "
+        "(CUDA 13.0) needs": fact(
+            tool={"rc": "0", "lines": [H200.replace("580.159.04", "570.133.20")]}
+        ),
+        "the GPUs already run other compute processes (4242, /usr/bin/python3, 81920 MiB)": fact(
+            apps={"rc": "0", "lines": ["4242, /usr/bin/python3, 81920 MiB"]}
+        ),
+    }
+    for expected, answer in cases.items():
+        lines = p.inference_problems(me, answer)
+        assert len(lines) == 1 and lines[0].startswith("gpu1: ") and expected in lines[0], lines
+        assert "; fix: " in lines[0]
+
+
+def test_what_needs_no_check_is_not_checked():
+    # A venv already there needs neither ensurepip nor the disk for a first install.
+    assert p.inference_problems(host(), fact(venv=True, ensurepip=False, disk_free_kib=1)) == []
+    # kvceph_accelerator_check False: the tool was not run.
+    assert p.inference_problems(host(), fact(tool=None, apps=None)) == []
+    # A vLLM minor without a driver row: a plan note, never a refusal.
+    old = H200.replace("580.159.04", "470.01")
+    me = host(vllm="0.33.0")
+    assert p.inference_problems(me, fact(tool={"rc": "0", "lines": [old]})) == []
+    assert "driver floor for vLLM 0.33 unknown" in p.driver_note(me)
+
+
+def _cluster(name: str) -> dict:
+    case = json.loads((ROOT / f"tests/facts/ceph.CephVersions/{name}.json").read_text())
+    return ceph.CephVersions().process(case["output"])
+
+
+@pytest.mark.parametrize(
+    ("client", "cluster", "ok"),
+    [
+        ("16.2.15", "pacific", True),
+        ("18.2.4", "reef_18_2_4", True),
+        ("19.2.3", "squid_19_2_3", True),
+        ("20.2.4", "tentacle_20_2_4", True),
+        ("18.2.4", "squid_19_2_3", False),
+        ("16.2.15", "tentacle_20_2_4", False),  # a Pacific radosgw-admin on a Tentacle cluster
+        ("20.2.4", "pacific", False),
+    ],
+)
+def test_admin_client_major_must_be_the_clusters(client, cluster, ok):
+    me = host()  # any host's settings carry the name
+    tools = {"ceph": "/usr/bin/ceph", "radosgw-admin": "/usr/bin/radosgw-admin", "client": client}
+    lines = p.admin_problems(me, tools, _cluster(cluster))
+    assert (lines == []) is ok, lines
+    if not ok:
+        assert f"the ceph client is {client} but the cluster runs" in lines[0]
+
+
+def test_admin_tools_missing():
+    lines = p.admin_problems(host(), {"ceph": "/usr/bin/ceph", "radosgw-admin": None}, None)
+    assert lines == [
+        "gpu1: radosgw-admin is not installed; fix: install ceph-common and radosgw "
+        "(radosgw-admin) in the cluster's release"
+    ]
+
+
+def _run(command: str, path: str | None = None) -> list[str]:
+    env = dict(os.environ, PATH=f"{path}:{os.environ['PATH']}" if path else os.environ["PATH"])
+    done = subprocess.run(
+        ["sh", "-c", command], capture_output=True, text=True, env=env, timeout=60
+    )
+    return done.stdout.splitlines()
+
+
+def _tool(tmp_path: Path, body: str) -> str:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text("#!/bin/sh\n" + body)
+    tool.chmod(0o755)
+    return str(bin_dir)
+
+
+def test_the_fact_command_reads_this_machine_and_a_stand_in_tool(tmp_path):
+    f = InferencePrerequisites()
+    cmd = f.command(str(tmp_path / "venv"), "nvidia").get_raw_value()
+    # The recorded H200 answer, no compute process.
+    path = _tool(tmp_path, f'case "$1" in --query-gpu*) echo "{H200}";; esac\n')
+    got = f.process(_run(cmd, path))
+    assert got["python"] and got["venv"] is False and got["disk_free_kib"] > 0
+    assert got["tool"] == {"rc": "0", "lines": [H200]} and got["apps"] == {"rc": "0", "lines": []}
+    # The driver not loaded: the tool's own words and exit status.
+    path = _tool(tmp_path, f'echo "{NO_DRIVER}"\nexit 9\n')
+    got = f.process(_run(cmd, path))
+    assert got["tool"] == {"rc": "9", "lines": [NO_DRIVER]}
+    assert "nvidia-smi failed (exit 9" in p.inference_problems(host(), got)[-1]
+    # No accelerator check: no tool runs.
+    got = f.process(_run(f.command(str(tmp_path), None).get_raw_value()))
+    assert got["tool"] is None and got["venv"] is False
+
+
+def test_admin_fact_reads_ceph_version_lines():
+    out = [
+        "which ceph /usr/bin/ceph",
+        "which radosgw-admin",
+        "client ceph version 16.2.15 (618f440892089921c3e944a991122ddc44e60516) pacific (stable)",
+    ]
+    assert AdminPrerequisites().process(out) == {
+        "ceph": "/usr/bin/ceph",
+        "radosgw-admin": None,
+        "client": "16.2.15",
+    }
