@@ -18,7 +18,17 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
-from deploys import compat, kv_sizing, lock, render, s3_names, secrets, settings, tier_preflight
+from deploys import (
+    compat,
+    kv_sizing,
+    lock,
+    render,
+    s3_names,
+    secrets,
+    settings,
+    sudo,
+    tier_preflight,
+)
 from deploys.facts.engine import MemTotal, ModelConfig
 from deploys.facts.model import MirroredModel
 from deploys.facts.resolver import Resolution
@@ -396,6 +406,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
         }
         groups = check_inventory(list(hosts.values()))
         check_engine_args(hosts)
+        sudo.check_no_password(inventory)
         hosts = s3_names.fill_rgw_group(hosts, _rgw_addresses(inventory))
         creds = secrets.load()
         # Read-only facts, after every check that needs none: a model directory's config.json,

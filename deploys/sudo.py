@@ -21,6 +21,7 @@ from pyinfra.api.arguments import auth_argument_meta, pop_global_arguments
 from pyinfra.connectors.util import make_unix_command_for_host
 
 from deploys import paths
+from deploys.settings.reader import SettingsError
 
 # Where SFTP lands under sudo: 0700, owned by the login user (``$SUDO_USER``).
 UPLOAD_DIR = f"{paths.STATE_DIR}/upload"
@@ -71,3 +72,19 @@ def prepare_upload_dir() -> StringCommand:
             f'install -d -m 0700 -o "${{SUDO_USER:-$(id -un)}}" {UPLOAD_DIR}'
         ),
     )
+
+
+def check_no_password(inventory) -> None:
+    """One line when a host's data holds ``_sudo_password``: pyinfra hands it to the host inside
+    every command line (``env ... PYINFRA_SUDO_PASSWORD=...``), which every user there can read
+    in ``/proc/<pid>/cmdline`` while the command runs.
+
+    + inventory: the pyinfra inventory (checked before any host is touched)
+    """
+    for h in inventory:
+        if h.data.get("_sudo_password"):
+            raise SettingsError(
+                f"{h.name}: _sudo_password: pyinfra passes it on the host's command lines, "
+                "readable by every user there; fix: passwordless sudo for the login user "
+                "(sudoers NOPASSWD), or log in as root"
+            )

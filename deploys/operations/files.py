@@ -46,6 +46,9 @@ def atomic_file(
     """
     Replace a file atomically (temp file in the same directory + rename).
 
+    kvceph's own rather than ``files.put``: atomic, compared by hash (never diffed), and under
+    sudo never staged where another user can read it (module docstring).
+
     + path: absolute path of the file on the host
     + content: the desired text
     + user: owner of the file
