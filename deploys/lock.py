@@ -6,7 +6,8 @@ the run ends (or the controller dies) the channel closes, the shell sees EOF and
 the kernel drops the lock. Nothing is left to clean up, and taking it changes nothing that
 pyinfra would count as a change. A holder whose connection hangs (half-open TCP) keeps the
 lock; past ``kvceph_lock_stale_after`` seconds it can be broken with
-``--data kvceph_break_lock=true``.
+``--data kvceph_break_lock=true``. Under sudo (``_sudo`` in the host's data, or ``--sudo``) the
+shell runs through ``sudo`` like every operation (``deploys/sudo.py``): the lock file is root's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from deploys import paths
+from deploys import paths, sudo
 
 HELD_EXIT = 75  # EX_TEMPFAIL
 
@@ -119,7 +120,7 @@ def acquire(host, stale_after: int, break_lock: bool, timeout: float = 15.0) -> 
     for attempt in (1, 2):
         chan = client.get_transport().open_session()
         chan.settimeout(timeout)
-        chan.exec_command(lock_script(me_as_holder()))
+        chan.exec_command(sudo.shell_line(host.state, host, lock_script(me_as_holder())))
         first, rest = _read_status(chan, timeout)
         if first == "LOCKED":
             _held[host.name] = chan
@@ -133,7 +134,9 @@ def acquire(host, stale_after: int, break_lock: bool, timeout: float = 15.0) -> 
         decide_on_held(host.name, holder, stale_after, break_lock)
         if attempt == 2:
             break
-        ok, _ = host.run_shell_command(break_script(holder.remote_pid), _timeout=30)
+        ok, _ = host.run_shell_command(
+            break_script(holder.remote_pid), _timeout=30, **sudo.arguments(host.state, host)
+        )
         if not ok:
             raise LockError(f"{host.name}: could not break the stale lock of {holder.describe()}")
     raise LockError(f"{host.name}: the lock is still held after breaking it; fix: check by hand")
@@ -144,7 +147,7 @@ def _read_status(chan, timeout: float) -> tuple[str, str]:
     buf = b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if b"LOCKED\n" in buf:
+        if b"LOCKED\n" in buf.replace(b"\r", b""):  # sudo's use_pty may add a \r
             return "LOCKED", ""
         if chan.exit_status_ready() and not chan.recv_ready():
             break
@@ -152,7 +155,7 @@ def _read_status(chan, timeout: float) -> tuple[str, str]:
             buf += chan.recv(4096)
         else:
             time.sleep(0.05)
-    text = buf.decode(errors="replace")
+    text = buf.decode(errors="replace").replace("\r", "")
     first, _, rest = text.partition("\n")
     return first.strip(), rest
 

@@ -20,6 +20,7 @@ from datetime import datetime
 from pyinfra import logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand
 
+from deploys import sudo
 from deploys.ceph_cli import ceph, redacted
 from deploys.facts.ceph import orch_apply_refusal
 
@@ -247,9 +248,11 @@ def restart_and_wait(
 # --- as pyinfra commands: run when the operation executes, on the operation's host ----------
 
 
-def _host_run(host) -> Run:
+def _host_run(state, host) -> Run:
+    elevation = sudo.arguments(state, host)  # a FunctionCommand gets no connector arguments
+
     def run(command):
-        ok, output = host.run_shell_command(command)
+        ok, output = host.run_shell_command(command, **elevation)
         return (0 if ok else 1), list(output.stdout_lines) + list(output.stderr_lines)
 
     return run
@@ -262,7 +265,7 @@ def _progress(host, service_name: str) -> Callable[[str], None]:
 
 def _apply_read_back(state, host, remote, service_name, wanted, t, wait):
     problem = apply_and_wait(
-        _host_run(host), remote, service_name, wanted, t, wait, _progress(host, service_name)
+        _host_run(state, host), remote, service_name, wanted, t, wait, _progress(host, service_name)
     )
     if problem:
         raise OperationError(f"kvceph: {problem}")
@@ -271,7 +274,7 @@ def _apply_read_back(state, host, remote, service_name, wanted, t, wait):
 
 def _restart_read_back(state, host, service_name, t, wait):
     problem = restart_and_wait(
-        _host_run(host), service_name, t, wait, _progress(host, service_name)
+        _host_run(state, host), service_name, t, wait, _progress(host, service_name)
     )
     if problem:
         raise OperationError(f"kvceph: {problem}")

@@ -17,6 +17,8 @@ CONNECTOR_SOURCE = _DEPLOYS.parent / "connector"  # built into a wheel (connecto
 
 # --- Every host kvceph manages -------------------------------------------------------------------
 CONFIG_DIR = "/etc/kvceph"
+# root 0755: the run lock, the model mirror, sudo's upload directory (deploys/sudo.py).
+STATE_DIR = "/var/lib/kvceph"
 # kvceph's helper scripts (S3 admin, model mirror) and the engine gate live here.
 SCRIPT_DIR = "/usr/local/lib/kvceph"
 HOSTS_FILE = "/etc/hosts"
@@ -44,7 +46,7 @@ DRAIN_SOURCE = REMOTE / "engine_drain.py"
 MIRROR_SCRIPT = f"{SCRIPT_DIR}/model_mirror.py"
 MIRROR_SOURCE = REMOTE / "model_mirror.py"
 MODELS_READER_CONFIG = f"{CONFIG_DIR}/models-s3.ini"
-DEFAULT_MODEL_ROOT = "/var/lib/kvceph/models"
+DEFAULT_MODEL_ROOT = f"{STATE_DIR}/models"
 
 # --- The Ceph admin host --------------------------------------------------------------------------
 ADMIN_SCRIPT = f"{SCRIPT_DIR}/s3admin.py"
@@ -55,6 +57,6 @@ MODELS_OWNER_CONFIG = f"{ADMIN_DIR}/models-owner.ini"
 MODELS_ADMIN_READER_CONFIG = f"{ADMIN_DIR}/models-reader.ini"
 MODELS_UPLOAD_DIR = "/var/cache/kvceph/models-upload"
 # The run lock (deploys/lock.py).
-LOCK_DIR = "/var/lib/kvceph"
+LOCK_DIR = STATE_DIR
 LOCK_FILE = f"{LOCK_DIR}/deploy.lock"
 LOCK_INFO_FILE = f"{LOCK_DIR}/deploy.lock.info"

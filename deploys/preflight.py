@@ -28,6 +28,7 @@ from deploys import (
     s3_names,
     secrets,
     settings,
+    sudo,
     tier_preflight,
 )
 from deploys.facts import memo
@@ -446,6 +447,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
         }
         groups = check_inventory(list(hosts.values()))
         check_engine_args(hosts)
+        sudo.check_no_password(inventory)
         hosts = s3_names.fill_rgw_group(hosts, _rgw_addresses(inventory))
         creds = secrets.load()
         # Read-only facts, after every check that needs none: a model directory's config.json,

@@ -142,6 +142,20 @@ pid_of() {  # pid of HOST's nspawn launcher if it is running
 }
 running() { pid_of "$1" >/dev/null; }
 
+# kvceph's login on every host (inventories/lab.py), as on a fleet that forbids root SSH: a
+# user with the lab's key and passwordless sudo. Root keeps the key for the tests' own looks.
+LOGIN_USER=kvdeploy
+login_user() {  # login_user MERGED: the user, its key and its sudoers line (idempotent)
+  local M=$1 uid gid
+  grep -q "^$LOGIN_USER:" "$M/etc/passwd" || useradd --root "$M" -m -U -s /bin/bash "$LOGIN_USER"
+  uid=$(awk -F: -v u=$LOGIN_USER '$1 == u {print $3}' "$M/etc/passwd")
+  gid=$(awk -F: -v u=$LOGIN_USER '$1 == u {print $4}' "$M/etc/passwd")
+  install -d -m700 -o "$uid" -g "$gid" "$M/home/$LOGIN_USER/.ssh"
+  install -m600 -o "$uid" -g "$gid" "$LAB/id_ed25519.pub" "$M/home/$LOGIN_USER/.ssh/authorized_keys"
+  printf '%s ALL=(ALL:ALL) NOPASSWD: ALL\n' "$LOGIN_USER" >"$M/etc/sudoers.d/kvlab-login"
+  chmod 440 "$M/etc/sudoers.d/kvlab-login"
+}
+
 inject() {  # inject HOST MERGED: per-host files written into the overlay before boot
   local h=$1 M=$2 o
   echo "$h" >"$M/etc/hostname"
@@ -160,6 +174,7 @@ inject() {  # inject HOST MERGED: per-host files written into the overlay before
   { cat "$LAB/id_ed25519.pub"; grep -v ' kvceph-lab$' "$M/root/.ssh/authorized_keys" 2>/dev/null || true; } \
     >"$M/root/.ssh/authorized_keys.kvlab"
   chmod 600 "$M/root/.ssh/authorized_keys.kvlab"; mv "$M/root/.ssh/authorized_keys.kvlab" "$M/root/.ssh/authorized_keys"
+  login_user "$M"
   for o in e2scrub_reap.service smartmontools.service rbdmap.service lvm2-monitor.service \
            lvm2-lvmpolld.socket dm-event.socket blk-availability.service radosgw.service \
            nvmf-autoconnect.service ceph.service; do

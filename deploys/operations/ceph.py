@@ -18,6 +18,7 @@ from deploys.facts.ceph import (
     CephPools,
     CephServiceSpec,
 )
+from deploys.operations import files
 from deploys.orch_readback import spec_differences  # noqa: F401 (s3_tier, tests use it here)
 
 # OSDMonitor::check_pg_num divides by at least 3 OSDs ("num_in_osds 3" on a 2-OSD cluster).
@@ -313,9 +314,13 @@ def service_spec(
         full = copy.deepcopy(spec)
         full.setdefault("spec", {}).update({k: v.reveal() for k, v in secret_spec.items()})
         text = specs.dump(full)
-        # An existing file keeps its mode when uploaded over: the key is never world-readable.
+        # An existing file keeps its mode when uploaded over (SFTP as root, or sudo's cp),
+        # and under sudo the upload passes only through the login user's private directory:
+        # the key is never readable by another user.
         yield StringCommand("install", "-m", "600", "/dev/null", QuoteString(remote))
-    yield FileUploadCommand(StringIO(text), remote)
+        yield from files.upload(text.encode(), remote)
+    else:
+        yield FileUploadCommand(StringIO(text), remote)
     yield orch_readback.apply_command(remote, service_name, wanted, t, wait)
 
 

@@ -1,10 +1,13 @@
 """Write files atomically, and privately where they hold secrets.
 
-pyinfra's ``files.put`` uploads through a temp location and ``cp``; a reader can then see a
-half-written file, and a secret file can be world-readable for a moment. These operations
-create a temp file *inside the target directory* with umask 077, upload into it, set
-owner and mode, and rename it over the target: readers see the old or the new content only.
-Content is compared by SHA-256 (computed on both sides), so it is never shown or diffed.
+Why not pyinfra's ``files.put`` / ``files.template``: they ``cp`` over the target (a reader can
+see a half-written file), a new file gets its mode only after its content (a secret readable
+for a moment), under sudo the content waits in a world-readable /tmp file, and ``--diff`` shows
+it. These operations create a temp file *inside the target directory* with umask 077, upload
+into it (under sudo through the login user's private ``sudo.UPLOAD_DIR``), set owner and mode,
+and rename it over the target: readers see the old or the new content only. Content is
+compared by SHA-256 (computed on both sides), so it is never shown or diffed. Files without
+a reader or a secret to protect (wheels) go through pyinfra's ``files.put``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Directory, File, FileContents, Sha256File
 
-from deploys import paths, render
+from deploys import paths, render, sudo
 from deploys.facts import memo
 
 
@@ -42,6 +45,9 @@ def atomic_file(
 ):
     """
     Replace a file atomically (temp file in the same directory + rename).
+
+    kvceph's own rather than ``files.put``: atomic, compared by hash (never diffed), and under
+    sudo never staged where another user can read it (module docstring).
 
     + path: absolute path of the file on the host
     + content: the desired text
@@ -90,13 +96,33 @@ def _replace(path: str, content: str, user: str, group: str, mode: str):
     """The commands that put ``content`` at ``path`` atomically (temp file beside it)."""
     directory, name = posixpath.split(path)
     temp = posixpath.join(directory, f".{name}.kvceph-tmp")
-    # Pre-create the temp file with umask 077: an SFTP upload into an existing file keeps its
-    # mode, so the content is never readable by others, not even for a moment.
+    # Pre-create the temp file with umask 077: an upload into an existing file keeps its mode
+    # (SFTP as root, or pyinfra's `sudo cp`), so the content is never readable by others.
     yield StringCommand("sh", "-c", QuoteString(f"umask 077 && rm -f '{temp}' && : > '{temp}'"))
-    yield FileUploadCommand(BytesIO(content.encode()), temp, remote_temp_filename=temp)
+    yield from upload(content.encode(), temp)
     yield StringCommand("chown", QuoteString(f"{user}:{group}"), QuoteString(temp))
     yield StringCommand("chmod", mode, QuoteString(temp))
     yield StringCommand("mv", "-f", QuoteString(temp), QuoteString(path))
+
+
+def upload(data: bytes, remote: str):
+    """The commands that upload ``data`` into the existing root-owned file ``remote``.
+
+    Logged in as root, SFTP writes ``remote`` itself. Under sudo, pyinfra uploads as the login
+    user and ``sudo cp``s; its default stop is a file in /tmp that others can read, so here it
+    is ``sudo.UPLOAD_DIR`` (0700, the login user's): no secret passes where another user can
+    read it, and pyinfra removes the copy after the ``cp``.
+
+    + data: the file's bytes
+    + remote: the target, created beforehand with the mode it must keep (``cp`` keeps it)
+    """
+    if sudo.elevated(host.current_op_global_arguments):
+        yield sudo.prepare_upload_dir()
+        yield FileUploadCommand(
+            BytesIO(data), remote, remote_temp_filename=sudo.upload_temp(remote)
+        )
+    else:
+        yield FileUploadCommand(BytesIO(data), remote, remote_temp_filename=remote)
 
 
 @operation()

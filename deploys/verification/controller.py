@@ -10,7 +10,7 @@ import shlex
 from pyinfra import logger
 from pyinfra.api.command import StringCommand
 
-from deploys import crossover, drain, engine_address, measured, tier_preflight
+from deploys import crossover, drain, engine_address, measured, sudo, tier_preflight
 from deploys.facts.connector import RemoteTierLog
 from deploys.verification import report as reporting
 from deploys.verification import runner, targets, transport
@@ -47,11 +47,9 @@ class SshControl:
             target.connect(reason="verify", raise_exceptions=False)
         if not target.connected:
             return False, f"{name}: not connected"
-        # The operator's sudo choice for this host applies here too (data `_sudo`).
+        # Root as the operations get it: the host's `_sudo` (and friends), or `--sudo`.
         ok, output = target.run_shell_command(
-            StringCommand(command),
-            _sudo=bool(target.data.get("_sudo", False)),
-            _timeout=timeout + 15,
+            StringCommand(command), _timeout=timeout + 15, **sudo.arguments(target.state, target)
         )
         return ok, "; ".join(line for line in output.output_lines if line.strip())
 

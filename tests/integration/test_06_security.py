@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import subprocess
 
-from conftest import HOSTS, INFERENCE, pyinfra, secrets, ssh
+from conftest import HOSTS, INFERENCE, pyinfra, secrets, ssh, ssh_argv
 from lab_client import auth_headers, status
 
 PROMPT = {"model": "Qwen/Qwen3-32B", "prompt": "security check", "max_tokens": 2}
@@ -129,12 +131,66 @@ def _restart_window(host: str) -> tuple[int, int]:
     return int(out[0]), int(out[1])
 
 
+# Run as `nobody` on a host while a deploy writes secrets: every file it can read in the places
+# a write could pass through (SFTP's landing, temp files), printed once per version as
+# "<path> <hex content>"; stops at EOF on stdin.
+_WATCH = """
+import os, select, sys, time
+seen, roots = set(), sys.argv[1:]
+while not (select.select([sys.stdin], [], [], 0)[0] and not sys.stdin.read(1)):
+    for root in roots:
+        for top, _, names in os.walk(root):
+            for name in names:
+                path = os.path.join(top, name)
+                try:
+                    st = os.stat(path)
+                    key = (path, st.st_mtime_ns, st.st_size)
+                    if key in seen or st.st_size > 1 << 20:
+                        continue
+                    with open(path, "rb") as f:
+                        data = f.read()
+                except OSError:
+                    continue
+                seen.add(key)
+                print(path, data.hex(), flush=True)
+    time.sleep(0.002)
+"""
+_WATCHED = "/tmp /var/tmp /dev/shm /run/kvceph /var/lib/kvceph /etc/kvceph /home"
+
+
+def _watch(host: str) -> subprocess.Popen:
+    command = f"runuser -u nobody -- python3 -c {shlex.quote(_WATCH)} {_WATCHED}"
+    return subprocess.Popen(
+        [*ssh_argv(host), command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+
+def _seen(watcher: subprocess.Popen) -> dict[str, str]:
+    """path -> the text of every version of it the watcher could read."""
+    out, _ = watcher.communicate(input="", timeout=60)
+    seen: dict[str, str] = {}
+    for line in out.splitlines():
+        path, _, data = line.partition(" ")
+        seen[path] = seen.get(path, "") + bytes.fromhex(data).decode(errors="replace")
+    return seen
+
+
 def test_a_new_api_key_rolls_every_engine_once_one_at_a_time(converged):
     old = _secret_values()["KVCEPH_VLLM_API_KEY"]
     new = old + "-rotated"
     before = _main_pids()
+    watchers = {h: _watch(h) for h in INFERENCE}
     run = pyinfra(env={"KVCEPH_VLLM_API_KEY": new})
+    seen = {h: _seen(w) for h, w in watchers.items()}
     assert run.rc == 0, run.output[-4000:]
+    # kvceph logs in as the lab's sudo user (inventories/lab.py): the new key passed through
+    # its private upload directory only; no other user could read it at any moment.
+    for host in INFERENCE:
+        assert seen[host], f"{host}: the watcher read nothing: is it running?"
+        leaked = sorted(p for p, text in seen[host].items() if new in text)
+        assert leaked == [], (host, leaked)
+        upload = ssh(host, "stat -c '%a %U' /var/lib/kvceph/upload; ls -A /var/lib/kvceph/upload")
+        assert upload.stdout.split() == ["700", "kvdeploy"], (host, upload.stdout)
     after = _main_pids()
     assert all(after[h] != before[h] for h in INFERENCE), (before, after)
     rolled = [h for name, h in run.changed() if name.endswith("Rolling restart of vllm.service")]

@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+from pyinfra.api import Config
+
 from deploys import settings
 from deploys.settings.reader import SettingsError
 from deploys.verification import controller
@@ -14,9 +16,22 @@ LAB = {
 }
 
 
+class Data(dict):
+    """Host data as pyinfra reads it: items and attributes (``host.data._sudo``)."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
 class FakeHost:
+    state = SimpleNamespace(config=Config())
+    current_deploy_kwargs = None
+
     def __init__(self, name, data, ok=True, lines=()):
-        self.name, self.data, self.connected = name, data, True
+        self.name, self.data, self.connected = name, Data(data), True
         self.ok, self.lines, self.calls = ok, list(lines), []
 
     def run_shell_command(self, command, **kwargs):
