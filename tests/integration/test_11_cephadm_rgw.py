@@ -4,6 +4,8 @@ Ceph 20.2.4 managed by cephadm inside ceph1, RGW behind cephadm's ingress on the
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime
@@ -276,7 +278,9 @@ def test_rgw_dns_name_change_restarts_rgw_through_the_orchestrator(converged):
         )
 
     def dns_name() -> str:
-        return ssh("ceph1", "timeout 60 ceph config get client.rgw rgw_dns_name").stdout.strip()
+        # kvceph's section only (client.rgw.<service id>): other RGW services keep their name.
+        cmd = "timeout 60 ceph config get client.rgw.standard rgw_dns_name"
+        return ssh("ceph1", cmd).stdout.strip()
 
     port = {"https": 443, "http": 80}[S3_SCHEME]
     other = (
@@ -303,3 +307,79 @@ def test_rgw_dns_name_change_restarts_rgw_through_the_orchestrator(converged):
     assert s3_status() == "200"
     # The inference hosts were never touched: the whole lab is converged as it was.
     assert pyinfra().changed() == []
+
+
+def self_signed_pem() -> str:
+    """A certificate and key for the other tenant's SSL frontend (cephadm reads both)."""
+    out = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=s3.tenant.example", "-keyout", "/dev/stdout", "-out", "/dev/stdout"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out.stdout
+
+
+def cluster_state() -> tuple[str, str]:
+    """Every service spec and the whole config database, as the cluster prints them."""
+    specs = ssh("ceph1", "timeout 60 ceph orch ls --export").stdout
+    return specs, ssh("ceph1", "timeout 60 ceph config dump").stdout
+
+
+def test_an_rgw_service_kvceph_did_not_create_is_refused_then_merged_on_opt_in(converged):
+    """Another tenant's RGW (own realm/zone, SSL) and its rgw_dns_name: the deploy pointed at
+    it stops in one line naming both and changes nothing; the opt-in's plan merges the spec
+    (realm, zone, SSL, placement kept) and shows each difference."""
+    pem = self_signed_pem()
+    spec = {
+        "service_type": "rgw",
+        "service_id": "tenant",
+        "unmanaged": True,  # the spec is what matters here, not its daemons
+        "placement": {"count": 1},
+        "spec": {
+            "rgw_realm": "tenantrealm",
+            "rgw_zone": "tenantzone",
+            "ssl": True,
+            "rgw_frontend_port": 8443,
+            "rgw_frontend_ssl_certificate": pem,
+        },
+    }
+    path = "/tmp/kvtest-tenant-spec.yaml"  # as kvceph's own specs travel (the CLI's mounts)
+    ssh("ceph1", f"printf %s {shlex.quote(json.dumps(spec))} > {path}")
+    ssh("ceph1", f"timeout 60 ceph orch apply -i {path}; rm -f {path}")
+    ssh("ceph1", "timeout 60 ceph config set client.rgw.tenant rgw_dns_name s3.tenant.example")
+    tenant = ("--data", "kvceph_rgw_service_id=tenant", "--limit", "ceph1")
+    try:
+        before = cluster_state()
+        run = pyinfra(*tenant)
+        assert run.rc != 0
+        (line,) = [e for e in errors(run) if "does not own" in e]
+        assert "service rgw.tenant exists and kvceph did not create it" in line
+        assert "rgw_realm tenantrealm; rgw_zone tenantzone; SSL" in line
+        assert "client.rgw.tenant/rgw_dns_name = 's3.tenant.example' was set outside" in line
+        assert "kvceph_adopt=rgw.tenant,client.rgw.tenant/rgw_dns_name" in line
+        assert run.changed() == []
+        assert cluster_state() == before
+
+        adopt = "rgw.tenant,client.rgw.tenant/rgw_dns_name"
+        plan = pyinfra("--dry", *tenant, "--data", f"kvceph_adopt={adopt}", json_out=False)
+        adopting = [x for x in plan.output.splitlines() if "rgw.tenant: adopting:" in x]
+        assert any("spec.rgw_frontend_port: 8443 -> 8080" in x for x in adopting), adopting
+        assert not [x for x in adopting if "realm" in x or "zone" in x or "ssl" in x], adopting
+        assert not [x for x in adopting if "placement" in x], adopting
+        assert cluster_state() == before  # a plan only
+    finally:
+        ssh("ceph1", "timeout 60 ceph orch rm rgw.tenant", check=False)
+        ssh("ceph1", "timeout 60 ceph config rm client.rgw.tenant rgw_dns_name", check=False)
+
+
+def test_kvceph_pools_keep_their_pg_count_with_the_autoscaler_on(converged):
+    """The lab runs Ceph's default (autoscaler on): kvceph's pools are off, at kvceph's count."""
+    default = ssh("ceph1", "timeout 60 ceph config get mon osd_pool_default_pg_autoscale_mode")
+    assert default.stdout.strip() == "on"
+    status = {p["pool_name"]: p for p in orch("osd pool autoscale-status")}
+    wanted = {"default.rgw.buckets.data": 32, "default.rgw.buckets.index": 8}  # group_data/lab.py
+    for pool, pg_num in wanted.items():
+        assert status[pool]["pg_autoscale_mode"] == "off", status[pool]
+        assert status[pool]["pg_num_target"] == pg_num, status[pool]
+    # RGW's own pools (not kvceph's) stay the autoscaler's.
+    assert status["default.rgw.log"]["pg_autoscale_mode"] == "on"
