@@ -14,17 +14,19 @@ import re
 from pyinfra import host, inventory, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import ceph_cli, ownership, specs
+from deploys import ceph_cli, ownership, specs, zones
 from deploys.facts import memo
 from deploys.facts.ceph import (
     CephOrchStatus,
     CephOwnershipMarkers,
+    CephPools,
     CephReachable,
     CephServiceSpec,
     CephSpecProbe,
     CephVersions,
     version_key,
 )
+from deploys.facts.rgw import RgwZoneLayout
 from deploys.operations import ceph
 from deploys.settings import HostSettings, run_control
 from deploys.settings.ceph import RgwSettings
@@ -202,9 +204,27 @@ def check(me: HostSettings) -> None:
         raise OperationError(problem)
     if _orchestrator(me, t):
         wanted, _ = _plan(me, t)
-        problem = ownership_refusal(me, wanted, t)
+        problem = ownership_refusal(me, wanted, t) or zone_refusal(me, t)
         if problem:
             raise OperationError(problem)
+
+
+def zone_refusal(me: HostSettings, t: dict) -> str | None:
+    """deploys/zones.py's refusal for the zone kvceph's RGW serves: the one its spec names
+    (an adopted service), else the cluster's default; a cluster without ``.rgw.root`` has no
+    zone yet (RGW creates "default" at first start), so nothing is read there: a
+    ``radosgw-admin`` read would create it."""
+    pools = memo.read(host, CephPools, **t)
+    if pools is None:
+        return f"{host.name}: cannot read the pools (`ceph osd pool ls detail`)"
+    if ".rgw.root" not in pools:
+        found = zones.FRESH
+    else:
+        current = memo.read(host, CephServiceSpec, service_name=me.rgw.service_name, **t)
+        where = zones.zone_of(current)
+        found = memo.read(host, RgwZoneLayout, **where, timeout=t["command_timeout"])
+    names = [p.name for p in me.ceph.pools]
+    return zones.refusal(me.rgw.service_name, found, names)
 
 
 def owned_options(me: HostSettings) -> list[tuple[str, str]]:

@@ -304,6 +304,14 @@ def lifecycle_rules(me: settings.HostSettings) -> list[dict]:
     )
 
 
+def _zone_layout_output() -> list[str]:
+    """``radosgw-admin zonegroup get``, ``---``, ``zone get`` of a single-zone cluster."""
+    tentacle = REPO / "tests" / "fixtures" / "ceph-tentacle-20.2.4"
+    zonegroup = json.loads((tentacle / "zonegroup_default.json").read_text())
+    zone = json.loads((tentacle / "zone_default.json").read_text())
+    return [json.dumps(zonegroup), "---", json.dumps(zone)]
+
+
 def _owned_options(me: settings.HostSettings) -> dict[str, str]:
     options = {"rgw_dns_name": me.rgw.dns_name}
     if me.rgw.exit_timeout_secs is not None:
@@ -365,6 +373,8 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
         + ["kvceph-orch-apply-rc=0"],
         # CephConfigDump, CephOwnershipMarkers: kvceph's RGW options and its markers.
         f"{ceph} config dump": [json.dumps(_config_dump(me) if converged else [])],
+        # RgwZoneLayout: one zonegroup "default" with one zone "default" (recorded shape).
+        "radosgw-admin zonegroup get": _zone_layout_output(),
         f"{ceph} config-key dump kvceph/owned/": [
             json.dumps(_markers(me, specs) if converged else {})
         ],
