@@ -341,6 +341,13 @@ class RgwZoneLayout(FactBase):
          "index_pool": "default.rgw.buckets.index"}
     """
 
+    # `zone get` carries the multi-site system user's secret key (system_key): the admin host
+    # keeps only what zones.layout reads, so pyinfra never sees it.
+    _ZONE_FILTER = (
+        "import json,sys; z=json.load(sys.stdin); "
+        "print(json.dumps({k: z.get(k) for k in ('id', 'name', 'placement_pools')}))"
+    )
+
     def command(
         self,
         realm: str | None = None,
@@ -359,6 +366,7 @@ class RgwZoneLayout(FactBase):
             "&&", "echo", "---", "&&",
             "timeout", str(timeout), "radosgw-admin", "zone", "get",
             *[QuoteString(a) for a in zone_args],
+            "|", "python3", "-c", QuoteString(self._ZONE_FILTER),
             ";", "}", "||", "echo", f"{_ZONE_FAILED}=$?",
         )  # fmt: skip
 

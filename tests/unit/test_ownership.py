@@ -124,3 +124,29 @@ def test_refusal_line_names_every_object_and_the_opt_in():
     line = ownership.refusal_line(["a", "b"], ["rgw.tenant", "client.rgw.tenant/rgw_dns_name"])
     assert "a; b; nothing was changed" in line
     assert "--data kvceph_adopt=rgw.tenant,client.rgw.tenant/rgw_dns_name" in line
+
+
+def test_recorded_config_dump_and_markers_of_a_converged_lab():
+    from pathlib import Path
+
+    from deploys.facts.ceph import CephConfigDump, CephOwnershipMarkers
+
+    tentacle = Path(__file__).resolve().parents[1] / "fixtures" / "ceph-tentacle-20.2.4"
+    dump = CephConfigDump().process((tentacle / "config_dump.json").read_text().splitlines())
+    markers = CephOwnershipMarkers().process(
+        (tentacle / "config_key_dump.json").read_text().splitlines()
+    )
+    assert markers[ownership.marker_key("service", "rgw.standard")] == ownership.CREATED
+    converged = ownership.plan_option(SECTION, "rgw_dns_name", "s3.kvlab", dump, markers)
+    assert not converged.set and converged.refusal is None and converged.notes == []
+    by_hand = [
+        {**e, "value": "s3.other"} if (e["section"], e["name"]) == (SECTION, "rgw_dns_name") else e
+        for e in dump
+    ]
+    assert "changed since kvceph set 's3.kvlab'" in plan(by_hand, markers).refusal
+    # cephadm itself sets rgw_frontends per daemon: a narrower section kvceph never overrides.
+    frontends = ownership.plan_option(SECTION, "rgw_frontends", "beast port=1", dump, markers)
+    assert "client.rgw.standard.ceph1.dmrmjb, client.rgw.standard.ceph1.mcjqyo" in (
+        frontends.refusal
+    )
+    assert CephOwnershipMarkers().process(["{}"]) == {}

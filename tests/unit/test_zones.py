@@ -56,3 +56,16 @@ def test_zone_of_a_spec():
     spec = {"spec": {"rgw_realm": "r", "rgw_zone": "z", "rgw_frontend_port": 80}}
     assert zones.zone_of(spec) == {"realm": "r", "zone": "z"}
     assert zones.zone_of(None) == {}
+
+
+def test_a_recorded_realm_with_two_zones_is_refused():
+    # 20.2.4: realm kvtest, zonegroup kvtestzg, zones kvtest-a (master) and kvtest-b.
+    two = json.loads((TENTACLE / "zonegroup_two_zones.json").read_text())
+    line = zones.refusal("rgw.standard", zones.layout(two, ZONE), POOLS)
+    assert "zonegroup kvtestzg has 2 zones (kvtest-a, kvtest-b; master kvtest-a)" in line
+
+
+def test_the_zone_answer_is_filtered_on_the_host():
+    command = RgwZoneLayout().command().get_raw_value()
+    assert "system_key" in ZONE  # the recorded answer carries the multi-site secret's slot
+    assert "radosgw-admin zone get | python3 -c" in command and "placement_pools" in command
