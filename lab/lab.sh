@@ -373,6 +373,11 @@ wait_ceph() {
   if [ "$CEPH_MODE" = pacific ]; then wait_s3; return; fi
   local t0; t0=$(now)
   lab_ssh ceph1 /usr/local/sbin/kvlab-cephadm-bootstrap || die "cephadm bootstrap on ceph1 failed (log: /var/log/kvlab-bootstrap.log in ceph1)"
+  # Ceph's default autoscaler (on), as an operator's cluster has it: the image's initial
+  # config turns it off (its files are in the image's stamp, so it is undone here instead);
+  # kvceph's pools carry their own mode (kvceph_ceph_autoscale_mode)
+  lab_ssh ceph1 'ceph config rm global osd_pool_default_pg_autoscale_mode' ||
+    die "ceph1: cannot restore the default pg autoscale mode"
   log "cephadm cluster ready ($(elapsed "$t0") s)"
 }
 

@@ -92,6 +92,55 @@ class CephOsdStat(_CephFact):
         return {k: stat[k] for k in ("num_osds", "num_up_osds", "num_in_osds")}
 
 
+class CephConfigDump(FactBase):
+    """
+    Where the monitors' config database sets some options (``ceph config dump``), by section.
+
+    .. code:: python
+
+        [{"section": "client.rgw.standard", "mask": "", "name": "rgw_dns_name",
+          "value": "s3.kvlab"}]
+    """
+
+    # The dump holds every option of every daemon, passwords included (e.g.
+    # rgw_keystone_admin_password): the admin host keeps only the options asked for, so
+    # pyinfra never reads the others.
+    _FILTER = (
+        "import json,sys; w=set(sys.argv[1:]); "
+        "print(json.dumps([e for e in json.load(sys.stdin) if e['name'] in w]))"
+    )
+
+    def command(
+        self,
+        options: tuple[str, ...],
+        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+        command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+    ):
+        dump = ceph(
+            "config", "dump", connect_timeout=connect_timeout, command_timeout=command_timeout
+        )
+        return StringCommand(
+            dump, "|", "python3", "-c", QuoteString(self._FILTER), *map(QuoteString, options)
+        )
+
+    def process(self, output):
+        return [
+            {k: e.get(k, "") for k in ("section", "mask", "name", "value")} for e in _json(output)
+        ]
+
+
+class CephOwnershipMarkers(_CephFact):
+    """
+    kvceph's ownership markers (``ceph config-key dump kvceph/owned/``, deploys/ownership.py):
+    ``{"kvceph/owned/service/rgw.standard": "created"}``.
+    """
+
+    ceph_args = ("config-key", "dump", "kvceph/owned/")
+
+    def process(self, output):
+        return _json(output) if "".join(output).strip() else {}
+
+
 class CephConfigValue(FactBase):
     """
     One option as a daemon sees it (``ceph config get <who> <option>``), as a string.

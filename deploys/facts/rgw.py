@@ -14,7 +14,7 @@ import json
 from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from deploys import ceph_cli
+from deploys import ceph_cli, zones
 
 # Runner: argv = timeout, mode (user, bucket, usage: a bucket's stats; lc), command...; prints
 # one JSON line (null when the subject does not exist) or exits non-zero with radosgw-admin's
@@ -324,3 +324,58 @@ class RgwReachable(FactBase):
             other = [line for line in lines[:-1] if not line.startswith("try ")]
             attempts.append(f"{why}: {other[-1]}" if other else why)
         return {"reachable": False, "status": None, "attempts": attempts}
+
+
+_ZONE_FAILED = "kvceph-zone-failed"
+
+
+class RgwZoneLayout(FactBase):
+    """
+    The zonegroup and zone an RGW serves (``radosgw-admin zonegroup get`` and ``zone get``),
+    as deploys/zones.py reads them, or ``{"error": "<last line>"}``.
+
+    .. code:: python
+
+        {"zonegroup": "default", "zones": ["default"], "master_zone": "default",
+         "zone": "default", "data_pool": "default.rgw.buckets.data",
+         "index_pool": "default.rgw.buckets.index"}
+    """
+
+    # `zone get` carries the multi-site system user's secret key (system_key): the admin host
+    # keeps only what zones.layout reads, so pyinfra never sees it.
+    _ZONE_FILTER = (
+        "import json,sys; z=json.load(sys.stdin); "
+        "print(json.dumps({k: z.get(k) for k in ('id', 'name', 'placement_pools')}))"
+    )
+
+    def command(
+        self,
+        realm: str | None = None,
+        zonegroup: str | None = None,
+        zone: str | None = None,
+        timeout: int = 60,
+    ):
+        where = []
+        for flag, value in (("--rgw-realm", realm), ("--rgw-zonegroup", zonegroup)):
+            if value:
+                where += [f"{flag}={value}"]
+        zone_args = where + ([f"--rgw-zone={zone}"] if zone else [])
+        args = [QuoteString(a) for a in where]
+        return StringCommand(
+            "{", "timeout", str(timeout), "radosgw-admin", "zonegroup", "get", *args,
+            "&&", "echo", "---", "&&",
+            "timeout", str(timeout), "radosgw-admin", "zone", "get",
+            *[QuoteString(a) for a in zone_args],
+            "|", "python3", "-c", QuoteString(self._ZONE_FILTER),
+            ";", "}", "||", "echo", f"{_ZONE_FAILED}=$?",
+        )  # fmt: skip
+
+    def process(self, output):
+        failed = [x for x in output if x.startswith(_ZONE_FAILED)]
+        if failed or "---" not in output:
+            status = failed[0].split("=", 1)[1] if failed else "no answer"
+            return {"error": f"`radosgw-admin zonegroup get` / `zone get` failed ({status})"}
+        cut = output.index("---")
+        zonegroup = json.loads("\n".join(output[:cut]))
+        zone = json.loads("\n".join(output[cut + 1 :]))
+        return zones.layout(zonegroup, zone)

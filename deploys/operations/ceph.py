@@ -5,16 +5,18 @@ from __future__ import annotations
 import copy
 from io import StringIO
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 
-from deploys import ceph_cli, orch_readback, specs
+from deploys import ceph_cli, orch_readback, ownership, specs
 from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
 from deploys.facts import memo
 from deploys.facts.ceph import (
+    CephConfigDump,
     CephConfigValue,
     CephOrchHosts,
     CephOsdStat,
+    CephOwnershipMarkers,
     CephPools,
     CephServiceSpec,
 )
@@ -49,7 +51,8 @@ def plan_pg_budget(
     """Check ``desired`` against the monitors' PG limit; a summary line, or Refused.
 
     Mirrors OSDMonitor's check: sum of pg_num_target x size over all pools, against
-    mon_max_pg_per_osd x max(in OSDs, 3). Pools the autoscaler owns keep their PG count. A plan
+    mon_max_pg_per_osd x max(in OSDs, 3). Pools the autoscaler owns (and keeps: a desired
+    ``autoscale_mode`` other than "on" takes them from it) keep their PG count. A plan
     that adds nothing never refuses, even on a cluster already over the limit.
     """
     current = {n: p["pg_num_target"] * p["size"] for n, p in pools.items()}
@@ -58,7 +61,8 @@ def plan_pg_budget(
     for want in desired:
         have = pools.get(want["name"])
         size = want.get("size") or (have["size"] if have else default_size)
-        pg = have["pg_num_target"] if have and have["autoscale_mode"] == "on" else want["pg_num"]
+        mode = want.get("autoscale_mode") or (have["autoscale_mode"] if have else "on")
+        pg = have["pg_num_target"] if have and mode == "on" else want["pg_num"]
         projected[want["name"]] = pg * size
         if projected[want["name"]] != current.get(want["name"]):
             changes.append(f"{want['name']} {pg} PGs x size {size}")
@@ -121,9 +125,18 @@ def plan_pool(
     application: str | None = None,
     allow_data_movement: bool = False,
     allow_pg_decrease: bool = False,
+    autoscale_mode: str | None = None,
+    owner: str | None = ownership.CREATED,
+    adopt: bool = False,
 ) -> tuple[list[list], list[str]]:
     """The ``ceph`` argument lists that bring pool ``have`` (CephPools entry, None: missing)
-    to what is wanted, and notes for the operator. Raises Refused, naming every reason."""
+    to what is wanted, and notes for the operator. Raises Refused, naming every reason.
+
+    ``autoscale_mode`` (None: leave it) is set at creation, so the autoscaler never sees the
+    pool in its own mode, and before any pg_num step on an existing pool. ``owner``: the
+    pool's kvceph marker (None: kvceph did not create it, so any change is refused unless
+    ``adopt``, the operator's kvceph_adopt naming ``pool/<name>``)."""
+    marker = ["config-key", "set", ownership.marker_key("pool", pool)]
     if have is None:
         # `osd pool create` exits 0 with "already exists" on a pool it did not create, so the
         # decision is the fact, never its exit status. Size goes in at creation: the monitor's
@@ -131,12 +144,14 @@ def plan_pool(
         create: list = ["osd", "pool", "create", pool, pg_num, pg_num, "replicated"]
         if size is not None:
             create += ["--size", size]
+        if autoscale_mode is not None:
+            create += ["--autoscale-mode", autoscale_mode]
         steps = [create]
         if min_size is not None:
             steps.append(["osd", "pool", "set", pool, "min_size", min_size])
         if application:
             steps.append(["osd", "pool", "application", "enable", pool, application])
-        return steps, []
+        return steps + [marker + [ownership.CREATED]], []
 
     if have["type"] != "replicated":
         raise Refused(
@@ -169,11 +184,15 @@ def plan_pool(
     # pg_num_target, not pg_num: Ceph walks pg_num there in steps, and a pool mid-split is
     # already converged as far as kvceph is concerned.
     target = have["pg_num_target"]
-    if have["autoscale_mode"] == "on":
+    mode = have["autoscale_mode"]
+    if autoscale_mode is not None and autoscale_mode != mode:
+        steps.append(["osd", "pool", "set", pool, "pg_autoscale_mode", autoscale_mode])
+        mode = autoscale_mode
+    if mode == "on":
         if pg_num != target:
             notes.append(
                 f"pg_autoscale_mode is on: the autoscaler owns pg_num ({target}, wanted "
-                f"{pg_num}); set pg_autoscale_mode off on the pool to pin it"
+                f"{pg_num}); set kvceph_ceph_autoscale_mode = 'off' to pin it"
             )
     elif pg_num > target:
         if allow_data_movement:
@@ -205,6 +224,15 @@ def plan_pool(
 
     if refusals:
         raise Refused(f"pool {pool}: refused: {'; '.join(refusals)}")
+    if steps and owner is None:
+        if not adopt:
+            wanted = ", ".join(f"`ceph {' '.join(map(str, s))}`" for s in steps)
+            raise Refused(
+                f"pool {pool}: exists and kvceph did not create it (no marker); kvceph would "
+                f"run {wanted}; nothing was changed; fix: --data "
+                f"{ownership.ADOPT_KEY}=pool/{pool} to hand it over, or use another pool name"
+            )
+        steps.append(marker + [ownership.ADOPTED])
     return steps, notes
 
 
@@ -217,6 +245,8 @@ def pool(
     application: str | None = None,
     allow_data_movement: bool = False,
     allow_pg_decrease: bool = False,
+    autoscale_mode: str | None = None,
+    adopt: tuple[str, ...] = (),
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
 ):
@@ -229,12 +259,16 @@ def pool(
     + application: application to enable (e.g. ``rgw``)
     + allow_data_movement: permit changes that backfill data (size change, PG increase)
     + allow_pg_decrease: permit PG merges (pg_num decrease)
+    + autoscale_mode: ``pg_autoscale_mode`` (off/warn/on; None: leave the pool's)
+    + adopt: objects the operator handed over for this run (``kvceph_adopt``, ``pool/<name>``)
     + connect_timeout / command_timeout: seconds for each ``ceph`` call
 
     min_size and the application are safe to fix in place. A size change or PG increase moves
     data and needs ``allow_data_movement``; a decrease needs ``allow_pg_decrease``; a pool of
-    another type is refused (Ceph cannot convert it). With ``pg_autoscale_mode on`` the
-    autoscaler owns pg_num and this operation says so instead of fighting it. Refusals raise
+    another type is refused (Ceph cannot convert it); a pool kvceph did not create (no
+    marker, deploys/ownership.py) is not changed unless ``adopt`` names it. With
+    ``pg_autoscale_mode on`` the autoscaler owns pg_num and this operation says so instead of
+    fighting it. Refusals raise
     Refused (an OperationError) and nothing of the pool is changed.
 
     **Example:**
@@ -247,6 +281,9 @@ def pool(
     pools = memo.read(host, CephPools, **t)
     if pools is None:
         raise OperationError(f"pool {pool}: cannot read the cluster's pools")
+    markers = memo.read(host, CephOwnershipMarkers, **t)
+    if markers is None:
+        raise OperationError(f"pool {pool}: cannot read kvceph's markers")
     steps, notes = plan_pool(
         pools.get(pool),
         pool,
@@ -256,6 +293,9 @@ def pool(
         application,
         allow_data_movement,
         allow_pg_decrease,
+        autoscale_mode,
+        markers.get(ownership.marker_key("pool", pool)),
+        f"pool/{pool}" in adopt,
     )
     for args in steps:
         yield ceph(*args, **t, json=False)
@@ -267,6 +307,7 @@ def pool(
 def service_spec(
     spec: str,
     secret_spec: dict | None = None,
+    adopt: tuple[str, ...] = (),
     wait: int = orch_readback.DEFAULT_WAIT,
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
@@ -279,8 +320,13 @@ def service_spec(
     + secret_spec: keys under the spec's ``spec:`` whose values are secrets, e.g.
       ``{"ssl_key": Secret(...)}``: added to the uploaded file only (0600, removed after the
       apply), compared with the cluster's by sha256 (``ceph_cli.redacted``), never shown
+    + adopt: objects the operator handed over for this run (``kvceph_adopt``)
     + wait: seconds to wait for the service to converge after the apply
     + connect_timeout / command_timeout: seconds for each ``ceph`` call
+
+    A service kvceph did not create (no marker, deploys/ownership.py) is refused unless
+    ``adopt`` names it; then its spec is merged (realm, zone, SSL, placement kept), each
+    difference logged, and it is marked ``adopted``. A new service is marked ``created``.
 
     Compares only the keys the spec sets against ``ceph orch ls --export``: the orchestrator
     adds its own defaults (``rgw_exit_timeout_secs: 120`` on 20.2), which must not read as
@@ -303,15 +349,37 @@ def service_spec(
     for key, value in secret_spec.items():
         wanted.setdefault("spec", {})[key] = ceph_cli.secret_hash(value.reveal())
     current = memo.read(host, CephServiceSpec, service_name=service_name, **t)
+    markers = memo.read(host, CephOwnershipMarkers, **t)
+    if markers is None:
+        raise OperationError(f"service {service_name}: cannot read kvceph's markers")
+    plan = ownership.plan_service({**wanted, "service_name": service_name}, current, markers, adopt)
+    if plan.refusal:
+        raise Refused(f"{plan.refusal}; fix: --data {ownership.ADOPT_KEY}={service_name}")
+    applied = plan.spec
+    if plan.merged:
+        # Adopted: the cluster's spec with kvceph's keys merged in (ownership.merge_spec).
+        for line in plan.differences:
+            logger.warning("kvceph: %s: adopting: %s", service_name, line)
+        hashed = [k for k in ceph_cli.SECRET_SPEC_KEYS if k in applied.get("spec", {})]
+        if [k for k in hashed if k not in secret_spec]:
+            raise Refused(
+                f"service {service_name}: its {', '.join(hashed)} is kept but kvceph reads "
+                "only its hash; fix: give kvceph the same key (kvceph_rgw_ingress_ssl_pem)"
+            )
     if current is not None:
-        diffs = spec_differences(wanted, current)
+        diffs = spec_differences(applied, current)
         if not diffs:
             host.noop(f"service {service_name} already has this spec")
+            if plan.marker:
+                yield _marker(service_name, plan.marker, t)
             return
+    upload = copy.deepcopy(applied if plan.merged else spec)
+    for key in secret_spec:
+        upload.get("spec", {}).pop(key, None)
     remote = host.get_temp_filename(f"kvceph-spec-{service_name}")
-    text = specs.dump(spec)
+    text = specs.dump(upload)
     if secret_spec:
-        full = copy.deepcopy(spec)
+        full = copy.deepcopy(upload)
         full.setdefault("spec", {}).update({k: v.reveal() for k, v in secret_spec.items()})
         text = specs.dump(full)
         # An existing file keeps its mode when uploaded over (SFTP as root, or sudo's cp),
@@ -321,7 +389,14 @@ def service_spec(
         yield from files.upload(text.encode(), remote)
     else:
         yield FileUploadCommand(StringIO(text), remote)
-    yield orch_readback.apply_command(remote, service_name, wanted, t, wait)
+    yield orch_readback.apply_command(remote, service_name, applied, t, wait)
+    if plan.marker:
+        yield _marker(service_name, plan.marker, t)
+
+
+def _marker(service_name: str, value: str, t: dict) -> StringCommand:
+    key = ownership.marker_key("service", service_name)
+    return ceph("config-key", "set", key, value, **t, json=False)
 
 
 @operation()
@@ -345,36 +420,65 @@ def service_restart(
     yield orch_readback.restart_command(service_name, t, wait)
 
 
+def read_option_plan(
+    section: str, option: str, value: str, adopt: tuple[str, ...], timeouts: dict
+) -> ownership.OptionPlan:
+    """:func:`ownership.plan_option` on the cluster's config database and kvceph's markers."""
+    dump = memo.read(host, CephConfigDump, options=(option,), **timeouts)
+    markers = memo.read(host, CephOwnershipMarkers, **timeouts)
+    if dump is None or markers is None:
+        raise OperationError(f"cannot read {section} {option} or kvceph's markers from the cluster")
+    return ownership.plan_option(section, option, str(value), dump, markers, adopt)
+
+
+def option_commands(section: str, option: str, value: str, timeouts: dict) -> list:
+    """Set one option and mark it as kvceph's (the marker holds the value kvceph set)."""
+    key = ownership.marker_key("config", ownership.option_name(section, option))
+    return [
+        ceph("config", "set", section, option, value, **timeouts, json=False),
+        ceph("config-key", "set", key, value, **timeouts, json=False),
+    ]
+
+
 @operation(is_idempotent=True)
 def config_option(
     who: str,
     option: str,
     value: str,
+    adopt: tuple[str, ...] = (),
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
 ):
     """
-    Set one option in the monitors' config database (``ceph config set``) when it differs.
+    Set one option in the monitors' config database (``ceph config set``) where kvceph owns it.
 
-    + who: the section, e.g. ``client.rgw`` (every RGW daemon)
+    + who: the section, e.g. ``client.rgw.standard`` (the daemons of cephadm's rgw.standard)
     + option: the option name, e.g. ``rgw_exit_timeout_secs``
-    + value: the wanted value, compared with what ``ceph config get <who> <option>`` says
+    + value: the wanted value
+    + adopt: objects the operator handed over for this run (``kvceph_adopt``)
     + connect_timeout / command_timeout: seconds for each ``ceph`` call
 
-    Only for options daemons read at runtime: nothing is restarted.
+    Only for options daemons read at runtime: nothing is restarted. A value someone else set
+    in ``who`` (no kvceph marker, or not the value kvceph marked) is refused, not replaced,
+    unless ``adopt`` names ``<who>/<option>``; values in wider sections are reported and
+    left alone (deploys/ownership.py).
 
     **Example:**
 
     .. code:: python
 
-        ceph.config_option(who="client.rgw", option="rgw_exit_timeout_secs", value="5")
+        ceph.config_option(who="client.rgw.standard", option="rgw_exit_timeout_secs", value="5")
     """
     t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
-    current = memo.read(host, CephConfigValue, who=who, option=option, **t)
-    if current == str(value):
+    plan = read_option_plan(who, option, value, adopt, t)
+    for note in plan.notes:
+        logger.warning("kvceph: %s", note)
+    if plan.refusal:
+        raise Refused(plan.refusal)
+    if not plan.set:
         host.noop(f"{who} {option} is already {value}")
         return
-    yield ceph("config", "set", who, option, value, **t, json=False)
+    yield from option_commands(who, option, str(value), t)
 
 
 @operation(is_idempotent=True)

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
-from deploys import ceph_cli, orch_readback, paths
+from deploys import orch_readback, paths
 from deploys.facts import memo
-from deploys.facts.rgw import RgwBucket, RgwDnsName, RgwLifecycle, RgwReachable, RgwUser
+from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwReachable, RgwUser
+from deploys.operations import ceph as ceph_ops
 
 ROTATION_HINT = "rotate with rotate.py (docs/security.md, 'S3 key rotation')"
 # The operator's command for the last rotation step (an access key is an identifier).
@@ -25,12 +26,6 @@ RETIRE_COMMAND = (
     "pyinfra -y <inventory> rotate.py --data kvceph_rotation=retire "
     "--data kvceph_retire_access_key={access_key}"
 )
-
-
-def _ceph(connect_timeout: int, command_timeout: int, *args) -> StringCommand:
-    return ceph_cli.ceph(
-        *args, connect_timeout=connect_timeout, command_timeout=command_timeout, json=False
-    )
 
 
 def _radosgw_admin(timeout: int, *args) -> StringCommand:
@@ -128,6 +123,8 @@ def rgw_dns_name(
     dns_name: str,
     managed_by: str = "cephadm",
     service_name: str = "rgw.standard",
+    section: str | None = None,
+    adopt: tuple[str, ...] = (),
     connect_timeout: int = 10,
     command_timeout: int = 60,
 ):
@@ -137,28 +134,30 @@ def rgw_dns_name(
     + dns_name: the name clients put after the bucket (``<bucket>.<dns_name>``)
     + managed_by: ``cephadm`` (restart the service) or ``external`` (warn: its owner restarts)
     + service_name: cephadm service to restart, e.g. ``rgw.standard``
+    + section: config section of kvceph's RGW daemons (None: ``client.<service_name>``)
+    + adopt: objects the operator handed over for this run (``kvceph_adopt``)
     + connect_timeout: ``ceph --connect-timeout`` seconds
     + command_timeout: overall seconds per ``ceph`` command
+
+    Only kvceph's section is written, and only where kvceph owns the value
+    (``ceph.config_option``'s rules, deploys/ownership.py): another RGW keeps its name.
 
     .. code:: python
 
         rgw_dns_name(dns_name="s3.cephlab.com", service_name="rgw.standard")
     """
-    current = memo.read(
-        host, RgwDnsName, connect_timeout=connect_timeout, command_timeout=command_timeout
-    )
-    if current == dns_name:
-        host.noop(f"rgw_dns_name is already {dns_name}")
+    t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
+    section = section or f"client.{service_name}"
+    plan = ceph_ops.read_option_plan(section, "rgw_dns_name", dns_name, adopt, t)
+    for note in plan.notes:
+        logger.warning("kvceph: %s", note)
+    if plan.refusal:
+        raise OperationError(plan.refusal)
+    if not plan.set:
+        host.noop(f"{section} rgw_dns_name is already {dns_name}")
         return
-    yield _ceph(
-        connect_timeout,
-        command_timeout,
-        "config",
-        "set",
-        "client.rgw",
-        "rgw_dns_name",
-        dns_name,
-    )
+    current = plan.was
+    yield from ceph_ops.option_commands(section, "rgw_dns_name", dns_name, t)
     # RGW reads rgw_dns_name only at start: restart through the orchestrator, wait for the daemons.
     if managed_by == "cephadm":
         logger.info(
@@ -169,9 +168,7 @@ def rgw_dns_name(
             dns_name,
             service_name,
         )
-        yield orch_readback.restart_command(
-            service_name, {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
-        )
+        yield orch_readback.restart_command(service_name, t)
     else:
         logger.warning(
             "S3 tier: rgw_dns_name changes from %r to %r; RGW is managed externally, so its "

@@ -25,6 +25,8 @@ class PoolSettings:
     min_size: int | None
     application: str
     type: str = "replicated"
+    # pg_autoscale_mode kvceph gives the pool (AUTOSCALE_MODES); see DEFAULT_AUTOSCALE_MODE
+    autoscale_mode: str = "off"
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,23 @@ class CephSettings:
     warn_min_size_one: bool
 
 
-def _pool(r: Reader, index: int, raw: Any) -> PoolSettings:
+# Ceph's pg_autoscale_mode values. kvceph's default is "off" for its pools: the autoscaler is
+# on by default since Octopus and sizes a pool by the data it holds, so it would merge the
+# seed's 2048 data PGs of an empty cache down to 32 and split them back as the cache fills:
+# PG churn (peering, backfill) under the KV traffic, and the seed's measured count lost.
+# "bulk" starts a pool at its full PG count but still lets the autoscaler move it with the
+# cluster's capacity and target ratios; "off" per pool keeps exactly the count kvceph set
+# while the rest of the cluster keeps its autoscaler.
+AUTOSCALE_MODES = ("off", "warn", "on")
+DEFAULT_AUTOSCALE_MODE = "off"
+
+
+def _pool(r: Reader, index: int, raw: Any, default_mode: str) -> PoolSettings:
     key = f"kvceph_ceph_pools[{index}]"
     if not isinstance(raw, Mapping):
         raise r.fail(key, raw, "must be a dict", "use {'name': ..., 'pg_num': ...}")
-    unknown = set(raw) - {"name", "pg_num", "size", "min_size", "application", "type"}
+    known = {"name", "pg_num", "size", "min_size", "application", "type", "autoscale_mode"}
+    unknown = set(raw) - known
     if unknown:
         raise r.fail(key, sorted(unknown), "unknown pool keys", "remove them")
     name = raw.get("name")
@@ -62,7 +76,10 @@ def _pool(r: Reader, index: int, raw: Any) -> PoolSettings:
     app = raw.get("application", "rgw")
     if not isinstance(app, str) or not re.fullmatch(r"[a-z0-9_]+", app):
         raise r.fail(f"{key}.application", app, "is not an application name", "use e.g. rgw")
-    return PoolSettings(name, pg, size, min_size, app, ptype)
+    mode = raw.get("autoscale_mode", default_mode)
+    if mode not in AUTOSCALE_MODES:
+        raise r.fail(f"{key}.autoscale_mode", mode, "unknown", f"use one of {AUTOSCALE_MODES}")
+    return PoolSettings(name, pg, size, min_size, app, ptype, mode)
 
 
 # Seed values: data pool 2048 PGs size 2 min_size 1, index pool 64 PGs.
@@ -73,7 +90,9 @@ DEFAULT_POOLS = [
 
 
 def ceph_settings(r: Reader) -> CephSettings:
-    pools = tuple(_pool(r, i, p) for i, p in enumerate(r.list("kvceph_ceph_pools", DEFAULT_POOLS)))
+    mode = r.choice("kvceph_ceph_autoscale_mode", DEFAULT_AUTOSCALE_MODE, AUTOSCALE_MODES)
+    raw_pools = r.list("kvceph_ceph_pools", DEFAULT_POOLS)
+    pools = tuple(_pool(r, i, p, mode) for i, p in enumerate(raw_pools))
     names = [p.name for p in pools]
     if len(set(names)) != len(names):
         raise r.fail("kvceph_ceph_pools", names, "pool names repeat", "list each pool once")
@@ -110,10 +129,23 @@ class RgwSettings:
     # terminates TLS); the key is a Secret, compared with the cluster's by hash only
     ingress_ssl_cert: str | None = None
     ingress_ssl_key: Secret | None = None
+    # kvceph_rgw_config_section: where kvceph sets its RGW options (None: see config_section)
+    config_section_setting: str | None = None
 
     @property
     def service_name(self) -> str:
         return f"rgw.{self.service_id}"
+
+    @property
+    def config_section(self) -> str:
+        """The config section of kvceph's RGW daemons: cephadm names them
+        ``client.rgw.<service id>.<host>.<random>`` and Ceph applies a section to every name
+        it prefixes, so ``client.rgw.<service id>`` reaches kvceph's daemons and no other
+        service's. An external RGW's daemon names are the operator's: ``client.rgw`` unless
+        kvceph_rgw_config_section names them."""
+        if self.config_section_setting:
+            return self.config_section_setting
+        return f"client.{self.service_name}" if self.managed_by == "cephadm" else "client.rgw"
 
 
 def rgw_settings(r: Reader) -> RgwSettings:
@@ -142,7 +174,16 @@ def rgw_settings(r: Reader) -> RgwSettings:
         ingress_frontend_port=r.port("kvceph_rgw_ingress_frontend_port", 80),
         dns_name=dns,
         exit_timeout_secs=r.opt_int("kvceph_rgw_exit_timeout_secs", lo=1, hi=3600),
+        config_section_setting=r.opt_str("kvceph_rgw_config_section"),
     )
+    section = rgw.config_section_setting
+    if section is not None and not re.fullmatch(r"client\.rgw(\.[A-Za-z0-9_\-]+)*", section):
+        raise r.fail(
+            "kvceph_rgw_config_section",
+            section,
+            "is not an RGW config section",
+            "use client.rgw.<name> (the daemons' name, or a dotted prefix of it)",
+        )
     pem = r.opt_str("kvceph_rgw_ingress_ssl_pem")
     if pem is not None:
         cert, key = security.read_tls_pem(r, "kvceph_rgw_ingress_ssl_pem", pem)

@@ -42,6 +42,9 @@ class RunControl:
     #: ``kvceph_rotation`` (add | retire) and ``kvceph_retire_access_key``: rotate.py's phase
     rotation: str | None = None
     retire_access_key: str | None = None
+    #: ``kvceph_adopt``: objects kvceph did not create that it may change in this run, by name
+    #: (``rgw.tenant``, ``client.rgw.tenant/rgw_dns_name``; deploys/ownership.py)
+    adopt: tuple[str, ...] = ()
 
 
 PATHS = ("status_json", "status_png")
@@ -71,6 +74,18 @@ def flag(r: Reader, name: str) -> bool:
     if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
         return value.strip().lower() in _TRUE
     raise r.fail(k, value, "must be true or false", f"pass --data {k}=true, or leave it out")
+
+
+def names(r: Reader, name: str) -> tuple[str, ...]:
+    """An opt-in that names objects: a comma-separated string or a list of names."""
+    k = key(name)
+    value: Any = r.raw(k, None)
+    if value is None or value == "":
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise r.fail(k, value, "must name objects", f"pass --data {k}=rgw.tenant,...")
+    return tuple(sorted({i.strip() for i in items if i.strip()}))
 
 
 def _path(r: Reader, name: str) -> str | None:
@@ -114,4 +129,5 @@ def load(r: Reader) -> RunControl:
         **{name: _path(r, name) for name in PATHS},
         rotation=phase,
         retire_access_key=old,
+        adopt=names(r, "adopt"),
     )

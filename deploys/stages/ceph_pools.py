@@ -3,6 +3,7 @@
 Opt-ins, per run, on the command line:
   --data kvceph_allow_data_movement=true   size changes and PG increases (they backfill data)
   --data kvceph_allow_pg_decrease=true     PG merges
+  --data kvceph_adopt=pool/<name>          change a pool kvceph did not create
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import ceph_cli
+from deploys import ceph_cli, ownership
 from deploys.facts import memo
-from deploys.facts.ceph import CephPools, CephReachable
+from deploys.facts.ceph import CephOwnershipMarkers, CephPools, CephReachable
 from deploys.operations import ceph
 from deploys.settings import HostSettings
 
@@ -55,19 +56,35 @@ def apply(me: HostSettings):
     if warning:
         logger.warning(warning)
 
-    desired = [{"name": p.name, "pg_num": p.pg_num, "size": p.size} for p in me.ceph.pools]
+    desired = [
+        {"name": p.name, "pg_num": p.pg_num, "size": p.size, "autoscale_mode": p.autoscale_mode}
+        for p in me.ceph.pools
+    ]
     # Refusals are decided here too, while operations are still being prepared: with `-y`
     # pyinfra runs ops as it goes, and a refusal found only at the second pool would come
     # after the first pool was already changed.
     ceph.read_pg_budget(desired, t)
     existing = memo.read(host, CephPools, **t) or {}
+    markers = memo.read(host, CephOwnershipMarkers, **t)
+    if markers is None:
+        raise OperationError(f"{host.name}: cannot read kvceph's markers (config-key dump)")
     for p in me.ceph.pools:
-        ceph.plan_pool(existing.get(p.name), **_pool_args(p, allow_move, allow_decrease))
+        ceph.plan_pool(
+            existing.get(p.name),
+            **_pool_args(p, allow_move, allow_decrease),
+            owner=markers.get(ownership.marker_key("pool", p.name)),
+            adopt=f"pool/{p.name}" in me.run.adopt,
+        )
 
     # One budget check for the whole plan: each pool's own op sees only the pools that exist.
     ceph.pg_budget(name="Check the PG budget of the planned pools", pools=desired, **t)
     for p in me.ceph.pools:
-        ceph.pool(name=f"Ceph pool {p.name}", **_pool_args(p, allow_move, allow_decrease), **t)
+        ceph.pool(
+            name=f"Ceph pool {p.name}",
+            **_pool_args(p, allow_move, allow_decrease),
+            adopt=me.run.adopt,
+            **t,
+        )
 
 
 def _pool_args(p, allow_move: bool, allow_decrease: bool) -> dict:
@@ -79,4 +96,5 @@ def _pool_args(p, allow_move: bool, allow_decrease: bool) -> dict:
         "application": p.application,
         "allow_data_movement": allow_move,
         "allow_pg_decrease": allow_decrease,
+        "autoscale_mode": p.autoscale_mode,
     }

@@ -14,15 +14,19 @@ import re
 from pyinfra import host, inventory, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import ceph_cli, specs
+from deploys import ceph_cli, ownership, specs, zones
 from deploys.facts import memo
 from deploys.facts.ceph import (
     CephOrchStatus,
+    CephOwnershipMarkers,
+    CephPools,
     CephReachable,
+    CephServiceSpec,
     CephSpecProbe,
     CephVersions,
     version_key,
 )
+from deploys.facts.rgw import RgwZoneLayout
 from deploys.operations import ceph
 from deploys.settings import HostSettings, run_control
 from deploys.settings.ceph import RgwSettings
@@ -199,7 +203,60 @@ def check(me: HostSettings) -> None:
     if problem:
         raise OperationError(problem)
     if _orchestrator(me, t):
-        _plan(me, t)
+        wanted, _ = _plan(me, t)
+        problem = ownership_refusal(me, wanted, t) or zone_refusal(me, t)
+        if problem:
+            raise OperationError(problem)
+
+
+def zone_refusal(me: HostSettings, t: dict) -> str | None:
+    """deploys/zones.py's refusal for the zone kvceph's RGW serves: the one its spec names
+    (an adopted service), else the cluster's default; a cluster without ``.rgw.root`` has no
+    zone yet (RGW creates "default" at first start), so nothing is read there: a
+    ``radosgw-admin`` read would create it."""
+    pools = memo.read(host, CephPools, **t)
+    if pools is None:
+        return f"{host.name}: cannot read the pools (`ceph osd pool ls detail`)"
+    if ".rgw.root" not in pools:
+        found = zones.FRESH
+    else:
+        current = memo.read(host, CephServiceSpec, service_name=me.rgw.service_name, **t)
+        where = zones.zone_of(current)
+        found = memo.read(host, RgwZoneLayout, **where, timeout=t["command_timeout"])
+    names = [p.name for p in me.ceph.pools]
+    return zones.refusal(me.rgw.service_name, found, names)
+
+
+def owned_options(me: HostSettings) -> list[tuple[str, str]]:
+    """The RGW options kvceph sets, ``(option, value)``, all in ``me.rgw.config_section``."""
+    rgw = me.rgw
+    options = [("rgw_dns_name", rgw.dns_name)]
+    if rgw.exit_timeout_secs is not None:
+        options.append(("rgw_exit_timeout_secs", str(rgw.exit_timeout_secs)))
+    return options
+
+
+def ownership_refusal(me: HostSettings, wanted: list[dict], t: dict) -> str | None:
+    """The one line naming every service and option kvceph would change without owning it
+    (read from the same facts the operations read), or None."""
+    markers = memo.read(host, CephOwnershipMarkers, **t)
+    if markers is None:
+        return f"{host.name}: cannot read kvceph's markers (`ceph config-key dump kvceph/owned/`)"
+    adopt = me.run.adopt
+    refusals, names = [], []
+    for spec in wanted:
+        current = memo.read(host, CephServiceSpec, service_name=spec["service_name"], **t)
+        plan = ownership.plan_service(spec, current, markers, adopt)
+        if plan.refusal:
+            refusals.append(plan.refusal)
+            names.append(spec["service_name"])
+    section = me.rgw.config_section
+    for option, value in owned_options(me):
+        plan = ceph.read_option_plan(section, option, value, adopt, t)
+        if plan.refusal:
+            refusals.append(plan.refusal)
+            names.append(ownership.option_name(section, option))
+    return ownership.refusal_line(refusals, names) if refusals else None
 
 
 @deploy("RGW service")
@@ -220,10 +277,11 @@ def apply(me: HostSettings, checked):
         # reads the option from the config database at runtime.
         ceph.config_option(
             name=f"RGW drains at most {rgw.exit_timeout_secs} s when stopped "
-            "(client.rgw rgw_exit_timeout_secs)",
-            who="client.rgw",
+            f"({rgw.config_section} rgw_exit_timeout_secs)",
+            who=rgw.config_section,
             option="rgw_exit_timeout_secs",
             value=str(rgw.exit_timeout_secs),
+            adopt=me.run.adopt,
             **t,
         )
     # Labels first: the spec's placement selects hosts by label.
@@ -242,5 +300,6 @@ def apply(me: HostSettings, checked):
             name=f"Apply the {service} spec (read back: exported, all daemons running)",
             spec=spec,
             secret_spec=secret,
+            adopt=me.run.adopt,
             **t,
         )

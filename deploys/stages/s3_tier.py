@@ -150,6 +150,8 @@ def apply(me: HostSettings, checked: Preflight):
         dns_name=me.rgw.dns_name,
         managed_by=me.rgw.managed_by,
         service_name=me.rgw.service_name,
+        section=me.rgw.config_section,
+        adopt=me.run.adopt,
         connect_timeout=connect_timeout,
         command_timeout=timeout,
     )

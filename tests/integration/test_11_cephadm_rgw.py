@@ -4,6 +4,8 @@ Ceph 20.2.4 managed by cephadm inside ceph1, RGW behind cephadm's ingress on the
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime
@@ -276,7 +278,9 @@ def test_rgw_dns_name_change_restarts_rgw_through_the_orchestrator(converged):
         )
 
     def dns_name() -> str:
-        return ssh("ceph1", "timeout 60 ceph config get client.rgw rgw_dns_name").stdout.strip()
+        # kvceph's section only (client.rgw.<service id>): other RGW services keep their name.
+        cmd = "timeout 60 ceph config get client.rgw.standard rgw_dns_name"
+        return ssh("ceph1", cmd).stdout.strip()
 
     port = {"https": 443, "http": 80}[S3_SCHEME]
     other = (
@@ -303,3 +307,107 @@ def test_rgw_dns_name_change_restarts_rgw_through_the_orchestrator(converged):
     assert s3_status() == "200"
     # The inference hosts were never touched: the whole lab is converged as it was.
     assert pyinfra().changed() == []
+
+
+def self_signed_pem() -> str:
+    """A certificate and key for the other tenant's SSL frontend (cephadm reads both)."""
+    out = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=s3.tenant.example", "-keyout", "/dev/stdout", "-out", "/dev/stdout"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out.stdout
+
+
+def cluster_state() -> tuple[str, str]:
+    """Every service spec and the whole config database, as the cluster prints them."""
+    specs = ssh("ceph1", "timeout 60 ceph orch ls --export").stdout
+    return specs, ssh("ceph1", "timeout 60 ceph config dump").stdout
+
+
+TENANT_ZONE = (
+    "radosgw-admin realm create --rgw-realm=tenantrealm"
+    " && radosgw-admin zonegroup create --rgw-realm=tenantrealm --rgw-zonegroup=tenantzg --master"
+    " && radosgw-admin zone create --rgw-realm=tenantrealm --rgw-zonegroup=tenantzg"
+    " --rgw-zone=tenantzone --master"
+)
+TENANT_ZONE_RM = (
+    "radosgw-admin zonegroup remove --rgw-realm=tenantrealm --rgw-zonegroup=tenantzg"
+    " --rgw-zone=tenantzone; radosgw-admin zone delete --rgw-realm=tenantrealm"
+    " --rgw-zone=tenantzone; radosgw-admin zonegroup delete --rgw-realm=tenantrealm"
+    " --rgw-zonegroup=tenantzg; radosgw-admin realm rm --rgw-realm=tenantrealm"
+)
+
+
+def test_an_rgw_service_kvceph_did_not_create_is_refused_then_merged_on_opt_in(converged):
+    """Another tenant's RGW (own realm/zone, SSL) and its rgw_dns_name: the deploy pointed at
+    it stops in one line naming both and changes nothing; with the opt-in, the plan takes the
+    pool names from the tenant's zone and merges the spec (realm, zone, SSL, placement kept),
+    showing each difference."""
+    pem = self_signed_pem()
+    spec = {
+        "service_type": "rgw",
+        "service_id": "tenant",
+        "unmanaged": True,  # the spec is what matters here, not its daemons
+        "placement": {"count": 1},
+        "spec": {
+            "rgw_realm": "tenantrealm",
+            "rgw_zonegroup": "tenantzg",
+            "rgw_zone": "tenantzone",
+            "ssl": True,
+            "rgw_frontend_port": 8443,
+            "rgw_frontend_ssl_certificate": pem,
+        },
+    }
+    path = "/tmp/kvtest-tenant-spec.yaml"  # as kvceph's own specs travel (the CLI's mounts)
+    tenant = ("--data", "kvceph_rgw_service_id=tenant", "--limit", "ceph1")
+    try:
+        ssh("ceph1", TENANT_ZONE, timeout=300)
+        ssh("ceph1", f"printf %s {shlex.quote(json.dumps(spec))} > {path}")
+        ssh("ceph1", f"timeout 60 ceph orch apply -i {path}; rm -f {path}")
+        ssh("ceph1", "timeout 60 ceph config set client.rgw.tenant rgw_dns_name s3.tenant.example")
+        before = cluster_state()
+        run = pyinfra(*tenant)
+        assert run.rc != 0
+        (line,) = [e for e in errors(run) if "does not own" in e]
+        assert "service rgw.tenant exists and kvceph did not create it" in line
+        assert "rgw_realm tenantrealm; rgw_zonegroup tenantzg; rgw_zone tenantzone; SSL" in line
+        assert "client.rgw.tenant/rgw_dns_name = 's3.tenant.example' was set outside" in line
+        assert "kvceph_adopt=rgw.tenant,client.rgw.tenant/rgw_dns_name" in line
+        assert run.changed() == []
+        assert cluster_state() == before
+
+        adopt = ("--data", "kvceph_adopt=rgw.tenant,client.rgw.tenant/rgw_dns_name")
+        plan = pyinfra("--dry", *tenant, *adopt, json_out=False)
+        assert plan.rc != 0  # the tenant zone's pools are not the ones kvceph_ceph_pools names
+        assert "zone tenantzone keeps buckets in tenantzone.rgw.buckets.data (data)" in plan.output
+        pools = [
+            {"name": "tenantzone.rgw.buckets.data", "pg_num": 8, "size": 1, "min_size": 1},
+            {"name": "tenantzone.rgw.buckets.index", "pg_num": 8, "size": 1, "min_size": 1},
+        ]
+        named = ("--data", f"kvceph_ceph_pools={json.dumps(pools)}")
+        plan = pyinfra("--dry", *tenant, *adopt, *named, json_out=False)
+        adopting = [x for x in plan.output.splitlines() if "rgw.tenant: adopting:" in x]
+        assert any("spec.rgw_frontend_port: 8443 -> 8080" in x for x in adopting), (
+            adopting or plan.output[-4000:]
+        )
+        assert not [x for x in adopting if "realm" in x or "zone" in x or "ssl" in x], adopting
+        assert not [x for x in adopting if "placement" in x], adopting
+        assert cluster_state() == before  # a plan only
+    finally:
+        ssh("ceph1", "timeout 60 ceph orch rm rgw.tenant", check=False)
+        ssh("ceph1", "timeout 60 ceph config rm client.rgw.tenant rgw_dns_name", check=False)
+        ssh("ceph1", TENANT_ZONE_RM, check=False, timeout=300)
+
+
+def test_kvceph_pools_keep_their_pg_count_with_the_autoscaler_on(converged):
+    """The lab runs Ceph's default (autoscaler on): kvceph's pools are off, at kvceph's count."""
+    default = ssh("ceph1", "timeout 60 ceph config get mon osd_pool_default_pg_autoscale_mode")
+    assert default.stdout.strip() == "on"
+    status = {p["pool_name"]: p for p in orch("osd pool ls detail")}
+    wanted = {"default.rgw.buckets.data": 32, "default.rgw.buckets.index": 8}  # group_data/lab.py
+    for pool, pg_num in wanted.items():
+        assert status[pool]["pg_autoscale_mode"] == "off", status[pool]
+        assert status[pool]["pg_num_target"] == pg_num, status[pool]
+    # RGW's own pools (not kvceph's) stay the autoscaler's.
+    assert status["default.rgw.log"]["pg_autoscale_mode"] == "on"

@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-from deploys import connector_package, paths, render, s3_names, secrets, settings  # noqa: E402
+from deploys import connector_package, ownership, paths, render, s3_names, secrets, settings  # noqa: E402
 from deploys.operations import s3  # noqa: E402
 from deploys.operations.files import sha256_text  # noqa: E402
 from deploys.settings import group_data  # noqa: E402
@@ -304,6 +304,40 @@ def lifecycle_rules(me: settings.HostSettings) -> list[dict]:
     )
 
 
+def _zone_layout_output() -> list[str]:
+    """``radosgw-admin zonegroup get``, ``---``, ``zone get`` of a single-zone cluster."""
+    tentacle = REPO / "tests" / "fixtures" / "ceph-tentacle-20.2.4"
+    zonegroup = json.loads((tentacle / "zonegroup_default.json").read_text())
+    zone = json.loads((tentacle / "zone_default.json").read_text())
+    return [json.dumps(zonegroup), "---", json.dumps(zone)]
+
+
+def _owned_options(me: settings.HostSettings) -> dict[str, str]:
+    options = {"rgw_dns_name": me.rgw.dns_name}
+    if me.rgw.exit_timeout_secs is not None:
+        options["rgw_exit_timeout_secs"] = str(me.rgw.exit_timeout_secs)
+    return options
+
+
+def _config_dump(me: settings.HostSettings) -> list[dict]:
+    """``ceph config dump`` of a converged cluster: kvceph's options in its section."""
+    section = me.rgw.config_section
+    return [
+        {"section": section, "name": k, "value": v, "level": "advanced", "mask": ""}
+        for k, v in _owned_options(me).items()
+    ]
+
+
+def _markers(me: settings.HostSettings, specs: list[dict]) -> dict[str, str]:
+    """kvceph's markers on a cluster it converged (deploys/ownership.py)."""
+    marks = {ownership.marker_key("service", s["service_name"]): "created" for s in specs}
+    marks.update({ownership.marker_key("pool", p.name): "created" for p in me.ceph.pools})
+    section = me.rgw.config_section
+    for k, v in _owned_options(me).items():
+        marks[ownership.marker_key("config", ownership.option_name(section, k))] = v
+    return marks
+
+
 def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
     converged = layout.converged
     creds = credentials()
@@ -343,8 +377,13 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
         # CephSpecProbe: the dry run of the concentrator spec (an orchestrator that has them).
         f"{ceph} orch apply -i - --dry-run": _captured("ceph.CephSpecProbe", "ibm_8_1_accepted")
         + ["kvceph-orch-apply-rc=0"],
-        # RgwDnsName
-        f"{ceph} config get client.rgw rgw_dns_name": [me.rgw.dns_name if converged else ""],
+        # CephConfigDump, CephOwnershipMarkers: kvceph's RGW options and its markers.
+        f"{ceph} config dump": [json.dumps(_config_dump(me) if converged else [])],
+        # RgwZoneLayout: one zonegroup "default" with one zone "default" (recorded shape).
+        "radosgw-admin zonegroup get": _zone_layout_output(),
+        f"{ceph} config-key dump kvceph/owned/": [
+            json.dumps(_markers(me, specs) if converged else {})
+        ],
     }
     # CephReachable (its `|| echo` turns a failure into output)
     r[f"{ceph} health 2>&1"] = ["HEALTH_OK"]

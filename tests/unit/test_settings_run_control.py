@@ -94,3 +94,25 @@ def test_legitimate_run_keys_are_read():
     )
     assert (run.status_json, run.status_png, run.rotation) == ("out/s.json", "s.png", "retire")
     assert run.retire_access_key == "AKIAOLD0001"
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (None, ()),
+        ("", ()),
+        ("rgw.tenant", ("rgw.tenant",)),
+        (
+            "rgw.tenant, client.rgw.tenant/rgw_dns_name",
+            ("client.rgw.tenant/rgw_dns_name", "rgw.tenant"),
+        ),
+        (["pool/a", "pool/a"], ("pool/a",)),
+    ],
+)
+def test_adopt_names_objects(value, want):
+    assert _run(kvceph_adopt=value).adopt == want
+
+
+def test_adopt_refuses_anything_but_names():
+    with pytest.raises(SettingsError, match="kvceph_adopt = True: must name objects"):
+        _run(kvceph_adopt=True)

@@ -1,0 +1,228 @@
+"""What kvceph owns on a Ceph cluster it shares, and what it leaves alone.
+
+Pure. Every config option and orchestrator service kvceph creates gets a marker in the
+monitors' config-key store, ``kvceph/owned/<kind>/<name>`` (read back in one
+``ceph config-key dump kvceph/owned/``, ``facts.ceph.CephOwnershipMarkers``). Neither an
+option nor a service spec can carry a note of its own, and the config-key store is the one
+place every Ceph release since Luminous keeps for tools, readable with the admin key kvceph
+already uses.
+
+What kvceph did not create it never changes, unless the one-run opt-in ``kvceph_adopt`` names
+that very object (``--data kvceph_adopt=rgw.tenant,client.rgw.tenant/rgw_dns_name``); the plan
+then shows the exact difference, and an existing service spec is merged (its realm, zone,
+zonegroup, SSL and placement are kept), never replaced.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PREFIX = "kvceph/owned/"
+ADOPT_KEY = "kvceph_adopt"
+# Marker values of a service: kvceph created it (its placement is kvceph's to set), or the
+# operator handed it over with kvceph_adopt (its placement stays the operator's).
+CREATED = "created"
+ADOPTED = "adopted"
+# Keys of an existing RGW/ingress spec that a merge keeps whatever kvceph wants: they decide
+# which zone the daemons serve, how clients reach them and where they run.
+KEPT_SPEC_KEYS = (
+    "rgw_realm",
+    "rgw_zonegroup",
+    "rgw_zone",
+    "rgw_realm_token",
+    "zonegroup_hostnames",
+    "ssl",
+    "rgw_frontend_ssl_certificate",
+    "certificate_source",
+    "ssl_cert",
+    "ssl_key",
+    "generate_cert",
+)
+KEPT_TOP_KEYS = ("placement", "networks", "config", "extra_container_args", "extra_entrypoint_args")
+
+
+def marker_key(kind: str, name: str) -> str:
+    """The config-key of one marker: ``kvceph/owned/service/rgw.standard``,
+    ``kvceph/owned/config/client.rgw.standard/rgw_dns_name``."""
+    return f"{PREFIX}{kind}/{name}"
+
+
+def option_name(section: str, option: str) -> str:
+    """An option as kvceph_adopt and messages name it: ``client.rgw.standard/rgw_dns_name``."""
+    return f"{section}/{option}"
+
+
+# --- config options ---------------------------------------------------------------------------
+
+
+def sections_above(section: str) -> list[str]:
+    """The sections whose values a daemon of ``section`` inherits, widest first: Ceph applies
+    ``global``, the type and every dotted prefix of the name (``client.rgw`` reaches
+    ``client.rgw.standard.ceph1.abcdef``)."""
+    parts = section.split(".")
+    return ["global"] + [".".join(parts[: i + 1]) for i in range(len(parts) - 1)]
+
+
+@dataclass(frozen=True)
+class OptionPlan:
+    """What to do with one option kvceph wants: set it (and mark it), or nothing; with
+    ``refusal`` nothing at all, the reason in one line."""
+
+    set: bool
+    refusal: str | None = None
+    notes: list[str] = field(default_factory=list)
+    was: str | None = None
+
+
+def plan_option(
+    section: str,
+    option: str,
+    wanted: str,
+    dump: list[dict],
+    markers: Mapping[str, str],
+    adopt: tuple[str, ...] = (),
+) -> OptionPlan:
+    """Set ``option`` in ``section`` only where kvceph owns it (or the operator adopted it).
+
+    + dump: ``ceph config dump`` entries (``facts.ceph.CephConfigDump``)
+    + markers: kvceph's markers (``facts.ceph.CephOwnershipMarkers``)
+    + adopt: the objects kvceph_adopt names
+
+    Values in wider sections (``client.rgw``, ``global``) belong to whoever set them: kvceph's
+    narrower value overrides them for its own daemons only, so they are reported, never
+    touched. A narrower one (one daemon's section) would override kvceph's: a refusal.
+    """
+    name = option_name(section, option)
+    entries = [e for e in dump if e["name"] == option]
+    exact = [e for e in entries if e["section"] == section and not e.get("mask")]
+    mine = markers.get(marker_key("config", name))
+    notes = [
+        f"{e['section']} {option} = {e['value']!r} (not kvceph's) is left alone; kvceph's "
+        f"{section} value overrides it for kvceph's RGW only"
+        for e in entries
+        if e["section"] in sections_above(section)
+    ]
+    narrower = [
+        f"{e['section']}{'/' + e['mask'] if e.get('mask') else ''}"
+        for e in entries
+        if e["section"].startswith(section + ".") or (e["section"] == section and e.get("mask"))
+    ]
+    if narrower:
+        return OptionPlan(
+            False,
+            f"{', '.join(narrower)} {option} overrides kvceph's {name} for those daemons "
+            f"(set outside kvceph); fix: `ceph config rm` it if kvceph's value should apply",
+        )
+    current = exact[0]["value"] if exact else None
+    if current == wanted:
+        return OptionPlan(False, None, notes, current)
+    if current is None or mine == current or name in adopt:
+        return OptionPlan(True, None, notes, current)
+    changed = f" (changed since kvceph set {mine!r})" if mine is not None else ""
+    return OptionPlan(
+        False,
+        f"{name} = {current!r} was set outside kvceph{changed}, kvceph wants {wanted!r}",
+        notes,
+        current,
+    )
+
+
+# --- orchestrator services --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    """The spec to apply to one service (None: nothing), the marker to write after it (None:
+    none), the differences against the cluster's spec, or a refusal."""
+
+    spec: dict | None
+    marker: str | None = None
+    differences: list[str] = field(default_factory=list)
+    refusal: str | None = None
+    merged: bool = False  # the cluster's spec with kvceph's keys merged in (adopted)
+
+
+def _summary(current: dict) -> str:
+    """What makes an existing service someone else's, in a few words."""
+    spec = current.get("spec") or {}
+    words = [f"{k} {spec[k]}" for k in ("rgw_realm", "rgw_zonegroup", "rgw_zone") if spec.get(k)]
+    if spec.get("ssl"):
+        words.append("SSL")
+    placement = current.get("placement") or {}
+    if placement:
+        words.append("placement " + ", ".join(f"{k} {v}" for k, v in sorted(placement.items())))
+    return "; ".join(words) or "no kvceph marker"
+
+
+def merge_spec(wanted: dict, current: dict) -> dict:
+    """``current`` with kvceph's keys from ``wanted``, except what decides the zone, TLS and
+    placement (``KEPT_SPEC_KEYS``, ``KEPT_TOP_KEYS``): those stay as the owner set them."""
+    merged = json.loads(json.dumps(current))  # plain data, whatever mapping the fact gave
+    for key, value in wanted.items():
+        if key == "spec":
+            inner = merged.setdefault("spec", {})
+            for k, v in value.items():
+                if k not in KEPT_SPEC_KEYS or k not in inner:
+                    inner[k] = copy.deepcopy(v)
+        elif key not in KEPT_TOP_KEYS or key not in merged:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def differences(wanted: Any, current: Any, path: str = "") -> list[str]:
+    """Every difference between two specs, ``path: old -> new`` (secret values as the
+    cluster's hash only, which is how the fact holds them)."""
+    if isinstance(wanted, dict) and isinstance(current, dict):
+        out: list[str] = []
+        for key in list(current) + [k for k in wanted if k not in current]:
+            sub = f"{path}.{key}" if path else key
+            out += differences(wanted.get(key), current.get(key), sub)
+        return out
+    return [] if wanted == current else [f"{path}: {current!r} -> {wanted!r}"]
+
+
+def plan_service(
+    wanted: dict,
+    current: dict | None,
+    markers: Mapping[str, str],
+    adopt: tuple[str, ...] = (),
+) -> ServicePlan:
+    """Create, update, adopt or refuse one orchestrator service.
+
+    + wanted: kvceph's spec (``specs.rgw_spec`` ...)
+    + current: the cluster's (``CephServiceSpec``), None when the service does not exist
+    + markers / adopt: as in :func:`plan_option`
+
+    kvceph's own service (marker ``created``) gets kvceph's spec; an adopted one (marker
+    ``adopted``, or named in kvceph_adopt) gets it merged in, keeping its zone, TLS and
+    placement.
+    """
+    name = wanted["service_name"]
+    mark = markers.get(marker_key("service", name))
+    if current is None:
+        return ServicePlan(wanted, CREATED, [])
+    if mark == CREATED:
+        # kvceph's own: its spec as before (keys it does not set are the orchestrator's).
+        return ServicePlan(wanted, None, [])
+    if mark == ADOPTED or name in adopt:
+        merged = merge_spec(wanted, current)
+        marker = None if mark == ADOPTED else ADOPTED
+        return ServicePlan(merged, marker, differences(merged, current), merged=True)
+    return ServicePlan(
+        None,
+        refusal=f"service {name} exists and kvceph did not create it ({_summary(current)})",
+    )
+
+
+def refusal_line(refusals: list[str], adopt_names: list[str]) -> str:
+    """The one line that stops the run before anything changed, naming every object."""
+    return (
+        f"kvceph would change what it does not own: {'; '.join(refusals)}; nothing was "
+        f"changed; fix: point kvceph at its own service (kvceph_rgw_service_id), or hand "
+        f"these over for one run with --data {ADOPT_KEY}={','.join(adopt_names)} (the plan "
+        "then shows each difference; a spec's realm/zone/SSL/placement are kept)"
+    )

@@ -1,0 +1,152 @@
+"""deploys/ownership.py: kvceph changes only what it created, or what the operator handed over."""
+
+from __future__ import annotations
+
+from deploys import ownership, specs
+from deploys.settings.ceph import RgwSettings
+
+SECTION = "client.rgw.standard"
+MARK = ownership.marker_key("config", f"{SECTION}/rgw_dns_name")
+
+
+def entry(section: str, value: str, mask: str = "") -> dict:
+    return {"section": section, "mask": mask, "name": "rgw_dns_name", "value": value}
+
+
+def plan(dump, markers=None, adopt=()):
+    return ownership.plan_option(SECTION, "rgw_dns_name", "s3.kvlab", dump, markers or {}, adopt)
+
+
+def test_sections_above_are_the_dotted_prefixes():
+    assert ownership.sections_above("client.rgw.standard") == ["global", "client", "client.rgw"]
+
+
+def test_unset_is_set_and_a_wider_value_is_reported_not_touched():
+    p = plan([entry("client.rgw", "s3.other.example"), entry("global", "x.example")])
+    assert p.set and p.refusal is None
+    assert len(p.notes) == 2 and all("left alone" in n for n in p.notes)
+
+
+def test_kvceph_value_is_replaced_someone_elses_is_refused():
+    assert plan([entry(SECTION, "s3.old")], {MARK: "s3.old"}).set
+    refused = plan([entry(SECTION, "s3.tenant.example")])
+    assert not refused.set
+    assert refused.refusal == (
+        "client.rgw.standard/rgw_dns_name = 's3.tenant.example' was set outside kvceph, "
+        "kvceph wants 's3.kvlab'"
+    )
+    changed = plan([entry(SECTION, "s3.hand.example")], {MARK: "s3.old"})
+    assert "changed since kvceph set 's3.old'" in changed.refusal
+
+
+def test_adopt_names_the_option():
+    assert plan([entry(SECTION, "s3.tenant.example")], adopt=(f"{SECTION}/rgw_dns_name",)).set
+    assert plan([entry(SECTION, "s3.tenant.example")], adopt=("rgw.standard",)).refusal
+
+
+def test_already_wanted_is_left_as_is():
+    p = plan([entry(SECTION, "s3.kvlab")])
+    assert not p.set and p.refusal is None
+
+
+def test_a_narrower_section_overriding_kvceph_is_refused():
+    p = plan([entry("client.rgw.standard.ceph1.abcdef", "x.example")])
+    assert "client.rgw.standard.ceph1.abcdef rgw_dns_name overrides" in p.refusal
+    masked = plan([entry(SECTION, "x.example", mask="host:ceph1")])
+    assert "client.rgw.standard/host:ceph1" in masked.refusal
+
+
+RGW = RgwSettings(
+    managed_by="cephadm",
+    service_id="standard",
+    count_per_host=2,
+    label="rgw",
+    networks=("10.67.67.0/24",),
+    frontend_port=8080,
+    concentrator=None,
+    concentrator_port=80,
+    ingress_virtual_ip=None,
+    ingress_frontend_port=80,
+    dns_name="s3.kvlab",
+)
+TENANT = {
+    "service_type": "rgw",
+    "service_id": "standard",
+    "service_name": "rgw.standard",
+    "placement": {"hosts": ["ceph1", "ceph2"]},
+    "spec": {
+        "rgw_realm": "tenant",
+        "rgw_zone": "tenant-a",
+        "ssl": True,
+        "rgw_frontend_port": 443,
+        "rgw_frontend_ssl_certificate": "PEM",
+        "rgw_exit_timeout_secs": 120,
+    },
+}
+SERVICE_MARK = ownership.marker_key("service", "rgw.standard")
+
+
+def test_new_service_is_created_and_marked():
+    p = ownership.plan_service(specs.rgw_spec(RGW), None, {})
+    assert p.spec == specs.rgw_spec(RGW) and p.marker == ownership.CREATED
+
+
+def test_kvcephs_own_service_gets_kvcephs_spec():
+    p = ownership.plan_service(specs.rgw_spec(RGW), TENANT, {SERVICE_MARK: "created"})
+    assert p.spec == specs.rgw_spec(RGW) and p.marker is None and not p.merged
+
+
+def test_someone_elses_service_is_refused_naming_what_makes_it_theirs():
+    p = ownership.plan_service(specs.rgw_spec(RGW), TENANT, {})
+    assert p.spec is None
+    assert p.refusal == (
+        "service rgw.standard exists and kvceph did not create it (rgw_realm tenant; "
+        "rgw_zone tenant-a; SSL; placement hosts ['ceph1', 'ceph2'])"
+    )
+
+
+def test_adopted_service_is_merged_keeping_zone_tls_and_placement():
+    p = ownership.plan_service(specs.rgw_spec(RGW), TENANT, {}, adopt=("rgw.standard",))
+    assert p.merged and p.marker == ownership.ADOPTED
+    assert p.spec["placement"] == TENANT["placement"]
+    kept = ("rgw_realm", "rgw_zone", "ssl", "rgw_frontend_ssl_certificate", "rgw_exit_timeout_secs")
+    assert {k: p.spec["spec"][k] for k in kept} == {k: TENANT["spec"][k] for k in kept}
+    assert p.differences == [
+        "spec.rgw_frontend_port: 443 -> 8080",
+        "networks: None -> ['10.67.67.0/24']",
+    ]
+    # The next run: marked adopted, merged again, nothing left to change.
+    again = ownership.plan_service(specs.rgw_spec(RGW), p.spec, {SERVICE_MARK: "adopted"})
+    assert again.merged and again.differences == [] and again.marker is None
+
+
+def test_refusal_line_names_every_object_and_the_opt_in():
+    line = ownership.refusal_line(["a", "b"], ["rgw.tenant", "client.rgw.tenant/rgw_dns_name"])
+    assert "a; b; nothing was changed" in line
+    assert "--data kvceph_adopt=rgw.tenant,client.rgw.tenant/rgw_dns_name" in line
+
+
+def test_recorded_config_dump_and_markers_of_a_converged_lab():
+    from pathlib import Path
+
+    from deploys.facts.ceph import CephConfigDump, CephOwnershipMarkers
+
+    tentacle = Path(__file__).resolve().parents[1] / "fixtures" / "ceph-tentacle-20.2.4"
+    dump = CephConfigDump().process((tentacle / "config_dump.json").read_text().splitlines())
+    markers = CephOwnershipMarkers().process(
+        (tentacle / "config_key_dump.json").read_text().splitlines()
+    )
+    assert markers[ownership.marker_key("service", "rgw.standard")] == ownership.CREATED
+    converged = ownership.plan_option(SECTION, "rgw_dns_name", "s3.kvlab", dump, markers)
+    assert not converged.set and converged.refusal is None and converged.notes == []
+    by_hand = [
+        {**e, "value": "s3.other"} if (e["section"], e["name"]) == (SECTION, "rgw_dns_name") else e
+        for e in dump
+    ]
+    assert "changed since kvceph set 's3.kvlab'" in plan(by_hand, markers).refusal
+    # cephadm itself sets rgw_frontends per daemon: a narrower section kvceph never overrides.
+    frontends = ownership.plan_option(SECTION, "rgw_frontends", "beast port=1", dump, markers)
+    assert "client.rgw.standard.ceph1.dmrmjb, client.rgw.standard.ceph1.mcjqyo" in (
+        frontends.refusal
+    )
+    assert CephOwnershipMarkers().process(["{}"]) == {}
