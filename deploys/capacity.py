@@ -140,9 +140,18 @@ def plan_line(quota: Quota, rate: float, engines: int, replicas: int, expiration
             f"{size(per_day * expiration)})"
         )
     return (
-        f"{head}: full in {days:.1f} days, before the {expiration}-day lifecycle frees "
+        f"{head}: full in {duration(days)}, before the {expiration}-day lifecycle frees "
         "anything; then engines recompute what they cannot store (kvceph_s3_quota_max_size_gb)"
     )
+
+
+def duration(days: float) -> str:
+    """Days as the plan prints them: days, else hours, else minutes."""
+    if days >= 1:
+        return f"{days:.1f} days"
+    if days * 24 >= 1:
+        return f"{days * 24:.1f} hours"
+    return f"{max(1, round(days * 1440))} min"
 
 
 def is_full(used: int, objects: int, quota: int) -> bool:

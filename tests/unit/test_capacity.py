@@ -82,7 +82,8 @@ def test_fleet_rate_counts_every_engine_at_its_prefill_rate():
     assert engines == 2 and rate == pytest.approx(2 * 4000 * per_token)
     assert per_token == 256 * 1024  # Qwen3-32B, bf16 KV
     quota, line = capacity.plan(ceph1, [ceph1, gpu, gpu], None, None)
-    assert quota.max_size == GIB and "2 engine(s)" in line and "full in 0.0 days" in line
+    assert quota.max_size == GIB and "2 engine(s)" in line and "full in 1 min" in line
+    assert capacity.duration(2.5) == "2.5 days" and capacity.duration(0.125) == "3.0 hours"
 
 
 def test_quota_full_means_the_next_chunk_does_not_fit():
