@@ -13,6 +13,8 @@ from botocore.exceptions import ClientError
 from conftest import HOSTS, pyinfra, restore_needed, s3_client
 from lab_client import completion, long_prompt
 
+from deploys.capacity import size
+
 # The lab engine's objects on gpu1: 256 tokens x 64 bytes (TP 2, group_data/lab.py) per worker.
 CHUNK = 256 * 64
 # One cold 2048-word prompt: 8 chunks on each of gpu1's two workers.
@@ -56,7 +58,7 @@ def test_a_full_quota_keeps_engines_serving_and_status_says_so(converged, reques
     run = pyinfra("--limit", "ceph1", "--data", f"kvceph_s3_quota_max_size_gb={gib!r}")
     try:
         assert run.rc == 0, run.output[-4000:]
-        assert f"S3 quota {quota / 1024**2:.1f} MiB (kvceph_s3_quota_max_size_gb)" in run.output
+        assert f"S3 quota {size(int(gib * 1024**3))} (kvceph_s3_quota_max_size_gb)" in run.output
         assert "full in" in run.output or "never full" in run.output
         cold_requests(4)  # fills it: every request still answers
         full_objects, full_bytes = bucket()

@@ -92,3 +92,16 @@ def test_quota_full_means_the_next_chunk_does_not_fit():
     assert not capacity.is_full(GIB // 2, GIB // 2 // chunk, GIB)
     assert capacity.is_full(GIB + chunk, GIB // chunk + 1, GIB)  # two gateways overshoot
     assert not capacity.is_full(0, 0, GIB)
+
+
+def test_recorded_pacific_df_derives_a_quota():
+    import json
+    from pathlib import Path
+
+    from deploys.facts.capacity import CephDf
+
+    fixture = Path(__file__).parents[1] / "facts/capacity.CephDf/pacific_lab.json"
+    df = CephDf().process(json.loads(fixture.read_text())["output"])
+    q = capacity.decide(None, False, 0.2, None, POOL, df)
+    assert q.max_size == 8160171520 * 2 // 10 // 2**20 * 2**20  # 1.5 GiB of the lab's 7.6
+    assert "MAX AVAIL 7.6 GiB" in q.source
