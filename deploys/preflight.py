@@ -19,6 +19,7 @@ from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
 from deploys import (
+    capacity,
     ceph_cli,
     compat,
     kv_sizing,
@@ -32,11 +33,13 @@ from deploys import (
     tier_preflight,
 )
 from deploys.facts import memo
+from deploys.facts.capacity import CephDf
 from deploys.facts.ceph import CephReachable, CephVersions
 from deploys.facts.engine import MemTotal, ModelConfig
 from deploys.facts.model import MirroredModel
 from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
 from deploys.facts.resolver import Resolution
+from deploys.facts.rgw import RgwUser
 from deploys.settings import context_length, model_source
 from deploys.settings.inventory import CacheGroup, check_inventory
 from deploys.settings.reader import SettingsError
@@ -55,6 +58,9 @@ class Preflight:
     hosts: dict[str, settings.HostSettings]
     cache_groups: list[CacheGroup]
     credentials: secrets.S3Credentials
+    # The engines' user quota this run sets or keeps (deploys/capacity.py); None: the Ceph
+    # admin host is outside the run (--limit), so the S3 tier does not run either.
+    quota: capacity.Quota | None = None
 
     @property
     def engine_count(self) -> int:
@@ -285,6 +291,23 @@ def _model_config(name: str, me: settings.HostSettings, read_config):
     return None, ""
 
 
+def revision_lines(hosts: dict[str, settings.HostSettings], groups) -> list[str]:
+    """The plan's line per cache group: which weights its object keys stand for (a warning
+    when the hub source pins no commit)."""
+    lines = []
+    for g in groups:
+        src = hosts[g.hosts[0]].engine.source
+        warning = model_source.unpinned_warning(src)
+        if src.revision:
+            weights = f"{src.source} {src.name} @ {src.revision}"
+        elif src.source == "path":
+            weights = f"the directory {src.path} (keep it the same on every host)"
+        else:
+            weights = f"WARNING: {warning}"
+        lines.append(f"kvceph: cache group {g.model} TP={g.tensor_parallel_size}: {weights}")
+    return lines
+
+
 def check_context_lengths(hosts: dict[str, settings.HostSettings], read_config) -> None:
     """kvceph_max_model_len within the model's native context (deploys/settings/context_length.py).
 
@@ -435,6 +458,33 @@ def check_resolvers(hosts: dict[str, settings.HostSettings], resolution) -> None
             raise SettingsError(refusal)
 
 
+def check_quota(inventory, admin: settings.HostSettings, hosts: dict):
+    """(the quota, the plan's line) from the Ceph admin host's facts; (None, "") outside the
+    run. A deploy without a quota stops here, in one line (deploys/capacity.py)."""
+    admin = hosts[admin.host]
+    timeout = admin.ceph.command_timeout if admin.ceph else 60
+    target = inventory.get_host(admin.host)
+    if not target.connected:
+        return None, ""
+    # Through the memo: the S3 tier's operations read the same fact (deploys/facts/memo.py).
+    user = memo.read(target, RgwUser, uid=admin.s3.user, timeout=timeout)
+    explicit = admin.s3.quota_max_size_gb is not None or admin.s3.quota_unbounded
+    df = None
+    if not explicit and not ((user or {}).get("user_quota") or {}).get("enabled"):
+        ceph = admin.ceph
+        df = _fact(
+            inventory,
+            admin.host,
+            CephDf,
+            connect_timeout=ceph.connect_timeout if ceph else 10,
+            command_timeout=timeout,
+        )
+    try:
+        return capacity.plan(admin, list(hosts.values()), user, df)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+
+
 def _rgw_addresses(inventory) -> list[str]:
     group = inventory.get_group("rgw", [])
     return [str(h.data.get("ssh_hostname") or h.name) for h in group]
@@ -491,18 +541,23 @@ def _check(inventory, lock: bool = True) -> Preflight:
         )
         tier_preflight.check_connector(hosts)
         hosts = tier_preflight.resolve(hosts)
+        quota, quota_line = check_quota(inventory, admin, hosts)
     except (SettingsError, secrets.SecretsError) as exc:
         _stop(str(exc))
     for g in groups:
         logger.info(
             "kvceph: cache group %s TP=%d: %s", g.model, g.tensor_parallel_size, ", ".join(g.hosts)
         )
+    for line in revision_lines(hosts, groups):
+        (logger.warning if "WARNING" in line else logger.info)(line)
     for line in s3_names.plan_lines(hosts):
         logger.info(line)
     for line in tier_preflight.plan_lines(hosts, groups):
         logger.info(line)
+    if quota_line:
+        logger.info(quota_line)
     check_templates(hosts, creds)
-    result = Preflight(hosts, groups, creds)
+    result = Preflight(hosts, groups, creds, quota)
     if lock:
         _take_lock(inventory, result)
     return result

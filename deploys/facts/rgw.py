@@ -16,9 +16,9 @@ from pyinfra.api.exceptions import FactProcessError
 
 from deploys import ceph_cli, zones
 
-# Runner: argv = timeout, mode (user, bucket, usage: a bucket's stats; lc), command...; prints
-# one JSON line (null when the subject does not exist) or exits non-zero with radosgw-admin's
-# last error line. Python 3.6 compatible.
+# Runner: argv = timeout, mode (user, bucket, usage: a bucket's stats; stats: a user's; lc),
+# command...; prints one JSON line (null when the subject does not exist) or exits non-zero
+# with radosgw-admin's last error line. Python 3.6 compatible.
 RADOSGW_JSON = r"""
 import hashlib, json, subprocess, sys
 t, mode, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -28,7 +28,8 @@ try:
 except subprocess.TimeoutExpired:
     p.kill()
     sys.exit("%s timed out after %ds" % (" ".join(cmd[:3]), t))
-missing = {"user": ["no user info saved"],
+# stats: any failure is null (status only; a user never synced has no stats header yet)
+missing = {"user": ["no user info saved"], "stats": [""],
            "bucket": ["(2002)", "could not get bucket info", "could not init bucket"],
            "usage": ["(2002)", "could not get bucket info", "could not init bucket"],
            "lc": ["could not init bucket"]}[mode]
@@ -48,10 +49,13 @@ if mode == "user":
             "keys": [{"access_key": k["access_key"],
                       "secret_sha256": hashlib.sha256(k["secret_key"].encode()).hexdigest()}
                      for k in data.get("keys", [])],
-            "bucket_quota": data.get("bucket_quota"), "user_quota": data.get("user_quota")}
+            "bucket_quota": data.get("bucket_quota"), "user_quota": data.get("user_quota"),
+            "max_buckets": data.get("max_buckets")}
 elif mode == "bucket":
     data = {"bucket": data["bucket"], "owner": data["owner"],
             "bucket_quota": data.get("bucket_quota")}
+elif mode == "stats":
+    data = {"stats": data.get("stats"), "last_stats_update": data.get("last_stats_update")}
 elif mode == "usage":
     data = {"usage": data.get("usage"), "bucket_quota": data.get("bucket_quota")}
 else:

@@ -1,4 +1,4 @@
-"""Manage the S3 side of Ceph RGW: rgw_dns_name, the RGW user, a bucket, its lifecycle, quota.
+"""Manage the S3 side of Ceph RGW: rgw_dns_name, the RGW user, a bucket, its lifecycle.
 
 Reads come from ``deploys.facts.rgw`` (``ceph``/``radosgw-admin`` on the Ceph admin host);
 writes that need S3 credentials go through ``deploys/remote/s3admin.py`` on that host, which
@@ -19,6 +19,7 @@ from deploys import orch_readback, paths
 from deploys.facts import memo
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwReachable, RgwUser
 from deploys.operations import ceph as ceph_ops
+from deploys.operations import s3_quota
 
 ROTATION_HINT = "rotate with rotate.py (docs/security.md, 'S3 key rotation')"
 # The operator's command for the last rotation step (an access key is an identifier).
@@ -267,28 +268,6 @@ def other_keys_notice(current: dict | None, uid: str, access_key: str) -> str | 
 
 
 @operation()
-def user_bucket_quota(uid: str, max_size_gb: int, timeout: int = 60):
-    """
-    Enable a per-bucket size quota for all buckets of a user, so a cache cannot fill Ceph.
-
-    + uid: RGW user id (the user's ``bucket_quota``; buckets without their own quota use it)
-    + max_size_gb: size limit in GiB per bucket
-    + timeout: seconds per ``radosgw-admin`` command
-    """
-    current = memo.read(host, RgwUser, uid=uid, timeout=timeout)
-    quota = (current or {}).get("bucket_quota") or {}
-    wanted = max_size_gb * 1024**3
-    scope = ("--quota-scope=bucket", QuoteString(f"--uid={uid}"))
-    if quota.get("enabled") and quota.get("max_size") == wanted:
-        host.noop(f"bucket quota of {uid} is {max_size_gb} GiB")
-        return
-    if quota.get("max_size") != wanted:
-        yield _radosgw_admin(timeout, "quota", "set", *scope, f"--max-size={wanted}")
-    if not quota.get("enabled"):
-        yield _radosgw_admin(timeout, "quota", "enable", *scope)
-
-
-@operation()
 def bucket(
     bucket_name: str,
     owner: str,
@@ -307,9 +286,16 @@ def bucket(
     """
     current = memo.read(host, RgwBucket, bucket=bucket_name, timeout=timeout)
     if current is None:
+        # The owner may create no bucket (s3_quota.user_no_new_buckets): lift that around
+        # the one creation kvceph makes, never for longer than it takes.
+        locked = (memo.read(host, RgwUser, uid=owner, timeout=timeout) or {}).get("max_buckets")
+        if locked is not None and locked < 0:
+            yield s3_quota.max_buckets_command(owner, 1, timeout)
         yield _s3admin(
             admin_script, admin_config, timeout, "create-bucket", QuoteString(bucket_name)
         )
+        if locked is not None and locked < 0:
+            yield s3_quota.max_buckets_command(owner, locked, timeout)
         return
     problem = bucket_refusal(current, bucket_name, owner)
     if problem:

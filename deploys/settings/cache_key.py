@@ -3,7 +3,8 @@
 LMCache names an object by the model argument, the workers (tensor-parallel size), the KV
 dtype, the chunk size and the prefix hash (its algorithm and, for ``builtin``, PYTHONHASHSEED);
 kvceph adds the bucket and endpoint it writes to, the vLLM minor (its KV layout) and which
-weights the model argument is. Three things read this list: the inventory check (every setting
+weights the model argument is, and the engine flags that change what a key's KV means
+(``kv_flags.py``). Three things read this list: the inventory check (every setting
 but the group's own model and TP must agree inside a cache group), the inference-config warning
 (a change on a host orphans its cached objects) and the ``CacheKeyInUse`` fact (which lines of
 the engine's files to read back).
@@ -14,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from deploys.settings import kv_flags
 
 if TYPE_CHECKING:
     from deploys.settings import HostSettings
@@ -48,6 +51,11 @@ SETTINGS = (
     KeySetting("kvceph_s3_bucket", lambda h: h.s3.bucket),
     KeySetting("kvceph_s3_endpoint", lambda h: h.s3.endpoint),
     KeySetting("kvceph_engine_profile.vllm_version", lambda h: h.engine.profile.vllm_minor),
+    # Not in the key, yet they change what its KV means (quantization, dtype, PP, LoRA ...).
+    KeySetting(
+        "kvceph_engine_profile.extra_args (KV-affecting flags)",
+        lambda h: kv_flags.describe(h.engine.profile.extra_args),
+    ),
     # The serve argument is in every key; the source and revision decide which weights it is.
     KeySetting("kvceph_model_source", lambda h: h.engine.source.source),
     KeySetting("kvceph_model_revision", lambda h: h.engine.source.revision),

@@ -181,6 +181,22 @@ def check_key_length(r, source: ModelSource) -> None:
         )
 
 
+def unpinned_warning(src: ModelSource) -> str | None:
+    """The plan's warning for a hub source without a commit, or None.
+
+    Without ``--revision`` vLLM downloads the newest weights: a node replaced after the model's
+    repository moved writes the new weights' KV under the object names its peers read as
+    theirs. Not a refusal yet: group_data/all.py's example serves the hub without a commit.
+    """
+    if src.source != "hub" or src.revision or src.name.startswith("/"):
+        return None
+    return (
+        f"kvceph_model_revision = None: {src.name} is NOT PINNED: a replaced node downloads "
+        "the newest weights and writes their KV under its peers' object names; fix: set "
+        f"kvceph_model_revision to the commit you serve (huggingface.co/{src.name}/commits/main)"
+    )
+
+
 def mirror_users(sources) -> tuple[str, str, str] | None:
     """(bucket, owner, reader) shared by every mirrored engine, or None when none mirrors.
 

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from deploys import capacity
 from deploys.settings.ceph import RgwSettings
 from deploys.settings.reader import Reader
 
@@ -33,7 +34,11 @@ class S3Settings:
     expiration_days: int
     abort_multipart_days: int
     lifecycle_rule_id: str
-    quota_max_size_gb: int | None
+    # The engines' user quota (deploys/capacity.py): GiB, else derived from the data pool's
+    # MAX AVAIL x quota_fraction, unless quota_unbounded says there is none.
+    quota_max_size_gb: float | None
+    quota_fraction: float = capacity.DEFAULT_FRACTION
+    quota_unbounded: bool = False
 
     @property
     def bucket_host(self) -> str:
@@ -89,7 +94,19 @@ def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
         )
     wildcard = r.bool("kvceph_s3_wildcard_dns", False)
     ips, source = endpoint_ips(r, rgw, wildcard)
-    quota = r.opt_int("kvceph_s3_quota_max_size_gb", lo=1)
+    quota = r.raw("kvceph_s3_quota_max_size_gb", None)
+    if quota is not None and (
+        isinstance(quota, bool) or not isinstance(quota, (int, float)) or quota <= 0
+    ):
+        raise r.fail(
+            "kvceph_s3_quota_max_size_gb", quota, "must be a size in GiB > 0", "use e.g. 2048"
+        )
+    unbounded = r.bool("kvceph_s3_quota_unbounded", False)
+    if unbounded and quota is not None:
+        raise r.fail(
+            "kvceph_s3_quota_unbounded", True, "is set together with kvceph_s3_quota_max_size_gb",
+            "keep one of the two",
+        )  # fmt: skip
     return S3Settings(
         endpoint=endpoint,
         admin_endpoint=admin,
@@ -108,6 +125,8 @@ def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
         abort_multipart_days=r.int("kvceph_s3_abort_multipart_days", 1, lo=1),
         lifecycle_rule_id=_rule_id(r),
         quota_max_size_gb=quota,
+        quota_fraction=r.float("kvceph_s3_quota_fraction", capacity.DEFAULT_FRACTION),
+        quota_unbounded=unbounded,
     )
 
 

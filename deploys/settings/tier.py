@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from deploys import crossover
@@ -24,9 +25,17 @@ DEFAULT_CONNECTOR = {"nvidia": "lmcache", "gaudi": "lmcache"}
 DEFAULT_CONNECTIONS = 16
 DEFAULT_TIMEOUT_S = 5.0
 MIN_TIMEOUT_S = 0.1
-# Where verify.py keeps the measured figures of each cache group (crossover.py), relative to
-# the directory pyinfra runs in.
+# Where verify.py keeps the measured figures of each cache group (crossover.py): beside the
+# inventories/ and group_data/ of this kvceph checkout, the files committed together with them.
+# Never relative to the directory pyinfra runs in: another working directory would render
+# another crossover and roll the fleet. A relative kvceph_measured_dir is taken from here too.
+CHECKOUT = Path(__file__).resolve().parents[2]
 DEFAULT_MEASURED_DIR = "measured"
+
+
+def measured_dir(value: str) -> str:
+    """``kvceph_measured_dir`` as an absolute path (relative: from the kvceph checkout)."""
+    return str(CHECKOUT / value) if not value.startswith("/") else value
 
 
 @dataclass(frozen=True)
@@ -102,7 +111,7 @@ def load(r, accelerator: str) -> TierSettings:
         ),
         refresh_s=r.opt_int("kvceph_connector_refresh_s", lo=0, hi=3600),
         min_hit_tokens=r.opt_int("kvceph_min_hit_tokens", lo=0),
-        measured_dir=r.str("kvceph_measured_dir", DEFAULT_MEASURED_DIR),
+        measured_dir=measured_dir(r.str("kvceph_measured_dir", DEFAULT_MEASURED_DIR)),
         prefill_points=points,
         prefill_source=source,
     )

@@ -1,4 +1,4 @@
-"""Stage 2b "S3 tier": rgw_dns_name, the RGW user, the bucket, its lifecycle and quota.
+"""Stage 2b "S3 tier": rgw_dns_name, the RGW user and its quota, the bucket, its lifecycle.
 
 Runs on the single ``ceph_admin`` host. Reads go through ``radosgw-admin``/``ceph`` facts;
 the writes that need S3 keys go through ``deploys/remote/s3admin.py`` on that host, which
@@ -10,13 +10,13 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import ceph_cli, paths
+from deploys import capacity, ceph_cli, paths
 from deploys.facts import memo
 from deploys.facts.ceph import CephServiceSpec
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
 from deploys.operations import ceph as ceph_ops
 from deploys.operations import files as kvfiles
-from deploys.operations import s3, tls
+from deploys.operations import s3, s3_quota, tls
 from deploys.preflight import Preflight
 from deploys.settings import HostSettings
 from deploys.stages import rgw_service
@@ -166,17 +166,29 @@ def apply(me: HostSettings, checked: Preflight):
         secret_key=creds.secret_key,
         timeout=timeout,
     )
-    if me.s3.quota_max_size_gb is not None:
-        s3.user_bucket_quota(
-            name=f"Bucket quota {me.s3.quota_max_size_gb} GiB for user {me.s3.user}",
+    quota = checked.quota
+    if quota is not None and quota.max_size is not None:
+        s3_quota.user_quota(
+            name=f"User quota {capacity.size(quota.max_size)} for {me.s3.user} ({quota.source})",
             uid=me.s3.user,
-            max_size_gb=me.s3.quota_max_size_gb,
+            max_size=quota.max_size,
+            timeout=timeout,
+        )
+        s3_quota.user_bucket_quota(
+            name=f"Bucket quota {capacity.size(quota.max_size)} for {me.s3.user} (live stats)",
+            uid=me.s3.user,
+            max_size=quota.max_size,
             timeout=timeout,
         )
     s3.bucket(
         name=f"Bucket {me.s3.bucket}",
         bucket_name=me.s3.bucket,
         owner=me.s3.user,
+        timeout=timeout,
+    )
+    s3_quota.user_no_new_buckets(
+        name=f"RGW user {me.s3.user} creates no buckets (max_buckets -1)",
+        uid=me.s3.user,
         timeout=timeout,
     )
     s3.bucket_lifecycle(

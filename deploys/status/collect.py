@@ -13,6 +13,7 @@ from pyinfra.facts.files import FileContents
 
 from deploys import ceph_cli, engine_address, paths, render
 from deploys.facts import memo
+from deploys.facts.capacity import RgwUserStats
 from deploys.facts.ceph import CephOrchStatus, CephReachable
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
 from deploys.facts.rgw import RgwLifecycle, RgwReachable, RgwUser
@@ -123,6 +124,10 @@ def read_cluster(host, me) -> dict:
         return out  # radosgw-admin has no connect timeout: it would wait out its own
     user = memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout) or {}
     out["user_bucket_quota"] = user.get("bucket_quota")
+    out["user_quota"] = user.get("user_quota")
+    if (user.get("user_quota") or {}).get("enabled"):
+        # When the user's stats last changed: once the quota is full, since when.
+        out["user_stats"] = memo.read(host, RgwUserStats, uid=me.s3.user, timeout=timeout)
     out["lifecycle"] = memo.read(host, RgwLifecycle, bucket=me.s3.bucket, timeout=timeout)
     out["bucket"] = memo.read(host, BucketUsage, bucket=me.s3.bucket, timeout=timeout)
     out["daemons"] = memo.read(host, RgwDaemons, **t)

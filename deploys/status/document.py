@@ -7,6 +7,7 @@ is a row that says so; ``partial`` is True when any host or read is missing.
 
 from __future__ import annotations
 
+from deploys import capacity
 from deploys.status import counters, savings
 from deploys.status.reports import age
 
@@ -91,7 +92,11 @@ def engine_rows(name: str, me, read: dict | None, probe: dict | None, error: str
 
 
 def _quota(cluster: dict) -> tuple[int | None, str | None]:
-    """(bytes, where the quota is set): the bucket's own, else its owner's per-bucket quota."""
+    """(bytes, where the quota is set): its owner's user quota (what kvceph sets), else the
+    bucket's own, else its owner's per-bucket quota (what kvceph set before issue 36)."""
+    user_quota = cluster.get("user_quota") or {}
+    if user_quota.get("enabled") and user_quota.get("max_size", -1) > 0:
+        return int(user_quota["max_size"]), "user quota"
     bucket = (cluster.get("bucket") or {}).get("quota") or {}
     if bucket.get("enabled") and bucket.get("max_size", -1) > 0:
         return bucket["max_size"], "bucket"
@@ -99,6 +104,15 @@ def _quota(cluster: dict) -> tuple[int | None, str | None]:
     if user.get("enabled") and user.get("max_size", -1) > 0:
         return int(user["max_size"]), "user's bucket quota"
     return None, None
+
+
+def _quota_full(bucket: dict | None, quota: int | None, stats: dict | None) -> dict:
+    """Whether RGW refuses the next chunk, and since when (the user's stats last changed)."""
+    if not quota or not bucket:
+        return {"quota_full": None, "quota_full_since": None}
+    full = capacity.is_full(bucket.get("bytes", 0), bucket.get("objects", 0), quota)
+    since = (stats or {}).get("last_stats_update") if full else None
+    return {"quota_full": full, "quota_full_since": since}
 
 
 def _rule(rules, rule_id: str) -> dict | None:
@@ -130,6 +144,7 @@ def cluster_row(name: str, me, read: dict | None, error: str | None) -> dict:
         "quota_bytes": quota,
         "quota_source": quota_source,
         "quota_used": (bucket or {}).get("bytes", 0) / quota if quota and bucket else None,
+        **_quota_full(bucket, quota, read.get("user_stats")),
         "lifecycle_rule": s3.lifecycle_rule_id,
         "lifecycle_present": None if "lifecycle" not in read else rule is not None,
         "lifecycle_enabled": (rule or {}).get("Status") == "Enabled" if rule else None,

@@ -98,6 +98,12 @@ def cluster_lines(doc: dict) -> list[str]:
         if c.get("quota_bytes") and c.get("bytes") is not None
         else f"{_size(c.get('bytes'))}, no quota"
     )
+    if c.get("quota_full"):
+        since = c.get("quota_full_since")
+        quota += (
+            f", quota full{f' since {since}' if since else ''} (RGW refuses new chunks; "
+            "engines recompute what they cannot store)"
+        )
     rule = (
         f"rule {c['lifecycle_rule']} present, expires after {c['lifecycle_expiration_days']} d"
         if c.get("lifecycle_present")

@@ -357,6 +357,8 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
         # CephPools, CephOsdStat, CephConfigValue: the PG budget and the pools.
         f"{ceph} osd pool ls detail": _pools_output(me, converged),
         f"{ceph} osd stat": _captured("ceph.CephOsdStat", "two_osds"),
+        # CephDf: the data pool's MAX AVAIL (a derived S3 quota's base)
+        f"{ceph} df": _captured("capacity.CephDf", "pacific_lab"),
         f"{ceph} config get mon mon_max_pg_per_osd": _captured(
             "ceph.CephConfigValue", "mon_max_pg_per_osd"
         ),
@@ -418,10 +420,16 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
             "check_on_raw": False,
             "enabled": True,
             "max_objects": -1,
-            "max_size": (quota or 0) * 1024**3,
-            "max_size_kb": (quota or 0) * 1024**2,
+            "max_size": int((quota or 100) * 1024**3),
+            "max_size_kb": int((quota or 100) * 1024**2),
         },
-        "user_quota": {"enabled": False, "max_size": -1, "max_objects": -1},
+        # Converged: the quota kvceph set (explicit, or derived at the first deploy and kept).
+        "user_quota": {
+            "enabled": True,
+            "max_size": int((quota or 100) * 1024**3),
+            "max_objects": -1,
+        },
+        "max_buckets": -1,
     }
     bucket = {"bucket": me.s3.bucket, "owner": me.s3.user, "bucket_quota": {"enabled": False}}
     rules = [_lc_rule(rule) for rule in lifecycle_rules(me)]

@@ -290,6 +290,25 @@ def test_rows_fields_and_saved_time(tmp_path):
     assert notice is None and png.stat().st_size > 10_000
 
 
+def test_a_full_user_quota_says_quota_full_and_since_when(tmp_path):
+    # The lab bucket's 16 chunks of 16 KiB (262144 bytes) against a user quota one chunk above.
+    read = {
+        **_cluster_read(),
+        "user_quota": {"enabled": True, "max_size": 262144 + 16384},
+        "user_stats": {"size": 262144, "objects": 16, "last_stats_update": "2026-12-03T18:20Z"},
+    }
+    cluster = document.cluster_row("ceph1", host("ceph1", "ceph_admin"), read, None)
+    assert (cluster["quota_source"], cluster["quota_full"]) == ("user quota", True)
+    assert cluster["quota_full_since"] == "2026-12-03T18:20Z"
+    text = output.table(_doc([], cluster, tmp_path))
+    assert "quota full since 2026-12-03T18:20Z" in text
+    roomy = {**read, "user_quota": {"enabled": True, "max_size": 4 << 30}}
+    cluster = document.cluster_row("ceph1", host("ceph1", "ceph_admin"), roomy, None)
+    assert cluster["quota_full"] is False and "quota full" not in output.table(
+        _doc([], cluster, tmp_path)
+    )
+
+
 def test_drift_row_names_the_setting(tmp_path):
     me = host()
     change = {

@@ -7,6 +7,7 @@ from deploys import crossover
 from deploys import settings as s
 from deploys.settings.inventory import check_inventory
 from deploys.settings.reader import SettingsError
+from deploys.settings.tier import CHECKOUT
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 
@@ -20,8 +21,17 @@ def test_defaults():
         tier = load(groups).lmcache.tier
         assert tier.connector == "lmcache"  # until the H200 run; Gaudi3 stays stock
         assert (tier.connections, tier.timeout_s, tier.min_hit_tokens) == (16, 5.0, None)
-        assert tier.measured_dir == "measured" and tier.prefill_source == "default"
+        assert tier.measured_dir == str(CHECKOUT / "measured") and tier.prefill_source == "default"
     assert load().lmcache.tier.prefill_points == crossover.DEFAULT_PREFILL["nvidia"]
+
+
+def test_measured_dir_does_not_depend_on_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load(kvceph_measured_dir="figures").lmcache.tier.measured_dir == str(
+        CHECKOUT / "figures"
+    )
+    assert load(kvceph_measured_dir="/srv/m").lmcache.tier.measured_dir == "/srv/m"
+    assert (CHECKOUT / "deploy.py").is_file()
 
 
 def test_prefill_figure_is_length_dependent():

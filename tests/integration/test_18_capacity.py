@@ -1,0 +1,81 @@
+"""A bounded cache (issue 36, docs/capacity.md): the engines' user creates no bucket; a small
+quota filled by cold requests: the engines keep answering, the bucket stops growing, status.py
+says "quota full"."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from botocore.exceptions import ClientError
+from conftest import HOSTS, pyinfra, restore_needed, s3_client
+from lab_client import completion, long_prompt
+
+from deploys.capacity import size
+
+# The lab engine's objects on gpu1: 256 tokens x 64 bytes (TP 2, group_data/lab.py) per worker.
+CHUNK = 256 * 64
+# One cold 2048-word prompt: 8 chunks on each of gpu1's two workers.
+PER_PROMPT = 16 * CHUNK
+
+
+def bucket() -> tuple[int, int]:
+    """(objects, bytes) of the lab's bucket, listed with the lab's key."""
+    objects, size, token = 0, 0, None
+    client = s3_client()
+    while True:
+        page = client.list_objects_v2(
+            Bucket="lmcache", **({"ContinuationToken": token} if token else {})
+        )  # noqa: E501
+        objects += page.get("KeyCount", 0)
+        size += sum(o["Size"] for o in page.get("Contents", []))
+        if not page.get("IsTruncated"):
+            return objects, size
+        token = page["NextContinuationToken"]
+
+
+def cold_requests(n: int) -> None:
+    for _ in range(n):
+        assert completion(HOSTS["gpu1"], long_prompt())["choices"], "an engine stopped answering"
+    time.sleep(3)  # LMCache's stores finish after the answer
+
+
+def test_the_engines_user_creates_no_bucket(converged):
+    name = f"kvceph-extra-{uuid.uuid4().hex[:8]}"
+    client = s3_client()  # the engines' key (the lab's KVCEPH_S3_ACCESS_KEY)
+    with pytest.raises(ClientError) as err:
+        client.create_bucket(Bucket=name)
+        client.delete_bucket(Bucket=name)  # only reached when RGW let it through
+    assert err.value.response["Error"]["Code"] in ("AccessDenied", "TooManyBuckets"), err.value
+
+
+def test_a_full_quota_keeps_engines_serving_and_status_says_so(converged, request, lab, tmp_path):
+    objects, used = bucket()
+    quota = used + 2 * PER_PROMPT + PER_PROMPT // 2  # room for two and a half cold prompts
+    gib = quota / 1024**3
+    run = pyinfra("--limit", "ceph1", "--data", f"kvceph_s3_quota_max_size_gb={gib!r}")
+    try:
+        assert run.rc == 0, run.output[-4000:]
+        assert f"S3 quota {size(int(gib * 1024**3))} (kvceph_s3_quota_max_size_gb)" in run.output
+        assert "full in" in run.output or "never full" in run.output
+        # RGW checks a quota on each gateway's cached bucket stats (plus its own writes since;
+        # rgw_bucket_quota_ttl 600 s): each of the lab's two gateways admits up to the quota
+        # before its view is full, so the bucket holds at most twice it. 8 prompts offer more.
+        cold_requests(8)  # fills it: every request still answers
+        full_objects, full_bytes = bucket()
+        gateways = 2
+        assert objects < full_objects, (objects, full_objects)
+        assert full_bytes <= gateways * quota + gateways * CHUNK, (full_bytes, quota)
+        cold_requests(2)
+        assert bucket()[0] == full_objects, "objects were stored past the quota"
+        path = tmp_path / "status.json"
+        st = pyinfra("--data", f"kvceph_status_json={path}", deploy="status.py", json_out=False)
+        assert st.rc == 0, st.output[-4000:]
+        cluster = json.loads(path.read_text())["cluster"]
+        assert cluster["quota_full"] and cluster["quota_source"] == "user quota", cluster
+        assert "quota full" in st.output
+    finally:
+        if restore_needed(request, lab):
+            assert pyinfra("--limit", "ceph1").rc == 0
