@@ -126,8 +126,8 @@ def alert_rules(rgw_daemons: int | None, engine_down_for: str = "1m") -> dict:
             f"changes({promql.STARTED}[15m]) >= 3",
             "0m",
             "warning",
-            "engine {{ $labels.engine }} on {{ $labels.host }} started "
-            "{{ $value }} times in 15 minutes",
+            "engine {{ $labels.engine }} on {{ $labels.host }} started 3 times or more "
+            "in 15 minutes",
             "journalctl -u the engine's unit: it dies and systemd restarts it",
         ),
         _alert(
@@ -158,8 +158,8 @@ def alert_rules(rgw_daemons: int | None, engine_down_for: str = "1m") -> dict:
             f" and {collapse_base} > {COLLAPSE_MIN_LEVEL}",
             "30m",
             "warning",
-            "{{ $labels.tier }} hit ratio of {{ $labels.cache_group }} fell to {{ $value "
-            "| humanizePercentage }}, under half its level of the hours before",
+            "{{ $labels.tier }} hit ratio of {{ $labels.cache_group }} fell under half its "
+            "level of the hours before",
             "status.py's cache_group_splits (a cache-key drift after a node replacement), "
             "the bucket's lifecycle, the engines' remote tier",
         ),
@@ -169,9 +169,10 @@ def alert_rules(rgw_daemons: int | None, engine_down_for: str = "1m") -> dict:
             f" and on (cache_group) kvceph:reused_share:rate30m > {figures.PAYS_MIN_REUSED_SHARE}",
             "30m",
             "warning",
-            '{{ $labels.cache_group }}: TTFT is {{ $value | printf "%.2f" }}x what its '
+            f"{{{{ $labels.cache_group }}}}: TTFT above {figures.PAYS_MARGIN}x what its "
             "prompts cost cold: loading KV costs more than the prefill it replaces",
-            "probe.py (S3 GET rate against the crossover), kvceph_lmcache_min_hit_tokens",
+            "probe.py (S3 GET rate against the crossover); kvceph_min_hit_tokens (kvceph's "
+            "connector)",
         ),
         _alert(
             "KvcephCephExporterDown",
@@ -190,7 +191,7 @@ def alert_rules(rgw_daemons: int | None, engine_down_for: str = "1m") -> dict:
                 f"count(ceph_rgw_metadata) < {rgw_daemons}",
                 "2m",
                 "critical",
-                f"{{{{ $value }}}} of {rgw_daemons} RGW daemons report to the cluster",
+                f"fewer than {rgw_daemons} RGW daemons report to the cluster",
                 "ceph orch ps --daemon-type rgw (cephadm) or the RGW units on the hosts",
             )
         )
