@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from deploys.monitoring import figures, promql
+from deploys.monitoring import figures, promql, status_metrics
 from deploys.monitoring.promql import ENGINE, GROUP
 
 ENGINES_JOB = "kvceph-engines"
@@ -184,6 +184,32 @@ def alert_rules(rgw_daemons: int | None, engine_down_for: str = "1m") -> dict:
             "ceph mgr module enable prometheus; ceph mgr services",
         ),
     ]
+    used, quota = status_metrics.USED, status_metrics.QUOTA
+    for severity, level in QUOTA_LEVELS.items():
+        name = "KvcephBucketQuotaHigh" if severity == "warning" else "KvcephBucketQuotaFull"
+        rules.append(
+            _alert(
+                name,
+                f"{used} / ({quota} > 0) > {level}",
+                "0m",
+                severity,
+                f"bucket {{{{ $labels.bucket }}}} is above {level:.0%} of its quota (as "
+                "status.py last read it)",
+                "the lifecycle expiry (kvceph_s3_expiration_days) or the quota "
+                "(kvceph_s3_quota_max_size_gb); LMCache's writes fail once it is full",
+            )
+        )
+    rules.append(
+        _alert(
+            "KvcephStatusStale",
+            f"time() - {status_metrics.READ_AT} > 3 * 3600",
+            "0m",
+            "warning",
+            "status.py has not read bucket {{ $labels.bucket }} for 3 hours: the quota alerts "
+            "are blind",
+            "the timer that runs status.py with --data kvceph_status_metrics=...",
+        )
+    )
     if rgw_daemons:
         rules.append(
             _alert(

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from deploys import settings
-from deploys.monitoring import dashboard, figures, files, promql, rules, targets
+from deploys.monitoring import dashboard, figures, files, promql, rules, status_metrics, targets
 from deploys.settings import group_data
 from deploys.status import counters, savings
 
@@ -130,7 +130,7 @@ def _expected(alert: str, labels: dict) -> dict:
 def _case(alert, series, fires_at, labels, quiet_at=None, resolved_at=None, interval="1m"):
     checks = [{"eval_time": fires_at, "alertname": alert, "exp_alerts": [_expected(alert, labels)]}]
     for t in (quiet_at, resolved_at):
-        if t:
+        if t is not None:
             checks.append({"eval_time": t, "alertname": alert, "exp_alerts": []})
     return {"name": alert, "interval": interval, "input_series": series, "alert_rule_test": checks}
 
@@ -184,12 +184,13 @@ def alert_cases() -> list[dict]:
         _case(
             "KvcephHitRatioCollapsed",
             [
-                _series(promql.QUERIES, g1, "0+1000x500"),
-                _series(promql.HITS, g1, "0+800x420 336100+100x79"),
+                _series(promql.QUERIES, g1, "0+5000x100"),
+                _series(promql.HITS, g1, "0+4000x84 336500+500x15"),
             ],
             "480m",
             {"cache_group": "m tp1", "tier": "lmcache"},
             quiet_at="420m",
+            interval="5m",
         ),
         _case(
             "KvcephTierNotPaying",
@@ -210,6 +211,34 @@ def alert_cases() -> list[dict]:
             "6m",
             {"job": rules.CEPH_JOB, "instance": "ceph1:9283"},
             quiet_at="4m",
+        ),
+        _case(
+            "KvcephBucketQuotaHigh",
+            [
+                _series(status_metrics.USED, {"bucket": "lmcache"}, "10 50 85 85"),
+                _series(status_metrics.QUOTA, {"bucket": "lmcache"}, "100x3"),
+            ],
+            "2m",
+            {"bucket": "lmcache"},
+            quiet_at="1m",
+        ),
+        _case(
+            "KvcephBucketQuotaFull",
+            [
+                _series(status_metrics.USED, {"bucket": "lmcache"}, "85 96 96"),
+                _series(status_metrics.QUOTA, {"bucket": "lmcache"}, "100x2"),
+            ],
+            "1m",
+            {"bucket": "lmcache"},
+            quiet_at="0m",
+        ),
+        _case(
+            "KvcephStatusStale",
+            [_series(status_metrics.READ_AT, {"bucket": "lmcache"}, "0x60")],
+            "190m",
+            {"bucket": "lmcache"},
+            quiet_at="170m",
+            interval="5m",
         ),
         _case(
             "KvcephRgwDaemonDown",
@@ -251,16 +280,16 @@ def test_promtool_one_case_per_alert(tmp_path):
     assert sorted(c["name"] for c in cases) == sorted(
         r["alert"] for r in rules.alert_rules(2)["rules"]
     )
-    (tmp_path / "test.yml").write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": ["figures.yml", "alerts.yml"],
-                "evaluation_interval": "1m",
-                "tests": [*cases, paying_case()],
-            }
-        )
-    )
-    promtool("test", "rules", "test.yml", cwd=tmp_path)
+    # Hours of history are evaluated every 5 min, the rest every minute (promtool evaluates every
+    # rule at every step up to the case's last eval_time).
+    slow = [c for c in cases if c["interval"] == "5m"]
+    for name, interval, group in (
+        ("test.yml", "1m", [c for c in cases if c not in slow] + [paying_case()]),
+        ("test-hours.yml", "5m", slow),
+    ):
+        test = {"rule_files": ["figures.yml", "alerts.yml"], "evaluation_interval": interval}
+        (tmp_path / name).write_text(yaml.safe_dump({**test, "tests": group}))
+    promtool("test", "rules", "test.yml", "test-hours.yml", cwd=tmp_path)
 
 
 def _metrics_text(fixture: str) -> str:
@@ -336,7 +365,7 @@ def test_rules_compute_status_figures_from_the_same_metrics(tmp_path):
 # (the lab engine and a recorded real vLLM 0.26) or Ceph's mgr module.
 _FUNCS = {
     "sum", "by", "on", "rate", "histogram_quantile", "group_left", "le", "and", "or", "offset",
-    "avg_over_time", "vector", "count", "changes", "up",
+    "avg_over_time", "vector", "count", "changes", "up", "time",
 }  # fmt: skip
 CEPH_MGR_MODULE = Path("/usr/share/ceph/mgr/prometheus/module.py")
 
@@ -348,13 +377,14 @@ def _names(expr: str) -> set[str]:
     return {w for w in words if w not in _FUNCS and not re.fullmatch(r"[0-9.e]+", w)}
 
 
+def _exposed(text: str) -> set[str]:
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] not in "#"}
+
+
 def exported_names() -> set[str]:
     from kvceph_lab_engine.metrics import Metrics
 
-    text = Metrics("m").render() + _metrics_text("vllm-0.26-h200-warm-sync.json")
-    names = {
-        line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and line[0] != "#"
-    }
+    names = _exposed(Metrics("m").render() + _metrics_text("vllm-0.26-h200-warm-sync.json"))
     return names | {n.removesuffix("_bucket") for n in names if n.endswith("_bucket")}
 
 
@@ -363,6 +393,7 @@ def test_every_dashboard_and_rule_query_reads_known_names():
     known = (
         recorded
         | exported_names()
+        | _exposed(status_metrics.exposition(STATUS_DOC))
         | {"ceph_pool_stored", "ceph_pool_max_avail", "ceph_pool_metadata", "ceph_rgw_metadata"}
     )
     board = dashboard.dashboard("default.rgw.buckets.data")
@@ -382,3 +413,22 @@ def test_ceph_names_are_the_mgr_modules():
         assert f"'{metric}'" in source
     for stat in ("stored", "max_avail"):
         assert f"'{stat}'" in source
+
+
+STATUS_DOC = {
+    "time": "2026-12-03T18:00:00+00:00",
+    "cluster": {"bucket": "lmcache", "bytes": 850, "quota_bytes": 1000, "objects": 3},
+}
+
+
+def test_status_metrics_carry_what_status_read_and_nothing_else():
+    doc = STATUS_DOC
+    text = status_metrics.exposition(doc)
+    assert f'{status_metrics.USED}{{bucket="lmcache"}} 850.0' in text
+    assert f'{status_metrics.QUOTA}{{bucket="lmcache"}} 1000.0' in text
+    assert f'{status_metrics.READ_AT}{{bucket="lmcache"}} 1796320800.0' in text
+    no_quota = status_metrics.exposition(
+        {**doc, "cluster": {**doc["cluster"], "quota_bytes": None}}
+    )
+    assert status_metrics.QUOTA not in no_quota and status_metrics.USED in no_quota
+    assert status_metrics.exposition({"time": doc["time"], "cluster": {"bucket": "b"}}) == ""
