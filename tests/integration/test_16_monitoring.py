@@ -1,7 +1,9 @@
 """The monitoring stage's files in a real Prometheus (Debian's package, on the controller,
 listening on loopback only): it scrapes every lab engine through kvceph's gate with the API key
 from its credentials file, and "engine down" fires for a stopped engine within two minutes and
-resolves after the restart. The files come from the same functions the stage writes with; the
+resolves after the restart; a bucket over its quota, as status.py reads it and writes it for
+node_exporter's textfile collector (here a loopback file server stands in for node_exporter),
+fires the quota alerts. The files come from the same functions the stage writes with; the
 scrape and evaluation intervals are short (2 s), the rules are the production ones."""
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import os
 import runpy
 import shutil
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
 import yaml
-from conftest import HOSTS, INFERENCE, REPO, ssh
+from conftest import HOSTS, INFERENCE, REPO, pyinfra, s3_client, ssh
 from lab_client import api_key, wait_health
 
 from deploys import settings
@@ -28,6 +31,12 @@ PROMETHEUS = shutil.which("prometheus")
 # One port per lab instance, on loopback only.
 PORT = 19090 + int(os.environ.get("KVCEPH_LAB_INSTANCE") or 0)
 BASE = f"http://127.0.0.1:{PORT}"
+TEXTFILE_PORT = PORT + 100  # the stand-in for node_exporter's textfile collector
+PROM_FILE = "kvceph.prom"
+
+
+def quota(verb: str) -> str:
+    return f"radosgw-admin quota {verb} --quota-scope=bucket --bucket=lmcache"
 
 
 def lab_settings() -> dict:
@@ -81,7 +90,18 @@ def prometheus(converged, tmp_path_factory):
     config = targets.prometheus_config(
         o, {"global": {"scrape_interval": "2s", "evaluation_interval": "2s"}}
     )
+    textfile = {"job_name": "textfile", "metrics_path": f"/{PROM_FILE}"}
+    config["scrape_configs"].append(
+        {**textfile, "static_configs": [{"targets": [f"127.0.0.1:{TEXTFILE_PORT}"]}]}
+    )
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    (tmp / "textfile").mkdir()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(TEXTFILE_PORT)],
+        cwd=tmp / "textfile",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     log = open(tmp / "prometheus.log", "w")
     proc = subprocess.Popen(
         [
@@ -99,8 +119,9 @@ def prometheus(converged, tmp_path_factory):
         )
         yield tmp
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        for p in (proc, server):
+            p.terminate()
+            p.wait(timeout=30)
         log.close()
 
 
@@ -143,3 +164,31 @@ def test_a_stopped_engine_fires_engine_down_and_resolves_after_restart(prometheu
     assert fired < 120
     wait("KvcephEngineDown resolved for gpu2", lambda: engine_down("gpu2") is None, 60)
     print(f"engine down fired {fired:.0f} s after the stop")
+
+
+def firing(alertname: str) -> set[str]:
+    alerts = api("/api/v1/alerts")["alerts"]
+    return {a["labels"].get("bucket", "") for a in alerts
+            if a["labels"]["alertname"] == alertname and a["state"] == "firing"}  # fmt: skip
+
+
+def test_a_bucket_over_its_quota_fires_the_quota_alerts(prometheus):
+    """A bucket quota (its own, which status.py prefers to the owner's) just under what the
+    bucket holds: status.py's text file makes both quota alerts fire; the quota goes again."""
+    key = "kvceph-monitoring-test/filler"
+    s3_client().put_object(Bucket="lmcache", Key=key, Body=b"x" * 65536)
+    stats = json.loads(ssh("ceph1", "radosgw-admin bucket stats --bucket=lmcache").stdout)
+    used = sum(u.get("size", 0) for u in stats.get("usage", {}).values())
+    before = stats.get("bucket_quota", {})
+    assert not before.get("enabled"), before  # the deploy sets the owner's quota, not this one
+    try:
+        ssh("ceph1", f"{quota('set')} --max-size={used - 1} && {quota('enable')}")
+        prom = prometheus / "textfile" / PROM_FILE
+        run = pyinfra("--data", f"kvceph_status_metrics={prom}", deploy="status.py",
+                      json_out=False)  # fmt: skip
+        assert prom.exists(), run.output[-3000:]
+        wait("both quota alerts firing", lambda: firing("KvcephBucketQuotaFull") == {"lmcache"}
+             and firing("KvcephBucketQuotaHigh") == {"lmcache"}, 60)  # fmt: skip
+    finally:
+        ssh("ceph1", f"{quota('disable')} && {quota('set')} --max-size=-1")
+        s3_client().delete_object(Bucket="lmcache", Key=key)
