@@ -39,10 +39,10 @@ def load(r) -> MonitoringSettings:
         ),
         prometheus_service=None
         if service is None
-        else r.str("kvceph_prometheus_service", pattern=r"[A-Za-z0-9@_.\-]+"),
-        grafana_dir=None if grafana is None else r.path("kvceph_grafana_dashboards_dir"),
+        else r.str("kvceph_prometheus_service", service, pattern=r"[A-Za-z0-9@_.\-]+"),
+        grafana_dir=None if grafana is None else r.path("kvceph_grafana_dashboards_dir", grafana),
         ceph_exporters=exporters,
         scrape_interval=None
         if interval is None
-        else r.str("kvceph_prometheus_scrape_interval", pattern=DURATION),
+        else r.str("kvceph_prometheus_scrape_interval", interval, pattern=DURATION),
     )
