@@ -31,9 +31,13 @@ def group_figures(hosts: Mapping[str, HostSettings]) -> list[rules.GroupFigures]
     return list(seen.values())
 
 
-def rgw_daemons(hosts: Mapping[str, HostSettings]) -> int | None:
-    rgw = [h for h in hosts.values() if "rgw" in h.groups]
-    return len(rgw) * rgw[0].rgw.count_per_host if rgw else None
+def rgw_service(hosts: Mapping[str, HostSettings]) -> tuple[str, int] | None:
+    """(service id, daemons) of the RGW service cephadm runs for kvceph; None outside cephadm."""
+    admin = next((h for h in hosts.values() if h.is_ceph_admin), None)
+    rgw_hosts = [h for h in hosts.values() if "rgw" in h.groups]
+    if admin is None or admin.rgw.managed_by != "cephadm" or not rgw_hosts:
+        return None
+    return admin.rgw.service_id, len(rgw_hosts) * admin.rgw.count_per_host
 
 
 def data_pool(hosts: Mapping[str, HostSettings]) -> str:
@@ -68,7 +72,7 @@ def rendered(
     if not ceph_exporters:
         admin = [h.host for h in hosts.values() if h.is_ceph_admin]
         ceph_exporters = tuple(
-            targets._hostport(addresses[a], MGR_EXPORTER_PORT) for a in admin if a in addresses
+            targets.hostport(addresses[a], MGR_EXPORTER_PORT) for a in admin if a in addresses
         )
     return {
         targets.ENGINES_FILE: _json(targets.engine_targets(inference)),
@@ -77,7 +81,7 @@ def rendered(
             {"groups": [rules.recording_rules(group_figures(hosts))]}
         ),
         "rules/kvceph-alerts.yml": _yaml(
-            {"groups": [rules.alert_rules(rgw_daemons(hosts), engine_down_for)]}
+            {"groups": [rules.alert_rules(rgw_service(hosts), engine_down_for)]}
         ),
         SCRAPE_FILE: _yaml({"scrape_configs": targets.scrape_configs(options)}),
     }

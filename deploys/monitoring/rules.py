@@ -8,6 +8,7 @@ bytes per token enter as constants. Every alert has a ``promtool test rules`` ca
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -104,10 +105,11 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, fix: st
     return rule
 
 
-def alert_rules(rgw_daemons: int | None, engine_down_for: str = "1m") -> dict:
+def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = "1m") -> dict:
     """The ``kvceph-alerts`` group.
 
-    + rgw_daemons: the RGW daemons the cluster should run (None: no RGW count alert)
+    + rgw: (cephadm's RGW service id, the daemons it should run); None: no RGW count alert
+      (RGW run outside cephadm: kvceph does not know its daemons)
     + engine_down_for: how long a target is down before "engine down" fires
     """
     collapse_base = f"avg_over_time(kvceph:hit_ratio:rate15m[{BASELINE}] offset {BASELINE_END})"
@@ -210,15 +212,19 @@ def alert_rules(rgw_daemons: int | None, engine_down_for: str = "1m") -> dict:
             "the timer that runs status.py with --data kvceph_status_metrics=...",
         )
     )
-    if rgw_daemons:
+    if rgw:
+        service_id, daemons = rgw
+        # cephadm names its daemons rgw.<service_id>.<host>.<suffix>; other RGWs are not ours
+        ours = f'ceph_rgw_metadata{{ceph_daemon=~"rgw\\\\.{re.escape(service_id)}\\\\..+"}}'
         rules.append(
             _alert(
                 "KvcephRgwDaemonDown",
-                f"count(ceph_rgw_metadata) < {rgw_daemons}",
+                f"count({ours}) < {daemons}",
                 "2m",
                 "critical",
-                f"fewer than {rgw_daemons} RGW daemons report to the cluster",
-                "ceph orch ps --daemon-type rgw (cephadm) or the RGW units on the hosts",
+                f"fewer than {daemons} daemons of RGW service rgw.{service_id} report to the "
+                "cluster",
+                f"ceph orch ps --service_name rgw.{service_id}",
             )
         )
     return {"name": "kvceph-alerts", "rules": rules}

@@ -24,7 +24,7 @@ def cache_group(me: HostSettings) -> str:
     return f"{me.engine.model} tp{me.engine.tensor_parallel_size}"
 
 
-def _hostport(address: str, port: int) -> str:
+def hostport(address: str, port: int) -> str:
     return (
         f"[{address}]:{port}"
         if ":" in address and not address.startswith("[")
@@ -42,7 +42,7 @@ def engine_targets(hosts: Iterable[tuple[HostSettings, str]]) -> list[dict]:
         for engine in me.engine.engines:
             out.append(
                 {
-                    "targets": [_hostport(address, engine.port)],
+                    "targets": [hostport(address, engine.port)],
                     "labels": {
                         "host": me.host,
                         "engine": engine.name,

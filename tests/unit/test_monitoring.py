@@ -101,6 +101,7 @@ def test_promtool_check_config_and_rules(rendered):
 
 # One promtool case per alert. Group "m tp1": prefill 1e-4 s/token flat, 100 bytes per token.
 GROUP = rules.GroupFigures("m tp1", 1e-4, 0.0, 100)
+RGW = ("standard", 2)  # cephadm's rgw.standard, two daemons
 ENGINE = {"job": rules.ENGINES_JOB, "cache_group": "m tp1"}
 
 
@@ -116,7 +117,7 @@ def _series(name: str, labels: dict, values: str) -> dict:
 
 
 def _expected(alert: str, labels: dict) -> dict:
-    rule = next(r for r in rules.alert_rules(2)["rules"] if r["alert"] == alert)
+    rule = next(r for r in rules.alert_rules(RGW)["rules"] if r["alert"] == alert)
 
     def expand(text: str) -> str:
         return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
@@ -243,8 +244,9 @@ def alert_cases() -> list[dict]:
         _case(
             "KvcephRgwDaemonDown",
             [
-                _series("ceph_rgw_metadata", {"ceph_daemon": "rgw.a"}, "1x15"),
-                _series("ceph_rgw_metadata", {"ceph_daemon": "rgw.b"}, "1 1 1"),
+                _series("ceph_rgw_metadata", {"ceph_daemon": "rgw.standard.ceph1.aa"}, "1x15"),
+                _series("ceph_rgw_metadata", {"ceph_daemon": "rgw.standard.ceph2.bb"}, "1 1 1"),
+                _series("ceph_rgw_metadata", {"ceph_daemon": "rgw.other.ceph2.cc"}, "1x15"),
             ],
             "12m",
             {},
@@ -273,12 +275,12 @@ def test_promtool_one_case_per_alert(tmp_path):
         tmp_path,
         {
             "figures.yml": yaml.safe_dump({"groups": [rules.recording_rules([GROUP])]}),
-            "alerts.yml": yaml.safe_dump({"groups": [rules.alert_rules(2)]}),
+            "alerts.yml": yaml.safe_dump({"groups": [rules.alert_rules(RGW)]}),
         },
     )
     cases = alert_cases()
     assert sorted(c["name"] for c in cases) == sorted(
-        r["alert"] for r in rules.alert_rules(2)["rules"]
+        r["alert"] for r in rules.alert_rules(RGW)["rules"]
     )
     # Hours of history are evaluated every 5 min, the rest every minute (promtool evaluates every
     # rule at every step up to the case's last eval_time).
@@ -399,7 +401,7 @@ def test_every_dashboard_and_rule_query_reads_known_names():
     board = dashboard.dashboard("default.rgw.buckets.data")
     queries = [t["expr"] for p in board["panels"] for t in p["targets"]]
     queries += [r["expr"] for r in rules.recording_rules([GROUP])["rules"]]
-    queries += [r["expr"] for r in rules.alert_rules(2)["rules"]]
+    queries += [r["expr"] for r in rules.alert_rules(RGW)["rules"]]
     assert len(board["panels"]) == 6 and len({p["id"] for p in board["panels"]}) == 6
     unknown = {n for q in queries for n in _names(q)} - known
     assert not unknown, unknown
