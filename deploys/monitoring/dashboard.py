@@ -2,12 +2,14 @@
 
 Panels read the recording rules (``rules.py``) where a figure is kvceph's (hit ratio per tier,
 saved GPU time, KV bytes loaded), vLLM's TTFT histogram, and the Ceph mgr exporter's pool
-figures. vLLM does not label a request cold or warm, so the TTFT panel shows every request's
+figures and status.py's bucket figures (``status_metrics``). vLLM does not label a request cold or warm, so the TTFT panel shows every request's
 p50/p99 beside the cold estimate (the prefill curve at the mean prompt): warm requests are the
 ones under it. The datasource is a variable, so the file imports into any Grafana.
 """
 
 from __future__ import annotations
+
+from deploys.monitoring import status_metrics
 
 UID = "kvceph-tier"
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -88,6 +90,17 @@ def dashboard(data_pool: str) -> dict:
             ],
             0,
             16,
+        ),
+        _panel(
+            7,
+            "Bucket usage vs quota (status.py, docs/monitoring.md)",
+            "bytes",
+            [
+                (status_metrics.USED, "{{bucket}} used"),
+                (status_metrics.QUOTA, "{{bucket}} quota"),
+            ],
+            0,
+            24,
         ),
         _panel(
             6,

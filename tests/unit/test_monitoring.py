@@ -402,7 +402,7 @@ def test_every_dashboard_and_rule_query_reads_known_names():
     queries = [t["expr"] for p in board["panels"] for t in p["targets"]]
     queries += [r["expr"] for r in rules.recording_rules([GROUP])["rules"]]
     queries += [r["expr"] for r in rules.alert_rules(RGW)["rules"]]
-    assert len(board["panels"]) == 6 and len({p["id"] for p in board["panels"]}) == 6
+    assert len(board["panels"]) == 7 and len({p["id"] for p in board["panels"]}) == 7
     unknown = {n for q in queries for n in _names(q)} - known
     assert not unknown, unknown
     assert "vllm:time_to_first_token_seconds_bucket" in exported_names()
