@@ -151,12 +151,12 @@ def alert_cases() -> list[dict]:
         _case(
             "KvcephEngineRestarting",
             [
-                _series(promql.STARTED, g1, "100 100 200 300 400 400"),
-                _series(promql.STARTED, g2, "7x5"),
+                _series(promql.STARTED, g1, "100 200 300 400 500 600 700 700"),
+                _series(promql.STARTED, g2, "7 8 9 10 11 12 12 12"),
             ],
-            "5m",
+            "7m",
             g1,
-            quiet_at="2m",
+            quiet_at="5m",
         ),
         _case(
             "KvcephRemoteTierFailing",
