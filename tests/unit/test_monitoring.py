@@ -434,3 +434,25 @@ def test_status_metrics_carry_what_status_read_and_nothing_else():
     )
     assert status_metrics.QUOTA not in no_quota and status_metrics.USED in no_quota
     assert status_metrics.exposition({"time": doc["time"], "cluster": {"bucket": "b"}}) == ""
+
+
+def test_monitoring_settings_defaults_and_one_line_errors():
+    data = group_data.read(("all", "lab"), {"KVCEPH_LAB_INSTANCE": "0"})
+    data.pop("kvceph_s3_ca_bundle", None)
+    m = settings.load(data, "prom1", ("monitoring", "lab")).monitoring
+    assert (m.prometheus_dir, m.prometheus_service, m.ceph_exporters) == (
+        "/etc/prometheus/kvceph",
+        "prometheus",
+        (),
+    )
+    assert settings.load(data, "gpu1", ("gpu", "lab")).monitoring is None
+    for key, value in (
+        ("kvceph_ceph_mgr_exporters", ["ceph1"]),
+        ("kvceph_prometheus_scrape_interval", "15 s"),
+        ("kvceph_prometheus_dir", "etc/prometheus"),
+    ):
+        with pytest.raises(settings.reader.SettingsError) as e:
+            settings.load({**data, key: value}, "prom1", ("monitoring", "lab"))
+        assert str(e.value).startswith(f"prom1: {key} = ") and "\n" not in str(e.value)
+    none = settings.load({**data, "kvceph_grafana_dashboards_dir": None}, "p", ("monitoring",))
+    assert none.monitoring.grafana_dir is None
