@@ -34,10 +34,12 @@ IPS = {
     "gaudi1": "10.213.7.31",
 }
 KEY = "lab-sentinel-api-key-0123456789"
+# The default lab, Pacific, whatever lab this machine runs (group_data/lab.py reads both).
+LAB_ENV = {"KVCEPH_LAB_INSTANCE": "0", "KVCEPH_LAB_CEPH": "pacific"}
 
 
 def lab_hosts() -> dict:
-    data = group_data.read(("all", "lab"), {"KVCEPH_LAB_INSTANCE": "0"})
+    data = group_data.read(("all", "lab"), LAB_ENV)
     data.pop("kvceph_s3_ca_bundle", None)  # the lab's CA exists once the lab is up
     return {n: settings.load(data, n, g) for n, g in LAB.items()}
 
@@ -437,7 +439,7 @@ def test_status_metrics_carry_what_status_read_and_nothing_else():
 
 
 def test_monitoring_settings_defaults_and_one_line_errors():
-    data = group_data.read(("all", "lab"), {"KVCEPH_LAB_INSTANCE": "0"})
+    data = group_data.read(("all", "lab"), LAB_ENV)
     data.pop("kvceph_s3_ca_bundle", None)
     m = settings.load(data, "prom1", ("monitoring", "lab")).monitoring
     assert (m.prometheus_dir, m.prometheus_service, m.ceph_exporters) == (
