@@ -21,7 +21,10 @@ CONNECTOR_VENV := $(VENV)/connector
 # validation (python3-ceph-common), systemd-analyze for unit checks.
 APT_LAB  := mmdebstrap systemd-container iproute2 openssh-client curl uuid-runtime
 APT_CEPH := ceph-mon ceph-mgr ceph-osd radosgw ceph-common ceph-mgr-modules-core python3-ceph-common
-APT_PKGS := $(APT_LAB) $(APT_CEPH)
+# promtool for the monitoring unit tests, prometheus for the lab's (19 MB download, ~96 MB
+# installed without recommends); its packaged service is disabled again: the tests run their own.
+APT_MON  := prometheus
+APT_PKGS := $(APT_LAB) $(APT_CEPH) $(APT_MON)
 # A long quiet step as a line when it starts and one with its seconds when it ends.
 STEP := lab/step.sh
 
@@ -43,17 +46,21 @@ help:
 	@echo "make dry       plan the lab deploy with pyinfra --dry"
 
 deps: $(VENV)/.deps-apt
-$(VENV)/.deps-apt:
+$(VENV)/.deps-apt: Makefile
 	@mkdir -p $(VENV)
 	@missing() { for p in "$$@"; do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done; }; \
 	lab=$$(missing $(APT_LAB) | xargs); ceph=$$(missing $(APT_CEPH) | xargs); \
+	mon=$$(missing $(APT_MON) | xargs); \
 	apt=(env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq); \
-	if [ -n "$$lab$$ceph" ]; then \
+	if [ -n "$$lab$$ceph$$mon" ]; then \
 	  $(STEP) deps "apt: package lists" "$${apt[@]}" update && \
 	  { [ -z "$$lab" ] || $(STEP) deps "apt: lab tools ($$lab)" \
 	      "$${apt[@]}" install -y --no-install-recommends $$lab >/dev/null; } && \
 	  { [ -z "$$ceph" ] || $(STEP) deps "apt: Ceph client and fixtures ($$ceph)" \
-	      "$${apt[@]}" install -y --no-install-recommends $$ceph >/dev/null; }; \
+	      "$${apt[@]}" install -y --no-install-recommends $$ceph >/dev/null; } && \
+	  { [ -z "$$mon" ] || { $(STEP) deps "apt: Prometheus ($$mon)" \
+	      "$${apt[@]}" install -y --no-install-recommends $$mon >/dev/null && \
+	    { systemctl disable --now prometheus >/dev/null 2>&1 || true; }; }; }; \
 	fi
 	@touch $@
 

@@ -12,6 +12,7 @@ Stages, in the order of the procedure (each a module in deploys/stages/):
      Model weights      (mirror source) pull, check against the manifest, rename into place
   5. vLLM service       env + unit, rolling restart only where the config digest changed
   6. Readiness check    /health and a minimal completion (read-only)
+     Monitoring         (hosts of group monitoring) Prometheus targets, rules, Grafana dashboard
 The full cold -> warm -> cold proof is verify.py (it restarts engines and writes objects).
 """
 
@@ -50,3 +51,8 @@ if me.is_inference:
     model_weights.apply(me, checked)
     vllm_service.apply(me, checked)
     readiness.apply(me)
+
+if me.monitoring is not None:
+    from deploys.stages import monitoring
+
+    monitoring.apply(me, checked)

@@ -17,6 +17,7 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
+from deploys.monitoring import status_metrics
 from deploys.status import collect, document, drift, output, reports
 
 _ONCE = BoundedSemaphore()
@@ -119,6 +120,9 @@ def run(state, inventory, checked) -> dict:
     if json_path.parent == Path(report_dir):
         output.write_json(doc, json_path.parent / "status-latest.json")
     png, notice = output.write_png(doc, png_path)
+    prom = inventory.get_host(first.host).data.get("kvceph_status_metrics")
+    if prom:  # docs/monitoring.md: the bucket figures for the quota alerts
+        logger.info(f"kvceph status: metrics {status_metrics.write(doc, prom)}")
     logger.info(f"kvceph status: report {path}" + (f", chart {png}" if png else ""))
     if notice:
         logger.warning(f"kvceph status: {notice}")

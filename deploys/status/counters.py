@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from deploys.monitoring import figures
 from deploys.verification import metrics
 
 # The counters, by what status.py calls them (names without the _total suffix prometheus_client
@@ -49,16 +50,13 @@ class Counters:
 
     @property
     def hit_ratio(self) -> float | None:
-        """LMCache's hit tokens over the tokens it was asked for (None before any query)."""
-        if not self.external_queries or self.external_hits is None:
-            return None
-        return self.external_hits / self.external_queries
+        """LMCache's hit tokens over the tokens it was asked for (figures.hit_ratio)."""
+        return figures.hit_ratio(self.external_hits, self.external_queries)
 
     @property
     def reused_tokens(self) -> float | None:
-        """Tokens the cache spared the GPU: loaded through the connector when the engine says
-        so (by source), else the connector's hits (engines without the by-source counter)."""
-        return self.loaded_tokens if self.loaded_tokens is not None else self.external_hits
+        """Tokens the cache spared the GPU (figures.reused_tokens)."""
+        return figures.reused_tokens(self.loaded_tokens, self.external_hits)
 
     @property
     def mean_prompt_tokens(self) -> float | None:

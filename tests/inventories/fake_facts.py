@@ -157,10 +157,12 @@ class Layout:
     rgw_down: bool = False  # RGW stopped: haproxy answers 503 "No server is available"
     mon_down: bool = False  # no mon answers: every ceph call times out (exit 1)
     kvceph_connector: tuple[str, ...] = ()  # hosts with kvceph_lmcache_connector "kvceph"
+    monitoring: tuple[str, ...] = ()  # hosts of group monitoring (the operator's Prometheus)
 
     @property
     def groups(self) -> dict[str, list[str]]:
-        return {**GROUPS, "rgw": GROUPS["rgw"] + list(self.extra_rgw)}
+        extra = {"monitoring": list(self.monitoring)} if self.monitoring else {}
+        return {**GROUPS, "rgw": GROUPS["rgw"] + list(self.extra_rgw), **extra}
 
     @property
     def hosts(self) -> list[str]:
@@ -631,6 +633,34 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
     return r
 
 
+def monitoring_responses(me: settings.HostSettings, layout: Layout) -> dict:
+    """A converged monitoring host holds exactly the files the stage renders (fresh: none)."""
+    if not layout.converged:
+        return {}
+    from types import SimpleNamespace
+
+    from deploys.monitoring import files as rendering
+    from deploys.monitoring import targets
+    from deploys.stages import monitoring as stage
+
+    hosts = {h: layout.host_settings(h) for h in layout.hosts}
+    checked = SimpleNamespace(hosts=hosts, credentials=credentials())
+    options = stage.options(me, checked)
+    addresses = {h: str(layout.host_data(h).get("ssh_hostname") or h) for h in layout.hosts}
+    m = me.monitoring
+    texts = rendering.rendered(hosts, addresses, options, ceph_exporters=m.ceph_exporters)
+    r = {**_directory(m.prometheus_dir, "root", "root", "0755")}
+    r.update(_directory(f"{m.prometheus_dir}/rules", "root", "root", "0755"))
+    for rel, text in texts.items():
+        r.update(_file(f"{m.prometheus_dir}/{rel}", text, "root", "root", "0644"))
+    key = f"{checked.credentials.vllm_api_key.reveal()}\n"
+    r.update(_file(f"{m.prometheus_dir}/{targets.API_KEY_FILE}", key, "root", "prometheus", "0640"))
+    r.update(_directory(m.grafana_dir, "root", "root", "0755"))
+    dashboard = rendering.dashboard_text(hosts)
+    r.update(_file(f"{m.grafana_dir}/kvceph.json", dashboard, "root", "root", "0644"))
+    return r
+
+
 def inventory(layout: Layout) -> dict[str, list]:
     """Group name -> [(host, data)] for an inventory module's globals."""
     data = {}
@@ -641,6 +671,8 @@ def inventory(layout: Layout) -> dict[str, list]:
             responses.update(ceph_admin_responses(me, layout))
         if me.is_inference:
             responses.update(inference_responses(me, layout))
+        if me.monitoring:
+            responses.update(monitoring_responses(me, layout))
         data[host] = {**layout.host_data(host), "fake_responses": responses}
     return {g: [(h, data[h]) for h in members] for g, members in layout.groups.items()}
 

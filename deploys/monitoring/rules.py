@@ -1,0 +1,233 @@
+"""Prometheus recording and alert rules for the tier, as data (dumped to YAML by the stage).
+
+Recording rules carry figures' definitions per cache group (``promql.py``); the prefill curve
+of each group (``deploys/status/savings.prefill_curve``, the one status.py reads) and its KV
+bytes per token enter as constants. Every alert has a ``promtool test rules`` case
+(tests/unit/test_monitoring_rules.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from deploys.monitoring import figures, promql, status_metrics
+from deploys.monitoring.promql import ENGINE, GROUP
+
+ENGINES_JOB = "kvceph-engines"
+CEPH_JOB = "kvceph-ceph-mgr"
+# A collapse is judged against the mean of these hours, ending this long ago (the collapse
+# itself must not pull its own baseline down).
+BASELINE = "6h"
+BASELINE_END = "30m"
+COLLAPSE_FACTOR = 0.5  # below half its recent level
+COLLAPSE_MIN_LEVEL = 0.1  # a group that hardly hit cannot collapse
+QUOTA_LEVELS = {"warning": 0.80, "critical": 0.95}
+# A deploy's roll restarts an engine once, verify.py twice (warm, fallback): a deploy and two
+# verify runs in an hour are 5 starts, so a loop is 6 or more.
+RESTARTS_PER_HOUR = 6
+
+
+@dataclass(frozen=True)
+class GroupFigures:
+    """One cache group's constants: its name (the targets' ``cache_group`` label), the
+    prefill curve ``a n + b n^2`` (seconds) and the KV bytes per token, when known."""
+
+    name: str
+    a: float
+    b: float
+    kv_bytes_per_token: int | None = None
+
+
+def _const(record: str, value: float, group: str) -> dict:
+    return {"record": record, "expr": f"vector({value!r})", "labels": {"cache_group": group}}
+
+
+def recording_rules(groups: Iterable[GroupFigures]) -> dict:
+    """The ``kvceph-figures`` group: hit ratio per tier, reuse, saved GPU time, pays."""
+    rules: list[dict] = []
+    for g in groups:
+        rules += [
+            _const("kvceph:prefill_curve_a", g.a, g.name),
+            _const("kvceph:prefill_curve_b", g.b, g.name),
+        ]
+        if g.kv_bytes_per_token:
+            rules.append(_const("kvceph:kv_bytes_per_token", g.kv_bytes_per_token, g.name))
+    rules += [
+        {
+            "record": "kvceph:hit_ratio:rate15m",
+            "expr": promql.hit_ratio("15m", GROUP),
+            "labels": {"tier": "lmcache"},
+        },
+        {
+            "record": "kvceph:hit_ratio:rate15m",
+            "expr": promql.gpu_hit_ratio("15m", GROUP),
+            "labels": {"tier": "gpu"},
+        },
+        {"record": "kvceph:hit_ratio:rate5m", "expr": promql.hit_ratio("5m", GROUP)},
+        {"record": "kvceph:mean_prompt_tokens:rate1h", "expr": promql.mean_prompt("1h", GROUP)},
+        # figures.saved_seconds per token: prefill(n) / n = a + b n at the mean prompt
+        {
+            "record": "kvceph:prefill_seconds_per_token:rate1h",
+            "expr": "kvceph:prefill_curve_a + kvceph:prefill_curve_b"
+            " * kvceph:mean_prompt_tokens:rate1h",
+        },
+        {"record": "kvceph:reused_tokens:rate5m", "expr": promql.reused("5m", GROUP)},
+        {"record": "kvceph:reused_tokens:rate1h", "expr": promql.reused("1h", GROUP)},
+        {
+            "record": "kvceph:gpu_prefill_seconds_saved:per_hour",
+            "expr": "kvceph:reused_tokens:rate1h * kvceph:prefill_seconds_per_token:rate1h * 3600",
+        },
+        {
+            "record": "kvceph:kv_bytes_loaded:rate5m",
+            "expr": f"{promql.rate(promql.LOADED, '5m', GROUP)} * kvceph:kv_bytes_per_token",
+        },
+        # figures.ttft_vs_cold: TTFT spent over (computed + reused) x seconds per token
+        {
+            "record": "kvceph:ttft_vs_cold:rate30m",
+            "expr": f"{promql.rate(promql.TTFT + '_sum', '30m', GROUP)} / (("
+            f"{promql.rate(promql.COMPUTED, '30m', GROUP)} + {promql.reused('30m', GROUP)})"
+            " * kvceph:prefill_seconds_per_token:rate1h)",
+        },
+        {
+            "record": "kvceph:reused_share:rate30m",
+            "expr": f"{promql.reused('30m', GROUP)} / ({promql.reused('30m', GROUP)}"
+            f" + {promql.rate(promql.COMPUTED, '30m', GROUP)})",
+        },
+    ]
+    return {"name": "kvceph-figures", "rules": rules}
+
+
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, fix: str) -> dict:
+    rule = {"alert": name, "expr": expr}
+    if for_ != "0m":
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity, "service": "kvceph"}
+    rule["annotations"] = {"summary": summary, "fix": fix}
+    return rule
+
+
+def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = "1m") -> dict:
+    """The ``kvceph-alerts`` group.
+
+    + rgw: (cephadm's RGW service id, the daemons it should run); None: no RGW count alert
+      (RGW run outside cephadm: kvceph does not know its daemons)
+    + engine_down_for: how long a target is down before "engine down" fires
+    """
+    collapse_base = f"avg_over_time(kvceph:hit_ratio:rate15m[{BASELINE}] offset {BASELINE_END})"
+    rules = [
+        _alert(
+            "KvcephEngineDown",
+            f'up{{job="{ENGINES_JOB}"}} == 0',
+            engine_down_for,
+            "critical",
+            "engine {{ $labels.engine }} on {{ $labels.host }} does not answer /metrics",
+            "systemctl status / journalctl -u the engine's unit on the host; vLLM exits 0 "
+            "after an engine-core death, which Restart=on-failure does not restart",
+        ),
+        _alert(
+            "KvcephEngineRestarting",
+            f"changes({promql.STARTED}[1h]) >= {RESTARTS_PER_HOUR}",
+            "0m",
+            "warning",
+            "engine {{ $labels.engine }} on {{ $labels.host }} started "
+            f"{RESTARTS_PER_HOUR} times or more in an hour",
+            "journalctl -u the engine's unit: it dies and systemd restarts it",
+        ),
+        _alert(
+            "KvcephRemoteTierFailing",
+            f"{promql.rate(promql.LOADED, '10m', ENGINE)} / "
+            f"{promql.rate(promql.HITS, '10m', ENGINE)} < 0.5",
+            "10m",
+            "warning",
+            "engine {{ $labels.engine }} on {{ $labels.host }} loads under half of "
+            "the tokens LMCache claims: the loads fail and vLLM recomputes",
+            "the engine's journal (LMCache's S3 errors), probe.py for the S3 path",
+        ),
+        _alert(
+            "KvcephRemoteTierOff",
+            f"{promql.rate(promql.QUERIES, '15m', ENGINE)} > 0"
+            f" and {promql.rate(promql.HITS, '15m', ENGINE)} == 0"
+            ' and on (cache_group) kvceph:hit_ratio:rate15m{tier="lmcache"} > 0.05',
+            "15m",
+            "critical",
+            "engine {{ $labels.engine }} on {{ $labels.host }} hits nothing while "
+            "its cache group hits: its remote tier is off (LMCache turns S3 off after errors)",
+            "restart the engine once S3 answers (deploy.py's readiness check names LMCache's "
+            "line); probe.py for the S3 path",
+        ),
+        _alert(
+            "KvcephHitRatioCollapsed",
+            f"kvceph:hit_ratio:rate15m < {COLLAPSE_FACTOR} * {collapse_base}"
+            f" and {collapse_base} > {COLLAPSE_MIN_LEVEL}",
+            "30m",
+            "warning",
+            "{{ $labels.tier }} hit ratio of {{ $labels.cache_group }} fell under half its "
+            "level of the hours before",
+            "status.py's cache_group_splits (a cache-key drift after a node replacement), "
+            "the bucket's lifecycle, the engines' remote tier",
+        ),
+        _alert(
+            "KvcephTierNotPaying",
+            f"kvceph:ttft_vs_cold:rate30m > {figures.PAYS_MARGIN}"
+            f" and on (cache_group) kvceph:reused_share:rate30m > {figures.PAYS_MIN_REUSED_SHARE}",
+            "30m",
+            "warning",
+            f"{{{{ $labels.cache_group }}}}: TTFT above {figures.PAYS_MARGIN}x what its "
+            "prompts cost cold: loading KV costs more than the prefill it replaces",
+            "probe.py (S3 GET rate against the crossover); kvceph_min_hit_tokens (kvceph's "
+            "connector)",
+        ),
+        _alert(
+            "KvcephCephExporterDown",
+            f'up{{job="{CEPH_JOB}"}} == 0',
+            "5m",
+            "warning",
+            "the Ceph mgr's exporter {{ $labels.instance }} does not answer: RGW and pool "
+            "alerts are blind",
+            "ceph mgr module enable prometheus; ceph mgr services",
+        ),
+    ]
+    used, quota = status_metrics.USED, status_metrics.QUOTA
+    for severity, level in QUOTA_LEVELS.items():
+        name = "KvcephBucketQuotaHigh" if severity == "warning" else "KvcephBucketQuotaFull"
+        rules.append(
+            _alert(
+                name,
+                f"{used} / ({quota} > 0) > {level}",
+                "0m",
+                severity,
+                f"bucket {{{{ $labels.bucket }}}} is above {level:.0%} of its quota (as "
+                "status.py last read it)",
+                "the lifecycle expiry (kvceph_s3_expiration_days) or the quota "
+                "(kvceph_s3_quota_max_size_gb); LMCache's writes fail once it is full",
+            )
+        )
+    rules.append(
+        _alert(
+            "KvcephStatusStale",
+            f"time() - {status_metrics.READ_AT} > 3 * 3600",
+            "0m",
+            "warning",
+            "status.py has not read bucket {{ $labels.bucket }} for 3 hours: the quota alerts "
+            "are blind",
+            "the timer that runs status.py with --data kvceph_status_metrics=...",
+        )
+    )
+    if rgw:
+        service_id, daemons = rgw
+        # cephadm names its daemons rgw.<service_id>.<host>.<suffix>; other RGWs are not ours
+        ours = f'ceph_rgw_metadata{{ceph_daemon=~"rgw\\\\.{re.escape(service_id)}\\\\..+"}}'
+        rules.append(
+            _alert(
+                "KvcephRgwDaemonDown",
+                f"count({ours}) < {daemons}",
+                "2m",
+                "critical",
+                f"fewer than {daemons} daemons of RGW service rgw.{service_id} report to the "
+                "cluster",
+                f"ceph orch ps --service_name rgw.{service_id}",
+            )
+        )
+    return {"name": "kvceph-alerts", "rules": rules}

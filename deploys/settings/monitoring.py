@@ -1,0 +1,48 @@
+"""Settings of the monitoring stage: where the operator's Prometheus and Grafana read kvceph's
+files, and where the Ceph mgr's exporter answers (hosts of group ``monitoring`` only).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+GROUP = "monitoring"
+HOSTPORT = r"[A-Za-z0-9_.\-]+:[0-9]{1,5}|\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}"
+DURATION = r"[0-9]+(ms|s|m|h)"
+
+
+@dataclass(frozen=True)
+class MonitoringSettings:
+    prometheus_dir: str  # targets, rules, credentials file and the scrape jobs
+    prometheus_group: str  # the group Prometheus runs as: it reads the API key file
+    prometheus_service: str | None  # reloaded when the rules change; None: not reloaded
+    grafana_dir: str | None  # a Grafana provisioning folder for the dashboard; None: not written
+    ceph_exporters: tuple[str, ...]  # host:port of each mgr; () = the Ceph admin host's :9283
+    scrape_interval: str | None  # None: the operator's global scrape_interval
+
+
+def load(r) -> MonitoringSettings:
+    exporters = tuple(r.list("kvceph_ceph_mgr_exporters", []))
+    for e in exporters:
+        if not isinstance(e, str) or not re.fullmatch(HOSTPORT, e):
+            raise r.fail(
+                "kvceph_ceph_mgr_exporters", e, "is not host:port", "use e.g. 'ceph1:9283'"
+            )
+    service = r.raw("kvceph_prometheus_service", "prometheus")
+    grafana = r.raw("kvceph_grafana_dashboards_dir", "/var/lib/grafana/dashboards/kvceph")
+    interval = r.raw("kvceph_prometheus_scrape_interval", None)
+    return MonitoringSettings(
+        prometheus_dir=r.path("kvceph_prometheus_dir", "/etc/prometheus/kvceph"),
+        prometheus_group=r.str(
+            "kvceph_prometheus_group", "prometheus", pattern=r"[a-z_][a-z0-9_-]*"
+        ),
+        prometheus_service=None
+        if service is None
+        else r.str("kvceph_prometheus_service", service, pattern=r"[A-Za-z0-9@_.\-]+"),
+        grafana_dir=None if grafana is None else r.path("kvceph_grafana_dashboards_dir", grafana),
+        ceph_exporters=exporters,
+        scrape_interval=None
+        if interval is None
+        else r.str("kvceph_prometheus_scrape_interval", interval, pattern=DURATION),
+    )

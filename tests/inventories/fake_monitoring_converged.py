@@ -1,0 +1,12 @@
+# A converged cluster whose Ceph admin host also runs the operator's Prometheus: nothing to do.
+#   pyinfra --dry tests/inventories/fake_monitoring_converged.py deploy.py
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fake_facts  # noqa: E402
+
+_groups = fake_facts.groups(
+    fake_facts.Layout("fake_monitoring_converged", converged=True, monitoring=("@fake/ceph1",))
+)
+globals().update(_groups)  # ceph_admin, rgw, gpu, gaudi, monitoring
