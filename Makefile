@@ -92,7 +92,8 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 unit: venv deps lmcache-venv connector-unit
-	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py lab/engine/tests/test_kvceph_store.py
+	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py lab/engine/tests/test_kvceph_store.py \
+	  lab/engine/tests/test_dram_tier.py
 
 integration:
 	@$(CLAIM) _integration
@@ -113,7 +114,7 @@ test:
 	@$(CLAIM) _test
 _test: lint venv deps lmcache-venv connector-unit
 	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q $(DURATIONS) tests/unit lab/engine/tests/test_limits.py \
-	  lab/engine/tests/test_kvceph_store.py \
+	  lab/engine/tests/test_kvceph_store.py lab/engine/tests/test_dram_tier.py \
 	  $(PACIFIC_TESTS)
 	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(DURATIONS) $(CEPHADM_TESTS)
 
