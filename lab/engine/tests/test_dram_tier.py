@@ -95,3 +95,28 @@ def test_lmcache_counters_split_dram_from_s3():
     assert f"lmcache:num_hit_tokens_total{{{labels}}} 2048.0" in text
     assert f"lmcache:num_remote_read_bytes_total{{{labels}}} {1024.0 * BYTES}" in text
     assert "lmcache:" not in Metrics("m").render()  # no multiprocess dir: vLLM shows none
+
+
+class CrossoverStore(MemoryStore):
+    """kvceph's connector as the lookup sees it: the remote hits, 0 below min_hit_tokens."""
+
+    def __init__(self, min_hit_tokens):
+        super().__init__()
+        self.min_hit_tokens = min_hit_tokens
+
+    def prefix_hits(self, chunk_keys, sizes):
+        hits = 0
+        for keys, want in zip(chunk_keys, sizes, strict=True):
+            if not all(self.head(k) == want for k in keys):
+                break
+            hits += 1
+        return 0 if 0 < hits * CHUNK < self.min_hit_tokens else hits
+
+
+def test_the_crossover_gates_the_remote_tier_only():
+    store = CrossoverStore(min_hit_tokens=8 * CHUNK)
+    tokens = doc(4 * CHUNK + 1)  # below the crossover
+    e = engine(store, dram_bytes=1 << 22)
+    run(e, tokens)
+    assert run(e, tokens).dram_loaded == 4 * CHUNK  # a DRAM hit always pays
+    assert run(engine(store, dram_bytes=1 << 22), tokens).loaded == 0  # S3's is skipped
