@@ -100,7 +100,7 @@ lint: venv
 
 unit: venv deps lmcache-venv connector-unit
 	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py lab/engine/tests/test_kvceph_store.py \
-	  lab/engine/tests/test_core.py
+	  lab/engine/tests/test_core.py lab/engine/tests/test_dram_tier.py
 
 integration:
 	@$(CLAIM) _integration
@@ -122,6 +122,7 @@ test:
 _test: lint venv deps lmcache-venv connector-unit
 	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q $(DURATIONS) tests/unit lab/engine/tests/test_limits.py \
 	  lab/engine/tests/test_kvceph_store.py lab/engine/tests/test_core.py \
+	  lab/engine/tests/test_dram_tier.py \
 	  $(PACIFIC_TESTS)
 	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(DURATIONS) $(CEPHADM_TESTS)
 

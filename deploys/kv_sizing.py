@@ -183,15 +183,21 @@ class Sizing:
 
     @property
     def lookup_timeout_ms(self) -> int:
-        """LMCache's async lookup gives up after this: a max-length load with margin."""
-        ms = math.ceil(self.load_seconds * TIMEOUT_MARGIN * 1000)
-        return max(LMCACHE_DEFAULT_LOOKUP_TIMEOUT_MS, ms)
+        """LMCache's async lookup gives up after this: a max-length load with margin, at most
+        that request's recompute (a slow tier then costs at most one prefill more)."""
+        ms = max(
+            LMCACHE_DEFAULT_LOOKUP_TIMEOUT_MS, math.ceil(self.load_seconds * TIMEOUT_MARGIN * 1000)
+        )
+        return min(ms, math.ceil(self.prefill_seconds * 1000))
 
     @property
     def blocking_timeout_secs(self) -> int:
-        """LMCache's synchronous S3 get gives up after this (same load, whole seconds)."""
-        secs = math.ceil(self.load_seconds * TIMEOUT_MARGIN)
-        return max(LMCACHE_DEFAULT_BLOCKING_TIMEOUT_SECS, secs)
+        """LMCache's synchronous S3 get gives up after this (same load and cap, whole seconds,
+        at least 1: LMCache reads an integer)."""
+        secs = max(
+            LMCACHE_DEFAULT_BLOCKING_TIMEOUT_SECS, math.ceil(self.load_seconds * TIMEOUT_MARGIN)
+        )
+        return max(1, min(secs, math.ceil(self.prefill_seconds)))
 
     def tokens_fitting(self, cpu_gib: float) -> int:
         """The longest request (tokens) whose KV fits a buffer of ``cpu_gib`` per worker."""
@@ -281,9 +287,23 @@ def chunk_bytes(me) -> int:
     return me.lmcache.chunk_size * for_host(me).kv_bytes_per_token
 
 
+def pinned_alloc_bytes(cpu_gib: float) -> int:
+    """RAM one worker's buffer of ``cpu_gib`` really pins: the next power of two of its bytes.
+
+    + cpu_gib: max_local_cpu_size
+
+    LMCache's torch fallback takes the buffer as ``torch.empty(pin_memory=True)``, and PyTorch's
+    host allocator rounds every block up to a power of two: on the H200 ``max_local_cpu_size:
+    40`` pinned 64 GiB (67.7 GB of shared memory in the OOM record, hw/h200/README.md) and 31.5
+    pinned 32. 6.25 GiB pins 8.
+    """
+    n = int(cpu_gib * GIB)
+    return 1 << max(0, n - 1).bit_length()
+
+
 def pinned_bytes(me) -> int:
-    """Pinned RAM of ``me``'s engine: max_local_cpu_size GiB on every worker."""
-    return int(limits(me).max_local_cpu_size * GIB) * me.engine.tensor_parallel_size
+    """Pinned RAM of ``me``'s engine: every worker's buffer, as PyTorch rounds it."""
+    return pinned_alloc_bytes(limits(me).max_local_cpu_size) * me.engine.tensor_parallel_size
 
 
 def refusal_for(me) -> str | None:

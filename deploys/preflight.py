@@ -394,8 +394,9 @@ def check_sizing(hosts: dict[str, settings.HostSettings], mem_total) -> None:
             workers = me.engine.tensor_parallel_size * engines
             of = f"{engines} engines x {me.engine.tensor_parallel_size}" if engines > 1 else ""
             raise SettingsError(
-                f"{name}: kvceph_lmcache_max_local_cpu_size = {cpu!r}: {cpu:g} GiB pinned on each "
-                f"of {of or workers} workers = {pinned / gib:.1f} GiB, over "
+                f"{name}: kvceph_lmcache_max_local_cpu_size = {cpu!r}: {cpu:g} GiB buffer on each "
+                f"of {of or workers} workers, pinned as {pinned / workers / gib:g} GiB (PyTorch "
+                f"rounds to a power of two) = {pinned / gib:.1f} GiB, over "
                 f"{kv_sizing.PINNED_RAM_FRACTION:.0%} of the host's {total / gib:.1f} GiB RAM "
                 "(LMCache pins it even with local_cpu false); fix: lower kvceph_max_model_len "
                 "or the buffer, or use a host with more RAM"

@@ -56,6 +56,7 @@ def test_files_content_owner_and_mode(converged, host):
     config = yaml.safe_load(ssh(host, "cat /etc/kvceph/lmcache.yaml").stdout)
     assert config["remote_url"] == f"s3://lmcache.s3.kvlab:{S3_PORT}"
     assert config["chunk_size"] == 256
+    assert config["local_cpu"] is True  # the DRAM tier in front of S3 (issue 37)
     assert config["extra_config"]["s3_region"] == "default"
     # disable_tls follows the endpoint's scheme (absent: LMCache opens TLS).
     assert config["extra_config"].get("disable_tls", False) is (S3_SCHEME == "http")

@@ -147,13 +147,15 @@ def test_a_lone_engine_on_listed_devices_is_fine():
 def test_pinned_ram_refusal_counts_every_engine_of_the_host():
     one = load()
     two = load(kvceph_accelerator_count=4, kvceph_engines=TWO)
-    # The derived 6.25 GiB x 2 workers = 12.5 GiB per engine: one fits 25 GiB, two do not.
-    preflight.check_sizing({"gpu1": one}, lambda name: 25 * GiB)
+    # The derived 6.25 GiB pins 8 (a power of two) x 2 workers = 16 GiB per engine: one fits
+    # 32 GiB, two do not.
+    preflight.check_sizing({"gpu1": one}, lambda name: 32 * GiB)
     with pytest.raises(SettingsError) as err:
-        preflight.check_sizing({"gpu1": two}, lambda name: 25 * GiB)
+        preflight.check_sizing({"gpu1": two}, lambda name: 32 * GiB)
     message = str(err.value)
-    assert "of 2 engines x 2 workers = 25.0 GiB" in message and "\n" not in message
-    preflight.check_sizing({"gpu1": two}, lambda name: 50 * GiB)
+    assert "of 2 engines x 2 workers, pinned as 8 GiB" in message and "\n" not in message
+    assert "= 32.0 GiB, over" in message
+    preflight.check_sizing({"gpu1": two}, lambda name: 64 * GiB)
 
 
 # --- The restart roll --------------------------------------------------------------------------

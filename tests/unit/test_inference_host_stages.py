@@ -21,19 +21,19 @@ def host(groups=("gpu",), **data):
 
 
 def test_preflight_refuses_a_host_that_cannot_pin_its_buffers_in_one_line():
-    # The seed's 100 GB at TP=2 pins 200 GiB: more than half of a 256 GiB host.
+    # The seed's 100 GB at TP=2 pins 2 x 128 GiB (PyTorch's power of two): over half of 256.
     me = host(kvceph_lmcache_max_local_cpu_size=100)
     with pytest.raises(SettingsError) as err:
         preflight.check_sizing({"gpu1": me}, lambda name: 256 * GiB)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("gpu1: kvceph_lmcache_max_local_cpu_size = 100.0")
-    assert "200.0 GiB" in msg and "50% of the host's 256.0 GiB" in msg
-    preflight.check_sizing({"gpu1": me}, lambda name: 400 * GiB)  # 200 <= 200: fits
+    assert "pinned as 128 GiB" in msg and "256.0 GiB, over 50% of the host's 256.0 GiB" in msg
+    preflight.check_sizing({"gpu1": me}, lambda name: 512 * GiB)  # 256 <= 256: fits
     preflight.check_sizing({"gpu1": me}, lambda name: None)  # unknown RAM: not judged
-    # The derived 6.25 GiB x 2 workers needs a 25 GiB host.
-    with pytest.raises(SettingsError, match="12.5 GiB"):
-        preflight.check_sizing({"gpu1": host()}, lambda name: 24 * GiB)
-    preflight.check_sizing({"gpu1": host()}, lambda name: 25 * GiB)
+    # The derived 6.25 GiB pins 8 on each of 2 workers: a 32 GiB host.
+    with pytest.raises(SettingsError, match="16.0 GiB"):
+        preflight.check_sizing({"gpu1": host()}, lambda name: 31 * GiB)
+    preflight.check_sizing({"gpu1": host()}, lambda name: 32 * GiB)
 
 
 def test_preflight_refuses_sync_loading_with_a_buffer_below_one_request():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from unittest import mock
 
@@ -36,7 +37,7 @@ def test_a_32k_request_at_tp1_is_8_gib():
         tensor_parallel_size=1,
         max_model_len=32768,
         chunk_size=256,
-        prefill_tokens_per_s=5000,
+        prefill_tokens_per_s=1000,  # a 32.8 s recompute: above the load, no cap
     )
     assert sizing.request_bytes_per_worker == 8 * k.GIB
     # The buffer holds it with headroom: more than the rendered 5 GB that failed on the H200.
@@ -46,6 +47,30 @@ def test_a_32k_request_at_tp1_is_8_gib():
     assert sizing.lookup_timeout_ms == 18_408
     assert sizing.blocking_timeout_secs == 19
     assert sizing.lookup_timeout_ms / 1000 >= sizing.load_seconds
+
+
+def test_timeouts_are_capped_at_the_longest_requests_recompute():
+    # The same 32k request recomputed in 6.55 s at 5,000 tokens/s: a lookup that waits longer
+    # for a slow S3 tier costs more than the prefill it saves.
+    sizing = k.derive(
+        kv_bytes_per_token=k.kv_bytes_per_token(QWEN, "bfloat16"),
+        tensor_parallel_size=1,
+        max_model_len=32768,
+        chunk_size=256,
+        prefill_tokens_per_s=5000,
+    )
+    assert sizing.prefill_seconds == pytest.approx(6.5536)
+    assert sizing.lookup_timeout_ms == 6554  # not 18,408, and below LMCache's 10 s default
+    assert sizing.blocking_timeout_secs == 7
+    # A tiny model: never below 1 s for LMCache's integer blocking timeout.
+    tiny = k.derive(
+        kv_bytes_per_token=128,
+        tensor_parallel_size=1,
+        max_model_len=256,
+        chunk_size=256,
+        prefill_tokens_per_s=5000,
+    )
+    assert tiny.lookup_timeout_ms == 52 and tiny.blocking_timeout_secs == 1
 
 
 def test_qwen3_head_dim_is_the_explicit_128_not_hidden_over_heads():
@@ -87,10 +112,10 @@ def test_default_nvidia_profile_values():
     assert sizing.request_bytes_per_worker == 5 * k.GIB
     assert config["max_local_cpu_size"] == 6.25
     assert config["enable_async_loading"] is True
-    # 10 GiB for both workers at 0.7 GB/s: 15.3 s; the timeouts outlast it.
-    assert config["lookup_timeout_ms"] == 23_009
-    assert config["blocking_timeout_secs"] == 24
-    assert config["lookup_timeout_ms"] / 1000 > sizing.load_seconds
+    # 10 GiB for both workers at 0.7 GB/s: 15.3 s (x1.5: 23 s), longer than recomputing the
+    # request (11.4 s on the fitted H200 curve): the timeouts stop at the recompute.
+    assert config["lookup_timeout_ms"] == 11_447 == math.ceil(sizing.prefill_seconds * 1000)
+    assert config["blocking_timeout_secs"] == 12
     # Loading 10.7 GB at 0.7 GB/s (15.3 s) is slower than an 8.2 s prefill: the plan says so.
     assert any("cannot pay" in w for w in k.warnings(me))
 
@@ -99,8 +124,9 @@ def test_gaudi_profile_values():
     me = host("gaudi")
     config = render.lmcache_config(me)
     assert config["max_local_cpu_size"] == 6.25
-    assert config["lookup_timeout_ms"] == 23_009
-    # 2,000 tokens/s: a 20.5 s prefill, slower than the 15.3 s load: no warning.
+    # 2,000 tokens/s: a 20.5 s prefill caps the 23 s margin; slower than the 15.3 s load: no
+    # warning.
+    assert config["lookup_timeout_ms"] == 20_480
     assert k.warnings(me) == []
 
 
@@ -144,7 +170,15 @@ def test_overrides_below_the_derived_values_are_warned_and_sync_with_a_small_buf
 def test_pinned_ram_rule():
     assert k.pinned_ram_fits(32 * k.GIB, 64 * k.GIB)
     assert not k.pinned_ram_fits(32 * k.GIB + 1, 64 * k.GIB)
-    assert k.pinned_bytes(host()) == int(6.25 * k.GIB) * 2
+    # PyTorch's host allocator pins the next power of two: 6.25 GiB per worker pins 8.
+    assert k.pinned_bytes(host()) == 8 * k.GIB * 2
+
+
+def test_pinned_alloc_rounds_to_a_power_of_two_as_measured_on_the_h200():
+    assert k.pinned_alloc_bytes(40) == 64 * k.GIB  # the 128k attempt's OOM record
+    assert k.pinned_alloc_bytes(31.5) == 32 * k.GIB  # hw/h200's -pin32 variants
+    assert k.pinned_alloc_bytes(32) == 32 * k.GIB
+    assert k.pinned_alloc_bytes(0.004) == 1 << 23  # 4.29 MB: 8 MiB
 
 
 def _lab_hosts():
@@ -179,6 +213,8 @@ def test_rendered_values_fit_a_max_length_request_at_the_conservative_bandwidth(
     assert sizing.max_tokens >= me.engine.max_model_len
     assert config["max_local_cpu_size"] * k.GIB >= sizing.request_bytes_per_worker
     assert config["enable_async_loading"] is True
-    assert config["lookup_timeout_ms"] / 1000 >= sizing.load_seconds
-    assert config["blocking_timeout_secs"] >= sizing.load_seconds
+    # A load runs to its end, or to the recompute it would otherwise save.
+    enough = min(sizing.load_seconds, sizing.prefill_seconds)
+    assert config["lookup_timeout_ms"] / 1000 >= enough
+    assert config["blocking_timeout_secs"] >= enough
     assert k.warnings(me) == [] or which == "nvidia"  # only the tier-cannot-pay note there

@@ -133,7 +133,7 @@ def test_lmcache_yaml_loads_cleanly_with_lmcache_own_loader(tmp_path):
         got = loaded[path]
         assert got["warnings"] == [], (path, got["warnings"])
         assert got["remote_url"] == "s3://lmcache.s3.cephlab.com:80"
-        assert got["chunk_size"] == 256 and got["local_cpu"] is False
+        assert got["chunk_size"] == 256 and got["local_cpu"] is True
         assert got["pre_caching_hash_algorithm"] == "sha256_cbor"
         # The derived buffer and timeouts arrive as LMCache reads them (not its defaults).
         want = render.lmcache_config(me)

@@ -266,7 +266,16 @@ def build(args):
         engine.kv_role = "none"
         engine.store = None
         engine.local_cpu = None
-    metrics = Metrics(args.served_model_name or args.model, metrics_info)
+    # LMCache's counters, where vLLM's /metrics would show them (metrics.LMCACHE_COUNTERS).
+    lmcache_labels = None
+    if kv is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        lmcache_labels = {
+            "model_name": args.model,
+            "served_model_name": args.served_model_name or "",
+        }
+    metrics = Metrics(
+        args.served_model_name or args.model, metrics_info, lmcache=lmcache_labels, workers=world
+    )
     app = App(
         model=args.served_model_name or args.model,
         max_model_len=args.max_model_len,

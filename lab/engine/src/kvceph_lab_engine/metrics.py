@@ -34,6 +34,19 @@ COUNTERS = {
 }
 
 
+# LMCache 0.5.6's own counters (lmcache/observability.py PrometheusLogger), one series per
+# worker, labelled model_name / role / served_model_name / worker_id. num_hit_tokens counts what
+# a retrieve loaded from any tier, num_remote_read_bytes what its remote connector read
+# (InstrumentedRemoteConnector: the stock S3 connector; a remote_storage_plugin such as
+# kvceph's is not wrapped, so it reads 0 there). The DRAM tier's share is the difference.
+# They reach vLLM's /metrics only through prometheus_client's multiprocess directory
+# (PROMETHEUS_MULTIPROC_DIR shared by the API server and the workers), as here.
+LMCACHE_COUNTERS = {
+    "lmcache:num_hit_tokens": "hit_tokens",
+    "lmcache:num_remote_read_bytes": "remote_read_bytes",
+}
+
+
 def _f(v: float) -> str:
     if v == float("inf"):
         return "+Inf"
@@ -50,9 +63,20 @@ def _labels(**labels: str) -> str:
 
 
 class Metrics:
-    def __init__(self, model: str, info: dict[str, str] | None = None):
+    def __init__(
+        self,
+        model: str,
+        info: dict[str, str] | None = None,
+        lmcache: dict[str, str] | None = None,
+        workers: int = 1,
+    ):
+        """+ lmcache: LMCache's labels (model_name, served_model_name), None: not exported.
+        + workers: tensor-parallel workers, one LMCache series each."""
         self.model = model
         self.info = info or {}
+        self.lmcache = lmcache
+        self.workers = workers
+        self.lmc = {k: 0.0 for k in LMCACHE_COUNTERS.values()}
         self._lock = threading.Lock()
         self.created = time.time()
         self.counters = {name: 0.0 for name in COUNTERS}
@@ -65,7 +89,14 @@ class Metrics:
         self.waiting = 0
 
     def record_prefill(
-        self, *, prompt: int, local_hit: int, claimed: int, loaded: int, computed: int
+        self,
+        *,
+        prompt: int,
+        local_hit: int,
+        claimed: int,
+        loaded: int,
+        computed: int,
+        remote_read_bytes: int = 0,
     ) -> None:
         """vLLM scheduler: connector queries = prompt - local hit, hits = external tokens
         the connector claimed; by-source counts what was really loaded/computed."""
@@ -80,6 +111,8 @@ class Metrics:
             self.by_source["local_compute"] += computed
             self.by_source["local_cache_hit"] += local_hit
             self.by_source["external_kv_transfer"] += loaded
+            self.lmc["hit_tokens"] += loaded
+            self.lmc["remote_read_bytes"] += remote_read_bytes / self.workers
 
     def record_ttft(self, seconds: float) -> None:
         with self._lock:
@@ -144,6 +177,13 @@ class Metrics:
             out.append(f"{name}_count{{{base}}} {_f(self.ttft_count)}")
             out.append(f"{name}_sum{{{base}}} {_f(self.ttft_sum)}")
             out.append(f"{name}_created{{{base}}} {_f(self.created)}")
+            if self.lmcache is not None:
+                for name, key in LMCACHE_COUNTERS.items():
+                    # prometheus_client's MultiProcessCollector: no _created, this HELP text.
+                    out += [f"# HELP {name} Multiprocess metric", f"# TYPE {name} counter"]
+                    for w in range(self.workers):
+                        labels = _labels(**self.lmcache, role="worker", worker_id=str(w))
+                        out.append(f"{name}_total{{{labels}}} {_f(self.lmc[key])}")
             if self.info:
                 labels = _labels(**self.info)
                 out += [

@@ -294,6 +294,7 @@ class Handler(BaseHTTPRequestHandler):
                 claimed=result.claimed,
                 loaded=result.loaded,
                 computed=result.computed,
+                remote_read_bytes=result.remote_read_bytes,
             )
             stored = {"n": 0}
             saver = threading.Thread(
@@ -329,12 +330,13 @@ class Handler(BaseHTTPRequestHandler):
             app.metrics.record_finish(max_tokens, "length")
             log.info(
                 "lmcache: request=%s prompt_tokens=%d hit_tokens=%d loaded_tokens=%d "
-                "local_hit_tokens=%d computed_tokens=%d stored_chunks=%d load_s=%.3f "
-                "prefill_s=%.3f",
+                "dram_tokens=%d local_hit_tokens=%d computed_tokens=%d stored_chunks=%d "
+                "load_s=%.3f prefill_s=%.3f",
                 rid,
                 result.prompt_tokens,
                 result.external_hit,
                 result.loaded,
+                result.dram_loaded,
                 result.local_hit,
                 result.computed,
                 stored["n"],
