@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -9,7 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import KV_OK, free_port, http
+
+# This directory's conftest by path: in `make test` one pytest session also collects
+# tests/integration, whose conftest owns the module name `conftest`.
+_HERE = Path(__file__).with_name("conftest.py")
+_spec = importlib.util.spec_from_file_location("engine_conftest", _HERE)
+_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_conftest)
+KV_OK, free_port, http = _conftest.KV_OK, _conftest.free_port, _conftest.http
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 # The tested Python (a venv from the wheelhouse), else make unit's LMCache venv with this
