@@ -139,7 +139,7 @@ def test_every_field_is_present_and_true(first):
         )
     c = doc["cluster"]
     assert (c["objects"], c["bytes"]) == bucket_listing()
-    assert c["quota_bytes"] == 4 << 30 and c["quota_source"] == "user's bucket quota"
+    assert c["quota_bytes"] == 4 << 30 and c["quota_source"] == "user quota"
     assert c["lifecycle_present"] and c["lifecycle_enabled"] and c["lifecycle_expiration_days"] == 7
     assert sorted(c["rgw_daemons"]) == ["gw1", "gw2"] and c["endpoint_reachable"]
     for gw in ("gw1", "gw2"):

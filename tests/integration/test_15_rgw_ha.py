@@ -149,21 +149,19 @@ def test_multi_off_on_one_host_stops_before_any_engine_restarts(converged):
 
 @pytest.fixture(params=["lmcache", "kvceph"])
 def connector(request, lab, converged):
-    """The engines' S3 connector for one run of the stream test; kvceph's is deployed for it
-    (a roll of every engine) and the lab's own settings are deployed again after it, when a
-    later test or a kept lab needs them (conftest.restore_needed)."""
-    if request.param == "lmcache":
-        yield "lmcache"
-        return
-    run = pyinfra(
-        "--data",
-        "kvceph_lmcache_connector=kvceph",
-        "--data",
-        f"kvceph_connector_refresh_s={REFRESH_S}",
-    )
+    """The engines' S3 connector for one run of the stream test, deployed for it (a roll of
+    every engine) with the DRAM tier off: a same-node repeat is otherwise served from the
+    node's DRAM (the default) and no warm request reaches the bucket's addresses. The lab's own
+    settings are deployed again after it, when a later test or a kept lab needs them
+    (conftest.restore_needed)."""
+    data = ["--data", "kvceph_lmcache_local_cpu=false"]
+    if request.param == "kvceph":
+        data += ["--data", "kvceph_lmcache_connector=kvceph"]
+        data += ["--data", f"kvceph_connector_refresh_s={REFRESH_S}"]
+    run = pyinfra(*data)
     assert run.rc == 0, run.output[-4000:]
     try:
-        yield "kvceph"
+        yield request.param
     finally:
         if restore_needed(request, lab):
             restore = pyinfra(json_out=False)
