@@ -36,7 +36,7 @@ PROM_FILE = "kvceph.prom"
 
 
 def quota(verb: str) -> str:
-    return f"radosgw-admin quota {verb} --quota-scope=bucket --bucket=lmcache"
+    return f"radosgw-admin quota {verb} --quota-scope=user --uid=lmcache"
 
 
 def lab_settings() -> dict:
@@ -173,16 +173,17 @@ def firing(alertname: str) -> set[str]:
 
 
 def test_a_bucket_over_its_quota_fires_the_quota_alerts(prometheus):
-    """A bucket quota (its own, which status.py prefers to the owner's) just under what the
-    bucket holds: status.py's text file makes both quota alerts fire; the quota goes again."""
+    """The engines' user's quota (what the deploy sets and status.py reads first, issue 36) just
+    under what the bucket holds: status.py's text file makes both quota alerts fire; the
+    deployed quota comes back."""
     key = "kvceph-monitoring-test/filler"
     s3_client().put_object(Bucket="lmcache", Key=key, Body=b"x" * 65536)
     stats = json.loads(ssh("ceph1", "radosgw-admin bucket stats --bucket=lmcache").stdout)
     used = sum(u.get("size", 0) for u in stats.get("usage", {}).values())
-    before = stats.get("bucket_quota", {})
-    assert not before.get("enabled"), before  # the deploy sets the owner's quota, not this one
+    info = json.loads(ssh("ceph1", "radosgw-admin user info --uid=lmcache").stdout)["user_quota"]
+    assert info["enabled"] and info["max_size"] > used, info
     try:
-        ssh("ceph1", f"{quota('set')} --max-size={used - 1} && {quota('enable')}")
+        ssh("ceph1", f"{quota('set')} --max-size={used - 1}")
         prom = prometheus / "textfile" / PROM_FILE
         run = pyinfra("--data", f"kvceph_status_metrics={prom}", deploy="status.py",
                       json_out=False)  # fmt: skip
@@ -190,5 +191,5 @@ def test_a_bucket_over_its_quota_fires_the_quota_alerts(prometheus):
         wait("both quota alerts firing", lambda: firing("KvcephBucketQuotaFull") == {"lmcache"}
              and firing("KvcephBucketQuotaHigh") == {"lmcache"}, 60)  # fmt: skip
     finally:
-        ssh("ceph1", f"{quota('disable')} && {quota('set')} --max-size=-1")
+        ssh("ceph1", f"{quota('set')} --max-size={info['max_size']}")
         s3_client().delete_object(Bucket="lmcache", Key=key)

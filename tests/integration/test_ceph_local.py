@@ -231,6 +231,21 @@ def test_rgw_spec_converged_and_drifted(test_orchestrator, cluster, tmp_path):
     flags = ("-y", "--data", "kvceph_ceph_hostname=ceph1")
 
     test_orchestrator(specs)  # as if applied before: labels and both specs in place
+    for spec in specs:  # ... by kvceph, which marks what it creates (deploys/ownership.py)
+        name = spec.get("service_name") or f"{spec['service_type']}.{spec['service_id']}"
+        subprocess.run(
+            [
+                "timeout",
+                "60",
+                "ceph",
+                "config-key",
+                "set",
+                f"kvceph/owned/service/{name}",
+                "created",
+            ],
+            check=True,
+            capture_output=True,
+        )
     run = _pyinfra(tmp_path, "rgw_service", call, data, *flags)
     assert run.returncode == 0, run.stdout
     assert _totals(run.stdout) == ["3", "-", "-", "3"], run.stdout

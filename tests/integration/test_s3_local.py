@@ -140,7 +140,8 @@ def test_converges_then_no_change_then_keeps_foreign_rules(world):
         text=True,
         check=True,
     )
-    quota = json.loads(info.stdout)["bucket_quota"]
+    # The engines' user's own quota (issue 36: user scope, always set).
+    quota = json.loads(info.stdout)["user_quota"]
     assert quota["enabled"] and quota["max_size"] == 1024**3
     dns = subprocess.run(
         [
