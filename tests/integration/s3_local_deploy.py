@@ -8,7 +8,7 @@ import os
 
 from pyinfra import host
 
-from deploys import paths, secrets, settings
+from deploys import capacity, paths, secrets, settings
 from deploys.preflight import Preflight
 from deploys.stages import s3_tier
 
@@ -19,4 +19,7 @@ paths.ADMIN_DIR = f"{root}/admin"
 paths.ADMIN_CONFIG = f"{root}/admin/s3-admin.ini"
 
 me = settings.load(host.data, host.name, list(host.groups))
-s3_tier.apply(me, Preflight({host.name: me}, [], secrets.load()))
+# The quota preflight would decide: the explicit size (this test sets one; no ceph df needed).
+gib = me.s3.quota_max_size_gb
+quota = capacity.Quota(int(gib * 2**30), "kvceph_s3_quota_max_size_gb") if gib else None
+s3_tier.apply(me, Preflight({host.name: me}, [], secrets.load(), quota=quota))

