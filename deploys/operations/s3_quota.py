@@ -35,15 +35,7 @@ def user_quota(uid: str, max_size: int, timeout: int = 60):
 
         s3_quota.user_quota(uid="lmcache", max_size=2 * 1024**4)
     """
-    current = (memo.read(host, RgwUser, uid=uid, timeout=timeout) or {}).get("user_quota") or {}
-    scope = ("--quota-scope=user", QuoteString(f"--uid={uid}"))
-    if current.get("enabled") and current.get("max_size") == max_size:
-        host.noop(f"user quota of {uid} is {size(max_size)}")
-        return
-    if current.get("max_size") != max_size:
-        yield _radosgw_admin(timeout, "quota", "set", *scope, f"--max-size={max_size}")
-    if not current.get("enabled"):
-        yield _radosgw_admin(timeout, "quota", "enable", *scope)
+    yield from _quota(uid, "user", max_size, timeout)
 
 
 @operation()
@@ -60,17 +52,20 @@ def user_bucket_quota(uid: str, max_size: int, timeout: int = 60):
     stats reach RGW's quota cache only every ``rgw_user_quota_bucket_sync_interval`` (180 s).
     The user owns one bucket (it may create none), so the two bound the same bytes.
     """
-    current = memo.read(host, RgwUser, uid=uid, timeout=timeout)
-    quota = (current or {}).get("bucket_quota") or {}
-    wanted = max_size
-    scope = ("--quota-scope=bucket", QuoteString(f"--uid={uid}"))
-    if quota.get("enabled") and quota.get("max_size") == wanted:
-        host.noop(f"bucket quota of {uid} is {size(max_size)}")
+    yield from _quota(uid, "bucket", max_size, timeout)
+
+
+def _quota(uid: str, scope: str, max_size: int, timeout: int):
+    """The commands that give a user's ``<scope>_quota`` this size, enabled (none: a noop)."""
+    quota = (memo.read(host, RgwUser, uid=uid, timeout=timeout) or {}).get(f"{scope}_quota") or {}
+    flags = (f"--quota-scope={scope}", QuoteString(f"--uid={uid}"))
+    if quota.get("enabled") and quota.get("max_size") == max_size:
+        host.noop(f"{scope} quota of {uid} is {size(max_size)}")
         return
-    if quota.get("max_size") != wanted:
-        yield _radosgw_admin(timeout, "quota", "set", *scope, f"--max-size={wanted}")
+    if quota.get("max_size") != max_size:
+        yield _radosgw_admin(timeout, "quota", "set", *flags, f"--max-size={max_size}")
     if not quota.get("enabled"):
-        yield _radosgw_admin(timeout, "quota", "enable", *scope)
+        yield _radosgw_admin(timeout, "quota", "enable", *flags)
 
 
 # RGW refuses CreateBucket to a user whose max_buckets is negative (ceph/ceph 626d795, Jewel).
