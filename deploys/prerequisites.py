@@ -13,9 +13,13 @@ PYTHON_MIN = (3, 10)
 # The CUDA of the torch each vLLM minor pins, and the oldest Linux driver that runs it (NVIDIA's
 # CUDA Toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions": 13.0 GA needs
 # >= 580.65.06). vLLM 0.26.0 pins torch 2.11.0 (hw/h200/results/2026-12-01/env.txt), whose PyPI
-# wheel depends on nvidia-*-cu13 (CUDA 13.0). A minor not listed is not checked (the plan says
-# so): add its row when a host has run it.
-DRIVER_MIN = {"0.26": ("torch 2.11.0 (CUDA 13.0)", "580.65.06")}
+# wheel depends on nvidia-*-cu13 (CUDA 13.0); vLLM 0.33.0 pins torch 2.14.0, PyPI's cu130 build
+# too (hw/h200/results/2026-12-03-v033/env.txt: it ran on driver 580.159.04). A minor not listed
+# is not checked (the plan says so): add its row when a host has run it.
+DRIVER_MIN = {
+    "0.26": ("torch 2.11.0 (CUDA 13.0)", "580.65.06"),
+    "0.33": ("torch 2.14.0 (CUDA 13.0)", "580.65.06"),
+}
 # Free space the first install needs beside the venv: a vLLM venv with torch and the CUDA
 # wheels, plus pip's unpacking. An estimate, not a measurement (no clean install was
 # measured yet); an emulating engine (the lab engine) needs a fraction.

@@ -76,16 +76,27 @@ def test_each_missing_piece_is_one_line_naming_host_and_fix():
         assert "; fix: " in lines[0]
 
 
-def test_what_needs_no_check_is_not_checked():
+def test_what_needs_no_check_is_not_checked(monkeypatch):
     # A venv already there needs neither ensurepip nor the disk for a first install.
     assert p.inference_problems(host(), fact(venv=True, ensurepip=False, disk_free_kib=1)) == []
     # kvceph_accelerator_check False: the tool was not run.
     assert p.inference_problems(host(), fact(tool=None, apps=None)) == []
-    # A vLLM minor without a driver row: a plan note, never a refusal.
+    # A vLLM minor without a driver row (every supported one has its row now): a plan note,
+    # never a refusal.
+    monkeypatch.setattr(p, "DRIVER_MIN", {"0.26": p.DRIVER_MIN["0.26"]})
     old = H200.replace("580.159.04", "470.01")
     me = host(vllm="0.33.0")
     assert p.inference_problems(me, fact(tool={"rc": "0", "lines": [old]})) == []
     assert "driver floor for vLLM 0.33 unknown" in p.driver_note(me)
+
+
+def test_the_nvidia_default_vllm_0_33_has_its_driver_row():
+    # hw/h200/results/2026-12-03-v033/env.txt: vLLM 0.33.0 (torch 2.14.0, cu130) ran on this H200.
+    me = host(vllm="0.33.0")
+    assert p.inference_problems(me, fact()) == [] and p.driver_note(me) is None
+    old = H200.replace("580.159.04", "570.133.20")
+    (line,) = p.inference_problems(me, fact(tool={"rc": "0", "lines": [old]}))
+    assert "older than 580.65.06, which vLLM 0.33.0's torch 2.14.0 (CUDA 13.0) needs" in line
 
 
 def _cluster(name: str) -> dict:
