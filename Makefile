@@ -167,8 +167,7 @@ _cephadm-lab-free:
 
 # Both labs of `make test` down (what .ci/run does on exit); `make lab-down` is one instance's.
 test-down:
-	lab/lab.sh down
-	$(CEPHADM_ENV) lab/lab.sh down
+	lab/lab.sh down; rc=$$?; $(CEPHADM_ENV) lab/lab.sh down && exit $$rc
 
 # The cephadm lab unless KVCEPH_LAB_CEPH=pacific is set.
 lab:
