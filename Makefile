@@ -30,7 +30,7 @@ STEP := lab/step.sh
 
 .PHONY: help deps venv lmcache-venv connector-venv connector-unit lint unit integration test lab lab-up \
         lab-down lab-purge deploy verify probe status bench dry clean rotate-add rotate-retire images wheelhouse \
-        _integration _test _lab _lab-up _bench
+        _integration _test _cephadm-lab-free test-down _lab _lab-up _bench
 
 # A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
 # instance's claim while it runs, what it starts (sub-makes, pytest, lab.sh) passes; a second
@@ -41,7 +41,8 @@ help:
 	@echo "make lab       bring up the local lab, deploy, verify (README quick start)"
 	@echo "make lab-down  stop the lab, remove its hosts (keeps images, wheelhouse, keys, secrets)"
 	@echo "make lab-purge lab-down, then remove the rest of the instance's state dir too"
-	@echo "make test      lint + unit tests + integration tests on the lab (what CI runs)"
+	@echo "make test      lint + unit tests + integration tests on two labs at once (what CI runs)"
+	@echo "make test-down both labs of make test down (instance N and CEPHADM_LAB_INSTANCE, N+1)"
 	@echo "make unit      offline unit tests only"
 	@echo "make dry       plan the lab deploy with pyinfra --dry"
 
@@ -98,9 +99,11 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The unit tests (`make test` runs them as a session of their own beside the labs').
+UNIT_TESTS := tests/unit lab/engine/tests/test_limits.py lab/engine/tests/test_kvceph_store.py \
+              lab/engine/tests/test_core.py lab/engine/tests/test_dram_tier.py
 unit: venv deps lmcache-venv connector-unit
-	$(BIN)/pytest -q tests/unit lab/engine/tests/test_limits.py lab/engine/tests/test_kvceph_store.py \
-	  lab/engine/tests/test_core.py lab/engine/tests/test_dram_tier.py
+	$(BIN)/pytest -q $(UNIT_TESTS)
 
 integration:
 	@$(CLAIM) _integration
@@ -116,15 +119,55 @@ DURATIONS := --durations=40 --durations-min=5
 CEPHADM_TESTS := $(addprefix tests/integration/,test_01_lab_deploy.py test_02_verify.py \
                  test_03_node_replacement.py test_11_cephadm_rgw.py test_15_rgw_ha.py)
 PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integration/test_*.py)))
+# `make test` runs three pytest sessions side by side: the unit tests (no lab), the Pacific
+# one on KVCEPH_LAB_INSTANCE (default 0), the cephadm one on the next instance (99: 98). Both
+# labs are claimed for the run (lab/claim.py); `make test-down` brings both down.
+CEPHADM_LAB_INSTANCE ?= $(shell n=$(or $(KVCEPH_LAB_INSTANCE),0); echo $$((n < 99 ? n + 1 : n - 1)))
+CEPHADM_LAB_DIR ?= /var/lib/kvceph-lab$(filter-out 0,$(CEPHADM_LAB_INSTANCE))
+CEPHADM_ENV = KVCEPH_LAB_INSTANCE=$(CEPHADM_LAB_INSTANCE) KVCEPH_LAB_DIR=$(CEPHADM_LAB_DIR) \
+              KVCEPH_SECRETS_FILE=$(CEPHADM_LAB_DIR)/secrets.env KVCEPH_LAB_CEPH=cephadm
+# Each session's whole output, printed when it ends (lab/sessions.sh); kept in its lab's dir.
+# No pytest cache: three sessions at once would write the same .pytest_cache.
+SESSION_ARGS := -q -p no:cacheprovider $(DURATIONS)
+UNIT_LOG := $(KVCEPH_LAB_DIR)/test-unit.log
+PACIFIC_LOG := $(KVCEPH_LAB_DIR)/test-pacific.log
+CEPHADM_LOG := $(CEPHADM_LAB_DIR)/test-cephadm.log
 
 test:
 	@$(CLAIM) _test
-_test: lint venv deps lmcache-venv connector-unit
-	KVCEPH_LAB_CEPH=pacific $(BIN)/pytest -q $(DURATIONS) tests/unit lab/engine/tests/test_limits.py \
-	  lab/engine/tests/test_kvceph_store.py lab/engine/tests/test_core.py \
-	  lab/engine/tests/test_dram_tier.py \
-	  $(PACIFIC_TESTS)
-	KVCEPH_LAB_CEPH=cephadm $(BIN)/pytest -q $(DURATIONS) $(CEPHADM_TESTS)
+# Installs at once what does not wait on another (apt, the venvs, the Pacific lab's images and
+# wheelhouse; the images need apt's mmdebstrap), then the three sessions side by side: on 2
+# cores the labs' sessions mostly wait (boots, bootstrap, orchestrator polls, restarts) while
+# another computes. The cephadm lab builds its own images inside its session (~3.5 min on a fresh
+# machine), off the longer Pacific session's path; its base image and wheelhouse are hard links
+# to the Pacific lab's (a rebuild replaces those files, never edits them).
+_test: _cephadm-lab-free
+	@KVCEPH_LAB_CEPH=pacific $(MAKE) --no-print-directory -j4 lint deps lmcache-venv connector-venv \
+	  images wheelhouse
+	@$(MAKE) --no-print-directory connector-unit
+	@src=$(KVCEPH_LAB_DIR) dst=$(CEPHADM_LAB_DIR); mkdir -p $$dst/image && \
+	if ! cmp -s $$src/image/base.stamp $$dst/image/base.stamp; then \
+	  rm -rf $$dst/image/base $$dst/image/base.stamp && cp -al $$src/image/base $$dst/image/ && \
+	  cp -a $$src/image/base.stamp $$dst/image/; fi && \
+	if [ $$src/wheelhouse/.built -nt $$dst/wheelhouse/.built ]; then \
+	  rm -rf $$dst/wheelhouse && cp -al $$src/wheelhouse $$dst/; fi
+	@lab/sessions.sh \
+	  unit $(UNIT_LOG) "MAKEFLAGS= KVCEPH_LAB_CEPH=pacific exec $(BIN)/pytest $(SESSION_ARGS) $(UNIT_TESTS)" \
+	  pacific $(PACIFIC_LOG) "MAKEFLAGS= KVCEPH_LAB_CEPH=pacific exec $(BIN)/pytest $(SESSION_ARGS) \
+	    $(PACIFIC_TESTS)" \
+	  cephadm $(CEPHADM_LOG) "MAKEFLAGS= $(CEPHADM_ENV) exec $(PY) lab/claim.py run 'make test (cephadm session)' \
+	    -- $(BIN)/pytest $(SESSION_ARGS) $(CEPHADM_TESTS)"
+
+# The cephadm session's instance must be free before the install starts, not 5 min into it.
+_cephadm-lab-free:
+	@if claim=$$($(CEPHADM_ENV) $(PY) lab/claim.py show) && [[ $$claim == *": live" ]]; then \
+	  echo "[lab] ERROR: lab instance $(CEPHADM_LAB_INSTANCE) ($(CEPHADM_LAB_DIR)), where \`make test\` runs" \
+	    "its cephadm session, is in use by $$claim; pick another with CEPHADM_LAB_INSTANCE=M, or" \
+	    "end that run and \`KVCEPH_LAB_INSTANCE=$(CEPHADM_LAB_INSTANCE) make lab-down\`" >&2; exit 75; fi
+
+# Both labs of `make test` down (what .ci/run does on exit); `make lab-down` is one instance's.
+test-down:
+	lab/lab.sh down; rc=$$?; $(CEPHADM_ENV) lab/lab.sh down && exit $$rc
 
 # The cephadm lab unless KVCEPH_LAB_CEPH=pacific is set.
 lab:

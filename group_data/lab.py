@@ -30,6 +30,9 @@ kvceph_s3_quota_max_size_gb = 4
 kvceph_verify_s3_endpoint = f"{_SCHEME}://{_CEPH1}:{_PORT}"
 # verify.py's measured figures (the crossover's source) stay with the lab, not in the checkout.
 kvceph_measured_dir = f"{_LAB}/measured"
+# Instance N>0 writes its reports (verify, probe, status) to reports/labN: `make test` runs two
+# labs at once, and one lab's verify-latest.json must not be read as the other's.
+kvceph_verify_report_dir = f"reports/lab{_INSTANCE}" if _INSTANCE else "reports"
 if _SCHEME == "https":
     kvceph_s3_ca_bundle = f"{_LAB}/tls/ca.pem"
 

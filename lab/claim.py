@@ -3,8 +3,9 @@
 
 The claim is held by the top-level command (``make lab``, ``make test``, ``lab.sh up`` run by
 hand, a pytest session) for as long as it runs; everything it starts inherits
-``KVCEPH_LAB_CLAIM`` (the claim's token) and passes: ``make lab``'s sub-make, both pytest
-sessions of ``make test``, the ``lab.sh stop/start/replace`` the tests run. A second run on a
+``KVCEPH_LAB_CLAIM`` (the claim's token) and passes: ``make lab``'s sub-make, ``make test``'s
+Pacific pytest session (its cephadm session claims the next instance with ``run``), the
+``lab.sh stop/start/replace`` the tests run. A second run on a
 busy instance stops at once with one line naming the instance, the running command and the fix.
 A claim whose process is gone, or whose PID now belongs to another program (the start time in
 ``/proc/PID/stat`` differs, or the machine rebooted), is stale: the next run takes it over.

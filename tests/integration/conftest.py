@@ -77,7 +77,10 @@ JOURNALS = {
     "ceph1": "kvlab-ceph kvlab-rgw@gw1 kvlab-rgw@gw2 haproxy",
     **{host: "vllm" for host in INFERENCE},
 }
-REPORTS = REPO / "reports"
+# Where verify.py, probe.py and status.py write for this instance (group_data/lab.py: reports/
+# for instance 0, reports/labN beside it).
+_REPORT_DIR = "kvceph_verify_report_dir"
+REPORTS = REPO / group_data.read(["lab"], keep=lambda k: k == _REPORT_DIR)[_REPORT_DIR]
 
 
 def lab_diagnostics(lines: int = 40) -> str:

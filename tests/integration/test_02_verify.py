@@ -7,10 +7,9 @@ these faults are injected out of band, as an operator's hand edit would be.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from conftest import HOSTS, REPO, S3_URL, pyinfra, secrets, ssh, start_rgw, stop_rgw
+from conftest import HOSTS, REPORTS, S3_URL, pyinfra, secrets, ssh, start_rgw, stop_rgw
 from lab_client import wait_health
 
 
@@ -28,7 +27,7 @@ def test_full_cycle_passes_and_writes_the_report(converged):
     assert "all checks passed" in run.output
     for step in ("cold", "warm", "cross-node", "fallback"):
         assert f"gpu1        {step}" in run.output or f"gpu2        {step}" in run.output
-    report = json.loads((REPO / "reports" / "verify-latest.json").read_text())
+    report = json.loads((REPORTS / "verify-latest.json").read_text())
     assert report["passed"] is True
     verdicts = {(s["host"], s["step"]): s["verdict"] for s in report["steps"]}
     assert verdicts[("gpu1", "cold")] == "pass"
@@ -38,7 +37,7 @@ def test_full_cycle_passes_and_writes_the_report(converged):
     # verify.py sent the engines' API key (they answer 401 without it) and shows no secret.
     keys = secrets()
     assert keys.get("KVCEPH_VLLM_API_KEY"), "the lab runs with an API key"
-    shown = run.output + (REPO / "reports" / "verify-latest.json").read_text()
+    shown = run.output + (REPORTS / "verify-latest.json").read_text()
     for name in ("KVCEPH_S3_SECRET_KEY", "KVCEPH_VLLM_API_KEY", "KVCEPH_HF_TOKEN"):
         assert not keys.get(name) or keys[name] not in shown, name
     # A converged deploy stays converged after the verifier restarted engines.
@@ -98,4 +97,4 @@ def test_rgw_stopped_is_named_in_preflight(converged):
     assert any(S3_URL in line for line in lines), run.output[-4000:]
     # Nothing but the S3 preflight failed: engines were healthy, no cache step ran.
     assert not any(": cold:" in line or ": warm:" in line for line in lines), lines
-    assert Path(REPO / "reports" / "verify-latest.json").exists()
+    assert (REPORTS / "verify-latest.json").exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import HOSTS, REPO, pyinfra, s3_client, ssh
+from conftest import HOSTS, REPORTS, pyinfra, s3_client, ssh
 
 INFERENCE = [h for h in HOSTS if h != "ceph1"]
 
@@ -14,7 +14,7 @@ def test_probe_measures_every_host_and_deletes_its_objects(converged):
     run = pyinfra(deploy="probe.py", json_out=False, timeout=600)
     assert run.rc == 0, run.output[-5000:]
     assert "verify/probe" in run.output  # the table
-    report = json.loads((REPO / "reports" / "probe-latest.json").read_text())
+    report = json.loads((REPORTS / "probe-latest.json").read_text())
     by_host = {r["host"]: r for r in report["hosts"]}
     assert sorted(by_host) == sorted(INFERENCE)
     for host, r in by_host.items():

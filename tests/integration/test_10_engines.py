@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from conftest import HOSTS, MODEL_ARGUMENT, REPO, lab_sh, pyinfra, ssh
+from conftest import HOSTS, MODEL_ARGUMENT, REPORTS, lab_sh, pyinfra, ssh
 from lab_client import (
     StreamLoad,
     auth_headers,
@@ -106,7 +106,7 @@ def test_verify_proves_reuse_inside_gpu1_and_across_hosts(two_engines):
     assert run.rc == 0, run.output[-5000:]
     # verify.py's restarts drain first, like the deploy's (deploys/drain.py).
     assert re.search(r"kvceph verify: drain gpu1 vllm-engine-a.service: drained in", run.output)
-    report = json.loads((REPO / "reports" / "verify-latest.json").read_text())
+    report = json.loads((REPORTS / "verify-latest.json").read_text())
     verdicts = {(s["host"], s["step"]): s for s in report["steps"]}
     assert verdicts[("gpu1/engine-a", "warm")]["verdict"] == "pass"
     # engine-b, on the same host, and gpu2 load the chunks engine-a wrote.

@@ -16,6 +16,7 @@ from conftest import (
     INFERENCE,
     PYINFRA,
     REPO,
+    REPORTS,
     SECRETS,
     lab_sh,
     pyinfra,
@@ -144,13 +145,13 @@ def test_every_field_is_present_and_true(first):
     assert sorted(c["rgw_daemons"]) == ["gw1", "gw2"] and c["endpoint_reachable"]
     for gw in ("gw1", "gw2"):
         assert ssh("ceph1", f"systemctl is-active kvlab-rgw@{gw}").stdout.strip() == "active"
-    latest = REPO / "reports" / "verify-latest.json"
+    latest = REPORTS / "verify-latest.json"
     if latest.exists():
         assert doc["verify"]["run"] == json.loads(latest.read_text())["run_id"]
     else:
         assert doc["verify"]["verdict"] == "never run"
     assert set(doc["probes"]) <= set(INFERENCE)
-    png = REPO / "reports" / f"status-{doc['run']}.png"
+    png = REPORTS / f"status-{doc['run']}.png"
     assert png.stat().st_size > 10_000
 
 
@@ -166,7 +167,7 @@ def test_verify_loads_show_up_as_hits_and_saved_time(first, tmp_path):
     tokens = ("--data", "kvceph_verify_document_tokens=4096")
     run = pyinfra(*tokens, deploy="verify.py", json_out=False, timeout=600)
     assert run.rc == 0, run.output[-5000:]
-    report = json.loads((REPO / "reports" / "verify-latest.json").read_text())
+    report = json.loads((REPORTS / "verify-latest.json").read_text())
     after_run = status(json_path=tmp_path / "after.json")
     assert after_run.rc == 0, after_run.output[-5000:]
     doc = json.loads((tmp_path / "after.json").read_text())
