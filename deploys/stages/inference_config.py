@@ -108,7 +108,9 @@ def apply(me: HostSettings, checked) -> None:
     files.private_file(
         name=f"AWS credentials {aws}/credentials",
         path=f"{aws}/credentials",
-        content=Secret(render.aws_credentials(me, checked.credentials)),
+        content=Secret(
+            render.aws_credentials(me, checked.credentials.engine(me.engine.cache_group))
+        ),
         user=user,
         group=user,
         mode="0600",

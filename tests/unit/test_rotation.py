@@ -188,8 +188,7 @@ def fake_rotate(*data: str) -> tuple[int, str]:
         cwd=REPO,
         env={
             **os.environ,
-            "KVCEPH_S3_ACCESS_KEY": fake_facts.FAKE_ACCESS_KEY,
-            "KVCEPH_S3_SECRET_KEY": fake_facts.FAKE_SECRET_KEY,
+            **fake_facts.fake_env(),
             "PYINFRA_FAKE_DELAY": "0",
             "PYINFRA_FAKE_DELAY_JITTER": "0",
             "PYINFRA_PROGRESS": "off",
