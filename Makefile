@@ -154,6 +154,17 @@ _lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
 	  echo "KVCEPH_MODELS_ACCESS_KEY=LABM$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
 	  echo "KVCEPH_MODELS_SECRET_KEY=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; } \
 	  >> $(KVCEPH_SECRETS_FILE)
+	@# Least privilege (issue 36): the bucket owner's key, one key pair per cache group
+	@# (inventories/lab.py: gpu, gaudi) and the lab's own hash seed, each generated once.
+	@for v in ADMIN GPU GAUDI; do \
+	  case $$v in ADMIN) a=KVCEPH_S3_ADMIN_ACCESS_KEY s=KVCEPH_S3_ADMIN_SECRET_KEY;; \
+	    *) a=KVCEPH_S3_ACCESS_KEY_$$v s=KVCEPH_S3_SECRET_KEY_$$v;; esac; \
+	  grep -q "^$$a=" $(KVCEPH_SECRETS_FILE) || { umask 077; \
+	    echo "$$a=LAB$$v$$(head -c 10 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
+	    echo "$$s=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; } >> $(KVCEPH_SECRETS_FILE); \
+	done
+	@grep -q '^KVCEPH_PYTHON_HASH_SEED=' $(KVCEPH_SECRETS_FILE) || { umask 077; \
+	  echo "KVCEPH_PYTHON_HASH_SEED=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')" >> $(KVCEPH_SECRETS_FILE); }
 	@lab/model.sh $(KVCEPH_LAB_DIR)/model >/dev/null
 	lab/lab.sh up
 

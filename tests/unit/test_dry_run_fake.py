@@ -349,13 +349,13 @@ def test_daemon_commands_are_all_bounded(fresh_executed):
 def test_restart_digest_does_not_depend_on_the_process(fresh_verbose):
     # The converged scenario computes the digest in pyinfra's own process; this recomputes it
     # here (another interpreter, another hash seed), so set/dict order cannot leak into it.
-    from deploys import render
-    from deploys import secrets
+    from deploys import render, secrets
 
     creds = secrets.load(environ=fake_facts.fake_env())
     layout = fake_facts.Layout("fake_fresh", converged=False)
     for host in sorted(INFERENCE):
-        digest = render.digest(layout.host_settings(host), creds)
+        me = layout.host_settings(host)
+        digest = render.digest(me, creds.engine(me.engine.cache_group))
         pattern = rf"\[{re.escape(host)}\]\s+vllm.service restarts: .*desired {digest[:12]}$"
         assert re.search(pattern, fresh_verbose, re.M), host
 

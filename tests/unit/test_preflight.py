@@ -85,9 +85,10 @@ def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, 
         ),
         (
             "no_secrets",
-            "kvceph: controller: S3 credentials missing: neither KVCEPH_S3_ACCESS_KEY/"
-            "KVCEPH_S3_SECRET_KEY are set nor /nonexistent/secrets.env exists; fix: export them "
-            "or write /nonexistent/secrets.env (KEY=VALUE, mode 0600)",
+            "kvceph: controller: S3 credentials missing: neither KVCEPH_S3_ADMIN_ACCESS_KEY and "
+            "KVCEPH_S3_ACCESS_KEY_<GROUP> are set nor /nonexistent/secrets.env holds them; fix: "
+            "export them or write /nonexistent/secrets.env (KEY=VALUE, mode 0600; "
+            "docs/security.md)",
         ),
         (
             "hf_token",
@@ -179,6 +180,7 @@ def test_bad_inventory_is_refused_before_any_host_is_touched(bad, line, monkeypa
         monkeypatch.delenv("KVCEPH_S3_ACCESS_KEY", raising=False)
         monkeypatch.delenv("KVCEPH_S3_SECRET_KEY", raising=False)
         env.update(KVCEPH_S3_ACCESS_KEY="", KVCEPH_S3_SECRET_KEY="")
+        env.update({name: "" for name in fake_facts.fake_env() if "_S3_" in name})
     rc, out = _run("tests/inventories/fake_bad.py", "--dry", "-vvv", "--debug", env=env)
     assert rc != 0
     errors = [x for x in out.splitlines() if x.startswith("--> ") and "error" in x]
