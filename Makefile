@@ -176,8 +176,8 @@ $(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.to
 
 $(KVCEPH_SECRETS_FILE):
 	@mkdir -p $(dir $@)
-	@umask 077; { echo "KVCEPH_S3_ACCESS_KEY=LAB$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
-	  echo "KVCEPH_S3_SECRET_KEY=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; \
+	@umask 077; { echo "KVCEPH_S3_ADMIN_ACCESS_KEY=LABADMIN$$(head -c 10 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
+	  echo "KVCEPH_S3_ADMIN_SECRET_KEY=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; \
 	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')"; } > $@
 	@echo "lab S3 keys and engine API key written to $@ (0600)"
 
