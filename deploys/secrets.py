@@ -175,7 +175,7 @@ def load(environ: dict[str, str] | None = None, cwd: str | None = None) -> Secre
             "or neither"
         )
     groups = _group_keys(merged)
-    if not (access or (merged.get(ADMIN_ACCESS_ENV) and groups)):
+    if not (access or merged.get(ADMIN_ACCESS_ENV)):
         raise SecretsError(
             f"controller: S3 credentials missing: neither {ADMIN_ACCESS_ENV} and "
             f"{ACCESS_ENV}_<GROUP> are set nor {path} holds them; fix: export them or write "
