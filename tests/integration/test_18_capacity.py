@@ -39,7 +39,7 @@ def cold_requests(n: int) -> None:
     time.sleep(3)  # LMCache's stores finish after the answer
 
 
-# The engines' users create no bucket: tests/integration/test_19_privilege.py.
+# The engines' users create no bucket: tests/integration/test_20_privilege.py.
 
 
 def test_a_full_quota_keeps_engines_serving_and_status_says_so(converged, request, lab, tmp_path):

@@ -68,7 +68,7 @@ def test_the_legacy_user_keeps_what_the_engines_need_on_the_whole_bucket():
 
 
 # What RGW (Pacific 16.2) returned for GetBucketPolicy after kvceph's put-policy: the document
-# as sent, keys in another order (recorded in the lab, test_19_privilege.py's bucket).
+# as sent, keys in another order (recorded in the lab, test_20_privilege.py's bucket).
 RECORDED = json.loads(
     '{"Statement":[{"Action":["s3:GetObject","s3:PutObject"],"Effect":"Allow",'
     '"Principal":{"AWS":["arn:aws:iam:::user/lmcache-gpu"]},'
