@@ -16,7 +16,11 @@ so the stored name holds a literal ``@``). A group's names therefore all start w
 ``<serve argument, / -> _>@<world size>@`` -- the prefix its policy statement names.
 
 RGW answers HEAD/GET of a missing object with 404 only when the caller may list the bucket
-(else 403, as AWS does): each group may ``s3:ListBucket`` under its own prefix only.
+(else 403, as AWS does; LMCache 0.5.6 then logs a warning per miss). RGW evaluates that
+``s3:ListBucket`` without an ``s3:prefix``, so a plain ``StringLike`` prefix condition answers
+every miss 403; ``StringLikeIfExists`` is what works (measured on the Pacific lab, RGW 16.2:
+a miss 404; listing under its own prefix 200, under another group's 403; a listing with no
+prefix at all 200 -- the one thing a group's key sees beyond its own names is the names).
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ def statements(bucket: str, users: list[GroupUser], legacy_uid: str | None = Non
                 "Principal": _principal(u.uid),
                 "Action": list(LIST_ACTIONS),
                 "Resource": [f"arn:aws:s3:::{bucket}"],
-                "Condition": {"StringLike": {"s3:prefix": [f"{u.prefix}*"]}},
+                "Condition": {"StringLikeIfExists": {"s3:prefix": [f"{u.prefix}*"]}},
             }
         )
     if legacy_uid:
