@@ -42,7 +42,14 @@ def group_client(group: str):
 
 
 def refused(call, **kwargs) -> str:
-    """RGW's error code for a call it must refuse (the test fails when it is let through)."""
+    """RGW's error code for a call it must refuse (the test fails when it is let through).
+
+    ``call`` is a method name of a fresh client, or a bound method: after RGW refuses a PUT
+    before reading its body, a reused connection's next request reaches haproxy mid-body (400).
+    """
+    if isinstance(call, tuple):
+        group, name = call
+        call = getattr(group_client(group), name)
     with pytest.raises(ClientError) as err:
         call(**kwargs)
     status = err.value.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -67,24 +74,28 @@ def test_a_group_key_reaches_its_own_names_only(converged):
         assert own in [o["Key"] for o in listed.get("Contents", [])]
 
         # Another group's names: neither read, nor written, nor listed.
-        refused(gpu.get_object, Bucket=BUCKET, Key=other)
-        refused(gpu.put_object, Bucket=BUCKET, Key=other, Body=b"poisoned")
-        refused(gpu.list_objects_v2, Bucket=BUCKET, Prefix=PREFIX["gaudi"])
+        refused(("gpu", "get_object"), Bucket=BUCKET, Key=other)
+        refused(("gpu", "put_object"), Bucket=BUCKET, Key=other, Body=b"poisoned")
+        refused(("gpu", "list_objects_v2"), Bucket=BUCKET, Prefix=PREFIX["gaudi"])
         # A listing with no prefix is allowed (names only): deploys/bucket_policy.py says why.
-        refused(gpu.put_object, Bucket=BUCKET, Key="outside-any-group", Body=b"x")
+        refused(("gpu", "put_object"), Bucket=BUCKET, Key="outside-any-group", Body=b"x")
         assert admin.get_object(Bucket=BUCKET, Key=other)["Body"].read() == b"gaudi's KV"
 
         # No delete, not even of its own objects; no bucket configuration; no new bucket.
-        refused(gpu.delete_object, Bucket=BUCKET, Key=own)
+        refused(("gpu", "delete_object"), Bucket=BUCKET, Key=own)
         policy = json.dumps({"Version": "2012-10-17", "Statement": []})
-        refused(gpu.put_bucket_policy, Bucket=BUCKET, Policy=policy)
-        refused(gpu.delete_bucket_policy, Bucket=BUCKET)
+        refused(("gpu", "put_bucket_policy"), Bucket=BUCKET, Policy=policy)
+        refused(("gpu", "delete_bucket_policy"), Bucket=BUCKET)
         rule = {"ID": "x", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}
         rules = {"Rules": [rule]}
-        refused(gpu.put_bucket_lifecycle_configuration, Bucket=BUCKET, LifecycleConfiguration=rules)
-        refused(gpu.create_bucket, Bucket=f"kvceph-extra-{uuid.uuid4().hex[:8]}")
+        refused(
+            ("gpu", "put_bucket_lifecycle_configuration"),
+            Bucket=BUCKET,
+            LifecycleConfiguration=rules,
+        )
+        refused(("gpu", "create_bucket"), Bucket=f"kvceph-extra-{uuid.uuid4().hex[:8]}")
         # gaudi's key, the other way round.
-        refused(group_client("gaudi").get_object, Bucket=BUCKET, Key=own)
+        refused(("gaudi", "get_object"), Bucket=BUCKET, Key=own)
     finally:
         admin.delete_objects(
             Bucket=BUCKET, Delete={"Objects": [{"Key": own}, {"Key": other}], "Quiet": True}
@@ -129,6 +140,9 @@ def test_a_bucket_of_the_former_engine_user_moves_once(converged):
         key = f"{PREFIX['gpu']}kvceph-legacy-{uuid.uuid4().hex[:8]}"
         old.put_object(Bucket=BUCKET, Key=key, Body=b"legacy")  # its engines keep working
         assert old.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"legacy"
+        old = path_style_client(
+            S3_ADMIN_URL, legacy["KVCEPH_S3_ACCESS_KEY"], legacy["KVCEPH_S3_SECRET_KEY"]
+        )
         refused(old.delete_object, Bucket=BUCKET, Key=key)  # ... with no more than they need
         s3_client().delete_object(Bucket=BUCKET, Key=key)
         plan = pyinfra("--limit", "ceph1", "--dry", env=legacy)
