@@ -30,7 +30,7 @@ STEP := lab/step.sh
 
 .PHONY: help deps venv lmcache-venv connector-venv connector-unit lint unit integration test lab lab-up \
         lab-down lab-purge deploy verify probe status bench dry clean rotate-add rotate-retire images wheelhouse \
-        _integration _test _lab _lab-up _bench
+        _integration _test _lab _lab-up _lab-secrets _bench
 
 # A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
 # instance's claim while it runs, what it starts (sub-makes, pytest, lab.sh) passes; a second
@@ -144,7 +144,12 @@ wheelhouse: $(WHEELHOUSE)/.built
 
 lab-up:
 	@$(CLAIM) _lab-up
-_lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
+_lab-up: venv deps _lab-secrets $(WHEELHOUSE)/.built
+	@lab/model.sh $(KVCEPH_LAB_DIR)/model >/dev/null
+	lab/lab.sh up
+
+# Secrets added since a lab's secrets.env was first written: each generated once, kept.
+_lab-secrets: $(KVCEPH_SECRETS_FILE)
 	@# Labs made before the API key existed get one (the lab runs with a key by default).
 	@grep -q '^KVCEPH_VLLM_API_KEY=' $(KVCEPH_SECRETS_FILE) || { umask 077; \
 	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')" \
@@ -165,8 +170,6 @@ _lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
 	done
 	@grep -q '^KVCEPH_PYTHON_HASH_SEED=' $(KVCEPH_SECRETS_FILE) || { umask 077; \
 	  echo "KVCEPH_PYTHON_HASH_SEED=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')" >> $(KVCEPH_SECRETS_FILE); }
-	@lab/model.sh $(KVCEPH_LAB_DIR)/model >/dev/null
-	lab/lab.sh up
 
 # The lab engine and its dependencies as wheels: lab hosts have no route to any index.
 $(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.toml | grep -v /tests/)
@@ -209,7 +212,7 @@ status: venv
 BENCH_HOSTS ?= 2 4 8 16
 bench:
 	@$(CLAIM) _bench
-_bench: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built $(VENV)/ansible/.installed
+_bench: venv deps _lab-secrets $(WHEELHOUSE)/.built $(VENV)/ansible/.installed
 	$(BIN)/python bench/run.py --hosts $(BENCH_HOSTS) --repeat 3
 
 $(VENV)/ansible/.installed:
