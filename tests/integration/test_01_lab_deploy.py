@@ -65,8 +65,9 @@ def test_files_content_owner_and_mode(converged, host):
     # Its cache group's key (inventories/lab.py: gaudi1 is group gaudi), no other; booleans, so
     # a failure never prints a key.
     group = "GAUDI" if host == "gaudi1" else "GPU"
-    assert (secrets()[f"KVCEPH_S3_SECRET_KEY_{group}"] in creds) is True, group
-    assert (secrets()["KVCEPH_S3_ADMIN_SECRET_KEY"] in creds) is False
+    own = secrets()[f"KVCEPH_S3_SECRET_KEY_{group}"] in creds
+    admin = secrets()["KVCEPH_S3_ADMIN_SECRET_KEY"] in creds
+    assert (own, admin) == (True, False), group
     assert "lmcache.s3.kvlab" in ssh(host, "grep kvceph /etc/hosts").stdout
     # No temp file of the atomic writes is left behind.
     assert (
