@@ -30,7 +30,7 @@ STEP := lab/step.sh
 
 .PHONY: help deps venv lmcache-venv connector-venv connector-unit lint unit integration test lab lab-up \
         lab-down lab-purge deploy verify probe status bench dry clean rotate-add rotate-retire images wheelhouse \
-        _integration _test _cephadm-lab-free test-down _lab _lab-up _bench
+        _integration _test _cephadm-lab-free test-down _lab _lab-up _lab-secrets _bench
 
 # A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
 # instance's claim while it runs, what it starts (sub-makes, pytest, lab.sh) passes; a second
@@ -187,7 +187,12 @@ wheelhouse: $(WHEELHOUSE)/.built
 
 lab-up:
 	@$(CLAIM) _lab-up
-_lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
+_lab-up: venv deps _lab-secrets $(WHEELHOUSE)/.built
+	@lab/model.sh $(KVCEPH_LAB_DIR)/model >/dev/null
+	lab/lab.sh up
+
+# Secrets added since a lab's secrets.env was first written: each generated once, kept.
+_lab-secrets: $(KVCEPH_SECRETS_FILE)
 	@# Labs made before the API key existed get one (the lab runs with a key by default).
 	@grep -q '^KVCEPH_VLLM_API_KEY=' $(KVCEPH_SECRETS_FILE) || { umask 077; \
 	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')" \
@@ -197,8 +202,17 @@ _lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
 	  echo "KVCEPH_MODELS_ACCESS_KEY=LABM$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
 	  echo "KVCEPH_MODELS_SECRET_KEY=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; } \
 	  >> $(KVCEPH_SECRETS_FILE)
-	@lab/model.sh $(KVCEPH_LAB_DIR)/model >/dev/null
-	lab/lab.sh up
+	@# Least privilege (issue 36): the bucket owner's key, one key pair per cache group
+	@# (inventories/lab.py: gpu, gaudi) and the lab's own hash seed, each generated once.
+	@for v in ADMIN GPU GAUDI; do \
+	  case $$v in ADMIN) a=KVCEPH_S3_ADMIN_ACCESS_KEY s=KVCEPH_S3_ADMIN_SECRET_KEY;; \
+	    *) a=KVCEPH_S3_ACCESS_KEY_$$v s=KVCEPH_S3_SECRET_KEY_$$v;; esac; \
+	  grep -q "^$$a=" $(KVCEPH_SECRETS_FILE) || { umask 077; \
+	    echo "$$a=LAB$$v$$(head -c 10 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
+	    echo "$$s=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; } >> $(KVCEPH_SECRETS_FILE); \
+	done
+	@grep -q '^KVCEPH_PYTHON_HASH_SEED=' $(KVCEPH_SECRETS_FILE) || { umask 077; \
+	  echo "KVCEPH_PYTHON_HASH_SEED=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')" >> $(KVCEPH_SECRETS_FILE); }
 
 # The lab engine and its dependencies as wheels: lab hosts have no route to any index.
 $(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.toml | grep -v /tests/)
@@ -208,8 +222,8 @@ $(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.to
 
 $(KVCEPH_SECRETS_FILE):
 	@mkdir -p $(dir $@)
-	@umask 077; { echo "KVCEPH_S3_ACCESS_KEY=LAB$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
-	  echo "KVCEPH_S3_SECRET_KEY=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; \
+	@umask 077; { echo "KVCEPH_S3_ADMIN_ACCESS_KEY=LABADMIN$$(head -c 10 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)"; \
+	  echo "KVCEPH_S3_ADMIN_SECRET_KEY=$$(head -c 30 /dev/urandom | base64 | tr -d '/+=\n')"; \
 	  echo "KVCEPH_VLLM_API_KEY=lab-$$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n')"; } > $@
 	@echo "lab S3 keys and engine API key written to $@ (0600)"
 
@@ -241,7 +255,7 @@ status: venv
 BENCH_HOSTS ?= 2 4 8 16
 bench:
 	@$(CLAIM) _bench
-_bench: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built $(VENV)/ansible/.installed
+_bench: venv deps _lab-secrets $(WHEELHOUSE)/.built $(VENV)/ansible/.installed
 	$(BIN)/python bench/run.py --hosts $(BENCH_HOSTS) --repeat 3
 
 $(VENV)/ansible/.installed:

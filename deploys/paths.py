@@ -55,6 +55,10 @@ ADMIN_DIR = f"{CONFIG_DIR}/admin"
 ADMIN_CONFIG = f"{ADMIN_DIR}/s3-admin.ini"
 MODELS_OWNER_CONFIG = f"{ADMIN_DIR}/models-owner.ini"
 MODELS_ADMIN_READER_CONFIG = f"{ADMIN_DIR}/models-reader.ini"
+# One cache group's engine keys on the admin host (its user is created and rotated from it).
+GROUP_CONFIG = f"{ADMIN_DIR}/s3-group-{{group}}.ini"
+# The single engine user of deploys before issue 36, while its keys are configured.
+LEGACY_CONFIG = f"{ADMIN_DIR}/s3-legacy.ini"
 MODELS_UPLOAD_DIR = "/var/cache/kvceph/models-upload"
 # The run lock (deploys/lock.py).
 LOCK_DIR = STATE_DIR

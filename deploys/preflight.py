@@ -19,9 +19,11 @@ from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
 from deploys import (
+    bucket_policy,
     capacity,
     ceph_cli,
     compat,
+    engine_users,
     kv_sizing,
     lock,
     prerequisites,
@@ -61,6 +63,8 @@ class Preflight:
     # The engines' user quota this run sets or keeps (deploys/capacity.py); None: the Ceph
     # admin host is outside the run (--limit), so the S3 tier does not run either.
     quota: capacity.Quota | None = None
+    # Each cache group's RGW user and object-name prefix (deploys/engine_users.py).
+    users: tuple[bucket_policy.GroupUser, ...] = ()
 
     @property
     def engine_count(self) -> int:
@@ -124,6 +128,7 @@ def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
     """(template, render call) for every file kvceph writes for this host's roles."""
     calls: list[tuple[str, object]] = []
     if me.is_inference:
+        creds = creds.engine(me.engine.cache_group)
         if me.lmcache.kv_bytes_per_token is not None:  # else outside this run, unsized
             calls.append(("lmcache.yaml.j2", lambda: render.lmcache_yaml(me)))
         for engine in me.engine.engines:
@@ -345,7 +350,7 @@ def check_mirror(hosts: dict[str, settings.HostSettings], creds, mirrored) -> No
             f"model mirror's read-only key, needed by kvceph_model_source mirror ({names}); "
             f"fix: {secrets.MECHANISM}"
         )
-    if str.__str__(creds.models_access_key) == str.__str__(creds.access_key):
+    if creds.access_key and str.__str__(creds.models_access_key) == str.__str__(creds.access_key):
         raise SettingsError(
             f"controller: {secrets.MODELS_ACCESS_ENV} equals {secrets.ACCESS_ENV}: the KV key "
             "would write the model mirror; fix: give the mirror its own read-only key pair"
@@ -468,7 +473,7 @@ def check_quota(inventory, admin: settings.HostSettings, hosts: dict):
     if not target.connected:
         return None, ""
     # Through the memo: the S3 tier's operations read the same fact (deploys/facts/memo.py).
-    user = memo.read(target, RgwUser, uid=admin.s3.user, timeout=timeout)
+    user = memo.read(target, RgwUser, uid=admin.s3.admin_user, timeout=timeout)
     explicit = admin.s3.quota_max_size_gb is not None or admin.s3.quota_unbounded
     df = None
     if not explicit and not ((user or {}).get("user_quota") or {}).get("enabled"):
@@ -501,6 +506,9 @@ def _check(inventory, lock: bool = True) -> Preflight:
         sudo.check_no_password(inventory)
         hosts = s3_names.fill_rgw_group(hosts, _rgw_addresses(inventory))
         creds = secrets.load()
+        engine_users.check_keys(groups, creds)
+        users = tuple(engine_users.group_users(hosts, groups))
+        hosts, seed_line = engine_users.apply_hash_seed(hosts, creds)
         # Read-only facts, after every check that needs none: a model directory's config.json,
         # then RAM against the pinned buffers.
         configs: dict[tuple[str, str], object] = {}
@@ -557,8 +565,11 @@ def _check(inventory, lock: bool = True) -> Preflight:
         logger.info(line)
     if quota_line:
         logger.info(quota_line)
+    (logger.warning if "WARNING" in seed_line else logger.info)(seed_line)
+    for line in engine_users.plan_lines(list(users), creds, admin):
+        (logger.warning if "WARNING" in line else logger.info)(line)
     check_templates(hosts, creds)
-    result = Preflight(hosts, groups, creds, quota)
+    result = Preflight(hosts, groups, creds, quota, users)
     if lock:
         _take_lock(inventory, result)
     return result

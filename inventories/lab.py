@@ -29,9 +29,15 @@ def _host(name, ip, **data):
     return (name, {"ssh_hostname": ip, **_ssh, **data})
 
 
+# Each cache group's name (its RGW user lmcache-<name>, its keys KVCEPH_S3_ACCESS_KEY_<NAME> in
+# the lab's secrets.env, written by the Makefile's secrets target).
+_GPU = {"kvceph_cache_group": "gpu"}
+_GAUDI = {"kvceph_cache_group": "gaudi"}
+
+
 ceph_admin = [_host("ceph1", f"{_NET}.11")]
 rgw = [_host("ceph1", f"{_NET}.11")]
-gpu = [_host("gpu1", f"{_NET}.21"), _host("gpu2", f"{_NET}.22")]
+gpu = [_host("gpu1", f"{_NET}.21", **_GPU), _host("gpu2", f"{_NET}.22", **_GPU)]
 # KVCEPH_LAB_ENGINES=a,b: gpu1 runs engines engine-a, engine-b, ... (tests/integration/
 # test_10_engines.py), each on its own two emulated devices (TP 2) and port: engine-a on 0,1 at
 # 8000, engine-b on 2,3 at 8001, ... (by letter, so removing one leaves the others as they are).
@@ -41,6 +47,7 @@ if os.environ.get("KVCEPH_LAB_ENGINES"):
     gpu[0] = _host(
         "gpu1",
         f"{_NET}.21",
+        **_GPU,
         kvceph_accelerator_count=2 * (max(_slots) + 1),
         kvceph_engines=[
             {"name": f"engine-{x}", "devices": [2 * i, 2 * i + 1], "port": 8000 + i}
@@ -54,6 +61,7 @@ gaudi = [
     _host(
         "gaudi1",
         f"{_NET}.31",
+        **_GAUDI,
         kvceph_tensor_parallel_size=1,
         # TP 1: one worker holds the lab model's whole 128 bytes per token
         kvceph_engine_profile=_lab_engine("lab-engine-gaudi", "0.26.0", 128),
@@ -63,5 +71,5 @@ gaudi = [
 # KVCEPH_LAB_HOSTS=N: the benchmark lab (lab/lab.sh, bench/): ceph1 + gpu1..gpuN, no Gaudi host.
 if os.environ.get("KVCEPH_LAB_HOSTS"):
     _n = int(os.environ["KVCEPH_LAB_HOSTS"])
-    gpu = [_host(f"gpu{i}", f"{_NET}.{20 + i}") for i in range(1, _n + 1)]
+    gpu = [_host(f"gpu{i}", f"{_NET}.{20 + i}", **_GPU) for i in range(1, _n + 1)]
     gaudi = []

@@ -158,6 +158,9 @@ def _restart_in_roll(
         )
 
 
+HASH_SEED_VAR = "PYTHONHASHSEED"
+
+
 def _sha256(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
@@ -204,7 +207,10 @@ def restart_reasons(
                 reasons.append(f"running env {name} differs from desired (value not shown)")
             continue
         have = current["env"].get(name)
-        if have != want:
+        if have != want and name == HASH_SEED_VAR:
+            # The fleet's hash seed is kept with the secrets (deploys/engine_users.py).
+            reasons.append(f"running env {name} differs from desired (value not shown)")
+        elif have != want:
             shown = f"{name} unset" if have is None else f"{name}={have}"
             reasons.append(f"running env {shown}, desired {want}")
     for name, want_sha in sorted((secret_environment or {}).items()):

@@ -15,9 +15,11 @@ from pathlib import Path
 
 from pyinfra import logger
 
-from deploys import kv_sizing, render
+from deploys import bucket_policy, kv_sizing, render
 from deploys.probe import report as reporting
 from deploys.probe import verdicts
+from deploys.settings import kv_flags
+from deploys.verification import transport
 from deploys.verification.controller import SshControl
 
 SCRIPT = Path(__file__).resolve().parent.parent / "remote" / "s3probe.py"
@@ -69,6 +71,9 @@ def probe_args(me, nonce: str) -> list[str]:
         str(probe.rounds),
         "--nonce",
         nonce,
+        # The cache group's own names: the only ones its key may write (bucket_policy.py).
+        "--prefix",
+        group_prefix(me),
     ]
     if not tls:
         argv.append("--disable-tls")
@@ -79,6 +84,18 @@ def probe_args(me, nonce: str) -> list[str]:
         argv += ["--connector", "kvceph", "--connections", str(threads)]
         argv += ["--timeout-s", repr(float(extra["kvceph.timeout_s"]))]
     return argv
+
+
+def group_prefix(me) -> str:
+    """The object-name prefix of this host's cache group (as preflight derives it)."""
+    pp = int(dict(kv_flags.normalise(me.engine.profile.extra_args)).get(
+        "--pipeline-parallel-size", "1"))  # fmt: skip
+    return bucket_policy.object_prefix(me.engine.serve_model, me.engine.tensor_parallel_size * pp)
+
+
+def leftovers(me, nonce: str) -> str:
+    """The names a probe of this host writes start with this."""
+    return f"{group_prefix(me)}kvceph-probe-{nonce}@"
 
 
 def probe_command(me, nonce: str) -> str:
@@ -97,6 +114,20 @@ def parse_output(output: str) -> dict:
         if line.startswith("{"):
             return json.loads(line)
     raise ValueError(output[-300:] or "no output")
+
+
+def admin_bucket(checked, me) -> transport.Boto3Bucket:
+    """The bucket with the admin key, as verify.py reaches it from the controller."""
+    vs = me.verify
+    return transport.Boto3Bucket(
+        endpoint=vs.s3_endpoint or me.s3.endpoint,
+        bucket=me.s3.bucket,
+        region=me.s3.region,
+        credentials=checked.credentials.admin(),
+        timeout=vs.s3_timeout,
+        max_objects=vs.max_listed_objects,
+        ca_bundle=me.security.s3_ca_bundle,
+    )
 
 
 def run_probe(state, host, checked, inv) -> bool:
@@ -123,6 +154,12 @@ def run_probe(state, host, checked, inv) -> bool:
             error = out.rsplit("; ", 1)[-1][-300:] if not good else f"unreadable output: {exc}"
             results.append({"host": me.host, "error": error})
             continue
+        if raw.get("deleted", 0) < raw.get("objects", 0):
+            # A group's key may not delete (bucket_policy.py): the admin key does, from here.
+            bucket = admin_bucket(checked, me)
+            raw["deleted"] = raw.get("deleted", 0) + bucket.delete(
+                list(bucket.list(leftovers(me, nonce)))
+            )
         results.append(
             reporting.host_result(
                 me.host,

@@ -21,6 +21,7 @@ Subcommands:
                                           only to PATH (0600; endpoint/region from --config)
     get-read-policy NAME                  print the bucket's policy (JSON) or null
     put-read-policy NAME --reader UID     let RGW user UID read the bucket, nothing else
+    put-policy NAME --policy-json JSON    replace the bucket's policy with this document
 
 Every error is one line on stderr and exit status 1 (2 for usage errors). Needs python3 and,
 for the bucket subcommands, python3-boto3 (Debian package); radosgw-admin for create-user.
@@ -197,6 +198,20 @@ def put_read_policy(config, name, reader):
     policy = json.dumps(read_policy(name, reader))
     s3_call(config, f"PutBucketPolicy {name}", client.put_bucket_policy, Bucket=name, Policy=policy)
     print(f"bucket {name}: read-only for RGW user {reader}")
+
+
+def put_policy(config, name, policy_json):
+    try:
+        document = json.loads(policy_json)
+    except ValueError as exc:
+        raise Failure(f"--policy-json is not valid JSON: {exc}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("Statement"), list):
+        raise Failure("--policy-json must be a policy document with a Statement list")
+    client = s3_client(config)
+    policy = json.dumps(document, sort_keys=True)
+    s3_call(config, f"PutBucketPolicy {name}", client.put_bucket_policy, Bucket=name, Policy=policy)
+    sids = [str(s.get("Sid", "?")) for s in document["Statement"]]
+    print("policy of {}: {}".format(name, ", ".join(sids)))
 
 
 def create_owner(config, uid, display_name, config_out):
@@ -378,6 +393,9 @@ def parse_args(argv):
     put_policy = sub.add_parser("put-read-policy", help="let one RGW user read a bucket")
     put_policy.add_argument("bucket")
     put_policy.add_argument("--reader", required=True)
+    policy = sub.add_parser("put-policy", help="replace a bucket's policy")
+    policy.add_argument("bucket")
+    policy.add_argument("--policy-json", required=True)
     return parser.parse_args(argv)
 
 
@@ -395,6 +413,8 @@ def main(argv=None):
             create_owner(config, args.uid, args.display_name, args.config_out)
         elif args.command == "get-read-policy":
             get_read_policy(config, args.bucket)
+        elif args.command == "put-policy":
+            put_policy(config, args.bucket, args.policy_json)
         elif args.command == "put-read-policy":
             put_read_policy(config, args.bucket, args.reader)
         else:

@@ -22,8 +22,10 @@ worker with ``--connections`` requests in flight, concurrent HEADs, GETs memmove
 buffers with size + crc32c checked, single PUTs carrying the checksum. The engine venv must hold
 kvceph-connector then (the engine-software stage installs it with that connector).
 
-Objects are named ``kvceph-probe-<nonce>@<worker>@<index>``; every one is deleted at the end,
-also after a failure. Prints one JSON document on stdout; exit 1 with one line on stderr when
+Objects are named ``<prefix>kvceph-probe-<nonce>@<worker>@<index>`` (``--prefix``: the cache
+group's own names, the only ones its key may write); each is deleted at the end, also after a
+failure, where the key may delete (a group key may not: the controller deletes them then).
+Prints one JSON document on stdout; exit 1 with one line on stderr when
 nothing could be measured.
 
     python s3probe.py --endpoint BUCKET.DNS:PORT --region R --chunk-bytes B --chunks K
@@ -264,6 +266,7 @@ def parse(argv):
     p.add_argument("--io-threads", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--nonce", required=True)
+    p.add_argument("--prefix", default="")
     p.add_argument("--disable-tls", action="store_true")
     p.add_argument("--prefer-http2", action="store_true")
     p.add_argument("--connector", choices=("lmcache", "kvceph"), default="lmcache")
@@ -283,7 +286,7 @@ def main(argv):
     )
     delete_fn = CoreWorker.delete_all if kvceph else delete_all
     keys = [
-        [f"kvceph-probe-{args.nonce}@{w}@{i}" for i in range(args.chunks)]
+        [f"{args.prefix}kvceph-probe-{args.nonce}@{w}@{i}" for i in range(args.chunks)]
         for w in range(args.workers)
     ]
     # Filler, not KV: RGW stores bytes as given (no compression on this path).

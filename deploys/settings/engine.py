@@ -92,6 +92,8 @@ class EngineSettings:
     restart_delay: int = 10
     # huggingface_hub's cache (HF_HOME): hub downloads and tokenizers; writable for the engine.
     hf_home: str = "/var/lib/vllm/.cache/huggingface"
+    # kvceph_cache_group: names the group's RGW user and its keys (deploys/bucket_policy.py).
+    cache_group: str = ""
 
     @property
     def serve_model(self) -> str:
@@ -254,4 +256,15 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
         engines=engine_list.load(r, port, tp, count),
         restart_batch=engine_list.restart_batch(r),
         restart_whole_group=r.bool(engine_list.WHOLE_GROUP_OPT_IN, False),
+        cache_group=r.str("kvceph_cache_group", default_cache_group(model, tp), pattern=GROUP_NAME),
     )
+
+
+# A cache group's name goes into an RGW user id and an environment variable's name.
+GROUP_NAME = r"[a-z0-9][a-z0-9-]{0,30}"
+
+
+def default_cache_group(model: str, tp: int) -> str:
+    """``<model's last path part>-tp<N>``, lowercase, e.g. ``qwen3-32b-tp2``."""
+    slug = re.sub(r"[^a-z0-9]+", "-", model.rstrip("/").rsplit("/", 1)[-1].lower()).strip("-")
+    return f"{slug[:24].strip('-') or 'model'}-tp{tp}"

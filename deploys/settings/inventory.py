@@ -20,6 +20,7 @@ class CacheGroup:
     model: str
     tensor_parallel_size: int
     hosts: tuple[str, ...]
+    name: str = ""  # kvceph_cache_group: its RGW user and keys (deploys/bucket_policy.py)
 
 
 def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
@@ -47,10 +48,33 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
             "never reuse each other's cache; fix: use one value across the group",
         )
     _check_roll(inference, groups)
+    _check_names(groups)
     return [
-        CacheGroup(model, tp, tuple(h.host for h in members))
+        CacheGroup(model, tp, tuple(h.host for h in members), members[0].engine.cache_group)
         for (model, tp), members in groups.items()
     ]
+
+
+def _check_names(groups) -> None:
+    """One ``kvceph_cache_group`` per cache group, and a different one for each: the name picks
+    the RGW user whose policy allows only that group's object names."""
+    owner: dict[str, tuple[str, int, str]] = {}
+    for (model, tp), members in groups.items():
+        _agree(
+            members,
+            [("kvceph_cache_group", lambda h: h.engine.cache_group)],
+            f": one cache group ({model} TP={tp}) runs as one RGW user; "
+            "fix: give its hosts one kvceph_cache_group",
+        )
+        name, first = members[0].engine.cache_group, members[0].host
+        if name in owner:
+            m, t, h = owner[name]
+            raise SettingsError(
+                f"{first}: kvceph_cache_group = {name!r} also names {h}'s cache group {m} TP={t}, "
+                f"not {model} TP={tp}: each group's user may touch only its own object names; "
+                "fix: give each cache group its own kvceph_cache_group"
+            )
+        owner[name] = (model, tp, first)
 
 
 def _agree(hosts: list[HostSettings], settings, why: str) -> None:

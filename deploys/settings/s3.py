@@ -23,7 +23,7 @@ class S3Settings:
     endpoint_port: int
     bucket: str
     region: str
-    user: str
+    user: str  # the engines' users are <user>-<cache group>; <user> itself: before issue 36
     user_display_name: str
     profile: str
     wildcard_dns: bool
@@ -39,6 +39,8 @@ class S3Settings:
     quota_max_size_gb: float | None
     quota_fraction: float = capacity.DEFAULT_FRACTION
     quota_unbounded: bool = False
+    # Owns the bucket, its policy and lifecycle; its key never reaches an inference host.
+    admin_user: str = "kvceph-s3-admin"
 
     @property
     def bucket_host(self) -> str:
@@ -127,6 +129,7 @@ def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
         quota_max_size_gb=quota,
         quota_fraction=r.float("kvceph_s3_quota_fraction", capacity.DEFAULT_FRACTION),
         quota_unbounded=unbounded,
+        admin_user=r.str("kvceph_s3_admin_user", "kvceph-s3-admin", pattern=r"[A-Za-z0-9_.\-]+"),
     )
 
 

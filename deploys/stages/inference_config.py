@@ -64,6 +64,8 @@ def cache_key_changes(current: dict | None, me: HostSettings) -> list[str]:
         old, new = current.get(name), wanted.get(name)
         if old is None or new is None or old == new:
             continue
+        if name == cache_key.ENV_VARIABLE:  # the fleet's hash seed is a secret
+            old, new = "(set)", "(set, differs)"
         warnings.append(
             f"kvceph: {me.host}: cache key setting {key} changes {old} -> {new}: the KV cache "
             f"already in bucket {me.s3.bucket} becomes unreachable for cache group {group} "
@@ -108,7 +110,9 @@ def apply(me: HostSettings, checked) -> None:
     files.private_file(
         name=f"AWS credentials {aws}/credentials",
         path=f"{aws}/credentials",
-        content=Secret(render.aws_credentials(me, checked.credentials)),
+        content=Secret(
+            render.aws_credentials(me, checked.credentials.engine(me.engine.cache_group))
+        ),
         user=user,
         group=user,
         mode="0600",

@@ -18,13 +18,15 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 from pyinfra.api.exceptions import PyinfraError
 
-from deploys import render
+from deploys import paths, render
 from deploys.facts import memo
 from deploys.facts.engine import ServiceDrift
 from deploys.facts.rgw import RgwUser
+from deploys.operations import files as kvfiles
 from deploys.operations import s3_rotation
 from deploys.operations.files import sha256_text
 from deploys.preflight import Preflight, PreflightError
+from deploys.secrets import Secret
 from deploys.settings import HostSettings, run_control
 from deploys.stages import s3_tier
 
@@ -58,7 +60,10 @@ def options(data, credentials) -> tuple[str, str | None]:
             f"kvceph: {RETIRE_KEY} is {shown}; fix: pass --data {RETIRE_KEY}=<old access key> "
             "(the access key only, never its secret)"
         )
-    if old == credentials.access_key.reveal():
+    configured = [str.__str__(a) for _, a, _ in credentials.group_keys]
+    if credentials.admin_access_key:
+        configured.append(str.__str__(credentials.admin_access_key))
+    if old in configured:
         raise PreflightError(
             f"kvceph: {RETIRE_KEY} names the configured access key (the one the engines are "
             "rolled onto); fix: name the OLD access key"
@@ -85,14 +90,16 @@ def engine_reason(current: dict, digest: str, credentials_path: str, credentials
     return None
 
 
-def engines_on_old_key(checked: Preflight, inventory) -> list[str]:
-    """``"<host> (<reason>)"`` for every inference host not yet running the configured key."""
+def engines_on_old_key(checked: Preflight, inventory, group: str | None = None) -> list[str]:
+    """``"<host> (<reason>)"`` for every inference host (of cache group ``group``, or all) not
+    yet running its group's configured key."""
     pending = []
     for name, me in checked.hosts.items():
-        if not me.is_inference:
+        if not me.is_inference or group not in (None, me.engine.cache_group):
             continue
+        creds = checked.credentials.engine(me.engine.cache_group)
         path = f"{render.aws_dir(me)}/credentials"
-        wanted = sha256_text(render.aws_credentials(me, checked.credentials))
+        wanted = sha256_text(render.aws_credentials(me, creds))
         for engine in me.engine.engines:
             label = name if len(me.engine.engines) == 1 else f"{name}/{engine.name}"
             try:
@@ -103,39 +110,58 @@ def engines_on_old_key(checked: Preflight, inventory) -> list[str]:
                 # An engine we cannot see may be running the old key.
                 pending.append(f"{label} (cannot read its engine: {' '.join(str(exc).split())})")
                 continue
-            digest = render.digest(me, checked.credentials, engine)
+            digest = render.digest(me, creds, engine)
             reason = engine_reason(current, digest, path, wanted)
             if reason:
                 pending.append(f"{label} ({reason})")
     return pending
 
 
+def users_and_keys(me: HostSettings, checked: Preflight):
+    """(uid, access, secret, group or None) of every user kvceph rotates: each cache group's
+    engine user, then the bucket's owner (the admin user)."""
+    creds = checked.credentials
+    out = [(u.uid, *creds.group(u.group), u.group) for u in checked.users]
+    out.append((me.s3.admin_user, creds.admin_access_key, creds.admin_secret_key, None))
+    return out
+
+
 @deploy("S3 key rotation: add the configured key")
 def add(me: HostSettings, checked: Preflight):
-    """Give the RGW user the configured key pair beside the old one (both stay valid)."""
+    """Give each RGW user (every cache group's, the admin's) its configured key pair beside
+    the old one (both stay valid); a user that holds it already is left as it is."""
     creds = checked.credentials
     timeout = me.ceph.command_timeout if me.ceph else 60
-    problem = s3_rotation.add_key_refusal(
-        memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout),
-        me.s3.user,
-        creds.access_key,
-        creds.secret_key,
-    )
-    if problem:
-        raise OperationError(problem)
-    # The same helper and private key file as the S3 tier: the file now holds the new keys,
-    # which the user is about to hold too.
-    s3_tier.install_admin_tools(me, creds)
-    s3_rotation.user_key(
-        name=f"RGW user {me.s3.user} holds the configured key",
-        uid=me.s3.user,
-        access_key=creds.access_key,
-        secret_key=creds.secret_key,
-        timeout=timeout,
-    )
+    todo = users_and_keys(me, checked)
+    for uid, access, secret, _group in todo:
+        problem = s3_rotation.add_key_refusal(
+            memo.read(host, RgwUser, uid=uid, timeout=timeout), uid, access, secret
+        )
+        if problem:
+            raise OperationError(problem)
+    # The same helper and private key files as the S3 tier: each file now holds the new keys,
+    # which its user is about to hold too.
+    s3_tier.install_admin_tools(me, creds.admin())
+    for uid, access, secret, group in todo:
+        config = paths.ADMIN_CONFIG
+        if group is not None:
+            config = paths.GROUP_CONFIG.format(group=group)
+            kvfiles.private_file(
+                name=f"S3 credentials of cache group {group} {config}",
+                path=config,
+                content=Secret(s3_tier.group_config(me, group, access, secret)),
+            )
+        s3_rotation.user_key(
+            name=f"RGW user {uid} holds the configured key",
+            uid=uid,
+            access_key=access,
+            secret_key=secret,
+            admin_config=config,
+            timeout=timeout,
+        )
     logger.info(
         "kvceph: next: run deploy.py with the same keys (engines restart one by one), then "
-        "rotate.py with %s=retire and %s=<old access key>",
+        "rotate.py with %s=retire and %s=<old access key> for each old key",
         PHASE_KEY,
         RETIRE_KEY,
     )
@@ -143,26 +169,26 @@ def add(me: HostSettings, checked: Preflight):
 
 @deploy("S3 key rotation: retire the old key")
 def retire(me: HostSettings, checked: Preflight, inventory, old_access_key: str):
-    """Remove the old access key once every inference host's engine runs the configured one."""
-    creds = checked.credentials
+    """Remove the old access key from whichever kvceph user holds it, once every engine of
+    that user's cache group runs its configured key (the admin key: at once)."""
     timeout = me.ceph.command_timeout if me.ceph else 60
-    pending = engines_on_old_key(checked, inventory)
-    problem = s3_rotation.retire_refusal(
-        memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout),
-        me.s3.user,
-        old_access_key,
-        creds.access_key,
-        creds.secret_key,
-        pending,
-    )
-    if problem:
-        raise OperationError(problem)
-    s3_rotation.user_key_retired(
-        name=f"RGW user {me.s3.user} no longer holds access key {old_access_key}",
-        uid=me.s3.user,
-        access_key=old_access_key,
-        keep_access_key=creds.access_key,
-        keep_secret_key=creds.secret_key,
-        engines_on_old_key=pending,
-        timeout=timeout,
-    )
+    for uid, access, secret, group in users_and_keys(me, checked):
+        current = memo.read(host, RgwUser, uid=uid, timeout=timeout)
+        held = [k["access_key"] for k in (current or {}).get("keys", [])]
+        if old_access_key not in held:
+            continue
+        pending = [] if group is None else engines_on_old_key(checked, inventory, group)
+        problem = s3_rotation.retire_refusal(current, uid, old_access_key, access, secret, pending)
+        if problem:
+            raise OperationError(problem)
+        s3_rotation.user_key_retired(
+            name=f"RGW user {uid} no longer holds access key {old_access_key}",
+            uid=uid,
+            access_key=old_access_key,
+            keep_access_key=access,
+            keep_secret_key=secret,
+            engines_on_old_key=pending,
+            timeout=timeout,
+        )
+        return
+    host.noop(f"no kvceph RGW user holds access key {old_access_key}")

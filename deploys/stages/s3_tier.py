@@ -10,14 +10,15 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import capacity, ceph_cli, paths
+from deploys import bucket_policy, capacity, ceph_cli, paths
 from deploys.facts import memo
 from deploys.facts.ceph import CephServiceSpec
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
 from deploys.operations import ceph as ceph_ops
 from deploys.operations import files as kvfiles
-from deploys.operations import s3, s3_quota, tls
+from deploys.operations import s3, s3_policy, s3_quota, tls
 from deploys.preflight import Preflight
+from deploys.secrets import Secret
 from deploys.settings import HostSettings
 from deploys.stages import rgw_service
 
@@ -55,25 +56,42 @@ def s3_ini(what: str, endpoint: str, region: str, access_key, secret_key) -> str
     )
 
 
-def admin_config(me: HostSettings, access_key, secret_key) -> str:
+def admin_config(
+    me: HostSettings, access_key, secret_key, what: str = "keys of the bucket's owner"
+) -> str:
     """INI text for s3admin.py on the admin host (RGW's admin endpoint)."""
-    what = "kvceph S3 tier: keys of the LMCache RGW user"
-    return s3_ini(what, me.s3.admin_endpoint, me.s3.region, access_key, secret_key)
+    return s3_ini(
+        f"kvceph S3 tier: {what}", me.s3.admin_endpoint, me.s3.region, access_key, secret_key
+    )
 
 
-def refusals(me: HostSettings, creds, rules: list[dict], allow_removal: bool, timeout: int):
+def group_config(me: HostSettings, group: str, access_key, secret_key) -> str:
+    """INI text of one cache group's engine keys (its user is created and rotated from it)."""
+    return admin_config(me, access_key, secret_key, f"keys of cache group {group}'s engines")
+
+
+def refusals(
+    me: HostSettings, creds, rules: list[dict], allow_removal: bool, timeout: int, users=()
+):
     """Every reason to stop before touching anything, read from the cluster's current state.
 
     pyinfra runs operations as they are called (with ``-y``), so a refusal found only by the
     user operation would come after rgw_dns_name was already set; this reads the same facts
     first. The operations repeat the checks, so they stay safe when used on their own.
     """
-    user = memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout)
+    admin = memo.read(host, RgwUser, uid=me.s3.admin_user, timeout=timeout)
     bucket = memo.read(host, RgwBucket, bucket=me.s3.bucket, timeout=timeout)
     problems = [
-        s3.user_refusal(user, me.s3.user, creds.access_key, creds.secret_key),
-        s3.bucket_refusal(bucket, me.s3.bucket, me.s3.user),
+        s3.user_refusal(admin, me.s3.admin_user, creds.admin_access_key, creds.admin_secret_key),
+        # Owned by the engines' user of a deploy before issue 36: moved to the admin user.
+        None
+        if bucket and bucket.get("owner") == me.s3.user
+        else s3.bucket_refusal(bucket, me.s3.bucket, me.s3.admin_user),
     ]
+    for user in users:
+        pair = creds.group(user.group)
+        current = memo.read(host, RgwUser, uid=user.uid, timeout=timeout)
+        problems.append(s3.user_refusal(current, user.uid, *pair))
     if bucket is not None:
         current = memo.read(host, RgwLifecycle, bucket=me.s3.bucket, timeout=timeout)
         merge = s3.merge_lifecycle(current, rules, allow_removal=allow_removal)
@@ -134,7 +152,7 @@ def apply(me: HostSettings, checked: Preflight):
         deploying=deploying,
         fix=unreachable_fix(me),
     )
-    problems = refusals(me, creds, rules, allow_removal, timeout)
+    problems = refusals(me, creds, rules, allow_removal, timeout, checked.users)
     if problems:
         for problem in problems[1:]:
             logger.error(problem)
@@ -156,41 +174,75 @@ def apply(me: HostSettings, checked: Preflight):
         command_timeout=timeout,
     )
 
-    install_admin_tools(me, creds)
-
+    install_admin_tools(me, creds.admin())
     s3.user(
-        name=f"RGW user {me.s3.user}",
-        uid=me.s3.user,
-        display_name=me.s3.user_display_name,
-        access_key=creds.access_key,
-        secret_key=creds.secret_key,
+        name=f"RGW user {me.s3.admin_user} (owns bucket {me.s3.bucket})",
+        uid=me.s3.admin_user,
+        display_name=f"{me.s3.user_display_name}, bucket owner",
+        access_key=creds.admin_access_key,
+        secret_key=creds.admin_secret_key,
         timeout=timeout,
     )
+    engine_users(me, checked, timeout)
     quota = checked.quota
     if quota is not None and quota.max_size is not None:
+        # RGW charges a bucket's objects to its owner, whoever wrote them.
         s3_quota.user_quota(
-            name=f"User quota {capacity.size(quota.max_size)} for {me.s3.user} ({quota.source})",
-            uid=me.s3.user,
+            name=f"User quota {capacity.size(quota.max_size)} for {me.s3.admin_user} "
+            f"({quota.source})",
+            uid=me.s3.admin_user,
             max_size=quota.max_size,
             timeout=timeout,
         )
         s3_quota.user_bucket_quota(
-            name=f"Bucket quota {capacity.size(quota.max_size)} for {me.s3.user} (live stats)",
-            uid=me.s3.user,
+            name=f"Bucket quota {capacity.size(quota.max_size)} for {me.s3.admin_user} "
+            "(live stats)",
+            uid=me.s3.admin_user,
             max_size=quota.max_size,
             timeout=timeout,
         )
-    s3.bucket(
-        name=f"Bucket {me.s3.bucket}",
-        bucket_name=me.s3.bucket,
-        owner=me.s3.user,
-        timeout=timeout,
+    legacy = creds.legacy and memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout)
+    statements = bucket_policy.statements(
+        me.s3.bucket, list(checked.users), me.s3.user if legacy else None
     )
-    s3_quota.user_no_new_buckets(
-        name=f"RGW user {me.s3.user} creates no buckets (max_buckets -1)",
-        uid=me.s3.user,
-        timeout=timeout,
-    )
+    current = memo.read(host, RgwBucket, bucket=me.s3.bucket, timeout=timeout)
+    if s3_policy.owner_plan(current, me.s3.admin_user, me.s3.user) == "link":
+        # Migration: the policy first, put by the bucket's current owner (the former engine
+        # user), so its engines keep working through the move and the roll; then the move.
+        kvfiles.private_file(
+            name=f"S3 credentials of RGW user {me.s3.user} {paths.LEGACY_CONFIG}",
+            path=paths.LEGACY_CONFIG,
+            content=Secret(
+                admin_config(me, creds.access_key, creds.secret_key, "keys of the former owner")
+            ),
+        )
+        s3_policy.bucket_policy_statements(
+            name=f"Policy of bucket {me.s3.bucket} (put by its former owner {me.s3.user})",
+            bucket=me.s3.bucket,
+            statements=statements,
+            config=paths.LEGACY_CONFIG,
+            timeout=timeout,
+        )
+        s3_policy.bucket_owner(
+            name=f"Bucket {me.s3.bucket} moves from {me.s3.user} to {me.s3.admin_user}",
+            bucket=me.s3.bucket,
+            owner=me.s3.admin_user,
+            previous=me.s3.user,
+            timeout=timeout,
+        )
+    else:
+        s3.bucket(
+            name=f"Bucket {me.s3.bucket}",
+            bucket_name=me.s3.bucket,
+            owner=me.s3.admin_user,
+            timeout=timeout,
+        )
+        s3_policy.bucket_policy_statements(
+            name=f"Policy of bucket {me.s3.bucket}: each cache group on its own names",
+            bucket=me.s3.bucket,
+            statements=statements,
+            timeout=timeout,
+        )
     s3.bucket_lifecycle(
         name=f"Lifecycle of bucket {me.s3.bucket}",
         bucket_name=me.s3.bucket,
@@ -198,3 +250,30 @@ def apply(me: HostSettings, checked: Preflight):
         allow_removal=allow_removal,
         timeout=timeout,
     )
+
+
+def engine_users(me: HostSettings, checked: Preflight, timeout: int) -> None:
+    """Each cache group's RGW user, with the operator's keys for it, unable to create buckets."""
+    creds = checked.credentials
+    for user in checked.users:
+        access, secret = creds.group(user.group)
+        config = paths.GROUP_CONFIG.format(group=user.group)
+        kvfiles.private_file(
+            name=f"S3 credentials of cache group {user.group} {config}",
+            path=config,
+            content=Secret(group_config(me, user.group, access, secret)),
+        )
+        s3.user(
+            name=f"RGW user {user.uid} (cache group {user.group}'s engines)",
+            uid=user.uid,
+            display_name=f"{me.s3.user_display_name}, cache group {user.group}",
+            access_key=access,
+            secret_key=secret,
+            admin_config=config,
+            timeout=timeout,
+        )
+        s3_quota.user_no_new_buckets(
+            name=f"RGW user {user.uid} creates no buckets (max_buckets -1)",
+            uid=user.uid,
+            timeout=timeout,
+        )

@@ -134,7 +134,9 @@ def shared_files_desired(me: HostSettings, checked) -> dict[str, str]:
     aws = render.aws_dir(me)
     desired = {
         paths.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
-        f"{aws}/credentials": sha256_text(render.aws_credentials(me, checked.credentials)),
+        f"{aws}/credentials": sha256_text(
+            render.aws_credentials(me, checked.credentials.engine(me.engine.cache_group))
+        ),
         f"{aws}/config": sha256_text(render.aws_config(me)),
         paths.SECRETS_PATH: sha256_text(render.secrets_env_file(checked.credentials).reveal()),
     }
@@ -168,7 +170,7 @@ def _shared_files(me: HostSettings, checked) -> dict[str, str]:
 
 def _engine_files(me: HostSettings, checked, engine: Engine) -> None:
     """One engine's env file and unit, enabled at boot."""
-    digest = render.digest(me, checked.credentials, engine)
+    digest = render.digest(me, checked.credentials.engine(me.engine.cache_group), engine)
     env_path, unit_path = render.env_path(engine), render.unit_path(engine)
     files.atomic_file(
         name=f"Engine environment {env_path}",
@@ -196,7 +198,7 @@ def _engine_files(me: HostSettings, checked, engine: Engine) -> None:
 def running_state(me: HostSettings, checked, engine: Engine, shared: dict[str, str]) -> dict:
     """What the engine must run with (``service.rolling_restart``'s digest, unit, environment,
     secret environment and files), as this run leaves its host."""
-    digest = render.digest(me, checked.credentials, engine)
+    digest = render.digest(me, checked.credentials.engine(me.engine.cache_group), engine)
     return {
         "digest": digest,
         "unit": engine.unit,

@@ -122,12 +122,12 @@ def read_cluster(host, me) -> dict:
     }
     if not (out["mon"] or {}).get("reachable"):
         return out  # radosgw-admin has no connect timeout: it would wait out its own
-    user = memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout) or {}
+    user = memo.read(host, RgwUser, uid=me.s3.admin_user, timeout=timeout) or {}
     out["user_bucket_quota"] = user.get("bucket_quota")
     out["user_quota"] = user.get("user_quota")
     if (user.get("user_quota") or {}).get("enabled"):
         # When the user's stats last changed: once the quota is full, since when.
-        out["user_stats"] = memo.read(host, RgwUserStats, uid=me.s3.user, timeout=timeout)
+        out["user_stats"] = memo.read(host, RgwUserStats, uid=me.s3.admin_user, timeout=timeout)
     out["lifecycle"] = memo.read(host, RgwLifecycle, bucket=me.s3.bucket, timeout=timeout)
     out["bucket"] = memo.read(host, BucketUsage, bucket=me.s3.bucket, timeout=timeout)
     out["daemons"] = memo.read(host, RgwDaemons, **t)

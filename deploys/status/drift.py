@@ -136,7 +136,8 @@ def env_changes(path: str, running: list[str] | None, desired: str) -> list[dict
         if have.get(name) != want.get(name):
             key = ENV_KEYS.get(name, "kvceph_extra_env / kvceph_engine_profile env")
             old, new = have.get(name), want.get(name)
-            if SECRET_ENV_NAME.search(name):  # as the deploy's drift reasons: never the value
+            # as the deploy's drift reasons: never the value (the hash seed is a fleet secret)
+            if SECRET_ENV_NAME.search(name) or name == cache_key.ENV_VARIABLE:
                 old, new = old and "(set)", new and "(set, differs)"
             out.append(_named(path, name, old, new, key))
     return out

@@ -163,7 +163,7 @@ def run_cycle(state, host, checked, inv) -> bool:
         endpoint=vs.s3_endpoint or s3.endpoint,
         bucket=s3.bucket,
         region=s3.region,
-        credentials=checked.credentials,
+        credentials=checked.credentials.admin(),
         timeout=vs.s3_timeout,
         max_objects=vs.max_listed_objects,
         ca_bundle=first.security.s3_ca_bundle,

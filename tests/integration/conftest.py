@@ -293,9 +293,10 @@ def path_style_client(
 
 
 def s3_client():
+    """The bucket owner's client (the admin key: lists, deletes, lifecycle, policy)."""
     keys = secrets()
     return path_style_client(
-        S3_ADMIN_URL, keys["KVCEPH_S3_ACCESS_KEY"], keys["KVCEPH_S3_SECRET_KEY"]
+        S3_ADMIN_URL, keys["KVCEPH_S3_ADMIN_ACCESS_KEY"], keys["KVCEPH_S3_ADMIN_SECRET_KEY"]
     )
 
 

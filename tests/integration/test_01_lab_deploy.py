@@ -62,7 +62,12 @@ def test_files_content_owner_and_mode(converged, host):
     assert config["extra_config"].get("disable_tls", False) is (S3_SCHEME == "http")
     assert "s3_max_io_concurrency" not in config["extra_config"]
     creds = ssh(host, "cat /var/lib/vllm/.aws/credentials").stdout
-    assert secrets()["KVCEPH_S3_SECRET_KEY"] in creds
+    # Its cache group's key (inventories/lab.py: gaudi1 is group gaudi), no other; booleans, so
+    # a failure never prints a key.
+    group = "GAUDI" if host == "gaudi1" else "GPU"
+    own = secrets()[f"KVCEPH_S3_SECRET_KEY_{group}"] in creds
+    admin = secrets()["KVCEPH_S3_ADMIN_SECRET_KEY"] in creds
+    assert (own, admin) == (True, False), group
     assert "lmcache.s3.kvlab" in ssh(host, "grep kvceph /etc/hosts").stdout
     # No temp file of the atomic writes is left behind.
     assert (
@@ -79,7 +84,7 @@ def test_units_active_with_the_deployed_digest(converged, host):
     pid = ssh(host, "systemctl show -p MainPID --value vllm.service").stdout.strip()
     environ = ssh(host, f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout
     assert "KVCEPH_DIGEST=" in environ
-    assert "PYTHONHASHSEED=67" in environ
+    assert f"PYTHONHASHSEED={secrets()['KVCEPH_PYTHON_HASH_SEED']}" in environ
     assert "LMCACHE_CONFIG_FILE=/etc/kvceph/lmcache.yaml" in environ
 
 
@@ -92,8 +97,8 @@ def test_ceph_pools_have_the_configured_parameters(converged, pool):
 
 
 def test_s3_user_bucket_and_lifecycle(converged):
-    info = json.loads(ssh("ceph1", "radosgw-admin user info --uid=lmcache").stdout)
-    assert [k["access_key"] for k in info["keys"]] == [secrets()["KVCEPH_S3_ACCESS_KEY"]]
+    info = json.loads(ssh("ceph1", "radosgw-admin user info --uid=kvceph-s3-admin").stdout)
+    assert [k["access_key"] for k in info["keys"]] == [secrets()["KVCEPH_S3_ADMIN_ACCESS_KEY"]]
     s3 = s3_client()
     s3.head_bucket(Bucket="lmcache")
     rules = {r["ID"]: r for r in s3.get_bucket_lifecycle_configuration(Bucket="lmcache")["Rules"]}

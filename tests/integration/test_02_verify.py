@@ -38,7 +38,12 @@ def test_full_cycle_passes_and_writes_the_report(converged):
     keys = secrets()
     assert keys.get("KVCEPH_VLLM_API_KEY"), "the lab runs with an API key"
     shown = run.output + (REPORTS / "verify-latest.json").read_text()
-    for name in ("KVCEPH_S3_SECRET_KEY", "KVCEPH_VLLM_API_KEY", "KVCEPH_HF_TOKEN"):
+    for name in (
+        "KVCEPH_S3_ADMIN_SECRET_KEY",
+        "KVCEPH_S3_SECRET_KEY_GPU",
+        "KVCEPH_VLLM_API_KEY",
+        "KVCEPH_HF_TOKEN",
+    ):
         assert not keys.get(name) or keys[name] not in shown, name
     # A converged deploy stays converged after the verifier restarted engines.
     assert pyinfra().changed() == []

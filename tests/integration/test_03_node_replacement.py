@@ -20,9 +20,11 @@ def test_replaced_node_rebuilds_alone_and_hits_the_shared_cache(converged):
     assert run.rc == 0, run.output[-6000:]
     assert {h for _, h in run.changed()} == {"gpu2"}, run.changed()
     keys = secrets()
-    assert keys["KVCEPH_S3_SECRET_KEY"] not in run.output
+    assert keys["KVCEPH_S3_SECRET_KEY_GPU"] not in run.output
     # The credentials were really written in this run (so the check above means something).
-    assert keys["KVCEPH_S3_SECRET_KEY"] in ssh("gpu2", "cat /var/lib/vllm/.aws/credentials").stdout
+    assert (
+        keys["KVCEPH_S3_SECRET_KEY_GPU"] in ssh("gpu2", "cat /var/lib/vllm/.aws/credentials").stdout
+    )
     assert "private file, content not diffed" in run.output
     assert keys["KVCEPH_MODELS_SECRET_KEY"] not in run.output
 

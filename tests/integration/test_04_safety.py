@@ -165,7 +165,7 @@ def test_dry_run_plans_exactly_what_the_real_run_does(converged):
     done = set(real.changed())
     assert certain <= done, f"planned but not done: {certain - done}"
     assert done <= certain | conditional, f"done but not planned: {done - certain - conditional}"
-    for secret in (secrets()["KVCEPH_S3_SECRET_KEY"],):
+    for secret in (secrets()["KVCEPH_S3_ADMIN_SECRET_KEY"], secrets()["KVCEPH_S3_SECRET_KEY_GPU"]):
         assert secret not in plan.output and secret not in real.output
     settle()
 

@@ -20,7 +20,12 @@ CHAT = {"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "hi"
 
 def _secret_values() -> dict[str, str]:
     keys = secrets()
-    names = ("KVCEPH_S3_SECRET_KEY", "KVCEPH_VLLM_API_KEY", "KVCEPH_HF_TOKEN")
+    names = (
+        "KVCEPH_S3_ADMIN_SECRET_KEY",
+        "KVCEPH_S3_SECRET_KEY_GPU",
+        "KVCEPH_VLLM_API_KEY",
+        "KVCEPH_HF_TOKEN",
+    )
     return {n: keys[n].strip().strip("'\"") for n in names if keys.get(n)}
 
 

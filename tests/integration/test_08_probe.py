@@ -24,8 +24,9 @@ def test_probe_measures_every_host_and_deletes_its_objects(converged):
         # the lab model: 64 B/token/worker x 256 tokens (TP 2), 128 x 256 on gaudi1 (TP 1)
         assert r["chunk_bytes"] == 256 * (128 if host == "gaudi1" else 64)
         assert [p["tokens"] for p in r["prompts"]] == [8192, 32768, 131072]
-    listed = s3_client().list_objects_v2(Bucket="lmcache", Prefix="kvceph-probe-")
-    assert listed.get("KeyCount", 0) == 0, [o["Key"] for o in listed.get("Contents", [])]
+    # The probe writes under each cache group's own names (its key may write no other).
+    listed = s3_client().list_objects_v2(Bucket="lmcache").get("Contents", [])
+    assert [o["Key"] for o in listed if "kvceph-probe-" in o["Key"]] == []
 
 
 def test_deploy_prints_the_last_verdict_when_it_restarts_an_engine(converged):

@@ -62,7 +62,7 @@ def test_keys_cannot_cross_buckets(converged):
 
     def kv():
         return path_style_client(
-            S3_ADMIN_URL, keys["KVCEPH_S3_ACCESS_KEY"], keys["KVCEPH_S3_SECRET_KEY"]
+            S3_ADMIN_URL, keys["KVCEPH_S3_ADMIN_ACCESS_KEY"], keys["KVCEPH_S3_ADMIN_SECRET_KEY"]
         )
 
     listed = reader().list_objects_v2(Bucket="kvceph-models", Prefix=REVISION_PREFIX)

@@ -36,7 +36,7 @@ PROM_FILE = "kvceph.prom"
 
 
 def quota(verb: str) -> str:
-    return f"radosgw-admin quota {verb} --quota-scope=user --uid=lmcache"
+    return f"radosgw-admin quota {verb} --quota-scope=user --uid=kvceph-s3-admin"
 
 
 def lab_settings() -> dict:
@@ -180,7 +180,9 @@ def test_a_bucket_over_its_quota_fires_the_quota_alerts(prometheus):
     s3_client().put_object(Bucket="lmcache", Key=key, Body=b"x" * 65536)
     stats = json.loads(ssh("ceph1", "radosgw-admin bucket stats --bucket=lmcache").stdout)
     used = sum(u.get("size", 0) for u in stats.get("usage", {}).values())
-    info = json.loads(ssh("ceph1", "radosgw-admin user info --uid=lmcache").stdout)["user_quota"]
+    info = json.loads(ssh("ceph1", "radosgw-admin user info --uid=kvceph-s3-admin").stdout)[
+        "user_quota"
+    ]
     assert info["enabled"] and info["max_size"] > used, info
     try:
         ssh("ceph1", f"{quota('set')} --max-size={used - 1}")

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
-import pytest
-from botocore.exceptions import ClientError
 from conftest import HOSTS, pyinfra, restore_needed, s3_client
 from lab_client import completion, long_prompt
 
@@ -42,13 +39,7 @@ def cold_requests(n: int) -> None:
     time.sleep(3)  # LMCache's stores finish after the answer
 
 
-def test_the_engines_user_creates_no_bucket(converged):
-    name = f"kvceph-extra-{uuid.uuid4().hex[:8]}"
-    client = s3_client()  # the engines' key (the lab's KVCEPH_S3_ACCESS_KEY)
-    with pytest.raises(ClientError) as err:
-        client.create_bucket(Bucket=name)
-        client.delete_bucket(Bucket=name)  # only reached when RGW let it through
-    assert err.value.response["Error"]["Code"] in ("AccessDenied", "TooManyBuckets"), err.value
+# The engines' users create no bucket: tests/integration/test_20_privilege.py.
 
 
 def test_a_full_quota_keeps_engines_serving_and_status_says_so(converged, request, lab, tmp_path):

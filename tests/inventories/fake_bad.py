@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_facts  # noqa: E402
 
 _bad = os.environ.get("KVCEPH_FAKE_BAD", "")
-_saved = {k: os.environ.pop(k, None) for k in ("KVCEPH_S3_ACCESS_KEY", "KVCEPH_S3_SECRET_KEY")}
+_saved = {k: os.environ.pop(k, None) for k in fake_facts.fake_env() if "_S3_" in k}
 fake_facts.export_fake_credentials()  # the scripted answers are computed with the fake keys
 _groups = fake_facts.inventory(fake_facts.Layout("fake_bad", converged=True))
 if _bad == "no_secrets":

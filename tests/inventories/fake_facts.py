@@ -31,10 +31,21 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-from deploys import connector_package, ownership, paths, render, s3_names, secrets, settings  # noqa: E402
+from deploys import (  # noqa: E402
+    bucket_policy,
+    connector_package,
+    engine_users,
+    ownership,
+    paths,
+    render,
+    s3_names,
+    secrets,
+    settings,
+)
 from deploys.operations import s3  # noqa: E402
 from deploys.operations.files import sha256_text  # noqa: E402
 from deploys.settings import group_data  # noqa: E402
+from deploys.settings.inventory import check_inventory  # noqa: E402
 from deploys.stages import rgw_service, s3_tier  # noqa: E402
 
 FACTS = REPO / "tests" / "facts"
@@ -45,6 +56,12 @@ FAKE_ACCESS_KEY = "KVFAKEACCESSKEY0001"
 FAKE_SECRET_KEY = "kvfake-SECRET-9f3c1e7a-never-print-me"
 FAKE_API_KEY = "kvfake-APIKEY-4d2b8e61-never-print-me"
 FAKE_HF_TOKEN = "hf_kvfakeTOKEN7c1a93never0print0me"
+# Each cache group's engine keys (kvceph_cache_group gpu / gaudi, as inventories/lab.py names
+# them); FAKE_ACCESS_KEY / FAKE_SECRET_KEY are the bucket owner's (the admin user's).
+FAKE_GROUP_KEYS = {
+    "gpu": ("KVFAKEGPUACCESS0001", "kvfake-GPU-SECRET-1b7e-never-print-me"),
+    "gaudi": ("KVFAKEGAUDIACCESS01", "kvfake-GAUDI-SECRET-5c2a-never-print-me"),
+}
 
 # Hosts and groups as inventories/lab.py has them (ceph1 admin + rgw; two NVIDIA hosts in one
 # cache group; the Gaudi host on vLLM 0.26 with TP=1: its own cache group).
@@ -110,21 +127,31 @@ TENTACLE = "ceph version 20.2.0 (69f84cc2651aa259a15bc192ddaabd3baba07489) tenta
 OS_RELEASE_PYTHON = "3.11.2"
 
 
+def fake_env() -> dict[str, str]:
+    """The fake secrets as the controller's environment carries them."""
+    env = {
+        secrets.ADMIN_ACCESS_ENV: FAKE_ACCESS_KEY,
+        secrets.ADMIN_SECRET_ENV: FAKE_SECRET_KEY,
+        secrets.API_KEY_ENV: FAKE_API_KEY,
+        secrets.HF_TOKEN_ENV: FAKE_HF_TOKEN,
+    }
+    for group, (access, secret) in FAKE_GROUP_KEYS.items():
+        env[secrets.group_access_env(group)] = access
+        env[secrets.group_secret_env(group)] = secret
+    return env
+
+
 def export_fake_credentials() -> None:
     """In the pyinfra process only: the deploy's preflight reads the keys from the environment."""
-    os.environ.setdefault(secrets.ACCESS_ENV, FAKE_ACCESS_KEY)
-    os.environ.setdefault(secrets.SECRET_ENV, FAKE_SECRET_KEY)
-    os.environ.setdefault(secrets.API_KEY_ENV, FAKE_API_KEY)
-    os.environ.setdefault(secrets.HF_TOKEN_ENV, FAKE_HF_TOKEN)
+    for name, value in fake_env().items():
+        os.environ.setdefault(name, value)
 
 
 def credentials() -> secrets.S3Credentials:
     """The keys the deploy will read: the exported ones, else the fake ones."""
     env = dict(os.environ)
-    env.setdefault(secrets.ACCESS_ENV, FAKE_ACCESS_KEY)
-    env.setdefault(secrets.SECRET_ENV, FAKE_SECRET_KEY)
-    env.setdefault(secrets.API_KEY_ENV, FAKE_API_KEY)
-    env.setdefault(secrets.HF_TOKEN_ENV, FAKE_HF_TOKEN)
+    for name, value in fake_env().items():
+        env.setdefault(name, value)
     return secrets.load(environ=env)
 
 
@@ -180,6 +207,9 @@ class Layout:
             data["kvceph_engine_install"] = False
         if host in self.kvceph_connector:
             data["kvceph_lmcache_connector"] = "kvceph"
+        for group in FAKE_GROUP_KEYS:
+            if host in GROUPS.get(group, ()):
+                data["kvceph_cache_group"] = group
         return data
 
     def merged_data(self, host: str) -> dict:
@@ -409,13 +439,13 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
 
     # RgwUser / RgwBucket / RgwLifecycle (the runner prints one JSON line; secrets hashed).
     user = {
-        "user_id": me.s3.user,
+        "user_id": me.s3.admin_user,
         "display_name": me.s3.user_display_name,
         "suspended": 0,
         "keys": [
             {
-                "access_key": creds.access_key.reveal(),
-                "secret_sha256": s3.secret_sha256(creds.secret_key),
+                "access_key": creds.admin_access_key.reveal(),
+                "secret_sha256": s3.secret_sha256(creds.admin_secret_key),
             }
         ],
         "bucket_quota": {
@@ -431,9 +461,13 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
             "max_size": int((quota or 100) * 1024**3),
             "max_objects": -1,
         },
-        "max_buckets": -1,
+        "max_buckets": 1000,
     }
-    bucket = {"bucket": me.s3.bucket, "owner": me.s3.user, "bucket_quota": {"enabled": False}}
+    bucket = {
+        "bucket": me.s3.bucket,
+        "owner": me.s3.admin_user,
+        "bucket_quota": {"enabled": False},
+    }
     rules = [_lc_rule(rule) for rule in lifecycle_rules(me)]
     # RgwReachable: RGW answers HTTP at the admin endpoint (anonymous GET / -> 200).
     # More tries when the run applies the RGW spec first (fresh): the key matches any count.
@@ -448,6 +482,24 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
         if layout.rgw_down
         else ["reachable 200"]
     )
+    hosts = {h: layout.host_settings(h) for h in layout.hosts}
+    groups = check_inventory(list(hosts.values()))
+    users = engine_users.group_users(hosts, groups)
+    # Longest uid first: "--uid=lmcache-gpu" is matched before a shorter uid it starts with.
+    for u in sorted(users, key=lambda u: -len(u.uid)):
+        access, secret = creds.group(u.group)
+        record = {
+            "user_id": u.uid,
+            "display_name": u.uid,
+            "suspended": 0,
+            "keys": [{"access_key": access.reveal(), "secret_sha256": s3.secret_sha256(secret)}],
+            "bucket_quota": {"enabled": False},
+            "user_quota": {"enabled": False},
+            "max_buckets": -1,
+        }
+        r[f"--uid={u.uid}"] = [json.dumps(record, sort_keys=True) if converged else "null"]
+    policy = bucket_policy.merge(None, bucket_policy.statements(me.s3.bucket, users)).document
+    r["get-read-policy"] = [json.dumps(policy, sort_keys=True) if converged else "null"]
     r["radosgw-admin user info"] = [json.dumps(user, sort_keys=True) if converged else "null"]
     r["radosgw-admin bucket stats"] = [json.dumps(bucket) if converged else "null"]
     r["radosgw-admin lc get"] = [json.dumps(rules) if converged else "null"]
@@ -461,14 +513,18 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
         r.update(_directory(paths.SCRIPT_DIR, "root", "root", "755"))
         r.update(_file(paths.ADMIN_SCRIPT, paths.ADMIN_SOURCE.read_text(), "root", "root", "0755"))
         r.update(_directory(paths.ADMIN_DIR, "root", "root", "700"))
-        config = s3_tier.admin_config(me, creds.access_key, creds.secret_key)
+        config = s3_tier.admin_config(me, creds.admin_access_key, creds.admin_secret_key)
         r.update(_file(paths.ADMIN_CONFIG, config, "root", "root", "0600"))
+        for u in users:
+            text = s3_tier.group_config(me, u.group, *creds.group(u.group))
+            path = paths.GROUP_CONFIG.format(group=u.group)
+            r.update(_file(path, text, "root", "root", "0600"))
     return r
 
 
 def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
     converged = layout.converged
-    creds = credentials()
+    creds = credentials().engine(me.engine.cache_group)
     e = me.engine
     user = e.service_user
     r: dict = {

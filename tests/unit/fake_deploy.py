@@ -23,8 +23,7 @@ def run(inventory: str, *flags: str, env: dict | None = None) -> tuple[int, str]
     """(exit status, stdout + stderr) of one pyinfra run of deploy.py."""
     environ = {
         **os.environ,
-        "KVCEPH_S3_ACCESS_KEY": fake_facts.FAKE_ACCESS_KEY,
-        "KVCEPH_S3_SECRET_KEY": fake_facts.FAKE_SECRET_KEY,
+        **fake_facts.fake_env(),
         "PYINFRA_FAKE_DELAY": "0",
         "PYINFRA_FAKE_DELAY_JITTER": "0",
         **(env or {}),

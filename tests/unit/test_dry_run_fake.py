@@ -62,11 +62,17 @@ FRESH_CHANGES = {
     "S3 tier | S3 admin helper /usr/local/lib/kvceph/s3admin.py": ADMIN,
     "S3 tier | Private directory /etc/kvceph/admin": ADMIN,
     "S3 tier | S3 admin credentials /etc/kvceph/admin/s3-admin.ini": ADMIN,
-    "S3 tier | RGW user lmcache": ADMIN,
-    "S3 tier | User quota 4.0 GiB for lmcache (kvceph_s3_quota_max_size_gb)": ADMIN,
-    "S3 tier | Bucket quota 4.0 GiB for lmcache (live stats)": ADMIN,
+    "S3 tier | RGW user kvceph-s3-admin (owns bucket lmcache)": ADMIN,
+    "S3 tier | S3 credentials of cache group gaudi /etc/kvceph/admin/s3-group-gaudi.ini": ADMIN,
+    "S3 tier | RGW user lmcache-gaudi (cache group gaudi's engines)": ADMIN,
+    "S3 tier | RGW user lmcache-gaudi creates no buckets (max_buckets -1)": ADMIN,
+    "S3 tier | S3 credentials of cache group gpu /etc/kvceph/admin/s3-group-gpu.ini": ADMIN,
+    "S3 tier | RGW user lmcache-gpu (cache group gpu's engines)": ADMIN,
+    "S3 tier | RGW user lmcache-gpu creates no buckets (max_buckets -1)": ADMIN,
+    "S3 tier | User quota 4.0 GiB for kvceph-s3-admin (kvceph_s3_quota_max_size_gb)": ADMIN,
+    "S3 tier | Bucket quota 4.0 GiB for kvceph-s3-admin (live stats)": ADMIN,
     "S3 tier | Bucket lmcache": ADMIN,
-    "S3 tier | RGW user lmcache creates no buckets (max_buckets -1)": ADMIN,
+    "S3 tier | Policy of bucket lmcache: each cache group on its own names": ADMIN,
     "S3 tier | Lifecycle of bucket lmcache": ADMIN,
     "Engine software | Service account vllm": INFERENCE,
     "Engine software | Service home /var/lib/vllm": INFERENCE,
@@ -108,8 +114,7 @@ CLIENTS = {
 def _pyinfra(scenario: str, *flags: str, rc: int = 0) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
-        "KVCEPH_S3_ACCESS_KEY": fake_facts.FAKE_ACCESS_KEY,
-        "KVCEPH_S3_SECRET_KEY": fake_facts.FAKE_SECRET_KEY,
+        **fake_facts.fake_env(),
         "KVCEPH_VLLM_API_KEY": fake_facts.FAKE_API_KEY,
         "KVCEPH_HF_TOKEN": fake_facts.FAKE_HF_TOKEN,
         "PYINFRA_FAKE_DELAY": "0",
@@ -223,7 +228,8 @@ def test_out_of_band_drift_plans_a_restart_and_says_why():
         ("@fake/gaudi1", "/etc/kvceph/lmcache.yaml differs from desired"),
         (
             "@fake/gpu2",
-            "running env PYTHONHASHSEED=68, desired 67; /etc/kvceph/vllm.env differs from desired",
+            "running env PYTHONHASHSEED differs from desired (value not shown); "
+            "/etc/kvceph/vllm.env differs from desired",
         ),
     ]
     assert _secrets_in(output) == []
@@ -344,19 +350,13 @@ def test_daemon_commands_are_all_bounded(fresh_executed):
 def test_restart_digest_does_not_depend_on_the_process(fresh_verbose):
     # The converged scenario computes the digest in pyinfra's own process; this recomputes it
     # here (another interpreter, another hash seed), so set/dict order cannot leak into it.
-    from deploys import render
-    from deploys.secrets import S3Credentials, Secret
+    from deploys import render, secrets
 
-    creds = S3Credentials(
-        Secret(fake_facts.FAKE_ACCESS_KEY),
-        Secret(fake_facts.FAKE_SECRET_KEY),
-        "test",
-        vllm_api_key=Secret(fake_facts.FAKE_API_KEY),
-        hf_token=Secret(fake_facts.FAKE_HF_TOKEN),
-    )
+    creds = secrets.load(environ=fake_facts.fake_env())
     layout = fake_facts.Layout("fake_fresh", converged=False)
     for host in sorted(INFERENCE):
-        digest = render.digest(layout.host_settings(host), creds)
+        me = layout.host_settings(host)
+        digest = render.digest(me, creds.engine(me.engine.cache_group))
         pattern = rf"\[{re.escape(host)}\]\s+vllm.service restarts: .*desired {digest[:12]}$"
         assert re.search(pattern, fresh_verbose, re.M), host
 

@@ -86,7 +86,7 @@ def test_what_the_format_carries_stays_accepted(data):
 def _rendered(layout, host) -> str:
     me = layout.host_settings(host)
     creds = fake_facts.credentials()
-    parts = [s3_tier.admin_config(me, creds.access_key, creds.secret_key)]
+    parts = [s3_tier.admin_config(me, creds.admin_access_key, creds.admin_secret_key)]
     if me.is_inference:
         parts += [
             render.unit(me),

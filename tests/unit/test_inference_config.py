@@ -53,7 +53,7 @@ def test_no_cache_key_warning_on_a_blank_host_or_unchanged_settings():
     ("key", "value", "old", "new"),
     [
         ("kvceph_lmcache_chunk_size", 512, "256", "512"),
-        ("kvceph_python_hash_seed", 68, "67", "68"),
+        ("kvceph_python_hash_seed", 68, "(set)", "(set, differs)"),  # a secret: never shown
         ("kvceph_tensor_parallel_size", 4, "2", "4"),
         ("kvceph_model", "Qwen/Qwen3-8B", "Qwen/Qwen3-32B", "Qwen/Qwen3-8B"),
     ],

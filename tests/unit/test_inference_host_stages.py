@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from plan_secrets import plan_secrets
 
 from deploys import preflight
 from deploys import settings as s
@@ -89,4 +90,6 @@ def test_a_model_directory_on_a_host_outside_the_run_is_left_unsized():
     hosts = preflight.resolve_kv_sizes({"gpu1": me}, lambda name, path: preflight.OUTSIDE_RUN)
     assert hosts["gpu1"].lmcache.kv_bytes_per_token is None
     preflight.check_sizing(hosts, lambda name: preflight.OUTSIDE_RUN)  # nothing to judge
-    assert "lmcache.yaml.j2" not in [label for label, _ in preflight._renders(hosts["gpu1"], None)]
+    assert "lmcache.yaml.j2" not in [
+        label for label, _ in preflight._renders(hosts["gpu1"], plan_secrets())
+    ]

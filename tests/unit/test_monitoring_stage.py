@@ -25,8 +25,7 @@ FILES = 10  # 2 directories, 5 Prometheus files, the key, the Grafana directory 
 def _plan(scenario: str) -> tuple[list[dict], str]:
     env = {
         **os.environ,
-        "KVCEPH_S3_ACCESS_KEY": fake_facts.FAKE_ACCESS_KEY,
-        "KVCEPH_S3_SECRET_KEY": fake_facts.FAKE_SECRET_KEY,
+        **fake_facts.fake_env(),
         "KVCEPH_VLLM_API_KEY": fake_facts.FAKE_API_KEY,
         "KVCEPH_HF_TOKEN": fake_facts.FAKE_HF_TOKEN,
         "PYINFRA_FAKE_DELAY": "0",

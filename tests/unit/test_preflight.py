@@ -85,9 +85,10 @@ def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, 
         ),
         (
             "no_secrets",
-            "kvceph: controller: S3 credentials missing: neither KVCEPH_S3_ACCESS_KEY/"
-            "KVCEPH_S3_SECRET_KEY are set nor /nonexistent/secrets.env exists; fix: export them "
-            "or write /nonexistent/secrets.env (KEY=VALUE, mode 0600)",
+            "kvceph: controller: S3 credentials missing: neither KVCEPH_S3_ADMIN_ACCESS_KEY and "
+            "KVCEPH_S3_ACCESS_KEY_<GROUP> are set nor /nonexistent/secrets.env holds them; fix: "
+            "export them or write /nonexistent/secrets.env (KEY=VALUE, mode 0600; "
+            "docs/security.md)",
         ),
         (
             "hf_token",

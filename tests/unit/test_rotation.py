@@ -7,13 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
+from plan_secrets import plan_secrets
 
 from deploys.operations import s3, s3_rotation
 from deploys.preflight import PreflightError
-from deploys.secrets import S3Credentials, Secret
 from deploys.stages import rotation
 
-NEW = S3Credentials(Secret("NEWACCESS"), Secret("new-secret"), "test")
+NEW = plan_secrets("NEWACCESS", "new-secret")
+# One cache group's view: the keys its engines and its RGW user hold.
+NEW_GPU = NEW.engine("gpu")
 PATH = Path(__file__).resolve().parents[2] / "deploys" / "remote" / "s3admin.py"
 spec = importlib.util.spec_from_file_location("s3admin_rotation", PATH)
 s3admin = importlib.util.module_from_spec(spec)
@@ -88,23 +90,23 @@ def user(*keys):
 
 def test_user_with_the_configured_key_among_others_is_accepted_and_reported():
     current = user(("OLDACCESS", "0" * 64), ("NEWACCESS", s3.secret_sha256("new-secret")))
-    assert s3.user_refusal(current, "lmcache", NEW.access_key, NEW.secret_key) is None
-    notice = s3.other_keys_notice(current, "lmcache", NEW.access_key)
+    assert s3.user_refusal(current, "lmcache", NEW_GPU.access_key, NEW_GPU.secret_key) is None
+    notice = s3.other_keys_notice(current, "lmcache", NEW_GPU.access_key)
     assert "RGW user lmcache also holds key(s) OLDACCESS" in notice
     assert "kvceph_retire_access_key=OLDACCESS" in notice and "NEWACCESS" not in notice
-    assert s3.other_keys_notice(user(("NEWACCESS", "x")), "lmcache", NEW.access_key) is None
+    assert s3.other_keys_notice(user(("NEWACCESS", "x")), "lmcache", NEW_GPU.access_key) is None
 
 
 def test_user_without_the_configured_key_is_still_refused():
     current = user(("OLDACCESS", "0" * 64))
     assert "does not hold the configured access key" in s3.user_refusal(
-        current, "lmcache", NEW.access_key, NEW.secret_key
+        current, "lmcache", NEW_GPU.access_key, NEW_GPU.secret_key
     )
 
 
 def test_retire_refusal_order():
     both = user(("OLDACCESS", "0" * 64), ("NEWACCESS", s3.secret_sha256("new-secret")))
-    args = ("lmcache", "OLDACCESS", NEW.access_key, NEW.secret_key)
+    args = ("lmcache", "OLDACCESS", NEW_GPU.access_key, NEW_GPU.secret_key)
     assert s3_rotation.retire_refusal(both, *args) is None
     pending = s3_rotation.retire_refusal(both, *args, ["gpu2 (engine failed)"])
     assert "engines not yet on the configured key: gpu2 (engine failed)" in pending
@@ -188,8 +190,7 @@ def fake_rotate(*data: str) -> tuple[int, str]:
         cwd=REPO,
         env={
             **os.environ,
-            "KVCEPH_S3_ACCESS_KEY": fake_facts.FAKE_ACCESS_KEY,
-            "KVCEPH_S3_SECRET_KEY": fake_facts.FAKE_SECRET_KEY,
+            **fake_facts.fake_env(),
             "PYINFRA_FAKE_DELAY": "0",
             "PYINFRA_FAKE_DELAY_JITTER": "0",
             "PYINFRA_PROGRESS": "off",
@@ -250,8 +251,10 @@ def test_engines_on_old_key_names_each_host_not_yet_rolled():
     gpu1 = hosts["gpu1"]
     path = f"{render.aws_dir(gpu1)}/credentials"
     rolled = drift(
-        digest=render.digest(gpu1, NEW),
-        sha256={path: sha256_text(render.aws_credentials(gpu1, NEW))},
+        digest=render.digest(gpu1, NEW.engine(gpu1.engine.cache_group)),
+        sha256={
+            path: sha256_text(render.aws_credentials(gpu1, NEW.engine(gpu1.engine.cache_group)))
+        },
     )
     facts = {"gpu1": rolled, "gpu2": drift(digest="0" * 64)}
 

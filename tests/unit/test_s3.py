@@ -129,15 +129,16 @@ def test_stage_refusals_read_before_any_op(monkeypatch):
     class Me:
         class s3:  # noqa: N801 - mimics HostSettings.s3
             user = "lmcache"
+            admin_user = "kvceph-s3-admin"
             bucket = "lmcache"
 
     class Creds:
-        access_key, secret_key = Secret("AK"), Secret("new")
+        admin_access_key, admin_secret_key = Secret("AK"), Secret("new")
 
     monkeypatch.setattr(s3_tier, "host", FakeHost)
     problems = s3_tier.refusals(Me, Creds, OURS, False, 60)
     assert len(problems) == 3
-    assert "RGW user lmcache exists but holds the configured access key" in problems[0]
+    assert "RGW user kvceph-s3-admin exists but holds the configured access key" in problems[0]
     assert "owned by RGW user other" in problems[1]
     assert "cannot reproduce" in problems[2]
     state[RgwUser] = {"keys": [{"access_key": "AK", "secret_sha256": sha("new")}]}

@@ -29,7 +29,8 @@ def test_world_readable_file_is_refused(tmp_path):
 
 
 def test_missing_source_says_where(tmp_path):
-    with pytest.raises(secrets.SecretsError, match="KVCEPH_S3_ACCESS_KEY/KVCEPH_S3_SECRET_KEY"):
+    wanted = "KVCEPH_S3_ADMIN_ACCESS_KEY and KVCEPH_S3_ACCESS_KEY_<GROUP>"
+    with pytest.raises(secrets.SecretsError, match=wanted):
         secrets.load({}, cwd=str(tmp_path))
 
 

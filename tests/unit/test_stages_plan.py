@@ -8,12 +8,13 @@ import types
 from types import SimpleNamespace
 
 import pytest
+from plan_secrets import plan_secrets  # noqa: E402
 from pyinfra.api import DeployError
 
 from deploys import paths, render
 from deploys import settings as s
 from deploys.operations.files import sha256_text
-from deploys.secrets import S3Credentials, Secret
+from deploys.secrets import Secret
 from deploys.settings.inventory import CacheGroup
 from deploys.stages import (
     engine_software,
@@ -23,9 +24,7 @@ from deploys.stages import (
     vllm_service,
 )
 
-CREDS = S3Credentials(
-    Secret("AKIAPLAN"), Secret("plan-secret-value"), "test", vllm_api_key=Secret("plan-api-key")
-)
+CREDS = plan_secrets(vllm_api_key=Secret("plan-api-key"))
 CHECKED = SimpleNamespace(credentials=CREDS, engine_count=3)
 GLOBAL = {"name", "_serial", "_if", "_sudo"}
 
@@ -256,7 +255,7 @@ def test_vllm_service_rolls_in_batches_with_the_digest(plan, caplog):
     assert 'VLLM_API_KEY="plan-api-key"' in secrets_file["content"].reveal()
     roll = calls[-1][1]
     assert f'KVCEPH_DIGEST="{roll["digest"]}"' in env
-    assert roll["digest"] == render.digest(me, CREDS)
+    assert roll["digest"] == render.digest(me, CREDS.engine(me.engine.cache_group))
     # Not _serial: the roll's batches are kept by the operation (one engine at a time here).
     assert "_serial" not in roll and roll["batch"] == 1
     # Drift is judged against what this run writes: env values, and file hashes only.
@@ -264,7 +263,9 @@ def test_vllm_service_rolls_in_batches_with_the_digest(plan, caplog):
     aws = render.aws_dir(me)
     assert roll["files"] == {
         paths.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
-        f"{aws}/credentials": sha256_text(render.aws_credentials(me, CREDS)),
+        f"{aws}/credentials": sha256_text(
+            render.aws_credentials(me, CREDS.engine(me.engine.cache_group))
+        ),
         f"{aws}/config": sha256_text(render.aws_config(me)),
         paths.ENV_PATH: sha256_text(env),
         paths.SECRETS_PATH: sha256_text(secrets_file["content"].reveal()),
