@@ -10,9 +10,9 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import capacity, ceph_cli, paths
+from deploys import capacity, ceph_cli, ownership, paths
 from deploys.facts import memo
-from deploys.facts.ceph import CephServiceSpec
+from deploys.facts.ceph import CephOwnershipMarkers, CephServiceSpec
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
 from deploys.operations import ceph as ceph_ops
 from deploys.operations import files as kvfiles
@@ -34,7 +34,7 @@ def unreachable_fix(me: HostSettings) -> str:
     if rgw.managed_by != "cephadm":
         return s3.DEFAULT_UNREACHABLE_FIX
     ps = f"`ceph orch ps --service_name {rgw.service_name}`"
-    if rgw.ingress_virtual_ip:
+    if rgw.ingress_virtual_ips:
         ps += f" and `ceph orch ps --service_name ingress.{rgw.service_name}` (haproxy, keepalived)"
     return (
         f"on {me.host} {ps} name the daemons not running: "
@@ -61,13 +61,62 @@ def admin_config(me: HostSettings, access_key, secret_key) -> str:
     return s3_ini(what, me.s3.admin_endpoint, me.s3.region, access_key, secret_key)
 
 
+def _ceph_t(me: HostSettings, timeout: int) -> dict:
+    return ceph_cli.timeouts(me.ceph) if me.ceph else {"command_timeout": timeout}
+
+
+def s3_objects(me: HostSettings, timeout: int) -> list[tuple[str, str, bool]]:
+    """The RGW users and buckets this stage creates and then changes (quotas, keys, lifecycle),
+    as ``(marker kind, name, exists now)``: the one list the ownership check and the markers
+    read (another user or bucket kvceph creates is added here)."""
+    user = memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout)
+    bucket = memo.read(host, RgwBucket, bucket=me.s3.bucket, timeout=timeout)
+    return [
+        (ownership.S3_USER, me.s3.user, user is not None),
+        (ownership.BUCKET, me.s3.bucket, bucket is not None),
+    ]
+
+
+def ownership_plans(me: HostSettings, timeout: int) -> dict | None:
+    """:func:`ownership.plan_object` for every object of :func:`s3_objects`; None when the
+    markers cannot be read."""
+    markers = memo.read(host, CephOwnershipMarkers, **_ceph_t(me, timeout))
+    if markers is None:
+        return None
+    return {
+        (kind, name): ownership.plan_object(kind, name, exists, markers, me.run.adopt)
+        for kind, name, exists in s3_objects(me, timeout)
+    }
+
+
+def mark_owned(me: HostSettings, kind: str, name: str, plans: dict, timeout: int) -> None:
+    """The marker of one object :func:`ownership_plans` planned, right after its operation
+    (called on every run, so a fresh and a converged cluster plan the same operations)."""
+    plan = plans.get((kind, name))
+    value = plan.marker if plan and plan.marker else ownership.CREATED
+    ceph_ops.ownership_marker(
+        name=f"Mark {kind} {name} as kvceph's",
+        kind=kind,
+        object_name=name,
+        value=value,
+        **_ceph_t(me, timeout),
+    )
+
+
 def refusals(me: HostSettings, creds, rules: list[dict], allow_removal: bool, timeout: int):
     """Every reason to stop before touching anything, read from the cluster's current state.
 
     pyinfra runs operations as they are called (with ``-y``), so a refusal found only by the
     user operation would come after rgw_dns_name was already set; this reads the same facts
     first. The operations repeat the checks, so they stay safe when used on their own.
+    A user or bucket kvceph did not create (no marker, deploys/ownership.py) comes first.
     """
+    plans = ownership_plans(me, timeout)
+    if plans is None:
+        return [f"{host.name}: cannot read kvceph's markers (`ceph config-key dump kvceph/owned/`)"]
+    owned = [p.refusal for p in plans.values() if p.refusal]
+    if owned:
+        return owned
     user = memo.read(host, RgwUser, uid=me.s3.user, timeout=timeout)
     bucket = memo.read(host, RgwBucket, bucket=me.s3.bucket, timeout=timeout)
     problems = [
@@ -158,6 +207,7 @@ def apply(me: HostSettings, checked: Preflight):
 
     install_admin_tools(me, creds)
 
+    plans = ownership_plans(me, timeout) or {}
     s3.user(
         name=f"RGW user {me.s3.user}",
         uid=me.s3.user,
@@ -166,6 +216,7 @@ def apply(me: HostSettings, checked: Preflight):
         secret_key=creds.secret_key,
         timeout=timeout,
     )
+    mark_owned(me, ownership.S3_USER, me.s3.user, plans, timeout)
     quota = checked.quota
     if quota is not None and quota.max_size is not None:
         s3_quota.user_quota(
@@ -186,6 +237,7 @@ def apply(me: HostSettings, checked: Preflight):
         owner=me.s3.user,
         timeout=timeout,
     )
+    mark_owned(me, ownership.BUCKET, me.s3.bucket, plans, timeout)
     s3_quota.user_no_new_buckets(
         name=f"RGW user {me.s3.user} creates no buckets (max_buckets -1)",
         uid=me.s3.user,

@@ -337,6 +337,8 @@ def _markers(me: settings.HostSettings, specs: list[dict]) -> dict[str, str]:
     section = me.rgw.config_section
     for k, v in _owned_options(me).items():
         marks[ownership.marker_key("config", ownership.option_name(section, k))] = v
+    marks[ownership.marker_key(ownership.S3_USER, me.s3.user)] = "created"
+    marks[ownership.marker_key(ownership.BUCKET, me.s3.bucket)] = "created"
     return marks
 
 
