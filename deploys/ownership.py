@@ -1,11 +1,15 @@
 """What kvceph owns on a Ceph cluster it shares, and what it leaves alone.
 
-Pure. Every config option and orchestrator service kvceph creates gets a marker in the
+Pure. Every config option, orchestrator service, pool, RGW user and bucket kvceph creates gets
+a marker in the
 monitors' config-key store, ``kvceph/owned/<kind>/<name>`` (read back in one
 ``ceph config-key dump kvceph/owned/``, ``facts.ceph.CephOwnershipMarkers``). Neither an
 option nor a service spec can carry a note of its own, and the config-key store is the one
 place every Ceph release since Luminous keeps for tools, readable with the admin key kvceph
-already uses.
+already uses. RGW users and buckets are marked there too, not on the object: that a user's
+``attrs`` survive every ``radosgw-admin`` write of the user (``user modify``, ``quota set``)
+is not shown on both releases, and bucket tags are readable only through S3 with the owner's
+keys; markers in one place are read in one call, the same on Pacific and Tentacle.
 
 What kvceph did not create it never changes, unless the one-run opt-in ``kvceph_adopt`` names
 that very object (``--data kvceph_adopt=rgw.tenant,client.rgw.tenant/rgw_dns_name``); the plan
@@ -54,6 +58,53 @@ def marker_key(kind: str, name: str) -> str:
 def option_name(section: str, option: str) -> str:
     """An option as kvceph_adopt and messages name it: ``client.rgw.standard/rgw_dns_name``."""
     return f"{section}/{option}"
+
+
+# --- RGW users and buckets --------------------------------------------------------------------
+
+# Marker kinds of the S3 objects kvceph creates (``kvceph/owned/s3-user/lmcache``); kvceph_adopt
+# names them the same way (``s3-user/lmcache``, ``bucket/lmcache``).
+S3_USER = "s3-user"
+BUCKET = "bucket"
+_WHAT = {S3_USER: "RGW user", BUCKET: "bucket"}
+_OTHER_KEY = {S3_USER: "kvceph_s3_user", BUCKET: "kvceph_s3_bucket"}
+
+
+@dataclass(frozen=True)
+class ObjectPlan:
+    """The marker to write once the object exists (None: none), or a refusal."""
+
+    marker: str | None = None
+    refusal: str | None = None
+
+
+def plan_object(
+    kind: str, name: str, exists: bool, markers: Mapping[str, str], adopt: tuple[str, ...] = ()
+) -> ObjectPlan:
+    """Whether kvceph may change an RGW user or bucket it uses (quotas, keys, lifecycle,
+    policies), and the marker that records it.
+
+    + kind: ``S3_USER`` or ``BUCKET``
+    + name: the uid or bucket name
+    + exists: the object exists now (``facts.rgw.RgwUser`` / ``RgwBucket`` is not None)
+    + markers / adopt: as in :func:`plan_option`; ``adopt`` names ``<kind>/<name>``
+
+    One that kvceph is about to create is marked ``created`` after it; one that exists without
+    a marker is someone else's: refused, unless kvceph_adopt names it (then marked ``adopted``).
+    """
+    if not exists:
+        return ObjectPlan(CREATED)
+    if markers.get(marker_key(kind, name)) in (CREATED, ADOPTED):
+        return ObjectPlan()
+    handle = f"{kind}/{name}"
+    if handle in adopt:
+        return ObjectPlan(ADOPTED)
+    return ObjectPlan(
+        refusal=f"S3 tier: {_WHAT[kind]} {name} exists and kvceph did not create it (no "
+        f"marker {marker_key(kind, name)}); nothing was changed; fix: set {_OTHER_KEY[kind]} "
+        f"to a name kvceph creates, or hand it over for one run with --data "
+        f"{ADOPT_KEY}={handle} (kvceph then sets its quotas, keys, lifecycle and policies on it)"
+    )
 
 
 # --- config options ---------------------------------------------------------------------------

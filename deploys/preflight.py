@@ -199,6 +199,24 @@ def check_engine_args(hosts: dict[str, settings.HostSettings]) -> None:
                 )
 
 
+def check_ingress_hosts(hosts: dict[str, settings.HostSettings], rgw_hosts: list[str]) -> None:
+    """No more ingress VIPs than rgw hosts: cephadm gives each VIP its own MASTER host and
+    refuses the rest only when it writes keepalived.conf, after the spec is applied ("Number
+    of virtual IPs for ingress is greater than number of available hosts")."""
+    for name, me in hosts.items():
+        rgw = me.rgw
+        if rgw.managed_by != "cephadm" or len(rgw.ingress_virtual_ips) <= 1:
+            continue
+        if len(rgw.ingress_virtual_ips) > len(rgw_hosts):
+            raise SettingsError(
+                f"{name}: {rgw.ingress_key} = {list(rgw.ingress_virtual_ips)}: "
+                f"{len(rgw.ingress_virtual_ips)} VIPs for {len(rgw_hosts)} host(s) of the rgw "
+                "group; cephadm gives each VIP its own host and refuses more VIPs than hosts; "
+                "fix: list at most one VIP per rgw host"
+            )
+        return  # one cluster, one RGW setting: the first host that has it says it all
+
+
 # A host outside this run (--limit): pyinfra has not connected it, its facts stay unread.
 OUTSIDE_RUN = object()
 
@@ -504,6 +522,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
         groups = check_inventory(list(hosts.values()))
         check_engine_args(hosts)
         sudo.check_no_password(inventory)
+        check_ingress_hosts(hosts, _rgw_addresses(inventory))
         hosts = s3_names.fill_rgw_group(hosts, _rgw_addresses(inventory))
         creds = secrets.load()
         engine_users.check_keys(groups, creds)

@@ -40,15 +40,20 @@ def rgw_spec(rgw: RgwSettings, concentrator: bool = False) -> dict[str, Any]:
 
 
 def ingress_spec(rgw: RgwSettings) -> dict[str, Any]:
-    """cephadm's ingress (haproxy + keepalived, Pacific+) giving the RGW service one virtual
-    IP; with a certificate, haproxy terminates TLS (its key travels beside the spec, added at
-    upload time only: ``operations/ceph.py`` ``service_spec(secret_spec=...)``).
+    """cephadm's ingress (haproxy + keepalived, Pacific+) in front of the RGW service: one
+    ``virtual_ip``, or with several a ``virtual_ips_list`` (cephadm makes each ingress host
+    MASTER of one of them, so each rgw host's haproxy carries its share, and moves a stopped
+    host's VIP to another). With a certificate, haproxy terminates TLS (its key travels beside
+    the spec, added at upload time only: ``operations/ceph.py`` ``service_spec(secret_spec=...)``).
 
-    + rgw: the RGW settings (``ingress_virtual_ip`` set)
+    + rgw: the RGW settings (``ingress_virtual_ips`` set)
     """
+    vips = rgw.ingress_virtual_ips
+    # One VIP keeps `virtual_ip`: a cluster converged before the list existed sees no change.
+    where = {"virtual_ip": vips[0]} if len(vips) == 1 else {"virtual_ips_list": list(vips)}
     spec: dict[str, Any] = {
         "backend_service": rgw.service_name,
-        "virtual_ip": rgw.ingress_virtual_ip,
+        **where,
         "frontend_port": rgw.ingress_frontend_port,
         "monitor_port": INGRESS_MONITOR_PORT,
     }

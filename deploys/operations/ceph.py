@@ -395,8 +395,45 @@ def service_spec(
 
 
 def _marker(service_name: str, value: str, t: dict) -> StringCommand:
-    key = ownership.marker_key("service", service_name)
-    return ceph("config-key", "set", key, value, **t, json=False)
+    return marker_command("service", service_name, value, t)
+
+
+def marker_command(kind: str, name: str, value: str, t: dict) -> StringCommand:
+    """``ceph config-key set kvceph/owned/<kind>/<name> <value>`` (deploys/ownership.py)."""
+    return ceph("config-key", "set", ownership.marker_key(kind, name), value, **t, json=False)
+
+
+@operation()
+def ownership_marker(
+    kind: str,
+    object_name: str,
+    value: str,
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+):
+    """
+    Record that kvceph owns an object it created (or the operator handed over); an object
+    already marked keeps its marker.
+
+    + kind: the marker's kind (``ownership.S3_USER``, ``ownership.BUCKET``, ...)
+    + object_name: the object's name (a uid, a bucket)
+    + value: ``ownership.CREATED`` or ``ownership.ADOPTED``
+    + connect_timeout / command_timeout: seconds for each ``ceph`` call
+
+    A kvceph operation (pyinfra has none for the config-key store): the stage that creates
+    the object calls it right after, with the value ``ownership.plan_object`` chose.
+
+    .. code:: python
+
+        ceph.ownership_marker(kind="s3-user", object_name="lmcache", value="created")
+    """
+    t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
+    markers = memo.read(host, CephOwnershipMarkers, **t)
+    current = (markers or {}).get(ownership.marker_key(kind, object_name))
+    if current in (ownership.CREATED, ownership.ADOPTED):
+        host.noop(f"{kind} {object_name} is marked {current}")
+        return
+    yield marker_command(kind, object_name, value, t)
 
 
 @operation()

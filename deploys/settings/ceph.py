@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -120,7 +121,9 @@ class RgwSettings:
     frontend_port: int
     concentrator: str | None
     concentrator_port: int
-    ingress_virtual_ip: str | None
+    # kvceph_rgw_ingress_virtual_ips (or the one kvceph_rgw_ingress_virtual_ip): IP/prefix each;
+    # () = no ingress
+    ingress_virtual_ips: tuple[str, ...]
     ingress_frontend_port: int
     dns_name: str
     # kvceph_rgw_exit_timeout_secs: how long a stopping radosgw drains (None: the cluster's own)
@@ -137,6 +140,17 @@ class RgwSettings:
         return f"rgw.{self.service_id}"
 
     @property
+    def ingress_key(self) -> str:
+        """The setting that gave the ingress addresses, as messages name it."""
+        many = len(self.ingress_virtual_ips) > 1
+        return "kvceph_rgw_ingress_virtual_ips" if many else "kvceph_rgw_ingress_virtual_ip"
+
+    @property
+    def ingress_shown(self) -> str:
+        """The ingress addresses as messages show them: ``10.0.0.100/24, 10.0.0.101/24``."""
+        return ", ".join(self.ingress_virtual_ips)
+
+    @property
     def config_section(self) -> str:
         """The config section of kvceph's RGW daemons: cephadm names them
         ``client.rgw.<service id>.<host>.<random>`` and Ceph applies a section to every name
@@ -148,11 +162,47 @@ class RgwSettings:
         return f"client.{self.service_name}" if self.managed_by == "cephadm" else "client.rgw"
 
 
+def ingress_virtual_ips(r: Reader) -> tuple[str, ...]:
+    """The ingress's virtual IPs: ``kvceph_rgw_ingress_virtual_ips`` (a list: cephadm's
+    ``virtual_ips_list``, keepalived holding each on its own rgw host) or
+    ``kvceph_rgw_ingress_virtual_ip`` (one: ``virtual_ip``), never both; () without an ingress.
+
+    One VIP puts every engine's traffic through the one haproxy (and NIC, and TLS) of the host
+    holding it; one VIP per rgw host spreads it over all of them, and a stopped host's VIP
+    moves to another (cephadm makes each host MASTER of one VIP, BACKUP of the others).
+    """
+    one = r.opt_str("kvceph_rgw_ingress_virtual_ip")
+    many = r.raw("kvceph_rgw_ingress_virtual_ips", None)
+    if one is not None and many is not None:
+        raise r.fail(
+            "kvceph_rgw_ingress_virtual_ips",
+            many,
+            "is set together with kvceph_rgw_ingress_virtual_ip",
+            "keep one of the two keys (cephadm refuses a spec with both)",
+        )
+    if many is None:
+        if one is None:
+            return ()
+        return (r.ip("kvceph_rgw_ingress_virtual_ip", one, "10.67.67.100/24", prefix=True),)
+    key, example = "kvceph_rgw_ingress_virtual_ips", "['10.67.67.100/24', '10.67.67.101/24']"
+    many = r.list(key)
+    if not many:
+        raise r.fail(key, many, "is empty", "list one address per rgw host, or drop the key")
+    for vip in many:
+        if not isinstance(vip, str):
+            raise r.fail(key, vip, "is not a string", f"use {example}")
+        r.ip(key, vip, example, prefix=True)
+    bare = [str(ipaddress.ip_interface(v).ip) for v in many]
+    if len(set(bare)) != len(bare):
+        raise r.fail(key, many, "lists an address twice", "list each VIP once")
+    if len({ipaddress.ip_interface(v).version for v in many}) > 1:
+        raise r.fail(key, many, "mixes IPv4 and IPv6", "list VIPs of one family")
+    return tuple(many)
+
+
 def rgw_settings(r: Reader) -> RgwSettings:
     networks = r.cidrs("kvceph_rgw_networks", ["10.67.67.0/24"])
-    vip = r.opt_str("kvceph_rgw_ingress_virtual_ip")
-    if vip is not None:
-        r.ip("kvceph_rgw_ingress_virtual_ip", vip, "10.67.67.100/24", prefix=True)
+    vips = ingress_virtual_ips(r)
     concentrator = r.raw("kvceph_rgw_concentrator", "haproxy")
     if concentrator not in (None, "haproxy"):
         raise r.fail(
@@ -170,7 +220,7 @@ def rgw_settings(r: Reader) -> RgwSettings:
         frontend_port=r.port("kvceph_rgw_frontend_port", 8080),
         concentrator=concentrator,
         concentrator_port=r.port("kvceph_rgw_concentrator_port", 80),
-        ingress_virtual_ip=vip,
+        ingress_virtual_ips=vips,
         ingress_frontend_port=r.port("kvceph_rgw_ingress_frontend_port", 80),
         dns_name=dns,
         exit_timeout_secs=r.opt_int("kvceph_rgw_exit_timeout_secs", lo=1, hi=3600),

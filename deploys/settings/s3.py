@@ -148,8 +148,9 @@ def _rule_id(r: Reader) -> str:
 
 # The plan's words for each default (deploys/preflight.py prints them).
 FROM_VIP = (
-    "default: the ingress VIP kvceph_rgw_ingress_virtual_ip, as keepalived keeps it on a live "
-    "rgw host whose haproxy spreads over every RGW; the hosts' own addresses serve no S3 there"
+    "default: the ingress VIPs (kvceph_rgw_ingress_virtual_ip/_ips), as keepalived keeps each on "
+    "a live rgw host whose haproxy spreads over every RGW; the hosts' own addresses serve no S3 "
+    "there"
 )
 FROM_RGW_GROUP = (
     "default: every host of the rgw group, as each runs a concentrator and no VIP fronts them"
@@ -173,9 +174,9 @@ def endpoint_ips(r: Reader, rgw: RgwSettings, wildcard: bool) -> tuple[tuple[str
     """The bucket name's addresses and their source.
 
     ``kvceph_s3_endpoint_ips`` (a list), or ``kvceph_s3_endpoint_ip`` (one address, the same
-    as a list of one), never both. Neither, on a cephadm cluster: the ingress VIP when there
-    is one (keepalived keeps it on a live rgw host and haproxy there spreads over every RGW;
-    the hosts' own addresses serve nothing on the ingress port), else with the concentrator
+    as a list of one), never both. Neither, on a cephadm cluster: every ingress VIP when there
+    is an ingress (keepalived keeps each on a live rgw host and haproxy there spreads over every
+    RGW; the hosts' own addresses serve nothing on the ingress port), else with the concentrator
     every rgw host's address (filled in by the preflight, which knows the inventory: ``()``).
     With wildcard DNS the addresses are optional: given, the preflight checks DNS holds them.
     """
@@ -216,8 +217,8 @@ def endpoint_ips(r: Reader, rgw: RgwSettings, wildcard: bool) -> tuple[tuple[str
         ), "kvceph_s3_endpoint_ip"
     if wildcard:
         return (), "kvceph_s3_wildcard_dns"
-    if rgw.managed_by == "cephadm" and rgw.ingress_virtual_ip:
-        return (rgw.ingress_virtual_ip.split("/")[0],), FROM_VIP
+    if rgw.managed_by == "cephadm" and rgw.ingress_virtual_ips:
+        return tuple(v.split("/")[0] for v in rgw.ingress_virtual_ips), FROM_VIP
     if rgw.managed_by == "cephadm" and rgw.concentrator:
         return (), FROM_RGW_GROUP
     raise r.fail(

@@ -85,7 +85,7 @@ def plan_specs(
 
     Raises SpecError when the settings ask for a layout this cluster cannot run.
     """
-    ingress = specs.ingress_spec(rgw) if rgw.ingress_virtual_ip else None
+    ingress = specs.ingress_spec(rgw) if rgw.ingress_virtual_ips else None
     plain = specs.rgw_spec(rgw)
     if not rgw.concentrator:
         return [plain] + ([ingress] if ingress else []), None
@@ -107,7 +107,7 @@ def plan_specs(
         elif ingress:
             # Both haproxys would want the same hosts; the concentrator already fronts RGW.
             notice = (
-                f"kvceph: kvceph_rgw_ingress_virtual_ip {rgw.ingress_virtual_ip} is not used: "
+                f"kvceph: {rgw.ingress_key} {rgw.ingress_shown} is not used: "
                 f"{release} fronts RGW with the {rgw.concentrator} concentrator"
             )
         return [specs.rgw_spec(rgw, concentrator=True)], notice
@@ -115,13 +115,14 @@ def plan_specs(
         raise SpecError(
             f"kvceph_rgw_concentrator = {rgw.concentrator!r}: the orchestrator of {release} "
             f"refuses the concentrator spec (dry run: {said}); fix: set "
-            "kvceph_rgw_ingress_virtual_ip for an ingress service (haproxy + keepalived), "
+            "kvceph_rgw_ingress_virtual_ips (one per rgw host) for an ingress service "
+            "(haproxy + keepalived), "
             f"or kvceph_rgw_concentrator = None (or --data {ALLOW_UNPROBED_KEY}=true to apply "
             "it anyway)"
         )
     notice = (
         f"kvceph: the orchestrator of {release} refuses the RGW concentrator ({said}): RGW "
-        f"gets an ingress service on {rgw.ingress_virtual_ip} port {rgw.ingress_frontend_port}"
+        f"gets an ingress service on {rgw.ingress_shown} port {rgw.ingress_frontend_port}"
     )
     return [plain, ingress], notice
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import bucket_policy, capacity, ceph_cli, paths
+from deploys import bucket_policy, capacity, ceph_cli, ownership, paths
 from deploys.facts import memo
-from deploys.facts.ceph import CephServiceSpec
+from deploys.facts.ceph import CephOwnershipMarkers, CephServiceSpec
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
 from deploys.operations import ceph as ceph_ops
 from deploys.operations import files as kvfiles
@@ -35,7 +35,7 @@ def unreachable_fix(me: HostSettings) -> str:
     if rgw.managed_by != "cephadm":
         return s3.DEFAULT_UNREACHABLE_FIX
     ps = f"`ceph orch ps --service_name {rgw.service_name}`"
-    if rgw.ingress_virtual_ip:
+    if rgw.ingress_virtual_ips:
         ps += f" and `ceph orch ps --service_name ingress.{rgw.service_name}` (haproxy, keepalived)"
     return (
         f"on {me.host} {ps} name the daemons not running: "
@@ -70,6 +70,52 @@ def group_config(me: HostSettings, group: str, access_key, secret_key) -> str:
     return admin_config(me, access_key, secret_key, f"keys of cache group {group}'s engines")
 
 
+def _ceph_t(me: HostSettings, timeout: int) -> dict:
+    return ceph_cli.timeouts(me.ceph) if me.ceph else {"command_timeout": timeout}
+
+
+def s3_objects(me: HostSettings, timeout: int, users=()) -> list[tuple[str, str, bool]]:
+    """The RGW users and buckets this stage creates and then changes (quotas, keys, lifecycle,
+    policy), as ``(marker kind, name, exists now)``: the admin user, each cache group's user and
+    the bucket; the one list the ownership check and the markers read. The former single engine
+    user is only read (its keys keep working through the migration), so it is not listed."""
+    uids = [me.s3.admin_user, *(u.uid for u in users)]
+    bucket = memo.read(host, RgwBucket, bucket=me.s3.bucket, timeout=timeout)
+    return [
+        *(
+            (ownership.S3_USER, uid, memo.read(host, RgwUser, uid=uid, timeout=timeout) is not None)
+            for uid in uids
+        ),
+        (ownership.BUCKET, me.s3.bucket, bucket is not None),
+    ]
+
+
+def ownership_plans(me: HostSettings, timeout: int, users=()) -> dict | None:
+    """:func:`ownership.plan_object` for every object of :func:`s3_objects`; None when the
+    markers cannot be read."""
+    markers = memo.read(host, CephOwnershipMarkers, **_ceph_t(me, timeout))
+    if markers is None:
+        return None
+    return {
+        (kind, name): ownership.plan_object(kind, name, exists, markers, me.run.adopt)
+        for kind, name, exists in s3_objects(me, timeout, users)
+    }
+
+
+def mark_owned(me: HostSettings, kind: str, name: str, plans: dict, timeout: int) -> None:
+    """The marker of one object :func:`ownership_plans` planned, right after its operation
+    (called on every run, so a fresh and a converged cluster plan the same operations)."""
+    plan = plans.get((kind, name))
+    value = plan.marker if plan and plan.marker else ownership.CREATED
+    ceph_ops.ownership_marker(
+        name=f"Mark {kind} {name} as kvceph's",
+        kind=kind,
+        object_name=name,
+        value=value,
+        **_ceph_t(me, timeout),
+    )
+
+
 def refusals(
     me: HostSettings, creds, rules: list[dict], allow_removal: bool, timeout: int, users=()
 ):
@@ -78,7 +124,14 @@ def refusals(
     pyinfra runs operations as they are called (with ``-y``), so a refusal found only by the
     user operation would come after rgw_dns_name was already set; this reads the same facts
     first. The operations repeat the checks, so they stay safe when used on their own.
+    A user or bucket kvceph did not create (no marker, deploys/ownership.py) comes first.
     """
+    plans = ownership_plans(me, timeout, users)
+    if plans is None:
+        return [f"{host.name}: cannot read kvceph's markers (`ceph config-key dump kvceph/owned/`)"]
+    owned = [p.refusal for p in plans.values() if p.refusal]
+    if owned:
+        return owned
     admin = memo.read(host, RgwUser, uid=me.s3.admin_user, timeout=timeout)
     bucket = memo.read(host, RgwBucket, bucket=me.s3.bucket, timeout=timeout)
     problems = [
@@ -175,6 +228,8 @@ def apply(me: HostSettings, checked: Preflight):
     )
 
     install_admin_tools(me, creds.admin())
+
+    plans = ownership_plans(me, timeout, checked.users) or {}
     s3.user(
         name=f"RGW user {me.s3.admin_user} (owns bucket {me.s3.bucket})",
         uid=me.s3.admin_user,
@@ -183,7 +238,8 @@ def apply(me: HostSettings, checked: Preflight):
         secret_key=creds.admin_secret_key,
         timeout=timeout,
     )
-    engine_users(me, checked, timeout)
+    mark_owned(me, ownership.S3_USER, me.s3.admin_user, plans, timeout)
+    engine_users(me, checked, timeout, plans)
     quota = checked.quota
     if quota is not None and quota.max_size is not None:
         # RGW charges a bucket's objects to its owner, whoever wrote them.
@@ -230,6 +286,7 @@ def apply(me: HostSettings, checked: Preflight):
             previous=me.s3.user,
             timeout=timeout,
         )
+        mark_owned(me, ownership.BUCKET, me.s3.bucket, plans, timeout)
     else:
         s3.bucket(
             name=f"Bucket {me.s3.bucket}",
@@ -237,6 +294,7 @@ def apply(me: HostSettings, checked: Preflight):
             owner=me.s3.admin_user,
             timeout=timeout,
         )
+        mark_owned(me, ownership.BUCKET, me.s3.bucket, plans, timeout)
         s3_policy.bucket_policy_statements(
             name=f"Policy of bucket {me.s3.bucket}: each cache group on its own names",
             bucket=me.s3.bucket,
@@ -252,7 +310,7 @@ def apply(me: HostSettings, checked: Preflight):
     )
 
 
-def engine_users(me: HostSettings, checked: Preflight, timeout: int) -> None:
+def engine_users(me: HostSettings, checked: Preflight, timeout: int, plans: dict) -> None:
     """Each cache group's RGW user, with the operator's keys for it, unable to create buckets."""
     creds = checked.credentials
     for user in checked.users:
@@ -272,6 +330,7 @@ def engine_users(me: HostSettings, checked: Preflight, timeout: int) -> None:
             admin_config=config,
             timeout=timeout,
         )
+        mark_owned(me, ownership.S3_USER, user.uid, plans, timeout)
         s3_quota.user_no_new_buckets(
             name=f"RGW user {user.uid} creates no buckets (max_buckets -1)",
             uid=user.uid,

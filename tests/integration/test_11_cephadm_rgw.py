@@ -411,3 +411,24 @@ def test_kvceph_pools_keep_their_pg_count_with_the_autoscaler_on(converged):
         assert status[pool]["pg_num_target"] == pg_num, status[pool]
     # RGW's own pools (not kvceph's) stay the autoscaler's.
     assert status["default.rgw.log"]["pg_autoscale_mode"] == "on"
+
+
+def test_an_rgw_user_kvceph_did_not_create_is_refused_and_its_own_are_marked(converged):
+    """kvceph's user and bucket carry its markers; an RGW user someone else created, named as
+    kvceph's, stops the S3 tier before any S3 write, in one line naming it and the opt-in."""
+    markers = json.loads(ssh("ceph1", "timeout 60 ceph config-key dump kvceph/owned/").stdout)
+    assert markers["kvceph/owned/s3-user/lmcache"] == "created", markers
+    assert markers["kvceph/owned/bucket/lmcache"] == "created", markers
+    uid = "kvtest-tenant-user"
+    ssh("ceph1", f"radosgw-admin user create --uid={uid} --display-name=tenant >/dev/null")
+    try:
+        before = ssh("ceph1", f"radosgw-admin user info --uid={uid}").stdout
+        run = pyinfra("--data", f"kvceph_s3_user={uid}", "--limit", "ceph1")
+        assert run.rc != 0
+        (line,) = [e for e in errors(run) if "did not create" in e]
+        assert f"RGW user {uid} exists and kvceph did not create it" in line, line
+        assert f"--data kvceph_adopt=s3-user/{uid}" in line, line
+        assert run.changed() == []
+        assert ssh("ceph1", f"radosgw-admin user info --uid={uid}").stdout == before
+    finally:
+        ssh("ceph1", f"radosgw-admin user rm --uid={uid}", check=False)

@@ -360,13 +360,17 @@ def _config_dump(me: settings.HostSettings) -> list[dict]:
     ]
 
 
-def _markers(me: settings.HostSettings, specs: list[dict]) -> dict[str, str]:
-    """kvceph's markers on a cluster it converged (deploys/ownership.py)."""
+def _markers(me: settings.HostSettings, specs: list[dict], uids=()) -> dict[str, str]:
+    """kvceph's markers on a cluster it converged (deploys/ownership.py): its services, pools,
+    options, the admin user, each cache group's user (``uids``) and the bucket."""
     marks = {ownership.marker_key("service", s["service_name"]): "created" for s in specs}
     marks.update({ownership.marker_key("pool", p.name): "created" for p in me.ceph.pools})
     section = me.rgw.config_section
     for k, v in _owned_options(me).items():
         marks[ownership.marker_key("config", ownership.option_name(section, k))] = v
+    for uid in (me.s3.admin_user, *uids):
+        marks[ownership.marker_key(ownership.S3_USER, uid)] = "created"
+    marks[ownership.marker_key(ownership.BUCKET, me.s3.bucket)] = "created"
     return marks
 
 
@@ -485,6 +489,9 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
     hosts = {h: layout.host_settings(h) for h in layout.hosts}
     groups = check_inventory(list(hosts.values()))
     users = engine_users.group_users(hosts, groups)
+    if converged:
+        markers = _markers(me, specs, [u.uid for u in users])
+        r[f"{ceph} config-key dump kvceph/owned/"] = [json.dumps(markers)]
     # Longest uid first: "--uid=lmcache-gpu" is matched before a shorter uid it starts with.
     for u in sorted(users, key=lambda u: -len(u.uid)):
         access, secret = creds.group(u.group)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from deploys import ownership, specs
 from deploys.settings.ceph import RgwSettings
 
@@ -65,7 +68,7 @@ RGW = RgwSettings(
     frontend_port=8080,
     concentrator=None,
     concentrator_port=80,
-    ingress_virtual_ip=None,
+    ingress_virtual_ips=(),
     ingress_frontend_port=80,
     dns_name="s3.kvlab",
 )
@@ -127,8 +130,6 @@ def test_refusal_line_names_every_object_and_the_opt_in():
 
 
 def test_recorded_config_dump_and_markers_of_a_converged_lab():
-    from pathlib import Path
-
     from deploys.facts.ceph import CephConfigDump, CephOwnershipMarkers
 
     tentacle = Path(__file__).resolve().parents[1] / "fixtures" / "ceph-tentacle-20.2.4"
@@ -150,3 +151,53 @@ def test_recorded_config_dump_and_markers_of_a_converged_lab():
         frontends.refusal
     )
     assert CephOwnershipMarkers().process(["{}"]) == {}
+
+
+# --- RGW users and buckets (marked in the same store; facts recorded on the labs) --------------
+
+FACTS = Path(__file__).resolve().parents[1] / "facts"
+
+
+def recorded(fact: str, name: str):
+    """A fact as pyinfra processed radosgw-admin's recorded output (tests/facts)."""
+    return json.loads((FACTS / fact / f"{name}.json").read_text())["fact"]
+
+
+def test_a_user_or_bucket_kvceph_creates_is_marked_created_after_it():
+    for kind, fact in ((ownership.S3_USER, "rgw.RgwUser"), (ownership.BUCKET, "rgw.RgwBucket")):
+        assert recorded(fact, "missing") is None
+        p = ownership.plan_object(kind, "lmcache", False, {})
+        assert p == ownership.ObjectPlan(ownership.CREATED)
+        assert ownership.marker_key(kind, "lmcache") == f"kvceph/owned/{kind}/lmcache"
+
+
+def test_an_existing_user_or_bucket_without_marker_is_reported_not_changed():
+    user = recorded("rgw.RgwUser", "exists_with_quota")  # radosgw-admin user info
+    p = ownership.plan_object(ownership.S3_USER, user["user_id"], user is not None, {})
+    assert p.marker is None
+    assert p.refusal == (
+        "S3 tier: RGW user kvceph-it exists and kvceph did not create it (no marker "
+        "kvceph/owned/s3-user/kvceph-it); nothing was changed; fix: set kvceph_s3_user to a "
+        "name kvceph creates, or hand it over for one run with --data "
+        "kvceph_adopt=s3-user/kvceph-it (kvceph then sets its quotas, keys, lifecycle and "
+        "policies on it)"
+    )
+    bucket = recorded("rgw.RgwBucket", "exists")  # radosgw-admin bucket stats
+    p = ownership.plan_object(ownership.BUCKET, bucket["bucket"], True, {})
+    assert "bucket kvceph-it exists and kvceph did not create it" in p.refusal
+    assert "kvceph_s3_bucket" in p.refusal and "kvceph_adopt=bucket/kvceph-it" in p.refusal
+
+
+def test_a_marked_one_is_kvcephs_and_the_opt_in_adopts_an_unmarked_one():
+    markers = {ownership.marker_key(ownership.BUCKET, "kvceph-it"): ownership.CREATED}
+    assert ownership.plan_object(ownership.BUCKET, "kvceph-it", True, markers).refusal is None
+    assert ownership.plan_object(ownership.BUCKET, "kvceph-it", True, markers).marker is None
+    adopted = ownership.plan_object(
+        ownership.S3_USER, "kvceph-it", True, {}, ("s3-user/kvceph-it",)
+    )
+    assert adopted == ownership.ObjectPlan(ownership.ADOPTED)
+    again = {ownership.marker_key(ownership.S3_USER, "kvceph-it"): ownership.ADOPTED}
+    assert ownership.plan_object(ownership.S3_USER, "kvceph-it", True, again).marker is None
+    # the opt-in names the kind: a bucket's handle does not hand over the user of that name
+    other = ownership.plan_object(ownership.S3_USER, "kvceph-it", True, {}, ("bucket/kvceph-it",))
+    assert other.refusal is not None

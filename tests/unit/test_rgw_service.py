@@ -19,6 +19,7 @@ PACIFIC = {"oldest": "16.2.15", "release": "pacific", "versions": ["16.2.15"]}
 TENTACLE = {"oldest": "20.2.0", "release": "tentacle", "versions": ["20.2.0"]}
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 FACTS = Path(__file__).resolve().parent.parent / "facts"
+TENTACLE_FIXTURES = FACTS.parent / "fixtures" / "ceph-tentacle-20.2.4"
 
 
 def rgw(**data):
@@ -115,6 +116,59 @@ def test_refusal_with_vip_gets_rgw_plus_ingress():
     assert "unexpected keyword argument" in notice
 
 
+VIPS = {"kvceph_rgw_ingress_virtual_ips": ["10.67.67.100/24", "10.67.67.101/24"]}
+
+
+def test_one_vip_per_rgw_host_gives_cephadm_a_virtual_ips_list():
+    (_, ingress), notice = rgw_service.plan_specs(rgw(**VIPS), PACIFIC, REFUSED)
+    assert ingress["spec"] == {
+        "backend_service": "rgw.standard",
+        "virtual_ips_list": ["10.67.67.100/24", "10.67.67.101/24"],
+        "frontend_port": 80,
+        "monitor_port": specs.INGRESS_MONITOR_PORT,
+    }
+    assert "virtual_ip:" not in specs.dump(ingress)  # cephadm refuses a spec with both
+    assert "ingress service on 10.67.67.100/24, 10.67.67.101/24 port 80" in notice
+    # a list of one is the single key: a cluster converged with virtual_ip sees no change
+    one = rgw(kvceph_rgw_ingress_virtual_ips=["10.67.67.100/24"])
+    assert specs.ingress_spec(one) == specs.ingress_spec(rgw(**VIP))
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        ({**VIP, **VIPS}, "kvceph_rgw_ingress_virtual_ips = .*together with"),
+        ({"kvceph_rgw_ingress_virtual_ips": []}, "is empty; fix: list one address per rgw"),
+        ({"kvceph_rgw_ingress_virtual_ips": ["10.0.0.1/24", "10.0.0.1/25"]}, "twice"),
+        ({"kvceph_rgw_ingress_virtual_ips": ["10.0.0.1/24", "fd00::1/64"]}, "IPv4 and IPv6"),
+        ({"kvceph_rgw_ingress_virtual_ips": ["10.0.0.300/24"]}, "is not an IP/prefix"),
+    ],
+)
+def test_vip_list_settings_are_refused_in_one_line(data, words):
+    with pytest.raises(SettingsError, match=words):
+        rgw(**data)
+
+
+def test_more_vips_than_rgw_hosts_stop_before_any_host_is_touched():
+    from deploys import preflight
+
+    me = settings.load({"kvceph_rgw_managed_by": "cephadm", **VIPS}, "ceph1", ["ceph_admin", "rgw"])
+    preflight.check_ingress_hosts({"ceph1": me}, ["10.67.67.11", "10.67.67.12"])
+    with pytest.raises(SettingsError) as err:
+        preflight.check_ingress_hosts({"ceph1": me}, ["10.67.67.11"])
+    # What 20.2.4 does with it instead: accepts the apply, fails later in its log only.
+    recorded = (TENTACLE_FIXTURES / "ingress_two_vips_one_host.txt").read_text()
+    assert "Scheduled ingress.rgw.standard update..." in recorded
+    assert "[ERR] Number of virtual IPs for ingress is greater than number of available hosts" in (
+        recorded
+    )
+    assert str(err.value) == (
+        "ceph1: kvceph_rgw_ingress_virtual_ips = ['10.67.67.100/24', '10.67.67.101/24']: 2 VIPs "
+        "for 1 host(s) of the rgw group; cephadm gives each VIP its own host and refuses more "
+        "VIPs than hosts; fix: list at most one VIP per rgw host"
+    )
+
+
 def test_opt_in_forces_the_concentrator_spec_and_says_so():
     got, notice = rgw_service.plan_specs(rgw(**VIP), TENTACLE, REFUSED, force=True)
     assert "concentrator" in got[0]["spec"]
@@ -200,7 +254,17 @@ def _pacific_validate(wanted: list[dict]) -> list[str]:
 def test_pacific_accepts_what_kvceph_sends_it():
     got, _ = rgw_service.plan_specs(rgw(**VIP), PACIFIC, REFUSED)
     plain, _ = rgw_service.plan_specs(rgw(kvceph_rgw_concentrator=None), PACIFIC, None)
-    assert _pacific_validate(got + plain) == ["ok RGWSpec", "ok IngressSpec", "ok RGWSpec"]
+    (_, listed), _ = rgw_service.plan_specs(rgw(**VIPS), PACIFIC, REFUSED)
+    assert _pacific_validate(got + plain + [listed]) == [
+        "ok RGWSpec",
+        "ok IngressSpec",
+        "ok RGWSpec",
+        "ok IngressSpec",
+    ]
+    # and Pacific's schema refuses both keys at once, as kvceph's settings do
+    both = {**listed, "spec": {**listed["spec"], "virtual_ip": "10.67.67.100/24"}}
+    (result,) = _pacific_validate([both])
+    assert "Single and multiple virtual IPs specified" in result
 
 
 def test_pacific_would_reject_the_concentrator_spec():

@@ -110,10 +110,17 @@ def test_admin_config_reveals_keys_only_there():
 
 
 def test_stage_refusals_read_before_any_op(monkeypatch):
+    from deploys import ownership
+    from deploys.facts.ceph import CephOwnershipMarkers
     from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
     from deploys.operations.s3 import secret_sha256 as sha
 
+    mine = {
+        ownership.marker_key(ownership.S3_USER, "lmcache"): ownership.CREATED,
+        ownership.marker_key(ownership.BUCKET, "lmcache"): ownership.CREATED,
+    }
     state = {
+        CephOwnershipMarkers: mine,
         RgwUser: {"keys": [{"access_key": "AK", "secret_sha256": sha("old")}]},
         RgwBucket: {"bucket": "lmcache", "owner": "other"},
         RgwLifecycle: [{**FOREIGN, "kvceph_untranslatable": "filter.size"}],
@@ -127,10 +134,15 @@ def test_stage_refusals_read_before_any_op(monkeypatch):
             return state[cls]
 
     class Me:
+        ceph = None
+
         class s3:  # noqa: N801 - mimics HostSettings.s3
             user = "lmcache"
             admin_user = "kvceph-s3-admin"
             bucket = "lmcache"
+
+        class run:  # noqa: N801 - mimics HostSettings.run
+            adopt = ()
 
     class Creds:
         admin_access_key, admin_secret_key = Secret("AK"), Secret("new")
@@ -144,3 +156,17 @@ def test_stage_refusals_read_before_any_op(monkeypatch):
     state[RgwUser] = {"keys": [{"access_key": "AK", "secret_sha256": sha("new")}]}
     state[RgwBucket] = None
     assert s3_tier.refusals(Me, Creds, OURS, False, 60) == []
+    # A user and bucket without kvceph's markers (deploys/ownership.py) come first, alone: the
+    # checks above would read someone else's objects as kvceph's.
+    state[CephOwnershipMarkers] = {}
+    state[RgwBucket] = {"bucket": "lmcache", "owner": "lmcache"}
+    problems = s3_tier.refusals(Me, Creds, OURS, False, 60)
+    assert [p.split(" exists and")[0] for p in problems] == [
+        "S3 tier: RGW user lmcache",
+        "S3 tier: bucket lmcache",
+    ]
+    Me.run.adopt = ("s3-user/lmcache", "bucket/lmcache")
+    (adopted,) = s3_tier.refusals(Me, Creds, OURS, False, 60)  # then the bucket's own checks
+    assert "has lifecycle rule(s) logs" in adopted
+    state[CephOwnershipMarkers] = None  # the cluster did not answer
+    assert "cannot read kvceph's markers" in s3_tier.refusals(Me, Creds, OURS, False, 60)[0]

@@ -76,6 +76,11 @@ def test_one_address_key_is_a_list_of_one_and_both_keys_are_refused():
 def test_cephadm_defaults_the_ingress_vip_else_every_rgw_host():
     vip = gpu(kvceph_rgw_managed_by="cephadm", kvceph_rgw_ingress_virtual_ip="10.0.0.100/24")
     assert vip.s3.endpoint_ips == ("10.0.0.100",) and vip.s3.endpoint_ips_source == FROM_VIP
+    # several VIPs (one per rgw host): the engines get every one of them
+    vips = ["10.0.0.100/24", "10.0.0.101/24"]
+    many = gpu(kvceph_rgw_managed_by="cephadm", kvceph_rgw_ingress_virtual_ips=vips)
+    assert many.s3.endpoint_ips == ("10.0.0.100", "10.0.0.101")
+    assert many.s3.endpoint_ips_source == FROM_VIP
     conc = gpu(kvceph_rgw_managed_by="cephadm")
     assert conc.s3.endpoint_ips == () and conc.s3.endpoint_ips_source == FROM_RGW_GROUP
     filled = s3_names.fill_rgw_group({"gpu1": conc}, ["10.0.0.11", "10.0.0.12"])
@@ -130,7 +135,7 @@ def test_plan_line_says_why_the_default_was_chosen():
     vip = gpu(kvceph_rgw_managed_by="cephadm", kvceph_rgw_ingress_virtual_ip="10.0.0.100/24")
     (line,) = s3_names.plan_lines({"gpu1": vip})
     assert line.startswith("kvceph: S3 name lmcache.s3.kvlab /etc/hosts: 10.0.0.100 (default: ")
-    assert "keepalived keeps it on a live rgw host" in line and line.endswith("): gpu1")
+    assert "keepalived keeps each on a live rgw host" in line and line.endswith("): gpu1")
     conc = s3_names.fill_rgw_group(
         {"gpu1": gpu(kvceph_rgw_managed_by="cephadm")}, ["10.0.0.11", "10.0.0.12"]
     )
