@@ -117,12 +117,20 @@ def upgrades(me: HostSettings, checked, shared: dict[str, str]) -> list[tuple]:
         )
         # The venv (read before this run installs anything) only for engines kvceph did not
         # label with their versions.
-        running = upgrade.running_pair(
-            current, lambda: memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
-        )
+        running = upgrade.running_pair(current, lambda u=engine: _running_packages(e, u))
         if running is not None and running != desired:
             found.append((engine, upgrade.Upgrade(running, desired)))
     return found
+
+
+def _running_packages(e, engine: Engine) -> dict[str, str]:
+    """The distributions of the venv the engine runs: through its link, else the venv from
+    before digests (``kvceph_venv`` itself), else ``e.venv`` (an image's)."""
+    for venv in (e.venv_link(engine.unit), e.venv_base) if e.install else (e.venv,):
+        fact = memo.read(host, EngineVersions, venv=venv)
+        if fact.get("python"):
+            return fact.get("packages", {})
+    return {}
 
 
 def _upgrade(me: HostSettings, checked, shared: dict[str, str]) -> None:
