@@ -57,12 +57,25 @@ def command(python: str, port: int, timeout: int, bind: str = "0.0.0.0") -> Stri
     )
 
 
-def restart_command(unit: str, port: int, timeout: int = 300) -> StringCommand:
+def restart_command(
+    unit: str, port: int, timeout: int = 300, link: tuple[str, str] | None = None
+) -> StringCommand:
     """``systemctl restart``, then the drain file goes (whatever the restart's outcome).
 
     ``reset-failed`` first: a unit that hit its start limit (a crash loop) refuses every start
-    until its counter is reset, and the deploy is how an operator brings it back."""
+    until its counter is reset, and the deploy is how an operator brings it back.
+
+    + link: (the engine's venv link, the profile venv): switched right before the restart (a
+      rename: atomic), and the venv touched (the prune keeps the newest)."""
+    switch: list = []
+    if link:
+        new = f"{link[0]}.kvceph-new"
+        switch = [
+            "ln -sfn", QuoteString(link[1]), QuoteString(new), "&& mv -Tf", QuoteString(new),
+            QuoteString(link[0]), "&& touch -c", QuoteString(link[1]), "|| exit 1;",
+        ]  # fmt: skip
     return StringCommand(
+        *switch,
         "timeout 60 systemctl reset-failed",
         QuoteString(unit),
         "2>/dev/null;",

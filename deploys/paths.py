@@ -32,6 +32,8 @@ UNIT_NAME = "vllm.service"
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PATH = f"{UNIT_DIR}/{UNIT_NAME}"
 WHEELHOUSE = "/var/cache/kvceph/wheelhouse"
+# The engine locks pip installs from, one per venv digest (deploys/engine_lock.py).
+ENGINE_LOCK_DIR = "/var/cache/kvceph/locks"
 # kvceph's LMCache connector: its wheel, installed into the venv from there (--no-deps).
 CONNECTOR_DIR = "/var/cache/kvceph/connector"
 # kvceph's gate in front of every engine route (docs/security.md "Engine API key").

@@ -180,8 +180,10 @@ def kv_transfer_json(me: HostSettings) -> str:
 def exec_start(me: HostSettings, engine: Engine | None = None) -> list[str]:
     """The engine's argv (docs/design.md "Engine command line")."""
     e = me.engine
+    # Through the engine's venv link where kvceph installs: only its restart switches the code.
+    venv = e.venv_link(_engine(me, engine).unit) if e.install else e.venv
     return [
-        f"{e.venv}/bin/{e.profile.executable}",
+        f"{venv}/bin/{e.profile.executable}",
         "serve",
         e.serve_model,
         *model_source.serve_flags(e.source),
@@ -453,6 +455,8 @@ def digest(me: HostSettings, credentials, engine: Engine | None = None) -> str:
         secrets_env_file(credentials).reveal(),
         guard_module() if me.security.guard else "",
         me.security.s3_ca_pem or "",
+        # The profile's venv (the link in ExecStart stays): a new profile restarts the engine.
+        me.engine.venv,
         # kvceph's connector is code the engine loads at start: a new build restarts it. Only
         # with that connector, so the digests of stock-connector engines stay as they were.
         *([connector_package.current().content] if _kvceph(me) else []),

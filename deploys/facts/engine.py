@@ -69,6 +69,48 @@ class EngineVersions(FactBase):
         return {"python": python, "packages": dict(sorted(packages.items()))}
 
 
+class EngineVenvs(FactBase):
+    """
+    The profile venvs beside ``kvceph_venv`` and the engines' venv links.
+
+    + base: ``kvceph_venv``; venvs are ``<base>-<digest>``, links ``<parent>/engines/<unit>``
+
+    Returns ``{"venvs": {"/opt/kvceph/venv-3f2a9c1b7d0e": 1764800000}, "links":
+    {"/opt/kvceph/engines/vllm": "/opt/kvceph/venv-3f2a9c1b7d0e"}, "legacy": False}``: each
+    venv's modification time (the roll touches a venv when it switches an engine to it), each
+    link's target, and whether ``base`` itself is a venv (made before venvs had digests).
+    """
+
+    def default(self):
+        return {"venvs": {}, "links": {}, "legacy": False}
+
+    def command(self, base: str):
+        base = base.rstrip("/")
+        engines = f"{base.rsplit('/', 1)[0]}/engines"
+        # One string: the glob must touch the quoted prefix (StringCommand joins with spaces).
+        return StringCommand(
+            f"for d in {shlex.quote(base)}-*/; do "
+            '[ -x "${d}bin/python" ] && stat -c \'venv %Y %n\' "${d%/}"; done; '
+            f"for l in {shlex.quote(engines)}/*; do "
+            '[ -L "$l" ] && printf \'link %s %s\\n\' "$l" "$(readlink "$l")"; done;',
+            "test -x",
+            QuoteString(f"{base}/bin/python"),
+            "&& echo legacy yes; true",
+        )
+
+    def process(self, output):
+        found = self.default()
+        for line in output:
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "venv" and parts[1].isdigit():
+                found["venvs"][parts[2]] = int(parts[1])
+            elif len(parts) == 3 and parts[0] == "link":
+                found["links"][parts[1]] = parts[2]
+            elif parts == ["legacy", "yes"]:
+                found["legacy"] = True
+        return found
+
+
 # PCI vendor ids: NVIDIA and Habana Labs (Intel Gaudi).
 PCI_VENDORS = {"0x10de": "nvidia", "0x1da3": "gaudi"}
 

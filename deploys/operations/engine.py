@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from pyinfra import host
+from pyinfra import host, inventory
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.hiddenvalue import HiddenValue
 
+from deploys import engine_lock, paths
 from deploys.facts import memo
-from deploys.facts.engine import EngineVersions, ServiceAccount, _norm
+from deploys.facts.engine import EngineVenvs, EngineVersions, ServiceAccount, _norm
 
 
 def parse_pins(packages) -> dict[str, str]:
@@ -94,6 +95,139 @@ def venv_packages(
             *source,
             *flags,
             *(QuoteString(f"{n}=={pins[n]}") for n in group),
+        )
+
+
+def missing_locked(lock: dict, installed: dict[str, str]) -> list[str]:
+    """The lock's distributions the venv does not have at their version (``name==version``)."""
+    return [f"{n}=={item.version}" for n, item in lock.items() if installed.get(n) != item.version]
+
+
+@operation()
+def locked_venv(
+    venv: str,
+    lock_path: str,
+    lock_text: str,
+    index_url: str | None = None,
+    find_links: str | None = None,
+    timeout: int = 3600,
+):
+    """
+    Create ``venv`` and install exactly the lock's distributions in it, each checked against
+    its sha256 (``pip install --no-deps --require-hashes -r``): no resolver runs on the host,
+    so every host of a cache group gets the same tree.
+
+    + venv: the venv directory (``<kvceph_venv>-<digest>``: a new profile never touches the
+      venv the engines run)
+    + lock_path: the lock file on the host (written before this operation)
+    + lock_text: its content (decides whether pip runs)
+    + index_url: a package index (else pip's configured default)
+    + find_links: a directory of wheels on the host; installs with ``--no-index``
+    + timeout: seconds pip may take
+
+    Nothing runs when the venv has every locked distribution at its version (``EngineVersions``).
+
+    .. code:: python
+
+        engine.locked_venv("/opt/kvceph/venv-3f2a9c1b7d0e", "/var/cache/kvceph/locks/x.txt", text)
+    """
+    lock = engine_lock.parse(lock_text, lock_path)
+    fact = memo.read(host, EngineVersions, venv=venv)
+    todo = missing_locked(lock, fact.get("packages", {}))
+    if not todo and fact.get("python"):
+        host.noop(f"{venv} has the {len(lock)} locked distributions")
+        return
+    if fact.get("python") is None:
+        yield StringCommand("timeout 300 python3 -m venv", QuoteString(venv))
+    source: list = []
+    if find_links:
+        source = ["--no-index", "--find-links", QuoteString(find_links)]
+    elif index_url:
+        url = HiddenValue(index_url) if urlsplit(index_url).password else index_url
+        source = ["--index-url", QuoteString(url)]
+    yield StringCommand(
+        "timeout",
+        str(timeout),
+        QuoteString(f"{venv}/bin/python"),
+        "-m pip install --disable-pip-version-check --no-input --quiet --no-deps --require-hashes",
+        *source,
+        "-r",
+        QuoteString(lock_path),
+    )
+
+
+@operation(is_idempotent=True)
+def same_packages(group: str, venvs: dict[str, str]):
+    """
+    Refuse, in one line, a cache group whose hosts run different engine packages.
+
+    + group: the cache group, as the line names it
+    + venvs: every host of the group -> its profile venv
+
+    Read when it executes, after every host's install (one call site: every host's install
+    precedes it), so the installed sets are what the engines will run. Every host of the group
+    reads all of them and fails alike, so none of them goes on to the roll. A host whose venv
+    is absent (the plan, before the install) is left out.
+    """
+    installed = {}
+    for name, venv in sorted(venvs.items()):
+        other = host if name == host.name else inventory.get_host(name)
+        if other is None:
+            continue
+        installed[name] = memo.read(other, EngineVersions, venv=venv).get("packages", {})
+    error = engine_lock.group_difference(group, installed)
+    if error:
+        raise OperationError(error)
+    host.noop(f"{len([p for p in installed.values() if p])} hosts run identical packages")
+    yield from ()
+
+
+@operation()
+def engine_link(link: str, base: str, venv: str):
+    """
+    The engine's venv link, made once: its ExecStart runs ``<link>/bin/...``, and only the
+    engine's restart in the roll switches it (``service.rolling_restart``), so a crash-restart
+    before the roll reaches the engine starts the code it ran before.
+
+    + link: ``<parent of kvceph_venv>/engines/<unit>``
+    + base: ``kvceph_venv``: a venv there (made before venvs had digests) is what a running
+      engine runs, so a new link points there first
+    + venv: the profile's venv, for a host with neither
+
+    A symlink rather than a per-unit drop-in: switching it is one rename, with no
+    daemon-reload that would also load every other unit file this run wrote.
+    """
+    fact = memo.read(host, EngineVenvs, base=base)
+    if link in fact["links"]:
+        host.noop(f"{link} -> {fact['links'][link]}")
+        return
+    target = base if fact["legacy"] else venv
+    yield StringCommand("ln -sfn", QuoteString(target), QuoteString(link))
+
+
+@operation()
+def pruned_venvs(base: str, venv: str, keep: int = 1):
+    """
+    Remove the profile venvs no engine runs, keeping the ``keep`` newest for a rollback.
+
+    + base: ``kvceph_venv``
+    + venv: the profile's venv (never removed)
+    + keep: other venvs kept, newest first (the roll touches a venv when it switches to it)
+
+    Called after the host's roll: an engine whose restart failed stops the host before this.
+    Its lock file in /var/cache/kvceph/locks goes with it.
+    """
+    fact = memo.read(host, EngineVenvs, base=base)
+    gone = engine_lock.to_prune(base, fact["venvs"], [venv, *fact["links"].values()], keep)
+    if not gone:
+        host.noop(f"no venv to prune beside {venv}")
+        return
+    for path in gone:
+        name = path.rsplit("/", 1)[-1]
+        yield StringCommand(
+            "rm -rf --one-file-system --",
+            QuoteString(path),
+            QuoteString(f"{paths.ENGINE_LOCK_DIR}/{name}.txt"),
         )
 
 

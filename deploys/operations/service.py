@@ -11,7 +11,13 @@ from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringComm
 
 from deploys import drain, engine_address
 from deploys.facts import memo
-from deploys.facts.engine import SECRET_ENV_NAME, EngineReadiness, ServiceDrift, ServiceState
+from deploys.facts.engine import (
+    SECRET_ENV_NAME,
+    EngineReadiness,
+    EngineVenvs,
+    ServiceDrift,
+    ServiceState,
+)
 
 # render.DIGEST_VAR: the variable ServiceState reads as the running digest.
 DIGEST_VAR = "KVCEPH_DIGEST"
@@ -103,7 +109,7 @@ def _drain(state, host, connector_arguments, unit, port, python, timeout, bind) 
 
 def _restart_in_roll(
     state, host, connector_arguments, unit, port, python, health_timeout, batch, drain_timeout,
-    bind,
+    bind, link=None,
 ):  # fmt: skip
     """Drain and restart ``unit`` in its batch and wait for /health; False stops the roll."""
     roll = _roll(state, batch)
@@ -126,7 +132,7 @@ def _restart_in_roll(
             _drain(state, host, connector_arguments, unit, port, python, drain_timeout, bind)
             drained = time.monotonic()
         for command in (
-            drain.restart_command(unit, port),
+            drain.restart_command(unit, port, link=link),
             StringCommand(
                 "timeout",
                 str(health_timeout + 30),
@@ -243,6 +249,9 @@ def rolling_restart(
     batch: int = 1,
     drain_timeout: int | None = None,
     bind: str = "0.0.0.0",
+    venv_link: str | None = None,
+    venv: str | None = None,
+    venv_base: str | None = None,
 ):
     """
     Restart the engine when what runs is not the desired configuration, then wait for /health.
@@ -267,6 +276,10 @@ def rolling_restart(
       deploys/drain.py); None where the gate is off (``kvceph_vllm_guard`` False): no drain
     + bind: ``kvceph_vllm_bind``; the drain and health wait reach the engine there
       (``engine_address.local``: loopback of its family for a wildcard)
+    + venv_link: the engine's venv link (its ExecStart goes through it), None where kvceph
+      installs nothing; switched to ``venv`` right before the restart, never otherwise
+    + venv: the profile's venv; a link pointing elsewhere restarts the engine
+    + venv_base: ``kvceph_venv`` (where the ``EngineVenvs`` fact looks)
 
     The host restarts when it is not active, its running ``KVCEPH_DIGEST`` differs, its running
     environment differs, or a config file differs or is newer than the process: so a hand edit
@@ -287,6 +300,14 @@ def rolling_restart(
         host, ServiceDrift, **state_kwargs(unit, environment, files, secret_environment)
     )
     reasons = restart_reasons(current, digest, environment, files, secret_environment)
+    link = None
+    if venv_link and venv:
+        link = (venv_link, venv)
+        runs = memo.read(host, EngineVenvs, base=venv_base or venv)["links"].get(venv_link)
+        if runs != venv and current["active"] == "active" and current["main_pid"]:
+            # A crash-restart after this run wrote the env file has the new digest but the
+            # old code: the link says which code runs.
+            reasons.append(f"runs venv {runs or 'none'}, desired {venv}")
     if not reasons:
         host.noop(f"{unit} already runs configuration {digest[:12]}")
         return
@@ -311,7 +332,9 @@ def rolling_restart(
     if note:
         logger.info("%s%s", host.print_prefix, note)
     yield _HostFunction(
-        _restart_in_roll, (unit, port, python, health_timeout, batch, drain_timeout, bind), {}
+        _restart_in_roll,
+        (unit, port, python, health_timeout, batch, drain_timeout, bind),
+        {"link": link} if link else {},
     )
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from deploys import versions
+from deploys import engine_lock, versions
 from deploys.settings import engine_list, model_source, security
 from deploys.settings.reader import Reader
 
@@ -63,7 +65,7 @@ class EngineSettings:
     accelerator_count: int | None
     profile: EngineProfile
     install: bool
-    venv: str
+    venv: str  # the profile's venv: <kvceph_venv>-<digest> when kvceph installs (engine_lock.py)
     index_url: str | None
     wheelhouse: str | None  # local directory on the controller, uploaded for --no-index
     model: str
@@ -94,6 +96,20 @@ class EngineSettings:
     hf_home: str = "/var/lib/vllm/.cache/huggingface"
     # kvceph_cache_group: names the group's RGW user and its keys (deploys/bucket_policy.py).
     cache_group: str = ""
+    # kvceph_venv: the base the profiles' venvs are named from, and the engines' links.
+    venv_base: str = "/opt/kvceph/venv"
+    # The lock pip installs from (--require-hashes), None where nothing locks the profile.
+    lock_text: str | None = None
+    lock_source: str | None = None  # where the lock came from, for messages
+
+    @property
+    def venv_label(self) -> str:
+        """The venv as an operation's name shows it: the same on every host and profile."""
+        return f"{self.venv_base}-<digest>" if self.venv != self.venv_base else self.venv
+
+    def venv_link(self, unit: str) -> str:
+        """The engine's ExecStart goes through this symlink; its restart switches it."""
+        return engine_lock.link_path(self.venv_base, unit)
 
     @property
     def serve_model(self) -> str:
@@ -182,6 +198,59 @@ def _kv_dtype(r: Reader, accelerator: str) -> str:
     return dtype
 
 
+@functools.lru_cache(maxsize=8)
+def _wheelhouse_lock(directory: str, stamp: tuple) -> str:
+    """The rendered lock of a controller wheelhouse; ``stamp`` (names, sizes, mtimes) keys
+    the cache so a run hashes the wheels once, not once per host."""
+    return engine_lock.render(engine_lock.from_wheels(engine_lock.hash_wheelhouse(directory)))
+
+
+def _lock(r: Reader, profile: EngineProfile, wheelhouse: str | None):
+    """(lock text, its source): ``kvceph_engine_lock`` when set, else the wheelhouse's."""
+    key = "kvceph_engine_lock"
+    path = r.opt_str(key)
+    pins = engine_list_pins(profile)
+    if path:
+        try:
+            text = Path(path).read_text()
+            lock = engine_lock.parse(text, path)
+        except (OSError, ValueError) as exc:
+            raise r.fail(key, path, str(exc), "regenerate it (docs/procedure.md)") from None
+        source = path
+    elif wheelhouse and Path(wheelhouse).is_dir():
+        found = sorted(Path(wheelhouse).glob("*.whl"))
+        if not found:
+            return None, None
+        stamp = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in found)
+        try:
+            text = _wheelhouse_lock(wheelhouse, stamp)
+        except ValueError as exc:
+            raise r.fail("kvceph_engine_wheelhouse", wheelhouse, str(exc), "rebuild it") from None
+        lock, source = engine_lock.parse(text), f"wheelhouse {wheelhouse}"
+    else:
+        return None, None
+    missing = engine_lock.missing_from_lock(pins, lock)
+    if missing:
+        raise r.fail(
+            key if path else "kvceph_engine_wheelhouse",
+            source,
+            f"does not lock the profile's {', '.join(missing)}",
+            "regenerate the lock from the profile's packages",
+        )
+    return text, source
+
+
+def engine_list_pins(profile: EngineProfile) -> dict[str, str]:
+    """The profile's ``name==version`` pins by normalised name (unpinned entries left out:
+    the engine-software stage refuses them)."""
+    pins = {}
+    for spec in profile.packages:
+        m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9_.\-]*)\s*==\s*([A-Za-z0-9_.+!\-]+)\s*", spec)
+        if m:
+            pins[engine_lock.norm(m.group(1))] = m.group(2)
+    return pins
+
+
 def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
     model = r.str("kvceph_model", "Qwen/Qwen3-32B")
     tp = r.int("kvceph_tensor_parallel_size", 2, lo=1, hi=64)
@@ -217,15 +286,31 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
     source = model_source.load(r, model)
     model_source.check_key_length(r, source)
     home = r.path("kvceph_service_home", f"/var/lib/{user}")
+    profile = _profile(r, accelerator)
+    install = r.bool("kvceph_engine_install", True)
+    base = r.path("kvceph_venv", "/opt/kvceph/venv")
+    wheelhouse = r.opt_str("kvceph_engine_wheelhouse")
+    lock_text, lock_source = _lock(r, profile, wheelhouse) if install else (None, None)
+    # An image that carries the engine keeps its venv where it is: nothing installs there.
+    venv = base
+    if install:
+        pins = engine_list_pins(profile)
+        name = engine_lock.digest(
+            pins, profile.vllm_version, profile.lmcache_version, lock_text or ""
+        )
+        venv = engine_lock.venv_path(base, name)
     return EngineSettings(
         accelerator=accelerator,
         accelerator_check=r.bool("kvceph_accelerator_check", True),
         accelerator_count=count,
-        profile=_profile(r, accelerator),
-        install=r.bool("kvceph_engine_install", True),
-        venv=r.path("kvceph_venv", "/opt/kvceph/venv"),
+        profile=profile,
+        install=install,
+        venv=venv,
+        venv_base=base,
+        lock_text=lock_text,
+        lock_source=lock_source,
         index_url=r.opt_str("kvceph_engine_index_url"),
-        wheelhouse=r.opt_str("kvceph_engine_wheelhouse"),
+        wheelhouse=wheelhouse,
         model=model,
         tensor_parallel_size=tp,
         gpu_memory_utilization=r.float("kvceph_gpu_memory_utilization", 0.55),

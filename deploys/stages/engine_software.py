@@ -13,7 +13,7 @@ from pyinfra import host, inventory, logger, state
 from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
-from deploys import paths, preflight, versions
+from deploys import engine_lock, paths, preflight, versions
 from deploys.facts import memo
 from deploys.facts.engine import EngineVersions
 from deploys.operations import engine as engine_ops
@@ -162,15 +162,25 @@ def _engine_packages(me: HostSettings) -> None:
         raise DeployError(error)
     _log_version(me, pins)
 
+    installed = memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
+    if e.lock_text is not None:
+        todo = engine_ops.missing_locked(engine_lock.parse(e.lock_text), installed)
+    else:
+        todo = engine_ops.missing_pins(pins, installed)
+        logger.warning(
+            "kvceph: %s: profile %s has no lock (kvceph_engine_lock): pip resolves its "
+            "dependencies on each host; the group check below refuses hosts that differ",
+            me.host,
+            e.profile.name,
+        )
     find_links = None
     if e.wheelhouse:
         find_links = paths.WHEELHOUSE
-        installed = memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
-        if not engine_ops.missing_pins(pins, installed):
+        if not todo:
             # The wheels only feed pip: a venv with every pin needs none of them. Checking 2-3
             # facts per wheel was half of a converged re-run's round trips (bench/README.md).
             wheels(e.wheelhouse)  # still refuse an empty wheelhouse setting
-            _venv_packages(e, find_links)
+            _venv_packages(me, find_links)
             return
         kvfiles.directory(name="Wheelhouse directory", path=find_links, mode="0755")
         for wheel in wheels(e.wheelhouse):
@@ -180,21 +190,46 @@ def _engine_packages(me: HostSettings) -> None:
                 dest=f"{find_links}/{wheel.name}",
                 mode="0644",
             )
-    _venv_packages(e, find_links)
+    _venv_packages(me, find_links)
 
 
-def _venv_packages(e, find_links) -> None:
-    """The venv and its pinned packages (pip runs only when a pin is missing)."""
+def _venv_packages(me: HostSettings, find_links) -> None:
+    """The profile's venv (a new one beside the engines' for a new profile) and its packages:
+    from the lock with hashes where there is one; then every host of the cache group is
+    checked to run the same distributions."""
+    e = me.engine
     kvfiles.directory(name="Venv parent", path=str(Path(e.venv).parent), mode="0755")
-    engine_ops.venv_packages(
-        name=f"Engine packages in {e.venv}",
-        venv=e.venv,
-        packages=list(e.profile.packages),
-        index_url=None if find_links else e.index_url,
-        find_links=find_links,
-        # An emulating engine needs LMCache only for its config loader, not torch & co.
-        no_deps=[] if engine_distribution(e.profile) == VLLM else [LMCACHE],
-    )
+    if e.lock_text is None:
+        engine_ops.venv_packages(
+            name=f"Engine packages in {e.venv_label}",
+            venv=e.venv,
+            packages=list(e.profile.packages),
+            index_url=None if find_links else e.index_url,
+            find_links=find_links,
+            # An emulating engine needs LMCache only for its config loader, not torch & co.
+            no_deps=[] if engine_distribution(e.profile) == VLLM else [LMCACHE],
+        )
+    else:
+        lock_path = f"{paths.ENGINE_LOCK_DIR}/{Path(e.venv).name}.txt"
+        kvfiles.directory(name="Engine lock directory", path=paths.ENGINE_LOCK_DIR, mode="0755")
+        kvfiles.atomic_file(name=f"Engine lock {lock_path}", path=lock_path, content=e.lock_text)
+        engine_ops.locked_venv(
+            name=f"Engine packages in {e.venv_label} (locked: {e.lock_source})",
+            venv=e.venv,
+            lock_path=lock_path,
+            lock_text=e.lock_text,
+            index_url=None if find_links else e.index_url,
+            find_links=find_links,
+        )
+    checked = preflight.run(state, inventory)
+    group = next((g for g in checked.cache_groups if me.host in g.hosts), None)
+    if group is not None:
+        label = f"{group.model} TP {group.tensor_parallel_size}"
+        engine_ops.same_packages(
+            name="Cache group: identical engine packages",
+            group=label,
+            venvs={h: checked.hosts[h].engine.venv for h in group.hosts},
+        )
 
 
 def _log_version(me: HostSettings, installed: dict[str, str]) -> None:

@@ -39,7 +39,7 @@ def apply(me: HostSettings) -> None:
                 mode="0644",
             )
         connector_ops.installed(
-            name=f"kvceph connector {wheel.version} in {e.venv}",
+            name=f"kvceph connector {wheel.version} in {e.venv_label}",
             venv=e.venv,
             wheel=wheel.host_path,
             version=wheel.version,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import DeployError, deploy
 
-from deploys import paths, render, upgrade
+from deploys import engine_lock, paths, render, upgrade
 from deploys.facts import memo
 from deploys.facts.engine import (
     Accelerators,
@@ -30,6 +30,7 @@ from deploys.facts.engine import (
     ServiceDrift,
     accelerator_present,
 )
+from deploys.operations import engine as engine_ops
 from deploys.operations import files, service
 from deploys.operations.files import sha256_text
 from deploys.probe.report import last_verdict
@@ -61,6 +62,20 @@ def apply(me: HostSettings, checked) -> None:
         logger.warning("kvceph: %s: accelerator check skipped (kvceph_accelerator_check)", me.host)
 
     shared = _shared_files(me, checked)
+    if e.install:
+        # Before the units that run through them: a new link points at what runs now.
+        files.directory(
+            name="Engine venv links",
+            path=engine_lock.link_path(e.venv_base, "x").rsplit("/", 1)[0],
+            mode="0755",
+        )
+        for engine in e.engines:
+            engine_ops.engine_link(
+                name=f"Venv link of {engine.unit}",
+                link=e.venv_link(engine.unit),
+                base=e.venv_base,
+                venv=e.venv,
+            )
     for engine in e.engines:
         _engine_files(me, checked, engine)
     # Engines the inventory no longer lists: stopped before any engine (re)starts, so the
@@ -79,6 +94,10 @@ def apply(me: HostSettings, checked) -> None:
     batch = engine_list.batch_size(e.restart_batch, checked.engine_count)
     for engine in e.engines:
         _restart(me, checked, engine, shared, batch)
+    if e.install:
+        # After the host's roll (a failed restart stops the host before this): one venv
+        # besides the profile's stays for a rollback.
+        engine_ops.pruned_venvs(name="Prune old engine venvs", base=e.venv_base, venv=e.venv)
 
 
 def upgrades(me: HostSettings, checked, shared: dict[str, str]) -> list[tuple]:
@@ -98,12 +117,20 @@ def upgrades(me: HostSettings, checked, shared: dict[str, str]) -> list[tuple]:
         )
         # The venv (read before this run installs anything) only for engines kvceph did not
         # label with their versions.
-        running = upgrade.running_pair(
-            current, lambda: memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
-        )
+        running = upgrade.running_pair(current, lambda u=engine: _running_packages(e, u))
         if running is not None and running != desired:
             found.append((engine, upgrade.Upgrade(running, desired)))
     return found
+
+
+def _running_packages(e, engine: Engine) -> dict[str, str]:
+    """The distributions of the venv the engine runs: through its link, else the venv from
+    before digests (``kvceph_venv`` itself), else ``e.venv`` (an image's)."""
+    for venv in (e.venv_link(engine.unit), e.venv_base) if e.install else (e.venv,):
+        fact = memo.read(host, EngineVersions, venv=venv)
+        if fact.get("python"):
+            return fact.get("packages", {})
+    return {}
 
 
 def _upgrade(me: HostSettings, checked, shared: dict[str, str]) -> None:
@@ -232,4 +259,9 @@ def _restart(me: HostSettings, checked, engine: Engine, shared: dict[str, str], 
         # Without the gate nothing can stop admitting requests: no drain (deploys/drain.py).
         drain_timeout=e.drain_timeout if me.security.guard else None,
         bind=me.security.vllm_bind,
+        **(
+            {"venv_link": e.venv_link(engine.unit), "venv": e.venv, "venv_base": e.venv_base}
+            if e.install
+            else {}
+        ),
     )

@@ -72,6 +72,22 @@ def assert_no_request_cut(load: StreamLoad) -> None:
     assert {(r["status"], r["retry_after"]) for r in refused} == {(503, "5")}, refused[:5]
 
 
+def venvs(name: str) -> dict:
+    """The engine's venv as its process runs it (its interpreter: the venv's python, the path
+    pip wrote into the entry point), its link's target, and the venvs on the host."""
+    out = ssh(
+        name,
+        "pid=$(systemctl show -p MainPID --value vllm.service); "
+        "echo run $(tr '\\000' '\\n' < /proc/$pid/cmdline | head -n 1); "
+        "echo link $(readlink /opt/kvceph/engines/vllm); ls -d /opt/kvceph/venv-*",
+    ).stdout.split()
+    return {
+        "run": out[1].rsplit("/bin/", 1)[0],
+        "link": out[3],
+        "all": {p for p in out[4:] if p.startswith("/opt/kvceph/venv-")},
+    }
+
+
 class CrossNodeProbe:
     """While the roll runs: a fresh document to one of gpu1/gpu2, then to the other; records
     both engines' versions and the tokens the second loaded from the bucket."""
@@ -110,6 +126,7 @@ class CrossNodeProbe:
 
 def test_patch_release_rolls_under_load_sharing_the_cache_across_versions(converged):
     env = {"KVCEPH_LAB_VLLM_VERSION": "0.33.1"}
+    old = {n: venvs(n) for n in GROUP}
     with StreamLoad(ENGINES) as load, CrossNodeProbe() as probe:
         time.sleep(1)
         run = pyinfra(*EVERY_ENGINE, json_out=False, env=env)
@@ -138,6 +155,15 @@ def test_patch_release_rolls_under_load_sharing_the_cache_across_versions(conver
     mixed = [r for r in probe.records if r["versions"][0] != r["versions"][1]]
     assert mixed, f"no probe while gpu1 and gpu2 ran different releases: {probe.records}"
     assert all(r["loaded"] >= 1023 for r in mixed), mixed
+    # The new profile installed into a new venv beside the running one; each engine switched
+    # at its restart and runs it (no engine runs a venv another install changed); the old venv
+    # stays for a rollback. The group read back identical packages before any restart.
+    new = {n: venvs(n) for n in GROUP}
+    assert len({v["run"] for v in new.values()}) == 1, new
+    for name in GROUP:
+        assert new[name]["run"] == new[name]["link"] != old[name]["run"], (old, new)
+        assert old[name]["run"] in new[name]["all"], (old, new)
+    assert "Cache group: identical engine packages" in run.output
 
 
 def test_orphaning_upgrade_needs_the_opt_in_then_stops_old_engines_first_and_cuts_late_requests(
@@ -145,6 +171,7 @@ def test_orphaning_upgrade_needs_the_opt_in_then_stops_old_engines_first_and_cut
 ):
     env = {"KVCEPH_LAB_VLLM_VERSION": "0.26.0"}
     before = main_pids()
+    old = {n: venvs(n) for n in GROUP}
     refused = pyinfra(json_out=False, env=env)
     assert refused.rc != 0
     lines = [x for x in refused.output.splitlines() if "kvceph_upgrade_cold_cache=true" in x]
@@ -197,6 +224,11 @@ def test_orphaning_upgrade_needs_the_opt_in_then_stops_old_engines_first_and_cut
     stops = {n: _monotonic(n, "InactiveEnterTimestampMonotonic") for n in ("gpu1", "gpu2")}
     starts = {n: _monotonic(n, "ExecMainStartTimestampMonotonic") for n in ("gpu1", "gpu2")}
     assert max(stops.values()) < min(starts.values()), (stops, starts)
+    # After the roll: the venv the engines ran before (0.33.1's) stays, the one before it goes.
+    for name in GROUP:
+        now = venvs(name)
+        assert old[name]["run"] in now["all"] and now["run"] not in old[name]["all"], (old, now)
+        assert len(now["all"]) == 2, now
 
 
 def pyinfra_when(marker: str, action, *args: str, env: dict) -> Run:

@@ -597,6 +597,14 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         else _captured("engine.EngineVersions", "blank_node")
     )
 
+    # engine.EngineVenvs: the profile's venv, and every engine's link to it, where converged.
+    r['-*/; do [ -x "${d}bin/python" ]'] = (
+        [f"venv 1764800000 {e.venv}"]
+        + [f"link {e.venv_link(engine.unit)} {e.venv}" for engine in e.engines]
+        if converged
+        else []
+    )
+
     digest = render.digest(me, creds)
     aws = render.aws_dir(me)
     engine_files = {
@@ -679,6 +687,7 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
     if converged:
         r.update(_directory(e.service_home, user, user, "0750"))
         r.update(_directory(str(Path(e.venv).parent), "root", "root", "0755"))
+        r.update(_directory(str(Path(e.venv_link("vllm")).parent), "root", "root", "0755"))
         r.update(_directory(paths.CONFIG_DIR, "root", "root", "0755"))
         r.update(_file(paths.LMCACHE_PATH, engine_files[paths.LMCACHE_PATH], "root", user, "0640"))
         r.update(_directory(aws, user, user, "0700"))

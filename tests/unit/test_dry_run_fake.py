@@ -46,6 +46,9 @@ CHECKS = {
     "Readiness check | Engine answers on port 8000",
     "Engine software | LMCache compiled CUDA ops",
     "Readiness check | Engine on port 8000 has its remote (S3) tier",
+    # Read when they execute: after every host's install, after the host's roll.
+    "Engine software | Cache group: identical engine packages",
+    "vLLM service | Prune old engine venvs",
 }
 # `_if=unit.did_change`: pyinfra lists any op with `_if` as a conditional change while
 # planning; it runs only where the unit op changes the file.
@@ -81,7 +84,7 @@ FRESH_CHANGES = {
     "Engine software | Service account vllm": INFERENCE,
     "Engine software | Service home /var/lib/vllm": INFERENCE,
     "Engine software | Venv parent": INFERENCE,
-    "Engine software | Engine packages in /opt/kvceph/venv": INFERENCE,
+    "Engine software | Engine packages in /opt/kvceph/venv-<digest>": INFERENCE,
     "Inference config | Config directory /etc/kvceph": INFERENCE,
     "Inference config | LMCache config /etc/kvceph/lmcache.yaml": INFERENCE,
     "Inference config | AWS directory /var/lib/vllm/.aws": INFERENCE,
@@ -92,6 +95,8 @@ FRESH_CHANGES = {
     "vLLM service | Engine secrets /etc/kvceph/secrets.env": INFERENCE,
     "vLLM service | Engine gate directory /usr/local/lib/kvceph": INFERENCE,
     "vLLM service | Engine gate /usr/local/lib/kvceph/kvceph_engine_guard.py": INFERENCE,
+    "vLLM service | Engine venv links": INFERENCE,
+    "vLLM service | Venv link of vllm.service": INFERENCE,
     UNIT: INFERENCE,
     "vLLM service | Enable vllm.service": INFERENCE,
     "vLLM service | Rolling restart of vllm.service": INFERENCE,
@@ -377,7 +382,7 @@ def _connector_ops() -> dict[str, set[str]]:
     return {
         "Engine software | kvceph connector directory": GPUS,
         f"Engine software | kvceph connector wheel {wheel.filename}": GPUS,
-        f"Engine software | kvceph connector {wheel.version} in /opt/kvceph/venv": GPUS,
+        f"Engine software | kvceph connector {wheel.version} in /opt/kvceph/venv-<digest>": GPUS,
     }
 
 
@@ -393,7 +398,7 @@ def test_connector_fresh_plans_the_wheel_and_its_install(connector_fresh):
     names = [op["name"] for op in plan]
     # After the engine packages (the venv exists), before the config that loads it.
     assert (
-        names.index("Engine software | Engine packages in /opt/kvceph/venv")
+        names.index("Engine software | Engine packages in /opt/kvceph/venv-<digest>")
         < min(names.index(n) for n in _connector_ops())
         < names.index("Inference config | LMCache config /etc/kvceph/lmcache.yaml")
     )

@@ -53,13 +53,10 @@ def test_the_h200_as_recorded_passes():
 def test_each_missing_piece_is_one_line_naming_host_and_fix():
     me = host()
     cases = {
-        "python3 cannot create the venv /opt/kvceph/venv (no ensurepip); fix: apt-get install "
-        "python3-venv": fact(ensurepip=False),
+        "(no ensurepip); fix: apt-get install python3-venv": fact(ensurepip=False),
         "python3 is 3.9.2, vLLM needs >= 3.10": fact(python="3.9.2"),
         "python3 is missing": fact(python=None),
-        "GiB free under /opt/kvceph/venv, the engine's first install needs ~12 GiB": fact(
-            disk_free_kib=5 << 20
-        ),
+        "the engine's first install needs ~12 GiB": fact(disk_free_kib=5 << 20),
         "nvidia-smi failed (exit 9: " + NO_DRIVER: fact(tool={"rc": "9", "lines": [NO_DRIVER]}),
         "nvidia-smi is not installed": fact(tool={"rc": "missing", "lines": []}),
         "NVIDIA driver 570.133.20 is older than 580.65.06, which vLLM 0.26.0's torch 2.11.0 "

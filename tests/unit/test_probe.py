@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -155,7 +156,7 @@ def test_remote_command_takes_the_engines_path_and_no_secret():
     me = gpu_host(kvceph_probe_tokens=8192, kvceph_probe_rounds=2)
     cmd = controller.probe_command(me, "nonce1")
     assert cmd.startswith("timeout 600 runuser -u vllm -- env HOME=/var/lib/vllm AWS_PROFILE=")
-    assert "/opt/kvceph/venv/bin/python -c " in cmd
+    assert re.search(r"/opt/kvceph/venv-[0-9a-f]{12}/bin/python -c ", cmd)
     tail = cmd.rsplit("if __name__", 1)[1]
     for arg in (
         "--endpoint lmcache.s3.kvlab:80",

@@ -228,7 +228,8 @@ def _systemd_split(line: str) -> list[str]:
 def test_exec_start_matches_the_design():
     me = host()
     argv = render.exec_start(me)
-    assert argv[:3] == ["/opt/kvceph/venv/bin/vllm", "serve", "Qwen/Qwen3-32B"]
+    # Through the engine's venv link: only its restart in the roll switches the code.
+    assert argv[:3] == ["/opt/kvceph/engines/vllm/bin/vllm", "serve", "Qwen/Qwen3-32B"]
     joined = " ".join(argv)
     for flag in (
         "--host 0.0.0.0",

@@ -132,8 +132,13 @@ def _running(versions: str) -> dict:
     return {"ServiceDrift": {"active": "active", "main_pid": 7, "env": env}}
 
 
-def test_engine_software_from_wheelhouse(plan, tmp_path):
+def _wheelhouse(tmp_path):
     (tmp_path / "kvceph_lab_engine-0.1.0-py3-none-any.whl").write_text("")
+    (tmp_path / "lmcache-0.5.6-cp311-cp311-manylinux_2_17_x86_64.whl").write_text("")
+
+
+def test_engine_software_from_wheelhouse(plan, tmp_path):
+    _wheelhouse(tmp_path)
     me = lab_host(kvceph_engine_wheelhouse=str(tmp_path))
     partial = {"EngineVersions": {"packages": {"kvceph-lab-engine": "0.1.0"}}}  # no lmcache
     calls = plan(engine_software, me, partial)
@@ -142,22 +147,33 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
         "files.directory",
         "files.directory",
         "files.put",
+        "files.put",
         "files.directory",
-        "engine.venv_packages",
+        "files.directory",
+        "files.atomic_file",
+        "engine.locked_venv",
+        "engine.same_packages",
         "connector.compiled_ops",  # NVIDIA host: read-only
     ]
-    install = calls[-2][1]
+    install = calls[-3][1]
     assert install["find_links"] == paths.WHEELHOUSE and install["index_url"] is None
-    assert install["no_deps"] == ["lmcache"]
+    # The lock rendered from the wheelhouse: every wheel with its sha256, in a venv named by it.
+    assert install["venv"] == me.engine.venv and install["venv"].startswith("/opt/kvceph/venv-")
+    assert "lmcache==0.5.6 \\\n    --hash=sha256:e3b0c442" in install["lock_text"]
+    assert calls[-4][1]["content"] == install["lock_text"]
 
 
 def test_engine_software_skips_the_wheels_when_the_venv_has_every_pin(plan, tmp_path):
-    (tmp_path / "kvceph_lab_engine-0.1.0-py3-none-any.whl").write_text("")
+    _wheelhouse(tmp_path)
     me = lab_host(kvceph_engine_wheelhouse=str(tmp_path))
     have = {"EngineVersions": {"packages": {"kvceph-lab-engine": "0.1.0", "lmcache": "0.5.6"}}}
     calls = plan(engine_software, me, have)
     assert "files.put" not in names(calls)
-    assert names(calls)[-2:] == ["engine.venv_packages", "connector.compiled_ops"]
+    assert names(calls)[-3:] == [
+        "engine.locked_venv",
+        "engine.same_packages",
+        "connector.compiled_ops",
+    ]
 
 
 def test_engine_software_installs_the_connector_only_when_the_venv_lacks_it(plan):
@@ -232,7 +248,7 @@ def test_inference_config_files_and_modes(plan, caplog):
 
 def test_vllm_service_rolls_in_batches_with_the_digest(plan, caplog):
     me = lab_host()
-    calls = plan(vllm_service, me, {**STOPPED, "EngineUnits": ["vllm.service"]}, CHECKED)
+    calls = roll_ops(plan(vllm_service, me, {**STOPPED, "EngineUnits": ["vllm.service"]}, CHECKED))
     assert names(calls) == [
         "files.private_file",
         "files.directory",
@@ -289,9 +305,34 @@ TWO_ENGINES = {
 }
 
 
+VENV_OPS = {"engine.engine_link", "engine.pruned_venvs"}
+
+
+def roll_ops(calls):
+    """The vLLM stage's calls without its venv links and prune (tested on their own)."""
+    return [
+        (n, kw)
+        for n, kw in calls
+        if n not in VENV_OPS and not (n == "files.directory" and kw["path"].endswith("/engines"))
+    ]
+
+
+def test_venv_links_precede_the_units_and_the_prune_follows_the_roll(plan):
+    me = lab_host()
+    calls = plan(vllm_service, me, {**STOPPED, "EngineUnits": ["vllm.service"]}, CHECKED)
+    order = names(calls)
+    link = order.index("engine.engine_link")
+    unit = next(i for i, (_, kw) in enumerate(calls) if kw.get("path") == paths.UNIT_PATH)
+    assert link < unit and order[-1] == "engine.pruned_venvs"
+    assert calls[link][1]["link"] == "/opt/kvceph/engines/vllm"
+    roll = calls[-2][1]
+    assert (roll["venv_link"], roll["venv"]) == ("/opt/kvceph/engines/vllm", me.engine.venv)
+    assert calls[-1][1]["venv"] == me.engine.venv
+
+
 def test_two_engines_get_a_unit_each_and_the_old_unit_goes_before_any_restart(plan):
     me = lab_host(**TWO_ENGINES)
-    calls = plan(vllm_service, me, {**STOPPED, "EngineUnits": ["vllm.service"]}, CHECKED)
+    calls = roll_ops(plan(vllm_service, me, {**STOPPED, "EngineUnits": ["vllm.service"]}, CHECKED))
     ops = [(n, kw.get("path") or kw.get("unit")) for n, kw in calls]
     assert ops[3:] == [
         ("files.atomic_file", "/etc/kvceph/vllm-engine-a.env"),
@@ -325,7 +366,7 @@ def test_two_engines_get_a_unit_each_and_the_old_unit_goes_before_any_restart(pl
 def test_a_removed_engine_goes_and_only_that_one(plan):
     me = lab_host(**TWO_ENGINES)
     units = ["vllm-engine-a.service", "vllm-engine-b.service", "vllm-engine-c.service"]
-    calls = plan(vllm_service, me, {**STOPPED, "EngineUnits": units}, CHECKED)
+    calls = roll_ops(plan(vllm_service, me, {**STOPPED, "EngineUnits": units}, CHECKED))
     removed = [kw["unit"] for n, kw in calls if n == "service.removed"]
     assert removed == ["vllm-engine-c.service"]
     converged = plan(vllm_service, me, {**STOPPED, "EngineUnits": units[:2]}, CHECKED)
@@ -335,7 +376,7 @@ def test_a_removed_engine_goes_and_only_that_one(plan):
 
 def test_an_unchanged_profile_rolls_with_a_drain_and_labels_the_versions(plan):
     facts = {**_running("vllm=0.33.0 lmcache=0.5.6"), "EngineUnits": ["vllm.service"]}
-    calls = plan(vllm_service, lab_host(), facts, CHECKED)
+    calls = roll_ops(plan(vllm_service, lab_host(), facts, CHECKED))
     assert "service.stopped_for_upgrade" not in names(calls)
     roll = calls[-1][1]
     assert roll["environment"]["KVCEPH_ENGINE_VERSIONS"] == "vllm=0.33.0 lmcache=0.5.6"
@@ -348,7 +389,7 @@ def test_a_patch_release_rolls_and_says_the_keys_stay_valid(plan, caplog):
         "name": "lab-engine", "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
         "executable": "kvceph-lab-engine", "vllm_version": "0.33.1"})  # fmt: skip
     with caplog.at_level("INFO"):
-        calls = plan(vllm_service, patch, facts, CHECKED)
+        calls = roll_ops(plan(vllm_service, patch, facts, CHECKED))
     assert names(calls)[-1] == "service.rolling_restart"
     assert "service.stopped_for_upgrade" not in names(calls)
     assert "gpu1 vllm.service: vLLM 0.33.0 -> 0.33.1, LMCache 0.5.6: the object keys stay" in (
@@ -365,7 +406,7 @@ def test_another_minor_is_refused_in_one_line(plan):
 
 
 def test_with_the_opt_in_old_engines_stop_drained_before_any_restart(plan):
-    calls = plan(vllm_service, lab_host(kvceph_upgrade_cold_cache=True), ON_026, CHECKED)
+    calls = roll_ops(plan(vllm_service, lab_host(kvceph_upgrade_cold_cache=True), ON_026, CHECKED))
     assert names(calls)[-2:] == ["service.stopped_for_upgrade", "service.rolling_restart"]
     stop = calls[-2][1]
     assert (stop["unit"], stop["port"], stop["drain_timeout"]) == ("vllm.service", 8000, 120)
@@ -373,7 +414,7 @@ def test_with_the_opt_in_old_engines_stop_drained_before_any_restart(plan):
 
 def test_without_the_gate_nothing_drains(plan):
     me = lab_host(kvceph_upgrade_cold_cache=True, kvceph_vllm_guard=False)
-    calls = plan(vllm_service, me, ON_026, CHECKED)
+    calls = roll_ops(plan(vllm_service, me, ON_026, CHECKED))
     assert calls[-2][1]["drain_timeout"] is None and calls[-1][1]["drain_timeout"] is None
 
 

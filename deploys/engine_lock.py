@@ -1,0 +1,208 @@
+"""The engine's whole dependency tree, locked with hashes, and the venvs named by it.
+
+A profile installs into ``<kvceph_venv>-<digest>``, a new venv beside the one the engines run,
+from a lock that pins every distribution with its sha256 (``pip install --no-deps
+--require-hashes -r``): hosts installed weeks apart get the same bytes. The digest covers the
+lock and the profile's pins and versions, so a profile change is a new venv and the running
+engines keep theirs until the roll restarts them (``engine_link``: each engine's ExecStart
+goes through a per-engine symlink that only its restart switches).
+
+Where the lock comes from:
+- a wheelhouse profile (the lab, Gaudi's): rendered from the wheels kvceph uploads (every
+  wheel there is part of the tree: ``pip download`` put it there);
+- an index profile: ``kvceph_engine_lock``, a requirements file with ``--hash`` lines
+  committed per profile (docs/procedure.md "Engine upgrades" says how to regenerate it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# A wheel's file name (PEP 427): name-version(-build)?-python-abi-platform.whl
+_WHEEL = re.compile(
+    r"(?P<name>[A-Za-z0-9_.]+)-(?P<version>[A-Za-z0-9_.+!]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl"
+)
+# A lock line: name==version followed by one or more --hash=sha256:<hex>.
+_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]*)==([A-Za-z0-9_.+!\-]+)((?:\s+--hash=\S+)+)")
+_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+# ``<kvceph_venv>-<12 hex>``: only these are venvs kvceph made (and may prune).
+DIGEST_LEN = 12
+# Distributions ``python3 -m venv`` puts in every venv: never in a lock, never compared.
+VENV_SEEDS = frozenset({"pip", "setuptools", "wheel"})
+
+
+def norm(name: str) -> str:
+    """PEP 503 normalised distribution name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Locked:
+    """One distribution of the lock: its version and every acceptable wheel's sha256."""
+
+    version: str
+    hashes: tuple[str, ...]
+
+
+def wheel_name(path: str | Path) -> tuple[str, str]:
+    """(normalised name, version) of a wheel file; ValueError for anything else."""
+    m = _WHEEL.fullmatch(Path(path).name)
+    if not m:
+        raise ValueError(f"{Path(path).name}: not a wheel file name (PEP 427)")
+    return norm(m.group("name")), m.group("version")
+
+
+def from_wheels(wheels: Mapping[str, str]) -> dict[str, Locked]:
+    """The lock of a wheelhouse: wheel file name -> its sha256 hex.
+
+    Two versions of one distribution cannot both be installed: refused (ValueError)."""
+    found: dict[str, tuple[str, set[str]]] = {}
+    for file, sha in wheels.items():
+        name, version = wheel_name(file)
+        have = found.setdefault(name, (version, set()))
+        if have[0] != version:
+            raise ValueError(f"the wheelhouse holds {name} {have[0]} and {version}: keep one")
+        have[1].add(sha)
+    return {n: Locked(v, tuple(sorted(h))) for n, (v, h) in sorted(found.items())}
+
+
+def hash_wheelhouse(directory: str | Path) -> dict[str, str]:
+    """Wheel file name -> sha256 hex, for every ``*.whl`` of a controller directory."""
+    out = {}
+    for path in sorted(Path(directory).glob("*.whl")):
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        out[path.name] = digest.hexdigest()
+    return out
+
+
+def render(lock: Mapping[str, Locked]) -> str:
+    """The lock as a pip requirements file (``--require-hashes`` reads it)."""
+    lines = ["# Managed by kvceph (deploys/engine_lock.py): pip install --no-deps --require-hashes"]
+    for name, item in sorted(lock.items()):
+        hashes = " \\\n".join(f"    --hash=sha256:{h}" for h in item.hashes)
+        lines.append(f"{name}=={item.version} \\\n{hashes}")
+    return "\n".join(lines) + "\n"
+
+
+def parse(text: str, source: str = "lock") -> dict[str, Locked]:
+    """A requirements file with hashes -> the lock; ValueError naming the line otherwise.
+
+    + text: the file (``pip-compile --generate-hashes`` / ``uv pip compile --generate-hashes``
+      output, or ``render``'s)
+    + source: the file's name, for the errors
+    """
+    logical = re.sub(r"\\\n", " ", text)
+    lock: dict[str, Locked] = {}
+    for raw in logical.splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if ";" in line:
+            # One lock serves one platform: a marker would install a different tree elsewhere.
+            raise ValueError(f"{source}: {line[:60]!r}: environment markers are not locked")
+        m = _LINE.fullmatch(line)
+        if not m:
+            raise ValueError(
+                f"{source}: {line[:60]!r} is not name==version with --hash=sha256: lines"
+            )
+        hashes = tuple(sorted(_HASH.findall(m.group(3))))
+        if not hashes:
+            raise ValueError(f"{source}: {m.group(1)} has no sha256 hash")
+        lock[norm(m.group(1))] = Locked(m.group(2), hashes)
+    if not lock:
+        raise ValueError(f"{source}: locks nothing")
+    return lock
+
+
+def missing_from_lock(pins: Mapping[str, str], lock: Mapping[str, Locked]) -> list[str]:
+    """The profile's pins the lock does not hold at the pinned version (``name==version``)."""
+    return [
+        f"{n}=={v}" for n, v in sorted(pins.items()) if lock.get(n, Locked("", ())).version != v
+    ]
+
+
+def digest(pins: Mapping[str, str], vllm: str, lmcache: str, lock_text: str) -> str:
+    """The venv's name: 12 hex of what decides its content (the lock, the pins, the versions
+    the profile declares: the lab engine emulates its vLLM version)."""
+    material = "\n".join(
+        [*(f"{n}=={v}" for n, v in sorted(pins.items())), f"vllm {vllm}", f"lmcache {lmcache}"]
+    )
+    return hashlib.sha256(f"{material}\n--\n{lock_text}".encode()).hexdigest()[:DIGEST_LEN]
+
+
+def venv_path(base: str, name: str) -> str:
+    """``/opt/kvceph/venv`` + digest -> ``/opt/kvceph/venv-<digest>``."""
+    return f"{base.rstrip('/')}-{name}"
+
+
+def link_path(base: str, unit: str) -> str:
+    """The engine's venv link (its ExecStart goes through it): ``/opt/kvceph/engines/vllm``."""
+    parent = base.rstrip("/").rsplit("/", 1)[0] or "/"
+    return f"{parent.rstrip('/')}/engines/{unit.removesuffix('.service')}"
+
+
+def is_digest_venv(base: str, path: str) -> bool:
+    """A venv kvceph named by a digest (and so may prune); the legacy ``base`` itself is not."""
+    prefix = f"{base.rstrip('/')}-"
+    rest = path.rstrip("/")[len(prefix) :] if path.startswith(prefix) else ""
+    return bool(re.fullmatch(rf"[0-9a-f]{{{DIGEST_LEN}}}", rest))
+
+
+def to_prune(base: str, venvs: Mapping[str, float], in_use: Iterable[str], keep: int = 1):
+    """The venvs to remove after a successful roll, oldest first.
+
+    + base: ``kvceph_venv``
+    + venvs: venv path -> modification time (the ``EngineVenvs`` fact)
+    + in_use: the desired venv and every engine link's target (never removed)
+    + keep: how many other venvs stay for a rollback, the newest first
+
+    Only ``<base>-<digest>`` venvs are candidates: the legacy ``base`` venv and anything else
+    kvceph did not name stay.
+    """
+    used = {p.rstrip("/") for p in in_use}
+    spare = sorted(
+        (p for p in venvs if is_digest_venv(base, p) and p.rstrip("/") not in used),
+        key=lambda p: (venvs[p], p),
+        reverse=True,
+    )
+    return sorted(spare[keep:], key=lambda p: (venvs[p], p))
+
+
+def installed_set(packages: Mapping[str, str]) -> dict[str, str]:
+    """What is compared across a cache group: every distribution but venv's own seeds."""
+    return {norm(n): v for n, v in sorted(packages.items()) if norm(n) not in VENV_SEEDS}
+
+
+def group_difference(group: str, installed: Mapping[str, Mapping[str, str]]) -> str | None:
+    """One line when the hosts of a cache group do not run identical packages, else None.
+
+    + group: the cache group's name (its bucket)
+    + installed: host -> its venv's distributions (``EngineVersions`` packages); a host whose
+      venv is absent is left out (it installs in this run, from the same lock)
+    """
+    sets = {h: installed_set(p) for h, p in sorted(installed.items()) if p}
+    if len(set(map(lambda s: tuple(s.items()), sets.values()))) <= 1:
+        return None
+    first, *others = sets
+    for other in others:
+        a, b = sets[first], sets[other]
+        diff = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+        if diff:
+            shown = ", ".join(
+                f"{n} {a.get(n, 'absent')} on {first} vs {b.get(n, 'absent')} on {other}"
+                for n in diff[:3]
+            )
+            more = f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""
+            return (
+                f"cache group {group}: hosts run different engine packages: {shown}{more}; "
+                "fix: install every host from the profile's lock (kvceph_engine_lock), or "
+                "remove what was installed by hand"
+            )
+    return None

@@ -1,0 +1,138 @@
+"""The engine lock (deploys/engine_lock.py): rendering and parsing, venvs named by digest, the
+prune's selection, and the refusal of a cache group whose hosts run different packages."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from deploys import drain, engine_lock
+from deploys.facts.engine import EngineVenvs
+
+A, B, C = ("a" * 64, "b" * 64, "c" * 64)
+WHEELS = {
+    "kvceph_lab_engine-0.1.0-py3-none-any.whl": A,
+    "lmcache-0.5.6-cp311-cp311-manylinux_2_17_x86_64.whl": B,
+    "PyYAML-6.0.2-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": C,
+}
+PINS = {"kvceph-lab-engine": "0.1.0", "lmcache": "0.5.6"}
+
+
+def test_a_wheelhouse_renders_one_hashed_pin_per_distribution_and_parses_back():
+    lock = engine_lock.from_wheels(WHEELS)
+    assert list(lock) == ["kvceph-lab-engine", "lmcache", "pyyaml"]
+    text = engine_lock.render(lock)
+    assert f"pyyaml==6.0.2 \\\n    --hash=sha256:{C}\n" in text
+    assert engine_lock.parse(text) == lock
+    assert engine_lock.missing_from_lock(PINS, lock) == []
+    assert engine_lock.missing_from_lock({"lmcache": "0.5.7"}, lock) == ["lmcache==0.5.7"]
+
+
+def test_two_wheels_of_one_version_are_two_hashes_and_two_versions_are_refused():
+    two = {**WHEELS, "lmcache-0.5.6-cp312-cp312-manylinux_2_17_x86_64.whl": A}
+    assert engine_lock.from_wheels(two)["lmcache"].hashes == (A, B)
+    with pytest.raises(ValueError, match="holds lmcache 0.5.6 and 0.5.7: keep one"):
+        engine_lock.from_wheels({**WHEELS, "lmcache-0.5.7-py3-none-any.whl": A})
+
+
+def test_a_committed_lock_from_pip_compile_parses_and_anything_unlocked_is_refused():
+    compiled = (
+        "#\n# pip-compile --generate-hashes\n#\n"
+        f"certifi==2025.1.31 \\\n    --hash=sha256:{A} \\\n    --hash=sha256:{B}\n"
+        "    # via requests\n"
+        f"requests==2.32.3 \\\n    --hash=sha256:{C}\n"
+    )
+    lock = engine_lock.parse(compiled, "locks/vllm.txt")
+    assert lock["certifi"] == engine_lock.Locked("2025.1.31", (A, B))
+    for bad, why in (
+        ("requests==2.32.3\n", "is not name==version with --hash"),
+        ("requests>=2 --hash=sha256:" + A + "\n", "is not name==version"),
+        (f'torch==2.9.0 ; sys_platform == "linux" --hash=sha256:{A}\n', "markers are not locked"),
+        ("# nothing\n", "locks nothing"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            engine_lock.parse(bad, "locks/vllm.txt")
+
+
+def test_the_venv_is_named_by_the_lock_and_the_profile():
+    text = engine_lock.render(engine_lock.from_wheels(WHEELS))
+    name = engine_lock.digest(PINS, "0.33.0", "0.5.6", text)
+    assert len(name) == 12 and int(name, 16) >= 0
+    assert engine_lock.digest(PINS, "0.33.0", "0.5.6", text) == name  # stable
+    assert engine_lock.digest(PINS, "0.33.1", "0.5.6", text) != name  # emulated version
+    other = engine_lock.render(engine_lock.from_wheels({**WHEELS, "idna-3.10-py3-none-any.whl": A}))
+    assert engine_lock.digest(PINS, "0.33.0", "0.5.6", other) != name  # a dependency
+    assert engine_lock.venv_path("/opt/kvceph/venv", name) == f"/opt/kvceph/venv-{name}"
+    assert engine_lock.link_path("/opt/kvceph/venv", "vllm-engine-a.service") == (
+        "/opt/kvceph/engines/vllm-engine-a"
+    )
+
+
+def test_the_prune_keeps_what_runs_and_the_newest_other_never_the_legacy_or_foreign():
+    base = "/opt/kvceph/venv"
+    old, older, oldest, now = (f"{base}-{c * 12}" for c in "abcd")
+    venvs = {
+        now: 400,
+        old: 300,
+        older: 200,
+        oldest: 100,
+        f"{base}-backup": 50,  # not a digest: the operator's
+        base: 10,  # the venv before digests: never
+    }
+    assert engine_lock.to_prune(base, venvs, [now]) == [oldest, older]
+    # An engine still linked to the oldest (its host rolled back) keeps it.
+    assert engine_lock.to_prune(base, venvs, [now, oldest]) == [older]
+    assert engine_lock.to_prune(base, venvs, [now], keep=0) == [oldest, older, old]
+    assert engine_lock.to_prune(base, {now: 1}, [now]) == []
+
+
+def test_a_group_with_different_packages_is_refused_in_one_line():
+    same = {"lmcache": "0.5.6", "transformers": "4.57.1", "pip": "24.0"}
+    hosts = {"gpu1": same, "gpu2": {**same, "pip": "25.1"}, "gpu3": {}}
+    # pip comes with the venv; a host without the venv installs from the same lock.
+    assert engine_lock.group_difference("Qwen/Qwen3-32B TP 2", hosts) is None
+    hosts["gpu2"] = {**same, "transformers": "4.57.3"}
+    line = engine_lock.group_difference("Qwen/Qwen3-32B TP 2", hosts)
+    assert line == (
+        "cache group Qwen/Qwen3-32B TP 2: hosts run different engine packages: transformers "
+        "4.57.1 on gpu1 vs 4.57.3 on gpu2; fix: install every host from the profile's lock "
+        "(kvceph_engine_lock), or remove what was installed by hand"
+    )
+    hosts["gpu2"] = {k: v for k, v in same.items() if k != "lmcache"}
+    assert "lmcache 0.5.6 on gpu1 vs absent on gpu2" in engine_lock.group_difference("g", hosts)
+
+
+def test_the_venvs_fact_reads_venvs_links_and_the_legacy_venv():
+    fact = EngineVenvs()
+    command = fact.command("/opt/kvceph/venv").get_raw_value()
+    assert "for d in /opt/kvceph/venv-*/;" in command and "in /opt/kvceph/engines/*;" in command
+    out = [
+        "venv 1764800000 /opt/kvceph/venv-aaaaaaaaaaaa",
+        "link /opt/kvceph/engines/vllm /opt/kvceph/venv-aaaaaaaaaaaa",
+        "legacy yes",
+    ]
+    assert fact.process(out) == {
+        "venvs": {"/opt/kvceph/venv-aaaaaaaaaaaa": 1764800000},
+        "links": {"/opt/kvceph/engines/vllm": "/opt/kvceph/venv-aaaaaaaaaaaa"},
+        "legacy": True,
+    }
+
+
+def test_the_restart_switches_the_link_by_rename_and_only_then_restarts():
+    venv = "/opt/kvceph/venv-aaaaaaaaaaaa"
+    link = ("/opt/kvceph/engines/vllm", venv)
+    cmd = str(drain.restart_command("vllm.service", 8000, link=link).get_raw_value())
+    switch, restart = cmd.split("|| exit 1;")
+    assert switch.startswith(f"ln -sfn {venv} /opt/kvceph/engines/vllm.kvceph-new && mv -Tf")
+    assert "systemctl restart vllm.service" in restart
+    plain = str(drain.restart_command("vllm.service", 8000).get_raw_value())
+    assert "ln -sfn" not in plain and plain == restart.strip()
+
+
+def test_hash_wheelhouse_is_the_files_sha256(tmp_path):
+    (tmp_path / "x-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (tmp_path / "notes.txt").write_text("not a wheel")
+    assert engine_lock.hash_wheelhouse(tmp_path) == {
+        "x-1.0-py3-none-any.whl": hashlib.sha256(b"wheel").hexdigest()
+    }
