@@ -71,7 +71,7 @@ def test_the_repeat_verdicts():
     assert _repeat(ttft=0.26, cold_ttft=2.81).status == "pass"
     slow = _repeat(ttft=1.64, cold_ttft=2.81)  # an S3 warm's TTFT
     assert slow.status == "fail" and "kvceph_verify_dram_ratio" in slow.message
-    assert "not exported" in _repeat(remote_read=None).message
+    assert "judged by TTFT" in _repeat(remote_read=None).message
     miss = _repeat(hit=0)
     assert miss.status == "fail" and "kvceph_lmcache_local_cpu" in miss.message
     assert _repeat(hit=1024).status == "fail"  # partial
