@@ -10,6 +10,10 @@ execution time, when every host is connected:
                 request returns choices; the controller reaches the bucket (head_bucket)
   2. cold       a document unique to this run (nonce first) to host A, streamed: TTFT, and
                 the objects it created (expected: prompt_tokens // chunk_size x TP)
+  2b. dram      with kvceph_lmcache_local_cpu: A again, no restart, with the run's cache_salt
+                (vLLM's GPU prefix cache misses, LMCache's keys ignore it): every chunk from
+                the node's DRAM, no S3 read, TTFT <= cold x kvceph_verify_dram_ratio
+                (deploys/verification/dram.py says why not /reset_prefix_cache)
   3. warm       restart A's unit, resend: tokens loaded from the bucket (vllm metrics delta),
                 TTFT vs cold, load bandwidth vs break-even
   4. cross-node the same document to host B of the same cache group: it must load A's chunks

@@ -165,6 +165,29 @@ def test_lmcache_loads_the_plugin_and_round_trips(tmp_path, s3, loop, caplog, ca
     remote.close()
 
 
+def test_lmcache_counts_the_plugins_reads_and_writes(tmp_path, s3, loop):
+    """LMCache 0.5.6 wraps every remote connector, plugins included, in its
+    InstrumentedRemoteConnector (connector/__init__.py CreateConnector): kvceph's GETs and PUTs
+    reach lmcache:num_remote_read_bytes / _write_bytes like the stock S3 connector's, which is
+    how status.py tells the S3 tier's hits from the DRAM tier's."""
+    from lmcache.observability import LMCStatsMonitor
+
+    backends, _ = build(tmp_path, s3, loop)
+    remote, cpu = backends["RemoteBackend-kvceph"], backends["LocalCPUBackend"]
+    assert type(remote.connection).__name__ == "InstrumentedRemoteConnector"
+    stats = LMCStatsMonitor.GetOrCreate()
+    read0, write0 = stats.interval_remote_read_bytes, stats.interval_remote_write_bytes
+    obj, _ = filled(cpu, 40)
+    size = obj.get_size()
+    remote.submit_put_task(key(40), obj).result(30)
+    obj.ref_count_down()
+    for o in remote.batched_get_blocking([key(40)]):
+        o.ref_count_down()
+    assert stats.interval_remote_write_bytes - write0 == size
+    assert stats.interval_remote_read_bytes - read0 == size
+    remote.close()
+
+
 def test_min_hit_tokens_reports_zero_and_sends_no_get(tmp_path, s3, loop):
     # 3 chunks of 16 tokens are stored; the crossover asks for 64 tokens: nothing is loaded.
     backends, _ = build(tmp_path, s3, loop, min_hit=64)

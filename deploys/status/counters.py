@@ -13,6 +13,9 @@ vLLM 0.26 (vllm/v1/metrics/loggers.py, PrometheusStatLogger) counts, per engine 
   is shown, never used for savings;
 - ``vllm:request_success{finished_reason}``: finished requests; ``vllm:prompt_tokens``.
 
+LMCache's own counters (``lmcache:num_hit_tokens``, ``lmcache:num_remote_read_bytes``, worker 0)
+split the hits by tier (deploys/status/tiers.py) where /metrics carries them.
+
 Counters reset when the engine restarts: every figure here is "since the unit's start".
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from deploys.monitoring import figures
+from deploys.status import tiers
 from deploys.verification import metrics
 
 # The counters, by what status.py calls them (names without the _total suffix prometheus_client
@@ -47,6 +51,8 @@ class Counters:
     computed_tokens: float | None
     local_queries: float | None
     local_hits: float | None
+    lmcache_hit_tokens: float | None = None  # every LMCache tier (tiers.LMCACHE_HITS)
+    remote_read_bytes: float | None = None  # worker 0's GETs (tiers.REMOTE_READ_BYTES)
 
     @property
     def hit_ratio(self) -> float | None:
@@ -91,6 +97,8 @@ def from_text(text: str) -> Counters:
         computed_tokens=read(COMPUTED),
         local_queries=read(LOCAL_QUERIES),
         local_hits=read(LOCAL_HITS),
+        lmcache_hit_tokens=read((tiers.LMCACHE_HITS, tiers.WORKER)),
+        remote_read_bytes=read((tiers.REMOTE_READ_BYTES, tiers.WORKER)),
     )
 
 

@@ -8,7 +8,7 @@ is a row that says so; ``partial`` is True when any host or read is missing.
 from __future__ import annotations
 
 from deploys import capacity
-from deploys.status import counters, savings
+from deploys.status import counters, savings, tiers
 from deploys.status.reports import age
 
 UNREACHABLE = "unreachable"
@@ -53,6 +53,9 @@ def engine_rows(name: str, me, read: dict | None, probe: dict | None, error: str
         raw = answers.get("counters")
         c = counters.from_dict(raw or {})
         figure = savings.prefill_seconds_per_token(me, c.mean_prompt_tokens)
+        tier = tiers.split(
+            c.local_hits, c.lmcache_hit_tokens, c.remote_read_bytes, me.lmcache.kv_bytes_per_token
+        )
         reused = c.reused_tokens
         drifted = bool(item["reasons"])
         rows.append(
@@ -85,6 +88,11 @@ def engine_rows(name: str, me, read: dict | None, probe: dict | None, error: str
                 "prefill_measured": figure.measured,
                 "prefill_at_tokens": figure.at_tokens,
                 "saved_gpu_seconds": savings.saved_seconds(reused, figure),
+                **tier.to_dict(),
+                "tier_saved_gpu_seconds": {
+                    name: savings.saved_seconds(tokens, figure)
+                    for name, tokens in (("gpu", tier.gpu), ("dram", tier.dram), ("s3", tier.s3))
+                },
                 "probe": probe,
             }
         )
@@ -207,7 +215,17 @@ def totals(rows: list[dict]) -> dict:
         "hit_ratio": h / q if q else None,
         "reused_tokens": sum(r.get("reused_tokens") or 0 for r in read),
         "saved_gpu_seconds": sum(r.get("saved_gpu_seconds") or 0 for r in read),
+        # per tier: None when no engine exports that tier's counter
+        **{
+            key: _sum_known(r.get(key) for r in read)
+            for key in ("tier_gpu_tokens", "tier_dram_tokens", "tier_s3_tokens")
+        },
     }
+
+
+def _sum_known(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def summary_line(doc: dict) -> str:

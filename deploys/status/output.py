@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from deploys.status import tiers
 from deploys.status.document import summary_line
 from deploys.status.reports import age
 
@@ -183,8 +184,19 @@ def crash_lines(doc: dict) -> list[str]:
     return lines
 
 
+def tier_lines(doc: dict) -> list[str]:
+    """Hits per tier, one line per engine read (deploys/status/tiers.py)."""
+    out = []
+    for r in doc["engines"]:
+        if r["reachable"] and r.get("health") is not None:
+            t = tiers.Tiers(r.get("tier_gpu_tokens"), r.get("tier_dram_tokens"),
+                            r.get("tier_s3_tokens"))  # fmt: skip
+            out.append(f"hits by tier {r['host']} {r['unit']}: {tiers.line(t)}")
+    return out
+
+
 def table(doc: dict) -> str:
-    lines = engine_table(doc) + crash_lines(doc)
+    lines = engine_table(doc) + crash_lines(doc) + tier_lines(doc)
     lines += [""] + cluster_lines(doc)
     for split in doc["cache_group_splits"]:
         values = ", ".join(f"{h}={v}" for h, v in split["values"].items())

@@ -122,6 +122,7 @@ def target_for(h, settings, vs, engine=None) -> targets.Target:
         connector=settings.lmcache.tier.connector,
         min_hit_tokens=decided.min_hit_tokens if decided else 0,
         crossover=decided.describe() if decided else "",
+        local_cpu=settings.lmcache.local_cpu,
     )
 
 

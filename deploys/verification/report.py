@@ -18,7 +18,7 @@ from deploys.verification.verdicts import FAIL, Verdict
 @dataclass
 class StepResult:
     host: str
-    step: str  # preflight | s3 | cold | warm | cross-node | fallback | cleanup
+    step: str  # preflight | s3 | cold | dram | warm | cross-node | fallback | cleanup
     verdict: Verdict
     ttft: float | None = None
     hit_tokens: float | None = None
@@ -104,9 +104,18 @@ def write_json(report: Report, directory: str | Path) -> Path:
 LAB_ENGINE = "kvceph-lab-engine"  # /v1/models owned_by of lab/engine (vLLM says "vllm")
 STEP_COLORS = {
     "cold": "tab:gray",
-    "warm": "tab:blue",
+    "dram": "tab:green",  # a same-node repeat from the node's DRAM tier
+    "warm": "tab:blue",  # after a restart: from the S3 tier
     "cross-node": "tab:cyan",
     "fallback": "silver",
+}
+# Where each step's KV comes from: the legend names the tier, so the chart shows the tiers.
+STEP_TIERS = {
+    "cold": "recompute",
+    "dram": "node DRAM",
+    "warm": "S3 after restart",
+    "cross-node": "S3, another node",
+    "fallback": "recompute, objects deleted",
 }
 
 
@@ -179,7 +188,10 @@ def write_png(report: Report, directory: str | Path) -> tuple[Path | None, str |
             ax.axvline(positions[0] - 1, color="lightgray", linestyle="--", linewidth=1)
     ax.set_ylabel("TTFT (s)")
     ax.set_title(f"kvceph verify: TTFT per step\n{report.run_id}", fontsize=10)
-    handles = [Patch(facecolor=c, edgecolor="black", label=k) for k, c in STEP_COLORS.items()]
+    handles = [
+        Patch(facecolor=c, edgecolor="black", label=f"{k}: {STEP_TIERS[k]}")
+        for k, c in STEP_COLORS.items()
+    ]
     handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="WARN / FAIL"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     note = simulated_note(report)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from deploys import remote_tier
-from deploys.verification import bookkeeping, document, metrics, sse, verdicts
+from deploys.verification import bookkeeping, document, dram, metrics, sse, verdicts
 from deploys.verification.bookkeeping import ObjectInfo
 from deploys.verification.report import Report, StepResult
 from deploys.verification.targets import Options, Target, peers_of
@@ -95,6 +95,15 @@ class Runner:
 
     def ask(self, t: Target) -> tuple[sse.StreamResult, str | None, float | None]:
         """The document, streamed: (result, hit metric, hit tokens delta)."""
+        result, before, after = self.ask_scraped(t)
+        metric, delta = metrics.hit_delta(before, after)
+        return result, metric, delta
+
+    def ask_scraped(
+        self, t: Target, salt: str | None = None
+    ) -> tuple[sse.StreamResult, list[metrics.Sample], list[metrics.Sample]]:
+        """The document, streamed, with ``cache_salt`` when given: (result, /metrics before,
+        /metrics after)."""
         before = self.scrape(t)
         body = {
             "model": t.model,
@@ -106,11 +115,12 @@ class Runner:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if salt:
+            body["cache_salt"] = salt
         result = self.http.stream(f"{t.base_url}/v1/chat/completions", body, self.o.request_timeout)
         if result.ttft is None:
             raise CheckFailed(f"the stream ended after {result.events} events without a token")
-        metric, delta = metrics.hit_delta(before, self.scrape(t))
-        return result, metric, delta
+        return result, before, self.scrape(t)
 
     def restart(self, t: Target) -> None:
         error = self.control.restart(t.name, self.o.restart_timeout)
@@ -229,13 +239,15 @@ class Runner:
     def cycle(
         self, a: Target, b: Target | list[Target] | None, no_peer: str = "skipped: one host"
     ) -> None:
-        """Cold on A, warm on A after a restart, cross-engine / cross-node on each peer (another
-        engine of A's host, an engine of another host), fallback on A."""
+        """Cold on A, a same-node repeat on A (its DRAM tier), warm on A after a restart,
+        cross-engine / cross-node on each peer (another engine of A's host, an engine of another
+        host), fallback on A."""
         peers = [] if b is None else [b] if isinstance(b, Target) else list(b)
         cold = self.cold(a)
         if cold is None:
             self._skip_rest(a, b, "the cold request failed")
             return
+        self.dram(a, cold)
         self.warm(a, cold)
         self.cross(a, peers, cold, no_peer)
         self.fallback(a, cold.created, cold.expected, cold.ttft)
@@ -290,6 +302,49 @@ class Runner:
             if (hit or 0) < cold.expected_hit
             else (),
         }
+
+    def dram(self, a: Target, cold: Cold) -> None:
+        """A again, no restart, with the run's cache_salt (deploys/verification/dram.py): every
+        chunk from the node's DRAM tier, none from S3, TTFT at most cold x dram_ratio."""
+        if not a.local_cpu:
+            why = "skipped: the DRAM tier is off (kvceph_lmcache_local_cpu: false)"
+            self.report.add(StepResult(a.name, "dram", Verdict(SKIP, why)))
+            return
+        try:
+            got, before, after = self.ask_scraped(a, dram.salt(self.nonce))
+        except CheckFailed as exc:
+            self._failed(a, "dram", exc, cold)
+            return
+        metric, hit = metrics.hit_delta(before, after)
+        gpu_hit = dram.delta(before, after, dram.GPU_HITS)
+        remote_read = dram.delta(before, after, dram.REMOTE_READ_BYTES)
+        self.report.add(
+            StepResult(
+                a.name,
+                "dram",
+                dram.repeat(
+                    hit=hit,
+                    expected_hit=cold.expected_hit,
+                    metric=metric,
+                    gpu_hit=gpu_hit,
+                    remote_read=remote_read,
+                    ttft=got.ttft,
+                    cold_ttft=cold.ttft,
+                    ratio=self.o.dram_ratio,
+                    kv_bytes=cold.kv_bytes,
+                ),
+                ttft=got.ttft,
+                hit_tokens=hit,
+                figures={
+                    "metric": metric,
+                    "expected_hit_tokens": cold.expected_hit,
+                    "gpu_prefix_hit_tokens": gpu_hit,
+                    "remote_read_bytes": remote_read,
+                    "ttft_ratio": got.ttft / cold.ttft if cold.ttft else None,
+                    "threshold": self.o.dram_ratio,
+                },
+            )
+        )
 
     def warm(self, a: Target, cold: Cold) -> None:
         """A after a restart: a restart empties GPU and CPU caches, so every hit is the bucket's."""
@@ -447,7 +502,7 @@ class Runner:
         self.report.add(StepResult(a.name, "cleanup", verdict, objects=len(present)))
 
     def _skip_rest(self, a: Target, b: Target | None, why: str) -> None:
-        for host, step in ((a, "warm"), (b or a, "cross-node"), (a, "fallback")):
+        for host, step in ((a, "dram"), (a, "warm"), (b or a, "cross-node"), (a, "fallback")):
             self.report.add(StepResult(host.name, step, Verdict(SKIP, f"skipped: {why}")))
 
     def run(self, groups: list[list[Target]]) -> Report:

@@ -27,6 +27,7 @@ class Target:
     connector: str = "lmcache"
     min_hit_tokens: int = 0
     crossover: str = ""  # where min_hit_tokens came from (crossover.Crossover.describe())
+    local_cpu: bool = False  # LMCache's DRAM tier (kvceph_lmcache_local_cpu): the DRAM step
 
     @property
     def prefix(self) -> str:
@@ -53,6 +54,7 @@ class Options:
     document_tokens: int = 16384
     output_tokens: int = 32
     warm_ratio: float = 1.0
+    dram_ratio: float = 0.15
     fallback_tolerance: float = 0.5
     request_timeout: int = 600
     restart_timeout: int = 180

@@ -25,12 +25,13 @@ def test_full_cycle_passes_and_writes_the_report(converged):
     run = verify()
     assert run.rc == 0, run.output[-5000:]
     assert "all checks passed" in run.output
-    for step in ("cold", "warm", "cross-node", "fallback"):
+    for step in ("cold", "dram", "warm", "cross-node", "fallback"):
         assert f"gpu1        {step}" in run.output or f"gpu2        {step}" in run.output
     report = json.loads((REPORTS / "verify-latest.json").read_text())
     assert report["passed"] is True
     verdicts = {(s["host"], s["step"]): s["verdict"] for s in report["steps"]}
     assert verdicts[("gpu1", "cold")] == "pass"
+    assert verdicts[("gpu1", "dram")] == "pass"  # a same-node repeat, from the DRAM tier
     assert verdicts[("gpu1", "warm")] == "pass"
     assert verdicts[("gpu2", "cross-node")] == "pass"
     assert verdicts[("gaudi1", "cross-node")] == "skip"  # one host in its group: said, not passed

@@ -62,11 +62,18 @@ class FakeEngine:
         self.stream_error = None
         self.foreign_writes = 0
         self.min_hit = 0  # kvceph's connector: hits below it are reported as 0
+        self.local_cpu = False  # LMCache's DRAM tier: chunks this process stored or loaded
+        self.honours_salt = True  # vLLM >= 0.9: cache_salt joins its prefix cache's hash
+        self.lmcache_metrics = False  # LMCache's counters on /metrics (PROMETHEUS_MULTIPROC_DIR)
         self.restart()
 
     def restart(self):
         self.hits = 0.0
         self.computed = 0.0
+        self.gpu_hits = 0.0
+        self.remote_read = 0.0
+        self.gpu: set = set()  # vLLM's prefix cache: (salt, prompt) it computed
+        self.dram: set[str] = set()
 
     def keys(self, words):
         out, h = [], self.salt
@@ -81,27 +88,41 @@ class FakeEngine:
             )
         return out
 
-    def prefill(self, words):
-        """Returns seconds to the first token; loads/stores like LMCache (full chunks only)."""
+    def prefill(self, words, salt=None):
+        """Returns seconds to the first token; loads/stores like LMCache (full chunks only);
+        vLLM's prefix cache answers a prompt it computed under the same salt first."""
+        seen = (salt if self.honours_salt else None, tuple(words))
+        if seen in self.gpu:
+            self.gpu_hits += len(words) - 1
+            self.computed += 1
+            return self.ms_per_token / 1000
+        self.gpu.add(seen)
         chunks = self.keys(words)
         present = self.bucket.list("")
-        hit = 0
+        hit = dram = 0
         for keys in chunks:
+            if self.loads_ok and all(k in self.dram for k in keys) and hit == dram:
+                hit, dram = hit + 1, dram + 1
+                continue
             if not self.loads_ok or not all(k in present for k in keys):
                 break
             hit += 1
-        if hit * CHUNK < self.min_hit:
-            hit = 0
+        if (hit - dram) * CHUNK < self.min_hit:
+            hit = dram
         loaded = hit * CHUNK - (1 if hit * CHUNK == len(words) else 0)
         self.hits += loaded
         self.computed += len(words) - loaded
+        self.remote_read += (hit - dram) * self.tp * CHUNK * 64
+        if self.local_cpu:
+            self.dram.update(k for keys in chunks for k in keys)
         if self.writes_ok:
             for keys in chunks[hit:]:
                 for k in keys:
                     self.bucket.put(k, CHUNK * 64)
             for i in range(self.foreign_writes):
                 self.bucket.put(f"{self.model.replace('/', '_')}@{self.tp}@0@f{i:015x}@bfloat16", 1)
-        return ((len(words) - loaded) * self.ms_per_token + hit * self.ms_per_chunk) / 1000
+        took = (len(words) - loaded) * self.ms_per_token + (hit - dram) * self.ms_per_chunk
+        return (took + dram * self.ms_per_chunk / 10) / 1000
 
     def metrics(self):
         base = f'model_name="{self.model}",engine="0"'
@@ -109,6 +130,11 @@ class FakeEngine:
         return (
             f'{src}{{{base},source="external_kv_transfer"}} {self.hits}\n'
             f'{src}{{{base},source="local_compute"}} {self.computed}\n'
+            f"vllm:prefix_cache_hits_total{{{base}}} {self.gpu_hits}\n"
+        ) + (
+            f'lmcache:num_remote_read_bytes_total{{worker_id="0"}} {self.remote_read}\n'
+            if self.lmcache_metrics
+            else ""
         )
 
 
@@ -152,7 +178,7 @@ def _handler(engine):
                 self.wfile.flush()
 
             event({"choices": [{"delta": {"role": "assistant", "content": ""}}]})
-            time.sleep(engine.prefill(words))
+            time.sleep(engine.prefill(words, req.get("cache_salt")))
             if engine.stream_error:
                 event({"error": {"message": engine.stream_error, "code": 500}})
                 return

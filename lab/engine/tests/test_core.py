@@ -55,7 +55,7 @@ def engine(engine_env, tmp_path):
     else:
         proc.kill()
         pytest.fail(f"engine did not start: {log.read_text()}")
-    proc.log = log
+    proc.log, proc.port = log, port
     yield proc
     if proc.poll() is None:
         proc.kill()
@@ -85,3 +85,23 @@ def test_a_stopped_server_takes_its_core_along(engine):
         time.sleep(0.1)
     assert not Path(f"/proc/{core}").exists()
     assert "died unexpectedly" not in engine.log.read_text()
+
+
+def test_cache_salt_is_checked_and_keys_vllms_prefix_cache_as_vllm_does(engine):
+    """vLLM's check_cache_salt_support: a salt must be a non-empty string (400 otherwise); a
+    salted repeat misses vLLM's prefix cache, the same salt again hits it."""
+    url = f"http://127.0.0.1:{engine.port}"
+    body = {"model": "m", "prompt": "word " * 300, "max_tokens": 1}
+
+    def hits():
+        text = http("GET", f"{url}/metrics")[1]
+        return _conftest.metric(text, "vllm:prefix_cache_hits_total")
+
+    status, answer = http("POST", f"{url}/v1/completions", {**body, "cache_salt": ""})
+    assert status == 400 and "'cache_salt' must be a non-empty string" in str(answer)
+    assert http("POST", f"{url}/v1/completions", body)[0] == 200
+    first = hits()
+    assert http("POST", f"{url}/v1/completions", {**body, "cache_salt": "run-1"})[0] == 200
+    assert hits() == first  # a new salt: nothing from the prefix cache
+    assert http("POST", f"{url}/v1/completions", {**body, "cache_salt": "run-1"})[0] == 200
+    assert hits() > first  # the same salt again: vLLM's prefix cache answers

@@ -120,3 +120,21 @@ def test_the_crossover_gates_the_remote_tier_only():
     run(e, tokens)
     assert run(e, tokens).dram_loaded == 4 * CHUNK  # a DRAM hit always pays
     assert run(engine(store, dram_bytes=1 << 22), tokens).loaded == 0  # S3's is skipped
+
+
+def test_a_cache_salt_misses_the_gpu_prefix_cache_but_not_lmcache():
+    """vLLM mixes cache_salt into its prefix cache's first block; LMCache 0.5.6 hashes tokens
+    only: a repeat with a fresh salt is served by the DRAM tier (verify.py's DRAM step)."""
+    store = MemoryStore()
+    tokens = doc(8 * CHUNK + 1)
+    e = engine(store, dram_bytes=1 << 22)
+    e.local = type(e.local)(1 << 16)  # GPU prefix caching on
+    run(e, tokens)
+    again = run(e, tokens)
+    assert again.local_hit == 8 * CHUNK and again.loaded == 0  # the GPU prefix cache answered
+    salted, _ = e.prefill("r", tokens, salt="verify-1")
+    assert salted.local_hit == 0 and salted.loaded == salted.dram_loaded == 8 * CHUNK
+    assert salted.remote_read_bytes == 0
+    # the same salt again: the GPU prefix cache has it now
+    assert e.prefill("r", tokens, salt="verify-1")[0].local_hit == 8 * CHUNK
+    assert e.prefill("r", tokens, salt="verify-2")[0].local_hit == 0

@@ -102,7 +102,12 @@ class PrefillResult:
 
 
 class LocalPrefixCache:
-    """vLLM's in-GPU prefix cache, reduced to an LRU set of chained 16-token block hashes."""
+    """vLLM's in-GPU prefix cache, reduced to an LRU set of chained 16-token block hashes.
+
+    A request's ``cache_salt`` joins the first block's hash (vLLM's extra keys of block 0), so
+    every block of a salted request differs from the same tokens unsalted or salted otherwise.
+    LMCache 0.5.6's LMCacheConnectorV1 hashes tokens only: its chunks hit whatever the salt.
+    """
 
     def __init__(self, capacity_tokens: int):
         self.capacity_blocks = capacity_tokens // VLLM_BLOCK_SIZE  # 0: prefix caching off
@@ -110,17 +115,17 @@ class LocalPrefixCache:
         self._lock = threading.Lock()
 
     @staticmethod
-    def _hashes(tokens: list[int]) -> list[bytes]:
-        out, prev = [], b""
+    def _hashes(tokens: list[int], salt: str | None = None) -> list[bytes]:
+        out, prev = [], hashlib.sha256(salt.encode()).digest() if salt else b""
         for i in range(0, len(tokens) - len(tokens) % VLLM_BLOCK_SIZE, VLLM_BLOCK_SIZE):
             prev = hashlib.sha256(prev + repr(tokens[i : i + VLLM_BLOCK_SIZE]).encode()).digest()
             out.append(prev)
         return out
 
-    def hit_tokens(self, tokens: list[int]) -> int:
+    def hit_tokens(self, tokens: list[int], salt: str | None = None) -> int:
         n = 0
         with self._lock:
-            for h in self._hashes(tokens):
+            for h in self._hashes(tokens, salt):
                 if h not in self._blocks:
                     break
                 self._blocks.move_to_end(h)
@@ -128,9 +133,9 @@ class LocalPrefixCache:
         # vLLM never reports the whole prompt as cached: the last token is always computed
         return min(n, ((len(tokens) - 1) // VLLM_BLOCK_SIZE) * VLLM_BLOCK_SIZE)
 
-    def insert(self, tokens: list[int]) -> None:
+    def insert(self, tokens: list[int], salt: str | None = None) -> None:
         with self._lock:
-            for h in self._hashes(tokens):
+            for h in self._hashes(tokens, salt):
                 self._blocks[h] = None
                 self._blocks.move_to_end(h)
             while self._blocks and len(self._blocks) > self.capacity_blocks:
@@ -368,14 +373,19 @@ class KVEngine:
             )
         return got or 0
 
-    def prefill(self, req_id: str, tokens: list[int]) -> tuple[PrefillResult, list]:
-        """Lookup, load and simulated prefill. Returns the result and the chunks to store."""
+    def prefill(
+        self, req_id: str, tokens: list[int], salt: str | None = None
+    ) -> tuple[PrefillResult, list]:
+        """Lookup, load and simulated prefill. Returns the result and the chunks to store.
+
+        + salt: the request's cache_salt (vLLM's prefix cache only; LMCache ignores it)
+        """
         n = len(tokens)
         with self.gpu:
             if self.dead:
                 raise EngineDead(self.dead)
             t0 = time.monotonic()
-            local_hit = self.local.hit_tokens(tokens)
+            local_hit = self.local.hit_tokens(tokens, salt)
             chunks, hits = self._lookup(tokens)
             external_hit = chunks[hits - 1][1] if hits else 0
             # LMCacheConnectorV1.get_num_new_matched_tokens: full-prompt hit -> recompute the
@@ -422,7 +432,7 @@ class KVEngine:
             prefill_seconds = computed * self.prefill_ms_per_token / 1000.0
             if prefill_seconds > 0:
                 time.sleep(prefill_seconds)
-            self.local.insert(tokens)
+            self.local.insert(tokens, salt)
         # LMCache skips saving the chunks its lookup already found
         to_store = [] if self.kv_role == "kv_consumer" else chunks[hits:]
         return (

@@ -37,8 +37,8 @@ COUNTERS = {
 # LMCache 0.5.6's own counters (lmcache/observability.py PrometheusLogger), one series per
 # worker, labelled model_name / role / served_model_name / worker_id. num_hit_tokens counts what
 # a retrieve loaded from any tier, num_remote_read_bytes what its remote connector read
-# (InstrumentedRemoteConnector: the stock S3 connector; a remote_storage_plugin such as
-# kvceph's is not wrapped, so it reads 0 there). The DRAM tier's share is the difference.
+# (InstrumentedRemoteConnector wraps every remote connector, kvceph's plugin included:
+# connector/tests/test_lmcache_plugin.py). The DRAM tier's share is the difference.
 # They reach vLLM's /metrics only through prometheus_client's multiprocess directory
 # (PROMETHEUS_MULTIPROC_DIR shared by the API server and the workers), as here.
 LMCACHE_COUNTERS = {

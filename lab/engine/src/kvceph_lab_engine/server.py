@@ -254,6 +254,10 @@ class Handler(BaseHTTPRequestHandler):
                 "messages or completion.",
                 param="max_tokens" if chat else "prompt",
             )
+        salt = req.get("cache_salt")
+        if salt is not None and (not isinstance(salt, str) or not salt):
+            # vLLM's check_cache_salt_support (protocol.py), as its 400 words it
+            raise ApiError(400, "Parameter 'cache_salt' must be a non-empty string if provided.")
         stream = bool(req.get("stream", False))
         include_usage = bool((req.get("stream_options") or {}).get("include_usage", False))
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
@@ -267,7 +271,7 @@ class Handler(BaseHTTPRequestHandler):
             app.metrics.running += 1
         try:
             try:
-                result, to_store = app.engine.prefill(rid, tokens)
+                result, to_store = app.engine.prefill(rid, tokens, salt)
             except LoadFailed as exc:
                 raise ApiError(500, str(exc), "InternalServerError") from exc
             except EngineDead as exc:
