@@ -158,7 +158,7 @@ _lab-up: venv deps $(KVCEPH_SECRETS_FILE) $(WHEELHOUSE)/.built
 	lab/lab.sh up
 
 # The lab engine and its dependencies as wheels: lab hosts have no route to any index.
-$(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.toml | grep -v /tests/)
+$(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.toml | grep -v /tests/) lab/engine/build-wheelhouse.sh
 	@rm -rf $(WHEELHOUSE) && $(STEP) wheelhouse "pip: lab engine + lmcache wheels for the offline hosts" \
 	  lab/engine/build-wheelhouse.sh $(WHEELHOUSE) >/dev/null
 	@touch $@
