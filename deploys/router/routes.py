@@ -91,6 +91,25 @@ def worker_urls(route: Route) -> list[str]:
     return [w.url for w in route.workers]
 
 
+# The router's retry backoff (vllm-router's defaults: 50 ms x 1.5^n, 5 tries, ~0.7 s in all).
+RETRY_FIRST_MS, RETRY_FACTOR, RETRY_MAX_MS = 100, 1.5, 1000
+
+
+def retries(r: RouterSettings) -> int:
+    """Tries whose backoff outlasts the health bound: a request the router sent to an engine
+    that just began to drain (503) or restart (refused) is retried until the health checks
+    have taken that engine out of the pool, and then lands on another one (docs/router.md
+    "Drain"). The bound: ``health_failures + 1`` intervals (the first check may come a whole
+    interval after the drain began), and a second of margin."""
+    bound_ms = ((r.health_failures + 1) * r.health_interval + 1) * 1000
+    total, wait, tries = 0.0, float(RETRY_FIRST_MS), 1
+    while total < bound_ms:
+        total += min(wait, RETRY_MAX_MS)
+        wait *= RETRY_FACTOR
+        tries += 1
+    return tries
+
+
 def config(route: Route, r: RouterSettings) -> dict:
     """The launcher's configuration (deploys/remote/router_launch.py): no secret in it."""
     return {
@@ -103,9 +122,14 @@ def config(route: Route, r: RouterSettings) -> dict:
         "health_success_threshold": 1,
         "health_check_timeout_secs": 2,
         "health_check_endpoint": "/health",
-        # The router waits this long for its workers at start: an engine down then must not
-        # keep the route closed (the health checks bring it in later).
-        "worker_startup_timeout_secs": 30,
+        "retry_max_retries": retries(r),
+        "retry_initial_backoff_ms": RETRY_FIRST_MS,
+        "retry_backoff_multiplier": RETRY_FACTOR,
+        "retry_max_backoff_ms": RETRY_MAX_MS,
+        # At start the router does not listen until an engine is healthy, and exits after
+        # this long without one (a restart loop while the engines start with it): it waits
+        # as long as the deploy waits for an engine (the health checks bring in the rest).
+        "worker_startup_timeout_secs": 600,
         "worker_startup_check_interval": 1,
         # Metrics of each route on its own port beside it (port + 1000), loopback only.
         "prometheus_host": "127.0.0.1",

@@ -2,17 +2,19 @@
 serving the lab's model on :8100 with every engine a worker; no route open without the
 engines' key; a repeat lands on the engine that holds its prefix (a GPU-tier hit, not a
 recompute); an engine that stops leaves the pool within the health bound and returns after
-readiness, and no request through the router fails meanwhile."""
+readiness, and no request through the router fails meanwhile; a rolling restart of every
+engine under a steady stream through the router cuts and refuses none of it."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
 
-from conftest import HOSTS, INFERENCE, ssh
-from lab_client import auth_headers, long_prompt, metric, wait_health
+from conftest import HOSTS, INFERENCE, pyinfra, restore_needed, ssh
+from lab_client import StreamLoad, auth_headers, long_prompt, metric, wait_health
 
 ROUTER = f"http://{HOSTS['ceph1']}:8100"
 UNIT = "kvceph-router@8100.service"
@@ -62,7 +64,21 @@ def workers() -> dict[str, bool]:
     return {w["url"]: w["is_healthy"] for w in found["workers"]}
 
 
+def ready_router(timeout: float = 60) -> None:
+    """The router listens once an engine is healthy (after a deploy restarted it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if call("/readiness", headers=auth_headers(), timeout=5)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"router not ready within {timeout} s")
+
+
 def test_router_unit_hardened_and_every_engine_a_worker(converged):
+    ready_router()
     show = ssh("ceph1", f"systemctl show -p ActiveState -p DynamicUser -p NoNewPrivileges {UNIT}")
     assert "ActiveState=active" in show.stdout and "DynamicUser=yes" in show.stdout
     # the key never on the command line
@@ -115,3 +131,26 @@ def test_only_healthy_engines_get_requests(converged):
         time.sleep(0.2)
     assert workers()[gpu2], "gpu2 not back in the pool 10 s after its readiness"
     print(f"gpu2 back in the pool {time.monotonic() - started:.1f} s after its readiness")
+
+
+def test_a_roll_through_the_router_cuts_and_refuses_nothing(request, lab, converged):
+    # Three clients, each its own prompt: cache_aware keeps each on one engine until that
+    # engine drains (its /health 503) and the router moves it.
+    clients = {f"client{i}": (HOSTS["ceph1"], 8100) for i in range(3)}
+    ready_router()
+    try:
+        with StreamLoad(clients, max_tokens=60) as load:
+            time.sleep(1)
+            run = pyinfra("--data", "kvceph_lmcache_blocking_timeout_secs=108", json_out=False)
+            time.sleep(1)
+        assert run.rc == 0, run.output[-6000:]
+        assert len(re.findall(r"restart batch \d+: \S+ vllm.service healthy", run.output)) == 3
+        assert load.accepted(), "nothing got through the router"
+        print(f"{len(load.accepted())} accepted, {len(load.refused())} refused")
+        assert load.refused() == [], load.refused()[:5]
+        assert load.cut() == [], load.cut()[:5]
+        print(f"{len(load.accepted())} streams through the router during the roll, 0 cut")
+    finally:
+        if restore_needed(request, lab):
+            restore = pyinfra(json_out=False)
+            assert restore.rc == 0, restore.output[-4000:]
