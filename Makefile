@@ -215,7 +215,7 @@ _lab-secrets: $(KVCEPH_SECRETS_FILE)
 	  echo "KVCEPH_PYTHON_HASH_SEED=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')" >> $(KVCEPH_SECRETS_FILE); }
 
 # The lab engine and its dependencies as wheels: lab hosts have no route to any index.
-$(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.toml | grep -v /tests/)
+$(WHEELHOUSE)/.built: $(shell find lab/engine -name '*.py' -o -name pyproject.toml | grep -v /tests/) lab/engine/build-wheelhouse.sh
 	@rm -rf $(WHEELHOUSE) && $(STEP) wheelhouse "pip: lab engine + lmcache wheels for the offline hosts" \
 	  lab/engine/build-wheelhouse.sh $(WHEELHOUSE) >/dev/null
 	@touch $@

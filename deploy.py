@@ -13,6 +13,7 @@ Stages, in the order of the procedure (each a module in deploys/stages/):
   5. vLLM service       env + unit, rolling restart only where the config digest changed
   6. Readiness check    /health and a minimal completion (read-only)
      Monitoring         (hosts of group monitoring) Prometheus targets, rules, Grafana dashboard
+     Router             (hosts of group router) the cache-aware router in front of the engines
 The full cold -> warm -> cold proof is verify.py (it restarts engines and writes objects).
 """
 
@@ -56,3 +57,8 @@ if me.monitoring is not None:
     from deploys.stages import monitoring
 
     monitoring.apply(me, checked)
+
+if me.router is not None:
+    from deploys.stages import router
+
+    router.apply(me, checked)

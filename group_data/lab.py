@@ -78,6 +78,7 @@ if _lab_ceph() == "cephadm":
 # No accelerators here: the lab engine stands in for vLLM + LMCache.
 kvceph_accelerator_check = False
 kvceph_engine_wheelhouse = f"{_LAB}/wheelhouse"
+kvceph_router_wheelhouse = f"{_LAB}/wheelhouse/router"
 # The lab's KV is small (lab/engine/README.md "Sizes and scaling"): 128 bytes per token for the
 # whole "model" (64 per worker at TP 2, 128 on the TP 1 Gaudi host), loaded through a simulated
 # S3 path of 2 MB/s per host. LMCache's buffer and timeouts are derived from these figures by
@@ -141,4 +142,5 @@ if not os.environ.get("KVCEPH_LAB_HOSTS"):
 # (tests/integration/test_06_security.py). The benchmark lab keeps kvceph's defaults.
 if not os.environ.get("KVCEPH_LAB_HOSTS"):
     kvceph_vllm_bind = "::"
-    kvceph_vllm_open_networks = [f"10.213.{7 + _INSTANCE}.1/32"]
+    # ceph1 runs the router (inventories/lab.py), whose health checks carry no key.
+    kvceph_vllm_open_networks = [f"10.213.{7 + _INSTANCE}.1/32", f"{_CEPH1}/32"]

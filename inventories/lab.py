@@ -38,6 +38,9 @@ _GAUDI = {"kvceph_cache_group": "gaudi"}
 ceph_admin = [_host("ceph1", f"{_NET}.11")]
 rgw = [_host("ceph1", f"{_NET}.11")]
 gpu = [_host("gpu1", f"{_NET}.21", **_GPU), _host("gpu2", f"{_NET}.22", **_GPU)]
+# The cache-aware router (docs/router.md) on ceph1: no engine restart ever stops it, and the lab
+# has no host to spare.
+router = [_host("ceph1", f"{_NET}.11")]
 # KVCEPH_LAB_ENGINES=a,b: gpu1 runs engines engine-a, engine-b, ... (tests/integration/
 # test_10_engines.py), each on its own two emulated devices (TP 2) and port: engine-a on 0,1 at
 # 8000, engine-b on 2,3 at 8001, ... (by letter, so removing one leaves the others as they are).

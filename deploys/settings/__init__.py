@@ -16,7 +16,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from deploys.settings import engine_env, file_formats, keys, monitoring, run_control, security
+from deploys.settings import (
+    engine_env,
+    file_formats,
+    keys,
+    monitoring,
+    router,
+    run_control,
+    security,
+)
 from deploys.settings.ceph import CephSettings, RgwSettings, ceph_settings, rgw_settings
 from deploys.settings.engine import EngineSettings, engine_settings
 from deploys.settings.lmcache import LMCacheSettings, lmcache_settings
@@ -49,6 +57,7 @@ class HostSettings:
     given: tuple[tuple[str, str], ...] = ()
     read_keys: frozenset[str] = frozenset()
     monitoring: monitoring.MonitoringSettings | None = None  # hosts of group monitoring
+    router: router.RouterSettings | None = None  # hosts of group router
 
     @property
     def is_inference(self) -> bool:
@@ -103,6 +112,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
         probe=probe_settings(r),
         run=run_control.load(r),
         monitoring=monitoring.load(r) if monitoring.GROUP in groups else None,
+        router=router.load(r) if router.GROUP in groups else None,
     )
     given = tuple((k, repr(r.peek(k))) for k in keys.data_keys(data) if k.startswith(keys.PREFIX))
     return dataclasses.replace(settings, given=given, read_keys=frozenset(r.read))

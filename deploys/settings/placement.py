@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
 
 def _roles(h: HostSettings) -> str:
-    roles = [g for g in ("ceph_admin", "gpu", "gaudi", "rgw", "monitoring") if g in h.groups]
+    roles = [
+        g for g in ("ceph_admin", "gpu", "gaudi", "rgw", "monitoring", "router") if g in h.groups
+    ]
     return "/".join(roles) or "no kvceph group"
 
 

@@ -19,6 +19,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from deploys.monitoring import status_metrics
 from deploys.status import collect, document, drift, output, reports
+from deploys.status import router as status_router
 
 _ONCE = BoundedSemaphore()
 # The run's document, kept on its State object (an id(state) key outlives its State).
@@ -99,9 +100,33 @@ def build(state, inventory, checked) -> dict:
         "prefill_note": figure_note or "no engine read",
         "totals": document.totals(rows),
     }
-    doc["problems"] = document.problems(doc)
+    doc["routers"] = _routers(inventory, checked)
+    doc["problems"] = document.problems(doc) + status_router.problems(doc["routers"])
     doc["partial"] = bool(doc["problems"])
     return doc
+
+
+def _routers(inventory, checked) -> list[dict]:
+    """The router hosts' routes (deploys/status/router.py); a host not read is a row."""
+    rows = []
+    for name, me in checked.hosts.items():
+        if me.router is None:
+            continue
+        try:
+            rows += status_router.read(inventory.get_host(name), me, checked)
+        except Exception as exc:  # noqa: BLE001 - a host lost mid-read is a row, not a crash
+            rows.append(
+                {
+                    "host": name,
+                    "model": "",
+                    "port": me.router.port,
+                    "readiness": None,
+                    "error": _error(exc),
+                    "workers": [],
+                    "missing": [],
+                }
+            )
+    return rows
 
 
 def run(state, inventory, checked) -> dict:
@@ -115,7 +140,7 @@ def run(state, inventory, checked) -> dict:
     first = next(h for h in checked.hosts.values() if h.is_inference)
     report_dir = first.verify.report_dir
     json_path, png_path = outputs(inventory.get_host(first.host).data, report_dir, doc["run"])
-    print(output.table(doc), flush=True)
+    print("\n".join([output.table(doc), *status_router.lines(doc["routers"])]), flush=True)
     path = output.write_json(doc, json_path)
     if json_path.parent == Path(report_dir):
         output.write_json(doc, json_path.parent / "status-latest.json")

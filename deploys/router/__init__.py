@@ -1,0 +1,1 @@
+"""PURE: the cache-aware router's routes, configuration and unit (docs/router.md)."""

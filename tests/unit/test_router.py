@@ -1,0 +1,135 @@
+"""The router's routes from the lab's own group_data and inventory layout: one route per served
+model, every engine of every cache group serving it a worker; the launcher's config and the
+unit carry no secret; the settings refuse what would not work."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from deploys import settings
+from deploys.router import routes as routing
+from deploys.router import unit
+from deploys.settings import group_data
+from deploys.settings.reader import SettingsError
+
+LAB = {
+    "ceph1": ("ceph_admin", "rgw", "router", "lab"),
+    "gpu1": ("gpu", "lab"),
+    "gpu2": ("gpu", "lab"),
+    "gaudi1": ("gaudi", "lab"),
+}
+IPS = {
+    "ceph1": "10.213.7.11",
+    "gpu1": "10.213.7.21",
+    "gpu2": "10.213.7.22",
+    "gaudi1": "10.213.7.31",
+}
+LAB_ENV = {"KVCEPH_LAB_INSTANCE": "0", "KVCEPH_LAB_CEPH": "pacific"}
+
+
+def hosts(**extra) -> dict:
+    data = group_data.read(("all", "lab"), LAB_ENV)
+    data.pop("kvceph_s3_ca_bundle", None)
+    data.update(extra)
+    # inventories/lab.py: the Gaudi host runs TP 1, its own cache group
+    gaudi = {**data, "kvceph_tensor_parallel_size": 1}
+    return {n: settings.load(gaudi if n == "gaudi1" else data, n, g) for n, g in LAB.items()}
+
+
+def test_one_route_per_served_model_with_every_engine_of_every_cache_group():
+    h = hosts()
+    (route,) = routing.routes(h, IPS, h["ceph1"].router, "ceph1")
+    assert route.model == h["gpu1"].engine.model
+    assert route.port == 8100
+    assert routing.worker_urls(route) == [
+        "http://10.213.7.31:8000",
+        "http://10.213.7.21:8000",
+        "http://10.213.7.22:8000",
+    ]
+    # gaudi1 serves the same model at TP 1: its own cache group, the same route.
+    assert len(route.cache_groups) == 2
+    assert route.unit == "kvceph-router@8100.service"
+
+
+def test_several_engines_per_host_are_each_a_worker():
+    h = hosts()
+    data = group_data.read(("all", "lab"), LAB_ENV)
+    data.pop("kvceph_s3_ca_bundle", None)
+    data.update(
+        kvceph_accelerator_count=4,
+        kvceph_engines=[
+            {"name": "engine-a", "devices": [0, 1], "port": 8000},
+            {"name": "engine-b", "devices": [2, 3], "port": 8001},
+        ],
+    )
+    h["gpu1"] = settings.load(data, "gpu1", LAB["gpu1"])
+    (route,) = routing.routes(h, IPS, h["ceph1"].router, "ceph1")
+    gpu1 = [w for w in route.workers if w.host == "gpu1"]
+    assert [(w.engine, w.url) for w in gpu1] == [
+        ("engine-a", "http://10.213.7.21:8000"),
+        ("engine-b", "http://10.213.7.21:8001"),
+    ]
+
+
+def test_a_second_served_model_needs_its_own_port():
+    h = hosts()
+    data = group_data.read(("all", "lab"), LAB_ENV)
+    data.pop("kvceph_s3_ca_bundle", None)
+    data["kvceph_model"] = "Other/Model-8B"
+    data.pop("kvceph_model_revision", None)
+    data.pop("kvceph_model_source", None)
+    data.pop("kvceph_model_mirror_from", None)
+    h["gaudi1"] = settings.load(data, "gaudi1", LAB["gaudi1"])
+    with pytest.raises(SettingsError, match="ceph1: kvceph_router_ports has no port for"):
+        routing.routes(h, IPS, h["ceph1"].router, "ceph1")
+    h["ceph1"] = hosts(kvceph_router_ports={h["gpu1"].engine.model: 8100, "Other/Model-8B": 8101})[
+        "ceph1"
+    ]
+    got = routing.routes(h, IPS, h["ceph1"].router, "ceph1")
+    assert [(r.model, r.port, len(r.workers)) for r in got] == [
+        ("Other/Model-8B", 8101, 1),
+        (h["gpu1"].engine.model, 8100, 2),
+    ]
+
+
+def test_config_and_unit_carry_no_key_and_name_the_health_bound():
+    h = hosts()
+    r = h["ceph1"].router
+    (route,) = routing.routes(h, IPS, r, "ceph1")
+    config = routing.config(route, r)
+    assert config["policy"] == "cache_aware"
+    # An engine leaves the pool after 2 failed checks 1 s apart (docs/router.md "Drain").
+    assert (config["health_check_interval_secs"], config["health_failure_threshold"]) == (1, 2)
+    assert config["health_check_endpoint"] == "/health"
+    # the retries' backoff outlasts that bound: 100+150+225+338+506+759+1000+1000 ms > 4 s
+    assert config["retry_max_retries"] == 9
+    assert "api_key" not in json.dumps(config)
+    text = unit.text(r, api_key=True)
+    assert f"LoadCredential=api-key:{unit.KEY_PATH}" in text
+    assert "DynamicUser=yes" in text and "CapabilityBoundingSet=\n" in text
+    assert "--api-key" not in text
+    assert routing.api_key_validation_urls(route)[0] == "http://10.213.7.31:8000/v1/models"
+
+
+def test_the_launcher_takes_the_key_from_systemds_credentials_only():
+    tree = ast.parse(unit.LAUNCHER_SOURCE.read_text())
+    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert "argv" in names  # the config path only
+    assert "CREDENTIALS_DIRECTORY" in unit.LAUNCHER_SOURCE.read_text()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("kvceph_router_policy", "random", "is not a policy kvceph deploys"),
+        ("kvceph_router_port", 80, "must be >= 1024"),
+        ("kvceph_router_ports", {"a": 8100, "b": 8100}, "gives two models one port"),
+        ("kvceph_router_ports", ["a"], "is not a mapping"),
+    ],
+)
+def test_settings_refuse(key, value, problem):
+    with pytest.raises(SettingsError, match=problem):
+        hosts(**{key: value})
