@@ -108,7 +108,8 @@ class PairRunner(Runner):
         again = [
             k
             for k in cold.created
-            if k in after and after[k].last_modified != before[k].last_modified
+            if k in after
+            and after[k].last_modified != getattr(before.get(k), "last_modified", None)
         ]
         self.rewrites = {
             "writer_objects": len(cold.created),

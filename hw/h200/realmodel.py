@@ -94,7 +94,9 @@ def check(base: str, model: str, out: str, tokens: int = 4096) -> int:
     nonce = uuid.uuid4().hex[:12]
     # ~45 tokens a paragraph: a document of about `tokens` tokens, the nonce first (new chunks)
     doc = f"Archive record {nonce}.\n" + PARAGRAPH * max(1, tokens // 45)
-    prompt = doc + "\nQuestion: what did the keeper write in the ledger each night? Answer:"
+    # a continuation, not a question: the instruct model answers a bare question with its end
+    # token at once (seen on the H200: an empty answer, cold and warm)
+    prompt = doc + "\nIn short, the harbour town"
     cold = ask(base, model, prompt)
     time.sleep(5)  # the cold request's asynchronous stores
     if not os.environ.get("H200_DRY_RUN"):  # the lab engine keeps no GPU prefix cache
