@@ -290,7 +290,9 @@ real() { local id=$1 v=$2 n=$3 d=/opt/models/SmolLM2-135M-Instruct
     # not marked done without its parts: stage them (ship.sh REAL_PARTS) and run again
     (cd "$STAGE/model" 2>/dev/null && sha256sum -c --quiet model-sums.txt) || { log "CONTINUE: real model parts missing or corrupt: $(ls "$STAGE/model" 2>/dev/null | tr '\n' ' ')"; finish 3; }
     mkdir -p /opt/models; cat "$STAGE"/model/model.[0-9]* | tar -xf - -C /opt/models || { log "real model: tar failed"; return 0; }
-    [ -n "${H200_DRY_RUN:-}" ] && echo '{"model": {"type": "kvceph-lab-words", "vocab_size": 49152}}' > "$d/tokenizer.json"
+    # the CPU dry run: the lab engine serves only its own 151,936-word tokenizer
+    [ -n "${H200_DRY_RUN:-}" ] && echo '{"model": {"type": "kvceph-lab-words", "vocab_size": 151936}}' > "$d/tokenizer.json" &&
+      py -c 'import json,sys; c=json.load(open(sys.argv[1])); c["vocab_size"]=151936; json.dump(c, open(sys.argv[1], "w"))' "$d/config.json"
   fi
   pair_stop; use "$v" || return 0
   py "$HERE/realmodel.py" check "$API" "$d" "$R/real.jsonl" "$n" 2>&1 | tail -3 | cut -c1-600
