@@ -26,7 +26,7 @@ WRAP
 chmod +x "$W/vllm-wrapper"
 export H200_DRY_RUN=1 VLLM_WRAPPER=$W/vllm-wrapper S3_ADDR=127.0.0.1:17480 MON_PORT=13300 RGW_BASE_PORT=17481 \
   CEPH_PREFIX=$W/ceph CEPH_DATA=$W/cephdata SITE=$W/site PY=$PY312 STATE=$W/state STAGE=$W/stage \
-  OPS_DIR=$W/ops OUT=$W/out CEIL_PUT="8 8" OSD_GB=2 PLAN SHIP=$SH
+  OPS_DIR=$W/ops OUT=$W/out CEIL_PUT="8 8" OSD_GB=2 PLAN SHIP=$SH H200_HOSTS_ROOT=$W/hosts
 NEW_PATHS=(); for f in /etc/kvceph /opt/kvceph /var/lib/vllm /usr/local/lib/kvceph /etc/systemd/system/vllm.service; do
   [ -e "$f" ] || NEW_PATHS+=("$f"); done
 HOSTS_NEW=true; grep -q '# kvceph$' /etc/hosts && HOSTS_NEW=false
@@ -40,6 +40,8 @@ while [ $rc = 3 ] && [ $n -lt 8 ]; do n=$((n+1))
 done
 # stop what the run started (by pid: the engine via local.py, Ceph's daemons from their pid files)
 PY=$PY312 "$PY312" "$SH/code/hw/h200/local.py" /etc/systemd/system/vllm.service "$W/state" stop >/dev/null 2>&1
+for r in "$W"/hosts/*/; do [ -d "$r" ] && "$PY312" "$SH/code/hw/h200/local.py" /etc/systemd/system/vllm.service \
+  "$W/state/$(basename "$r")" "--root=$r" stop >/dev/null 2>&1; done   # the pair's engines (plan038.txt)
 for f in "$W"/cephdata/run/*.pid "$W"/cephdata/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
 # gpu.sh installs kvceph's files where a deploy puts them: remove what was not there before
 for f in "${NEW_PATHS[@]}"; do rm -rf "$f"; done

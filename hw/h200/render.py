@@ -7,9 +7,12 @@ Loads ``hw/h200/h200.py`` the way ``pyinfra`` does (the repository's group_data,
 ``deploys/settings/``, and writes into ``OUT/NAME/`` exactly what ``deploys/render.py`` renders
 for the host: ``lmcache.yaml``, ``vllm.env`` (with its digest), ``vllm.service``, ``credentials``,
 ``config``, ``hosts``, the engine gate's module; plus ``runner.json``, the verifier's target and
-options for ``hw/h200/prove.py``. S3 keys come from ``KVCEPH_S3_ACCESS_KEY``/
-``KVCEPH_S3_SECRET_KEY`` like a deploy; unset, a throwaway pair is generated (that RGW lives
-and dies on an offline machine).
+options for ``hw/h200/prove.py``. ``H200_INVENTORY=h200pair.py`` (a file beside this one) renders
+an inventory of several inference hosts: each host's files into ``OUT/NAME/<host>/`` (its
+runner.json names the host: ``gpu.sh`` installs its files under a directory of its own), and
+``OUT/NAME/group.json`` the cache groups ``check_inventory`` formed. S3 keys come from
+``KVCEPH_S3_ACCESS_KEY``/``KVCEPH_S3_SECRET_KEY`` like a deploy; unset, a throwaway pair is
+generated (that RGW lives and dies on an offline machine).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from deploys.verification.targets import Options  # noqa: E402
 sys.path.insert(0, str(HERE))
 import model  # noqa: E402
 
-INVENTORY = HERE / "h200.py"
+INVENTORY = HERE / os.environ.get("H200_INVENTORY", "h200.py")
 
 
 def _value(text: str):
@@ -48,19 +51,19 @@ def _value(text: str):
         return text
 
 
-def load(overrides: dict) -> tuple[object, settings.HostSettings]:
-    """The h200 host and its checked settings, as preflight would build them."""
+def load(overrides: dict) -> tuple[object, dict, list]:
+    """The inventory, every host's checked settings and the cache groups, as preflight would
+    build them."""
     # pyinfra executes inventory and group_data files inside a state context, as its CLI does.
     with ctx_state.use(State(Inventory(([], {})), Config())):
         inv = make_inventory(str(INVENTORY), override_data=overrides or None, cwd=str(REPO))
     hosts = {h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inv}
-    check_inventory(list(hosts.values()))
+    groups = check_inventory(list(hosts.values()))
     # preflight reads the model directory's config.json from the host; the GPU machine is not
     # reachable from here, so read the one hw/h200/model.py writes there
-    hosts = preflight.resolve_kv_sizes(hosts, lambda _host, _path: model.CONFIG)
+    hosts = preflight.resolve_kv_sizes(hosts, lambda _host, path: model.config_for(path))
     preflight.check_sizing(hosts, lambda _host: None)
-    host = inv.get_host("h200")
-    return host, hosts["h200"]
+    return inv, hosts, groups
 
 
 def credentials():
@@ -87,10 +90,33 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__)
         return 2
-    out = Path(argv[0]) / argv[1]
     overrides = {k: _value(v) for k, _, v in (a.partition("=") for a in argv[2:])}
-    host, me = load(overrides)
+    inv, hosts, groups = load(overrides)
     creds = credentials()
+    inference = [name for name, me in hosts.items() if me.is_inference]
+    if len(inference) == 1:
+        write_host(
+            Path(argv[0]) / argv[1],
+            argv[1],
+            overrides,
+            inv.get_host(inference[0]),
+            hosts[inference[0]],
+            creds,
+            None,
+        )
+        return 0
+    out = Path(argv[0]) / argv[1]
+    for name in inference:
+        write_host(out / name, argv[1], overrides, inv.get_host(name), hosts[name], creds, name)
+    group = {"hosts": inference, "groups": [list(g.hosts) for g in groups]}
+    (out / "group.json").write_text(json.dumps(group, indent=1) + "\n")
+    print(f"rendered {out}: {', '.join(inference)}; cache groups {group['groups']}")
+    return 0
+
+
+def write_host(out: Path, variant: str, overrides, host, me, creds, pair_host) -> None:
+    """One host's files and runner.json (``pair_host``: its name where the machine runs several
+    hosts' engines, each under a directory of its own)."""
     out.mkdir(parents=True, exist_ok=True)
     files = {
         "lmcache.yaml": render.lmcache_yaml(me),
@@ -107,7 +133,8 @@ def main(argv: list[str]) -> int:
     (out / "credentials").chmod(0o600)
     target = target_for(host, me, me.verify)
     runner = {
-        "variant": argv[1],
+        "variant": variant,
+        "pair_host": pair_host,
         "overrides": overrides,
         "target": asdict(target),
         "options": asdict(Options.from_settings(me.verify)),
@@ -144,7 +171,6 @@ def main(argv: list[str]) -> int:
     }
     (out / "probe.json").write_text(json.dumps(probe, indent=1) + "\n")
     print(f"rendered {out}: {', '.join(sorted(files))}, runner.json, probe.json")
-    return 0
 
 
 if __name__ == "__main__":

@@ -54,11 +54,24 @@ r st33 "$P33" $L33 kvceph_lmcache_connector=lmcache
 r kv33 "$P33" $L33 kvceph_lmcache_connector=kvceph kvceph_min_hit_tokens=12288
 r st33dram "$P33" $L33 kvceph_lmcache_connector=lmcache kvceph_lmcache_local_cpu=true
 r kv33dram "$P33" $L33 kvceph_lmcache_connector=kvceph kvceph_min_hit_tokens=12288 kvceph_lmcache_local_cpu=true
+# issue 38 item 2: two hosts of one cache group (h200pair.py: h200a port 8000, h200b 8001), each
+# engine 0.4 of the one GPU, the Qwen3-8B shape (16 GB of weights), the default's 40960 tokens
+# and its DRAM tier (on by default); rendered into <variant>/<host>/ + group.json (plan038.txt)
+PAIR="kvceph_model=/opt/models/Qwen3-8B-shape kvceph_gpu_memory_utilization=0.4"
+rp() { H200_INVENTORY=h200pair.py r "$@"; }
+rp stpair33 "$P33" $L33 $PAIR kvceph_lmcache_connector=lmcache
+rp kvpair33 "$P33" $L33 $PAIR kvceph_lmcache_connector=kvceph kvceph_min_hit_tokens=12288
+# issue 38 item 3: real weights (realmodel.py; REAL_PARTS below), the stock connector, no DRAM
+# tier (the warm request after /reset_prefix_cache can only load from the bucket), greedy
+PR='kvceph_engine_profile={"name": "vllm", "packages": ["vllm==0.33.0", "lmcache==0.5.6"], "executable": "vllm", "vllm_version": "0.33.0", "lmcache_version": "0.5.6", "extra_args": ["--enforce-eager"]}'
+r real33 "$PR" kvceph_model=/opt/models/SmolLM2-135M-Instruct kvceph_max_model_len=8192 \
+  kvceph_gpu_memory_utilization=0.3 kvceph_lmcache_connector=lmcache kvceph_lmcache_local_cpu=false
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
-for d in "$S"/rendered/*/; do v=$(basename "$d")
-  case "$v" in kv*) grep -q '^remote_storage_plugins' "$d/lmcache.yaml" ;; *) grep -q '^remote_url' "$d/lmcache.yaml" ;; esac ||
-    { echo "ship.sh: variant $v did not render its connector (lmcache.yaml: $(grep -E '^remote' "$d/lmcache.yaml" | tr '\n' ' '))"; exit 1; }
+for y in "$S"/rendered/*/lmcache.yaml "$S"/rendered/*/*/lmcache.yaml; do [ -f "$y" ] || continue
+  v=${y#"$S"/rendered/}; v=${v%/lmcache.yaml}
+  case "$v" in kv*) grep -q '^remote_storage_plugins' "$y" ;; *) grep -q '^remote_url' "$y" ;; esac ||
+    { echo "ship.sh: variant $v did not render its connector (lmcache.yaml: $(grep -E '^remote' "$y" | tr '\n' ' '))"; exit 1; }
 done
 # kvceph's connector as the engine-software stage builds it (deploys/connector_package.py)
 "$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); from deploys import connector_package as c; w = c.build(); open(sys.argv[2] + "/" + w.filename, "wb").write(w.data); print(w.filename, w.version, w.content[:12])' "$REPO" "$S/meta/whl"
@@ -68,4 +81,8 @@ cp "$PARTS/wheels.lst" "$S/meta/" 2>/dev/null || true
 cp "$PARTS/lmcache-csrc.tgz" "$S/meta/" 2>/dev/null || echo "ship.sh: no lmcache-csrc.tgz in $PARTS: the run uses LMCache's torch fallback"
 [ -n "${DONE_BEFORE:-}" ] && cp "$DONE_BEFORE" "$S/meta/done-before.txt"
 for p in "$PARTS"/part.*; do n=$((10#${p##*.})); mkdir -p "$S/p$n"; cp "$p" "$S/p$n/"; done
+# REAL_PARTS (issue 38 item 3): the real model's directory as a tar in parts (model.NN and
+# model-sums.txt, see "Issue 38" in README.md), one more pN each after the shipment's
+if [ -n "${REAL_PARTS:-}" ]; then cp "$REAL_PARTS/model-sums.txt" "$S/meta/"
+  k=$(ls -d "$S"/p* | wc -l); for p in "$REAL_PARTS"/model.[0-9]*; do mkdir -p "$S/p$k"; cp "$p" "$S/p$k/"; k=$((k+1)); done; fi
 du -sh "$S"/* | tr '\n' ' '; echo

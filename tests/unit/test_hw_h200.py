@@ -20,7 +20,7 @@ CREDS = S3Credentials(Secret("AKIAH200TEST0000"), Secret("s3cr3t/+Key$%0000"), "
 
 @pytest.fixture(scope="module")
 def me():
-    return h200.load({})[1]
+    return h200.load({})[1]["h200"]
 
 
 def test_h200_inventory_derives_the_lmcache_config(me):
@@ -52,3 +52,41 @@ def test_local_control_reads_the_env_file_like_systemd(me):
 def test_systemd_split_inverts_systemd_quote(arg):
     line = " ".join(render.systemd_quote(a) for a in ["/bin/x", arg, "--y"])
     assert local.systemd_split(line) == ["/bin/x", arg, "--y"]
+
+
+PAIR = {
+    "kvceph_model": "/opt/models/Qwen3-8B-shape",
+    "kvceph_gpu_memory_utilization": 0.4,
+    "kvceph_max_model_len": 40960,
+}
+
+
+def test_pair_inventory_is_two_hosts_of_one_cache_group(monkeypatch):
+    # issue 38 item 2: two engines on the one GPU as two inference hosts of one cache group
+    monkeypatch.setattr(h200, "INVENTORY", h200.HERE / "h200pair.py")
+    _, hosts, groups = h200.load(PAIR)
+    assert [g.hosts for g in groups] == [("h200a", "h200b")]
+    a, b = hosts["h200a"], hosts["h200b"]
+    assert (a.engine.engines[0].port, b.engine.engines[0].port) == (8000, 8001)
+    assert a.lmcache.kv_bytes_per_token == 147456  # Qwen3-8B's shape, from model.py
+    # each its own files, identical but for the port: one cache key, two engines
+    assert render.lmcache_yaml(a) == render.lmcache_yaml(b)
+    assert render.unit(a).replace("--port 8000", "--port 8001") == render.unit(b)
+    assert "--gpu-memory-utilization 0.4" in render.unit(a)
+
+
+def test_local_engine_reads_a_hosts_files_under_its_root(tmp_path, me):
+    root = tmp_path / "h200b"
+    unit = render.unit(me)
+    env = render.env_file(me, render.digest(me, CREDS))
+    (root / paths.UNIT_PATH.lstrip("/")).parent.mkdir(parents=True)
+    (root / paths.UNIT_PATH.lstrip("/")).write_text(unit)
+    (root / paths.ENV_PATH.lstrip("/")).parent.mkdir(parents=True)
+    (root / paths.ENV_PATH.lstrip("/")).write_text(env)
+    argv, environ, cwd = local.LocalEngine(paths.UNIT_PATH, str(tmp_path), str(root)).command()
+    assert argv == render.exec_start(me)  # nothing per-host on the command line
+    assert environ["LMCACHE_CONFIG_FILE"] == f"{root}{paths.LMCACHE_PATH}"
+    assert environ["HOME"] == cwd == f"{root}/var/lib/vllm"
+    # without a root: the paths as rendered
+    assert local.rooted(paths.LMCACHE_PATH, "") == paths.LMCACHE_PATH
+    assert local.rooted("/var/lib/vllmx /x/etc/kvceph", str(root)) == "/var/lib/vllmx /x/etc/kvceph"

@@ -128,6 +128,22 @@ def test_plan_names_known_steps_and_shipped_variants():
     assert {(kv, n) for kv in (True, False) for n in ("16384", "32768")} <= headline
 
 
+def test_pair_plan_names_known_steps_and_pair_variants():
+    gpu = (H200 / "gpu.sh").read_text()
+    ship = (H200 / "ship.sh").read_text()
+    pairs = set(re.findall(r"^rp ([\w-]+) ", ship, re.M))
+    singles = set(re.findall(r"^r ([\w-]+) ", ship, re.M))
+    for line in (H200 / "plan038.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        sid, need, action, *args = line.split()
+        assert re.search(rf"^{action}\(\) {{", gpu, re.M) or action == "ceiling", action
+        if action == "pairverify":
+            assert args[0] in pairs, (sid, args[0])
+        if action == "real":
+            assert args[0] in singles, (sid, args[0])
+
+
 def _cell(label, kind, conn, n, ttft, **kw):
     row = {"label": label, "kind": kind, "connector": conn, "document_tokens": n,
            "chunk_size": 256, "kv_dtype": "bfloat16", "ttft_s": ttft}  # fmt: skip
