@@ -116,7 +116,7 @@ def test_stage_refusals_read_before_any_op(monkeypatch):
     from deploys.operations.s3 import secret_sha256 as sha
 
     mine = {
-        ownership.marker_key(ownership.S3_USER, "lmcache"): ownership.CREATED,
+        ownership.marker_key(ownership.S3_USER, "kvceph-s3-admin"): ownership.CREATED,
         ownership.marker_key(ownership.BUCKET, "lmcache"): ownership.CREATED,
     }
     state = {
@@ -162,10 +162,10 @@ def test_stage_refusals_read_before_any_op(monkeypatch):
     state[RgwBucket] = {"bucket": "lmcache", "owner": "lmcache"}
     problems = s3_tier.refusals(Me, Creds, OURS, False, 60)
     assert [p.split(" exists and")[0] for p in problems] == [
-        "S3 tier: RGW user lmcache",
+        "S3 tier: RGW user kvceph-s3-admin",
         "S3 tier: bucket lmcache",
     ]
-    Me.run.adopt = ("s3-user/lmcache", "bucket/lmcache")
+    Me.run.adopt = ("s3-user/kvceph-s3-admin", "bucket/lmcache")
     (adopted,) = s3_tier.refusals(Me, Creds, OURS, False, 60)  # then the bucket's own checks
     assert "has lifecycle rule(s) logs" in adopted
     state[CephOwnershipMarkers] = None  # the cluster did not answer

@@ -145,7 +145,8 @@ def test_the_h200_inventory_and_group_data_pass():
     import model  # noqa: PLC0415
     import render as h200  # noqa: PLC0415
 
-    host, me = h200.load({})
+    _inv, hosts, _groups = h200.load({})
+    me = hosts["h200"]
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in dict(me.engine.extra_env)
     # 131072 over Qwen3-32B's 40960: the model's YaRN config.json and the opt-in allow it
     preflight.check_context_lengths({"h200": me}, lambda _host, _path: model.CONFIG)
