@@ -1,0 +1,36 @@
+"""The unit tests' controller environment: never a lab's secrets.
+
+`make` exports ``KVCEPH_SECRETS_FILE`` (the lab instance's secrets.env), and `make test` runs the
+unit session beside the labs that write it: a lab's per-fleet hash seed or keys would then reach
+the ``@fake`` plans, which expect the fake secrets only. Each test (and the pyinfra runs it
+starts) sees no secrets file and no secret from the caller's environment.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from deploys import secrets
+
+_CALLERS = (secrets.FILE_ENV, *secrets.OPTIONAL, secrets.ACCESS_ENV, secrets.SECRET_ENV)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_lab_secrets(tmp_path_factory):
+    saved = {k: v for k, v in os.environ.items() if k in _CALLERS or _secret_name(k)}
+    for name in saved:
+        del os.environ[name]
+    os.environ[secrets.FILE_ENV] = str(tmp_path_factory.mktemp("no-secrets") / "secrets.env")
+    yield
+    del os.environ[secrets.FILE_ENV]
+    os.environ.update(saved)
+
+
+def _secret_name(name: str) -> bool:
+    return (
+        name.startswith(("KVCEPH_S3_", "KVCEPH_MODELS_"))
+        and name.endswith("_KEY")
+        or (name.startswith(("KVCEPH_S3_ACCESS_KEY_", "KVCEPH_S3_SECRET_KEY_")))
+    )
