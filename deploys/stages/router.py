@@ -16,7 +16,6 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files as pyfiles
 from pyinfra.operations import systemd
-from pyinfra.operations.util import any_changed
 
 from deploys import paths
 from deploys.facts import memo
@@ -80,14 +79,17 @@ def apply(me: HostSettings, checked) -> None:
             path=unit.config_path(route.port),
             content=json.dumps(config, indent=1, sort_keys=True) + "\n",
         )
-        systemd.service(
-            name=f"Restart {route.unit} ({len(route.workers)} engines)",
-            service=route.unit,
-            running=True,
-            restarted=True,
-            enabled=True,
-            _if=any_changed(route_file, *changed),
-        )
+        # Decided at plan time from the operations' own facts (``will_change``), not with
+        # ``_if=``: pyinfra lists an ``_if`` operation as a conditional change in every --dry
+        # plan, so a converged fleet's plan would never be empty.
+        if any(op.will_change for op in (route_file, *changed)):
+            systemd.service(
+                name=f"Restart {route.unit} ({len(route.workers)} engines)",
+                service=route.unit,
+                running=True,
+                restarted=True,
+                enabled=True,
+            )
         systemd.service(
             name=f"{route.unit} running and enabled",
             service=route.unit,

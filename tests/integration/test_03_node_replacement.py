@@ -13,7 +13,7 @@ def test_replaced_node_rebuilds_alone_and_hits_the_shared_cache(converged):
     completion(HOSTS["gpu1"], prompt)
 
     lab_sh("replace", "gpu2")  # blank disk, new SSH host key (known_hosts rewritten)
-    assert ssh("gpu2", "test -e /opt/kvceph/venv", check=False).returncode != 0
+    assert ssh("gpu2", "ls -d /opt/kvceph/venv* /opt/kvceph/engines", check=False).returncode != 0
 
     # The most verbose run an operator can make; the secret must not appear in any of it.
     run = pyinfra("-vvv", "--debug", "--diff")

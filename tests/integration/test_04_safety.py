@@ -311,7 +311,8 @@ def test_host_that_fails_to_come_back_stops_the_roll(converged):
     # so whichever host the roll takes first fails to come back.
     change = (*CHANGE, "--data", "kvceph_health_timeout=15")
     before = main_pids()
-    engine = "/opt/kvceph/venv/bin/kvceph-lab-engine"
+    # through the engine's venv link (issue 35: the venv is named by the profile's digest)
+    engine = "/opt/kvceph/engines/vllm/bin/kvceph-lab-engine"
     for h in INFERENCE:
         ssh(h, f"chmod -x {engine}")
     try:

@@ -271,7 +271,7 @@ def test_replaced_two_engine_host_pulls_the_model_starts_both_and_hits_the_fleet
     others = {n: main_pid(n) for n in ("gpu2", "gaudi1")}
 
     lab_sh("replace", "gpu1")  # blank disk, new SSH host key
-    assert ssh("gpu1", "test -e /opt/kvceph/venv", check=False).returncode != 0
+    assert ssh("gpu1", "ls -d /opt/kvceph/venv* /opt/kvceph/engines", check=False).returncode != 0
     run = pyinfra(*keep, env=AB)
     assert run.rc == 0, run.output[-6000:]
     assert {h for _, h in run.changed()} == {"gpu1"}, run.changed()

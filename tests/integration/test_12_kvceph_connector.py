@@ -16,9 +16,11 @@ from conftest import INFERENCE, pyinfra, ssh
 from deploys import connector_package
 
 ON = ("--data", "kvceph_lmcache_connector=kvceph")
-VENV = "/opt/kvceph/venv"
+# The engine's venv through its link; the operation names the venv as the plan shows it (the
+# profile's digest venv, issue 35).
+VENV = "/opt/kvceph/engines/vllm"
 WHEEL = connector_package.current()
-INSTALL = f"Engine software | kvceph connector {WHEEL.version} in {VENV}"
+INSTALL = f"Engine software | kvceph connector {WHEEL.version} in /opt/kvceph/venv-<digest>"
 
 
 @pytest.fixture(scope="module")
