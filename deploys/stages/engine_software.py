@@ -123,6 +123,23 @@ def apply(me: HostSettings) -> None:
     _engine_packages(me)
     # kvceph's connector (when chosen) and LMCache's compiled ops: deploys/stages/tier_software.py.
     tier_software.apply(me)
+    _same_packages(me)
+
+
+def _same_packages(me: HostSettings) -> None:
+    """Every host of the cache group runs the same packages, read after everything kvceph
+    installs (a connector removed by hand is put back above, not refused here)."""
+    if not me.engine.install:
+        return
+    checked = preflight.run(state, inventory)
+    group = next((g for g in checked.cache_groups if me.host in g.hosts), None)
+    if group is not None:
+        label = f"{group.model} TP {group.tensor_parallel_size}"
+        engine_ops.same_packages(
+            name="Cache group: identical engine packages",
+            group=label,
+            venvs={h: checked.hosts[h].engine.venv for h in group.hosts},
+        )
 
 
 def _engine_packages(me: HostSettings) -> None:
@@ -220,15 +237,6 @@ def _venv_packages(me: HostSettings, find_links) -> None:
             lock_text=e.lock_text,
             index_url=None if find_links else e.index_url,
             find_links=find_links,
-        )
-    checked = preflight.run(state, inventory)
-    group = next((g for g in checked.cache_groups if me.host in g.hosts), None)
-    if group is not None:
-        label = f"{group.model} TP {group.tensor_parallel_size}"
-        engine_ops.same_packages(
-            name="Cache group: identical engine packages",
-            group=label,
-            venvs={h: checked.hosts[h].engine.venv for h in group.hosts},
         )
 
 

@@ -417,13 +417,15 @@ def test_an_rgw_user_kvceph_did_not_create_is_refused_and_its_own_are_marked(con
     """kvceph's user and bucket carry its markers; an RGW user someone else created, named as
     kvceph's, stops the S3 tier before any S3 write, in one line naming it and the opt-in."""
     markers = json.loads(ssh("ceph1", "timeout 60 ceph config-key dump kvceph/owned/").stdout)
-    assert markers["kvceph/owned/s3-user/lmcache"] == "created", markers
+    # The bucket's owner and each cache group's user (issue 36), and the bucket.
+    for uid in ("kvceph-s3-admin", "lmcache-gpu", "lmcache-gaudi"):
+        assert markers[f"kvceph/owned/s3-user/{uid}"] == "created", markers
     assert markers["kvceph/owned/bucket/lmcache"] == "created", markers
     uid = "kvtest-tenant-user"
     ssh("ceph1", f"radosgw-admin user create --uid={uid} --display-name=tenant >/dev/null")
     try:
         before = ssh("ceph1", f"radosgw-admin user info --uid={uid}").stdout
-        run = pyinfra("--data", f"kvceph_s3_user={uid}", "--limit", "ceph1")
+        run = pyinfra("--data", f"kvceph_s3_admin_user={uid}", "--limit", "ceph1")
         assert run.rc != 0
         (line,) = [e for e in errors(run) if "did not create" in e]
         assert f"RGW user {uid} exists and kvceph did not create it" in line, line

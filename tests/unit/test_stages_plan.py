@@ -152,8 +152,8 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
         "files.directory",
         "files.atomic_file",
         "engine.locked_venv",
-        "engine.same_packages",
         "connector.compiled_ops",  # NVIDIA host: read-only
+        "engine.same_packages",  # after everything kvceph installs
     ]
     install = calls[-3][1]
     assert install["find_links"] == paths.WHEELHOUSE and install["index_url"] is None
@@ -171,8 +171,8 @@ def test_engine_software_skips_the_wheels_when_the_venv_has_every_pin(plan, tmp_
     assert "files.put" not in names(calls)
     assert names(calls)[-3:] == [
         "engine.locked_venv",
-        "engine.same_packages",
         "connector.compiled_ops",
+        "engine.same_packages",
     ]
 
 
@@ -184,9 +184,9 @@ def test_engine_software_installs_the_connector_only_when_the_venv_lacks_it(plan
     have = {"EngineVersions": {"packages": {"kvceph-lab-engine": "0.1.0", "lmcache": "0.5.6"}}}
     missing = {**have, "ConnectorInstalled": {"version": None, "content": None}}
     calls = plan(engine_software, me, missing)
-    tail = names(calls)[-4:]
+    tail = names(calls)[-5:-1]
     assert tail == ["files.directory", "files.put", "connector.installed", "connector.compiled_ops"]
-    put = calls[-3][1]
+    put = calls[-4][1]
     assert put["dest"] == wheel.host_path and put["src"].getvalue() == wheel.data
 
 
@@ -199,7 +199,7 @@ def test_engine_software_uploads_nothing_for_an_installed_connector(plan):
     installed = {**have, "ConnectorInstalled": {"version": wheel.version, "content": wheel.content}}
     calls = plan(engine_software, me, installed)
     assert "files.put" not in names(calls)
-    assert names(calls)[-2:] == ["connector.installed", "connector.compiled_ops"]
+    assert names(calls)[-3:-1] == ["connector.installed", "connector.compiled_ops"]
 
 
 def test_gaudi_hosts_skip_the_compiled_ops_check(plan):
