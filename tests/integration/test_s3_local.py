@@ -43,6 +43,8 @@ def world(local_ceph, tmp_path_factory):
         "kvceph_s3_endpoint_ip": "127.0.0.1",
         "kvceph_s3_bucket": name,
         "kvceph_s3_user": name,
+        # No inference host, so no cache group: the bucket's owner (issue 36) is the one user.
+        "kvceph_s3_admin_user": name,
         "kvceph_s3_expiration_days": 3,
         "kvceph_s3_quota_max_size_gb": 1,
     }
@@ -64,8 +66,10 @@ def run_stage(world, secret=None):
         "CEPH_CONF": world["ceph_conf"],
         "PYTHONPATH": str(REPO),
         "KVCEPH_S3_TEST_ROOT": str(world["root"]),
-        "KVCEPH_S3_ACCESS_KEY": world["access"],
-        "KVCEPH_S3_SECRET_KEY": secret or world["secret"],
+        # The bucket owner's keys, and no lab's secrets file (make exports the lab's).
+        "KVCEPH_SECRETS_FILE": str(world["root"] / "no-secrets.env"),
+        "KVCEPH_S3_ADMIN_ACCESS_KEY": world["access"],
+        "KVCEPH_S3_ADMIN_SECRET_KEY": secret or world["secret"],
     }
     proc = subprocess.run(
         [PYINFRA, "-y", "-vv", "--json", world["inventory"], DEPLOY],
@@ -140,7 +144,7 @@ def test_converges_then_no_change_then_keeps_foreign_rules(world):
         text=True,
         check=True,
     )
-    # The engines' user's own quota (issue 36: user scope, always set).
+    # The bucket owner's own quota (issue 36: user scope, always set).
     quota = json.loads(info.stdout)["user_quota"]
     assert quota["enabled"] and quota["max_size"] == 1024**3
     dns = subprocess.run(
