@@ -104,8 +104,9 @@ def test_config_and_unit_carry_no_key_and_name_the_health_bound():
     # An engine leaves the pool after 2 failed checks 1 s apart (docs/router.md "Drain").
     assert (config["health_check_interval_secs"], config["health_failure_threshold"]) == (1, 2)
     assert config["health_check_endpoint"] == "/health"
-    # the retries' backoff outlasts that bound: 100+150+225+338+506+759+1000+1000 ms > 4 s
-    assert config["retry_max_retries"] == 9
+    # the retries' backoff outlasts that bound, 3 checks of up to 1 s + 2 s each and 2 s:
+    # 100+150+225+338+506+759 ms + 9 x 1000 ms > 11 s
+    assert config["retry_max_retries"] == 16
     assert "api_key" not in json.dumps(config)
     text = unit.text(r, api_key=True)
     assert f"LoadCredential=api-key:{unit.KEY_PATH}" in text
