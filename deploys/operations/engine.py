@@ -69,13 +69,7 @@ def venv_packages(
         return
     if fact.get("python") is None:
         yield StringCommand("timeout 300 python3 -m venv", QuoteString(venv))
-    source: list = []
-    if find_links:
-        source = ["--no-index", "--find-links", QuoteString(find_links)]
-    elif index_url:
-        # An index URL may carry a token (https://user:token@host/...): masked in output.
-        url = HiddenValue(index_url) if urlsplit(index_url).password else index_url
-        source = ["--index-url", QuoteString(url)]
+    source = _pip_source(find_links, index_url)
     bare = {_norm(n) for n in (no_deps or [])}
     unknown = bare - set(pins)
     if unknown:
@@ -139,12 +133,7 @@ def locked_venv(
         return
     if fact.get("python") is None:
         yield StringCommand("timeout 300 python3 -m venv", QuoteString(venv))
-    source: list = []
-    if find_links:
-        source = ["--no-index", "--find-links", QuoteString(find_links)]
-    elif index_url:
-        url = HiddenValue(index_url) if urlsplit(index_url).password else index_url
-        source = ["--index-url", QuoteString(url)]
+    source = _pip_source(find_links, index_url)
     yield StringCommand(
         "timeout",
         str(timeout),
@@ -261,3 +250,14 @@ def service_account(user: str, home: str, shell: str = "/usr/sbin/nologin"):
         )  # fmt: skip
     elif account["group"]:
         host.noop(f"service account {user} exists")
+
+
+def _pip_source(find_links: str | None, index_url: str | None) -> list:
+    """pip's package source: the wheelhouse offline, else the index (None: pip's default)."""
+    if find_links:
+        return ["--no-index", "--find-links", QuoteString(find_links)]
+    if index_url:
+        # An index URL may carry a token (https://user:token@host/...): masked in output.
+        url = HiddenValue(index_url) if urlsplit(index_url).password else index_url
+        return ["--index-url", QuoteString(url)]
+    return []
