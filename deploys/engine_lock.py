@@ -180,14 +180,22 @@ def installed_set(packages: Mapping[str, str]) -> dict[str, str]:
     return {norm(n): v for n, v in sorted(packages.items()) if norm(n) not in VENV_SEEDS}
 
 
-def group_difference(group: str, installed: Mapping[str, Mapping[str, str]]) -> str | None:
+def group_difference(
+    group: str, installed: Mapping[str, Mapping[str, str]], ignore: tuple[str, ...] = ()
+) -> str | None:
     """One line when the hosts of a cache group do not run identical packages, else None.
 
     + group: the cache group's name (its bucket)
     + installed: host -> its venv's distributions (``EngineVersions`` packages); a host whose
       venv is absent is left out (it installs in this run, from the same lock)
+    + ignore: distributions the engines do not load (kvceph's connector when another is chosen)
     """
-    sets = {h: installed_set(p) for h, p in sorted(installed.items()) if p}
+    skip = {norm(n) for n in ignore}
+    sets = {
+        h: {n: v for n, v in installed_set(p).items() if n not in skip}
+        for h, p in sorted(installed.items())
+        if p
+    }
     if len(set(map(lambda s: tuple(s.items()), sets.values()))) <= 1:
         return None
     first, *others = sets

@@ -146,12 +146,14 @@ def locked_venv(
 
 
 @operation(is_idempotent=True)
-def same_packages(group: str, venvs: dict[str, str]):
+def same_packages(group: str, venvs: dict[str, str], ignore: tuple[str, ...] = ()):
     """
     Refuse, in one line, a cache group whose hosts run different engine packages.
 
     + group: the cache group, as the line names it
     + venvs: every host of the group -> its profile venv
+    + ignore: distributions left out of the comparison (a connector the group does not load:
+      the venv of a digest may have been made while it was chosen, and is kept as it is)
 
     Read when it executes, after every host's install (one call site: every host's install
     precedes it), so the installed sets are what the engines will run. Every host of the group
@@ -164,7 +166,7 @@ def same_packages(group: str, venvs: dict[str, str]):
         if other is None:
             continue
         installed[name] = memo.read(other, EngineVersions, venv=venv).get("packages", {})
-    error = engine_lock.group_difference(group, installed)
+    error = engine_lock.group_difference(group, installed, ignore)
     if error:
         raise OperationError(error)
     host.noop(f"{len([p for p in installed.values() if p])} hosts run identical packages")

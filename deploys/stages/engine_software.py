@@ -13,7 +13,7 @@ from pyinfra import host, inventory, logger, state
 from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
-from deploys import engine_lock, paths, preflight, versions
+from deploys import connector_package, engine_lock, paths, preflight, versions
 from deploys.facts import memo
 from deploys.facts.engine import EngineVersions
 from deploys.operations import engine as engine_ops
@@ -135,10 +135,14 @@ def _same_packages(me: HostSettings) -> None:
     group = next((g for g in checked.cache_groups if me.host in g.hosts), None)
     if group is not None:
         label = f"{group.model} TP {group.tensor_parallel_size}"
+        # The digest does not cover the connector choice: a venv made while kvceph's connector
+        # was chosen keeps it after a switch back, and a host added since lacks it.
+        unused = () if me.lmcache.tier.connector == "kvceph" else (connector_package.DISTRIBUTION,)
         engine_ops.same_packages(
             name="Cache group: identical engine packages",
             group=label,
             venvs={h: checked.hosts[h].engine.venv for h in group.hosts},
+            ignore=unused,
         )
 
 

@@ -103,6 +103,17 @@ def test_a_group_with_different_packages_is_refused_in_one_line():
     assert "lmcache 0.5.6 on gpu1 vs absent on gpu2" in engine_lock.group_difference("g", hosts)
 
 
+def test_a_connector_the_group_does_not_load_is_not_compared():
+    """A venv made while kvceph's connector was chosen keeps it; a host added after the switch
+    back to LMCache's own connector lacks it (the CI's Pacific session: test_12, then test_14)."""
+    same = {"lmcache": "0.5.6", "kvceph-lab-engine": "0.1.0"}
+    hosts = {"gpu1": {**same, "kvceph-connector": "0.1.0"}, "gpu2": same}
+    assert "kvceph-connector 0.1.0 on gpu1 vs absent on gpu2" in engine_lock.group_difference(
+        "g", hosts
+    )
+    assert engine_lock.group_difference("g", hosts, ignore=("kvceph_connector",)) is None
+
+
 def test_the_venvs_fact_reads_venvs_links_and_the_legacy_venv():
     fact = EngineVenvs()
     command = fact.command("/opt/kvceph/venv").get_raw_value()
