@@ -314,19 +314,25 @@ def _model_config(name: str, me: settings.HostSettings, read_config):
     return None, ""
 
 
+def check_revisions(hosts: dict[str, settings.HostSettings], groups) -> None:
+    """A hub source names its commit: the same object names must stand for the same weights
+    on every host, including one replaced after the model's repository moved (issue 36)."""
+    for g in groups:
+        for name in g.hosts:
+            refusal = model_source.unpinned_refusal(hosts[name].engine.source)
+            if refusal:
+                raise SettingsError(f"{name}: {refusal}")
+
+
 def revision_lines(hosts: dict[str, settings.HostSettings], groups) -> list[str]:
-    """The plan's line per cache group: which weights its object keys stand for (a warning
-    when the hub source pins no commit)."""
+    """The plan's line per cache group: which weights its object keys stand for."""
     lines = []
     for g in groups:
         src = hosts[g.hosts[0]].engine.source
-        warning = model_source.unpinned_warning(src)
         if src.revision:
             weights = f"{src.source} {src.name} @ {src.revision}"
-        elif src.source == "path":
-            weights = f"the directory {src.path} (keep it the same on every host)"
         else:
-            weights = f"WARNING: {warning}"
+            weights = f"the directory {src.path or src.name} (keep it the same on every host)"
         lines.append(f"kvceph: cache group {g.model} TP={g.tensor_parallel_size}: {weights}")
     return lines
 
@@ -520,6 +526,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
             h.name: settings.load(h.data, h.name, list(dict.fromkeys(h.groups))) for h in inventory
         }
         groups = check_inventory(list(hosts.values()))
+        check_revisions(hosts, groups)
         check_engine_args(hosts)
         sudo.check_no_password(inventory)
         check_ingress_hosts(hosts, _rgw_addresses(inventory))

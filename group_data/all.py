@@ -13,6 +13,8 @@ kvceph_s3_endpoint_ip = "10.67.67.10"
 kvceph_s3_expiration_days = 7
 
 kvceph_model = "Qwen/Qwen3-32B"
+# Required with the hub source (preflight refuses an unpinned model): the commit you serve.
+# kvceph_model_revision = "<40 hex digits from huggingface.co/Qwen/Qwen3-32B/commits/main>"
 kvceph_tensor_parallel_size = 2
 kvceph_python_hash_seed = 67
 kvceph_lmcache_chunk_size = 256

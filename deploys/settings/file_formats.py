@@ -55,6 +55,7 @@ RENDERED: dict[str, tuple[Format, ...]] = {
     "kvceph_s3_endpoint_ips": (HOSTS,),
     "kvceph_model": (UNIT,),
     "kvceph_model_path": (UNIT,),
+    "kvceph_model_revision": (UNIT,),
     "kvceph_service_user": (UNIT,),
     "kvceph_service_home": (UNIT, ENV),
     "kvceph_engine_profile.extra_args": (UNIT,),

@@ -181,19 +181,21 @@ def check_key_length(r, source: ModelSource) -> None:
         )
 
 
-def unpinned_warning(src: ModelSource) -> str | None:
-    """The plan's warning for a hub source without a commit, or None.
+def unpinned_refusal(src: ModelSource) -> str | None:
+    """Preflight's refusal for a hub source without a commit, or None.
 
     Without ``--revision`` vLLM downloads the newest weights: a node replaced after the model's
     repository moved writes the new weights' KV under the object names its peers read as
-    theirs. Not a refusal yet: group_data/all.py's example serves the hub without a commit.
+    theirs, and they load it as their own. A directory (``path``, or a directory as the model)
+    is the operator's to keep equal; a mirror always names its commit.
     """
     if src.source != "hub" or src.revision or src.name.startswith("/"):
         return None
     return (
-        f"kvceph_model_revision = None: {src.name} is NOT PINNED: a replaced node downloads "
-        "the newest weights and writes their KV under its peers' object names; fix: set "
-        f"kvceph_model_revision to the commit you serve (huggingface.co/{src.name}/commits/main)"
+        f"kvceph_model_revision = None: the hub model {src.name} is not pinned: a replaced node "
+        "would download the newest weights and write their KV under the object names its peers "
+        "load as theirs; fix: set kvceph_model_revision to the commit you serve (40 hex digits, "
+        f"huggingface.co/{src.name}/commits/main), or serve a mirror or a directory"
     )
 
 

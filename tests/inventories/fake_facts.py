@@ -98,6 +98,8 @@ COMMON = {
     "kvceph_s3_wildcard_dns": False,
     "kvceph_s3_admin_endpoint": "http://127.0.0.1:80",
     "kvceph_s3_quota_max_size_gb": 4,
+    # A hub model names its commit (preflight refuses it unpinned).
+    "kvceph_model_revision": "0123456789abcdef0123456789abcdef01234567",
     "kvceph_engine_wheelhouse": None,
     "kvceph_engine_profile": LAB_PROFILE,
     # The lab's KV size and simulated S3 path; LMCache's buffer and timeouts are derived.

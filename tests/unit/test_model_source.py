@@ -140,6 +140,26 @@ def test_cache_group_of_one_source_passes():
     assert [g.hosts for g in groups] == [("gpu1", "gpu2")]
 
 
+def test_preflight_refuses_an_unpinned_hub_model_in_one_line():
+    hosts = _group({}, {})
+    groups = check_inventory(hosts)
+    with pytest.raises(SettingsError) as err:
+        preflight.check_revisions({h.host: h for h in hosts}, groups)
+    assert str(err.value) == (
+        "gpu1: kvceph_model_revision = None: the hub model Qwen/Qwen3-32B is not pinned: a "
+        "replaced node would download the newest weights and write their KV under the object "
+        "names its peers load as theirs; fix: set kvceph_model_revision to the commit you serve "
+        "(40 hex digits, huggingface.co/Qwen/Qwen3-32B/commits/main), or serve a mirror or a "
+        "directory"
+    )
+    for data in ({"kvceph_model_revision": REV}, MIRROR, {"kvceph_model": "/srv/m"}):
+        hosts = _group(data, data)
+        preflight.check_revisions({h.host: h for h in hosts}, check_inventory(hosts))
+    lines = preflight.revision_lines({h.host: h for h in hosts}, check_inventory(hosts))
+    assert lines == ["kvceph: cache group /srv/m TP=2: the directory /srv/m (keep it the same "
+                     "on every host)"]  # fmt: skip
+
+
 def test_preflight_refuses_a_path_host_without_config_json():
     path = {"kvceph_model_source": "path", "kvceph_model_path": "/mnt/m"}
     hosts = {"gpu1": load(**path), "gpu2": load(host="gpu2", **path)}
