@@ -114,10 +114,12 @@ _integration: venv deps
 # minutes go.
 DURATIONS := --durations=40 --durations-min=5
 # Integration tests by lab (lab/README.md "Which lab"): the deploy chain, verification, node
-# replacement and the RGW stage run on the cephadm lab (Ceph 20.2.4; a fresh machine builds its
-# images first, ~8 min); the rest keeps the faster Pacific lab. Two pytest sessions, two labs.
+# replacement, the RGW stage, the quota and the bucket policies (status.py with them) run on the
+# cephadm lab (Ceph 20.2.4; a fresh machine builds its images first, ~8 min); the rest keeps the
+# faster Pacific lab. Two pytest sessions, two labs.
 CEPHADM_TESTS := $(addprefix tests/integration/,test_01_lab_deploy.py test_02_verify.py \
-                 test_03_node_replacement.py test_11_cephadm_rgw.py test_15_rgw_ha.py)
+                 test_03_node_replacement.py test_11_cephadm_rgw.py test_15_rgw_ha.py \
+                 test_18_capacity.py test_20_privilege.py)
 PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integration/test_*.py)))
 # `make test` runs three pytest sessions side by side: the unit tests (no lab), the Pacific
 # one on KVCEPH_LAB_INSTANCE (default 0), the cephadm one on the next instance (99: 98). Both

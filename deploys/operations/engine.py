@@ -197,19 +197,22 @@ def engine_link(link: str, base: str, venv: str):
 
 
 @operation()
-def pruned_venvs(base: str, venv: str, keep: int = 1):
+def pruned_venvs(base: str, venv: str, links: list[str], keep: int = 1):
     """
     Remove the profile venvs no engine runs, keeping the ``keep`` newest for a rollback.
 
     + base: ``kvceph_venv``
     + venv: the profile's venv (never removed)
+    + links: the venv links of the engines the inventory lists (their targets are kept; a
+      link of an engine removed since counts for nothing)
     + keep: other venvs kept, newest first (the roll touches a venv when it switches to it)
 
     Called after the host's roll: an engine whose restart failed stops the host before this.
     Its lock file in /var/cache/kvceph/locks goes with it.
     """
     fact = memo.read(host, EngineVenvs, base=base)
-    gone = engine_lock.to_prune(base, fact["venvs"], [venv, *fact["links"].values()], keep)
+    running = [target for link, target in fact["links"].items() if link in links]
+    gone = engine_lock.to_prune(base, fact["venvs"], [venv, *running], keep)
     if not gone:
         host.noop(f"no venv to prune beside {venv}")
         return

@@ -88,6 +88,8 @@ def apply(me: HostSettings, checked) -> None:
             files=[
                 f"{paths.UNIT_DIR}/{unit}",
                 f"{paths.CONFIG_DIR}/{unit.removesuffix('.service')}.env",
+                # Its venv link too: a link left behind would keep its venv from every prune.
+                *([e.venv_link(unit)] if e.install else []),
             ],
         )
     _upgrade(me, checked, shared)
@@ -97,7 +99,12 @@ def apply(me: HostSettings, checked) -> None:
     if e.install:
         # After the host's roll (a failed restart stops the host before this): one venv
         # besides the profile's stays for a rollback.
-        engine_ops.pruned_venvs(name="Prune old engine venvs", base=e.venv_base, venv=e.venv)
+        engine_ops.pruned_venvs(
+            name="Prune old engine venvs",
+            base=e.venv_base,
+            venv=e.venv,
+            links=[e.venv_link(engine.unit) for engine in e.engines],
+        )
 
 
 def upgrades(me: HostSettings, checked, shared: dict[str, str]) -> list[tuple]:

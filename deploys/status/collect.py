@@ -133,6 +133,6 @@ def read_cluster(host, me) -> dict:
     out["daemons"] = memo.read(host, RgwDaemons, **t)
     if me.rgw.managed_by == "cephadm":
         out["orchestrator"] = memo.read(host, CephOrchStatus, **t)
-        run = _host_run(host)
+        run = _host_run(host.state, host)  # orch reads under the login's sudo, as operations do
         out["services"] = {name: read_service(run, name, t) for name in rgw_service_names(me)}
     return out

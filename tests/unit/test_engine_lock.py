@@ -147,3 +147,30 @@ def test_hash_wheelhouse_is_the_files_sha256(tmp_path):
     assert engine_lock.hash_wheelhouse(tmp_path) == {
         "x-1.0-py3-none-any.whl": hashlib.sha256(b"wheel").hexdigest()
     }
+
+
+def test_a_removed_engines_link_keeps_no_venv_from_the_prune():
+    """test_10 removes vllm-2.service; its link still pointed at the first venv, so after two
+    upgrades three venvs stayed (CI's Pacific session, test_14). Only listed engines count."""
+    from pyinfra.context import ctx_host, ctx_state
+    from pyinfra_testing.util import FakeState, create_host, get_command_string
+
+    from deploys.operations import engine as engine_ops
+
+    a, b, c = (f"/opt/kvceph/venv-{x * 12}" for x in "abc")
+    fact = {
+        "venvs": {a: 1, b: 2, c: 3},
+        "links": {"/opt/kvceph/engines/vllm": c, "/opt/kvceph/engines/vllm-2": a},
+        "legacy": False,
+    }
+    state = FakeState()
+    host = create_host(state, facts={"engine.EngineVenvs": {"base=/opt/kvceph/venv": fact}})
+    with ctx_state.use(state), ctx_host.use(host):
+        commands = list(
+            engine_ops.pruned_venvs._inner(
+                base="/opt/kvceph/venv", venv=c, links=["/opt/kvceph/engines/vllm"]
+            )
+        )
+    assert [get_command_string(x) for x in commands] == [
+        f"rm -rf --one-file-system -- {a} /var/cache/kvceph/locks/venv-{'a' * 12}.txt"
+    ]

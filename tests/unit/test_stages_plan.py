@@ -349,7 +349,11 @@ def test_two_engines_get_a_unit_each_and_the_old_unit_goes_before_any_restart(pl
         ("service.rolling_restart", "vllm-engine-b.service"),
     ]
     removed = calls[-3][1]
-    assert removed["files"] == ["/etc/systemd/system/vllm.service", "/etc/kvceph/vllm.env"]
+    assert removed["files"] == [
+        "/etc/systemd/system/vllm.service",
+        "/etc/kvceph/vllm.env",
+        "/opt/kvceph/engines/vllm",  # its venv link: it would keep its venv from every prune
+    ]
     assert "no longer in kvceph_engines" in removed["name"]
     a, b = calls[-2][1], calls[-1][1]
     assert (a["port"], b["port"]) == (8000, 8001)
