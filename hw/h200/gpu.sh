@@ -111,6 +111,12 @@ install_files() { local d; d=$(rendered "$1")
   install -m600 "$d/credentials" "$d/config" /var/lib/vllm/.aws/ || return 1
   [ ! -s "$d/kvceph_engine_guard.py" ] || install -D -m644 "$d/kvceph_engine_guard.py" "$(py -c 'import json,sys; print(json.load(open(sys.argv[1]))["paths"]["guard"])' "$d/runner.json")" || return 1
   grep -q '# kvceph$' /etc/hosts || cat "$d/hosts" >> /etc/hosts
+  # the unit runs the engine through its venv link (/opt/kvceph/engines/<unit>, the deploy's
+  # switch at restart): here it points at the one wrapper venv below (loan 8's first start died
+  # on the missing link)
+  local exe; exe=$(sed -n 's/^ExecStart=\([^ ]*\) .*/\1/p' "$d/vllm.service")
+  case "$exe" in /opt/kvceph/venv/*|'') ;; *) mkdir -p "$(dirname "$(dirname "$(dirname "$exe")")")"
+    ln -sfn /opt/kvceph/venv "$(dirname "$(dirname "$exe")")" ;; esac
   echo "$1" > "$S/variant"; mkdir -p "$R/rendered-$1"; cp "$d"/{lmcache.yaml,vllm.env,vllm.service,config,hosts,runner.json} "$R/rendered-$1/"
   log "installed kvceph's files, variant $1: $(grep -E '^(chunk_size|max_local_cpu_size|enable_async_loading|remote_url|remote_storage_plugins)|min_hit_tokens|connections' /etc/kvceph/lmcache.yaml | tr -s ' ' | tr '\n' ' ')"
 }

@@ -9,6 +9,8 @@
 #   hw/h200/prepare.sh [OUT]     (default: <repo>/.ship/parts; work files in $BUILD, default /tmp/h200-build)
 #   WHEELS=hw/h200/wheels033.txt BUILD=/tmp/h200-build-033 hw/h200/prepare.sh /tmp/h200-parts-033
 #                                (vLLM 0.33 + torch 2.14: 27 parts, issue 38; see wheels033.txt)
+#   WHEELS=hw/h200/wheels025.txt BUILD=/tmp/h200-build-025 hw/h200/prepare.sh /tmp/h200-parts-025
+#                                (vLLM 0.25.1 on the image's torch 2.11: loan 8, see wheels025.txt)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 OUT=${1:-$REPO/.ship/parts}; B=${BUILD:-/tmp/h200-build}; PART_MIB=${PART_MIB:-52}
@@ -26,9 +28,10 @@ grep -v -E '^\s*(#|$)' "$WHEELS" | while read -r req; do
     --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_5_x86_64 \
     --platform manylinux1_x86_64 --platform any -d "$B/whl" "$req"
 done
-# vLLM 0.33's FA2 module (124 MiB of 321): vLLM picks FA3 on sm90, and its flash_attn_interface
-# imports FA2 inside try/except (FA2_AVAILABLE False). Deleted without recompressing (zip -d).
-for w in "$B"/whl/vllm-0.33.*.whl; do [ -f "$w" ] || continue
+# vLLM 0.33's and 0.25's FA2 module (124 of 321 / ~80 of 239 MiB): vLLM picks FA3 on sm90, and
+# its flash_attn_interface imports FA2 inside try/except (FA2_AVAILABLE False). Deleted without
+# recompressing (zip -d).
+for w in "$B"/whl/vllm-0.33.*.whl "$B"/whl/vllm-0.25.*.whl; do [ -f "$w" ] || continue
   unzip -l "$w" vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so >/dev/null 2>&1 || continue
   say "dropping vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so from $(basename "$w")"
   zip -q -d "$w" vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so

@@ -66,6 +66,19 @@ rp kvpair33 "$P33" $L33 $PAIR kvceph_lmcache_connector=kvceph kvceph_min_hit_tok
 PR='kvceph_engine_profile={"name": "vllm", "packages": ["vllm==0.33.0", "lmcache==0.5.6"], "executable": "vllm", "vllm_version": "0.33.0", "lmcache_version": "0.5.6", "extra_args": ["--enforce-eager"]}'
 r real33 "$PR" kvceph_model=/opt/models/SmolLM2-135M-Instruct kvceph_max_model_len=8192 \
   kvceph_gpu_memory_utilization=0.3 kvceph_lmcache_connector=lmcache kvceph_lmcache_local_cpu=false
+# loan 8 (issue 38 item 3): vLLM 0.25.1 + LMCache 0.5.6 (prepare.sh with wheels025.txt), the last
+# vLLM before the packed K|V layout LMCache 0.5.6 copies wrongly: real weights with the stock
+# connector and kvceph's (DRAM tier off: the warm KV comes from the bucket), then with the DRAM
+# tier on (the default: the warm KV comes from the node's DRAM through the same GPU connector);
+# then the verifier for the Qwen3-32B shape (dummy weights) with both connectors, as loan 6 ran 0.33
+P25='kvceph_engine_profile={"name": "vllm", "packages": ["vllm==0.25.1", "lmcache==0.5.6"], "executable": "vllm", "vllm_version": "0.25.1", "lmcache_version": "0.5.6", "extra_args": ["--enforce-eager"]}'
+R25="kvceph_model=/opt/models/SmolLM2-135M-Instruct kvceph_max_model_len=8192 kvceph_gpu_memory_utilization=0.3"
+r real25 "$P25" $R25 kvceph_lmcache_connector=lmcache kvceph_lmcache_local_cpu=false
+r kvreal25 "$P25" $R25 kvceph_lmcache_connector=kvceph kvceph_min_hit_tokens=256 kvceph_lmcache_local_cpu=false
+r real25dram "$P25" $R25 kvceph_lmcache_connector=lmcache kvceph_lmcache_local_cpu=true
+D25='kvceph_engine_profile={"name": "vllm", "packages": ["vllm==0.25.1", "lmcache==0.5.6"], "executable": "vllm", "vllm_version": "0.25.1", "lmcache_version": "0.5.6", "extra_args": ["--load-format", "dummy", "--enforce-eager"]}'
+r st25 "$D25" $L33 kvceph_lmcache_connector=lmcache
+r kv25 "$D25" $L33 kvceph_lmcache_connector=kvceph kvceph_min_hit_tokens=12288
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
 for y in "$S"/rendered/*/lmcache.yaml "$S"/rendered/*/*/lmcache.yaml; do [ -f "$y" ] || continue
