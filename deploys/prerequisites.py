@@ -17,6 +17,8 @@ PYTHON_MIN = (3, 10)
 # too (hw/h200/results/2026-12-03-v033/env.txt: it ran on driver 580.159.04). A minor not listed
 # is not checked (the plan says so): add its row when a host has run it.
 DRIVER_MIN = {
+    # vLLM 0.25.1 pins torch 2.11.0 too (its wheel's METADATA)
+    "0.25": ("torch 2.11.0 (CUDA 13.0)", "580.65.06"),
     "0.26": ("torch 2.11.0 (CUDA 13.0)", "580.65.06"),
     "0.33": ("torch 2.14.0 (CUDA 13.0)", "580.65.06"),
 }

@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The pairs we test and support. The Gaudi plugin (vllm-gaudi 0.26) validates vLLM 0.26, so a
-# fleet legitimately runs two vLLM versions; both pair with LMCache 0.5.6.
-SUPPORTED_VLLM = ("0.26", "0.33")
+# fleet legitimately runs two vLLM versions; all pair with LMCache 0.5.6. 0.25 is the last vLLM
+# before the packed K|V cache layout (vLLM PR #44455, 0.26.0) that LMCache 0.5.6's in-process
+# GPU connector copies wrongly (LMCache issue #4463; KV_LOAD_DEFECTS below).
+SUPPORTED_VLLM = ("0.25", "0.26", "0.33")
 SUPPORTED_LMCACHE = ("0.5.6",)
-SUPPORTED_PAIRS = {("0.26", "0.5.6"), ("0.33", "0.5.6")}
+SUPPORTED_PAIRS = {("0.25", "0.5.6"), ("0.26", "0.5.6"), ("0.33", "0.5.6")}
 
 # vLLM KVTransferConfig fields per minor version.
 _KV_FIELDS_033 = frozenset(
@@ -33,6 +35,8 @@ KV_TRANSFER_FIELDS = {
     "0.33": _KV_FIELDS_033,
     # 0.26 still has the P2P-era fields the seed uses (kv_parallel_size & co).
     "0.26": _KV_FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_size"},
+    # 0.25.1's vllm/config/kv_transfer.py has the same fields as 0.26.0's (read in both wheels).
+    "0.25": _KV_FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_size"},
 }
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")
@@ -77,6 +81,24 @@ LMCACHE_IGNORED_SEED_KEYS = ("s3_max_io_concurrency", "s3_max_inflight_reqs", "s
 
 # Hash algorithms LMCache can use for pre-caching (vLLM's get_hash_fn_by_name).
 HASH_ALGORITHMS = ("builtin", "sha256", "sha256_cbor", "sha256_cbor_64bit", "xxhash", "xxhash_cbor")
+
+# Pairs whose in-process LMCache connector loads KV that is not what vLLM wrote, on NVIDIA: since
+# vLLM 0.26.0 (PR #44455) each layer's cache packs K and V in its last axis ([blocks, kv heads,
+# block size, 2 x head size]); LMCache 0.5.6's VLLMPagedMemGPUConnectorV2 copies it with half the
+# row width (LMCache issue #4463, fix PR #4467 open). Seen on the H200 with real weights (loan 7,
+# hw/h200/results/2026-12-03-pair/: vLLM 0.33.0, warm greedy answers garbage, cold right) and
+# not with vLLM 0.25.1 (loan 8, hw/h200/results/2026-12-04-v025/). Objects, hits and timings all
+# look right: only the answers are wrong. Gaudi's plugin keeps its own cache layout (not checked).
+KV_LOAD_DEFECTS = {
+    ("0.26", "0.5.6"): "LMCache issue #4463",
+    ("0.33", "0.5.6"): "LMCache issue #4463",
+}
+
+
+def kv_load_defect(vllm: str, lmcache: str) -> str | None:
+    """The known defect that makes this pair load wrong KV into vLLM on NVIDIA, or None."""
+    return KV_LOAD_DEFECTS.get((vllm_key(vllm), lmcache_key(lmcache)))
+
 
 # vLLM's default KV block size by accelerator: chunk_size must be a multiple of it.
 KV_BLOCK_SIZE = {"nvidia": 16, "gaudi": 128}

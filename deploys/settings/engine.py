@@ -14,12 +14,15 @@ from deploys.settings.reader import Reader
 
 # --- Engine (software + service) ---------------------------------------------------------------
 
+# NVIDIA: vLLM 0.25.1, the newest vLLM that LMCache 0.5.6 loads the right KV into (newer ones
+# pack K|V in a layout LMCache 0.5.6 copies wrongly: versions.KV_LOAD_DEFECTS; proven on the H200
+# with real weights, hw/h200/results/2026-12-04-v025/). Move on when LMCache's fix is released.
 DEFAULT_PROFILES = {
     "nvidia": {
         "name": "vllm",
-        "packages": ["vllm==0.33.0", "lmcache==0.5.6"],
+        "packages": ["vllm==0.25.1", "lmcache==0.5.6"],
         "executable": "vllm",
-        "vllm_version": "0.33.0",
+        "vllm_version": "0.25.1",
         "lmcache_version": "0.5.6",
         "extra_args": [],
         "env": {},
@@ -171,6 +174,7 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
         )
     extra_args = tuple(str(a) for a in raw["extra_args"])
     security.refuse_secret_args(r, f"{key}.extra_args", extra_args)
+    _refuse_kv_load_defect(r, accelerator, raw)
     return EngineProfile(
         name=str(raw["name"]),
         packages=tuple(str(p) for p in raw["packages"]),
@@ -179,6 +183,27 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
         lmcache_version=str(raw["lmcache_version"]),
         extra_args=extra_args,
         env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
+    )
+
+
+def _refuse_kv_load_defect(r: Reader, accelerator: str, raw: dict) -> None:
+    """A real vLLM on NVIDIA whose pair loads wrong KV (versions.KV_LOAD_DEFECTS) serves wrong
+    answers from every cache hit, silently: refused unless ``kvceph_accept_kv_load_defect``."""
+    defect = versions.kv_load_defect(raw["vllm_version"], raw["lmcache_version"])
+    real = any(
+        re.split(r"[=<>!~ \[]", str(p), maxsplit=1)[0].lower() == "vllm" for p in raw["packages"]
+    )
+    if accelerator != "nvidia" or not defect or not real:
+        return
+    if r.bool("kvceph_accept_kv_load_defect", False):
+        return
+    raise r.fail(
+        "kvceph_engine_profile",
+        f"vLLM {raw['vllm_version']} + LMCache {raw['lmcache_version']}",
+        f"LMCache loads wrong KV into this vLLM on NVIDIA ({defect}: answers from cache hits "
+        "are garbage)",
+        f"use the default profile (vLLM {DEFAULT_PROFILES['nvidia']['vllm_version']}), or set "
+        "kvceph_accept_kv_load_defect = True",
     )
 
 

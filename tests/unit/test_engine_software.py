@@ -34,8 +34,8 @@ def test_ambiguous_profile_is_refused():
 
 def test_versions_match():
     me = host()
-    assert es.check_versions(me, {"vllm": "0.33.0", "lmcache": "0.5.6"}) is None
-    assert es.check_versions(me, {"vllm": "0.33.2", "lmcache": "0.5.6"}) is None
+    assert es.check_versions(me, {"vllm": "0.25.1", "lmcache": "0.5.6"}) is None
+    assert es.check_versions(me, {"vllm": "0.25.2", "lmcache": "0.5.6"}) is None
 
 
 def test_installed_vllm_minor_differs_from_profile():
@@ -45,7 +45,7 @@ def test_installed_vllm_minor_differs_from_profile():
 
 
 def test_unsupported_pair_is_refused():
-    error = es.check_versions(host(), {"vllm": "0.33.0", "lmcache": "0.4.2"})
+    error = es.check_versions(host(), {"vllm": "0.25.1", "lmcache": "0.4.2"})
     assert "not a supported pair" in error
 
 

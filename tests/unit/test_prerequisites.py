@@ -12,6 +12,7 @@ import pytest
 
 from deploys import prerequisites as p
 from deploys import settings as s
+from deploys import versions
 from deploys.facts import ceph
 from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
 
@@ -29,6 +30,9 @@ NO_DRIVER = (
 def host(accelerator="nvidia", vllm="0.26.0", **data):
     profile = {"vllm_version": vllm, "packages": [f"vllm=={vllm}", "lmcache==0.5.6"]}
     data = {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_profile": profile, **data}
+    if accelerator == "nvidia" and versions.kv_load_defect(vllm, "0.5.6"):
+        # what these tests check is the host's prerequisites, not the pair's known defect
+        data.setdefault("kvceph_accept_kv_load_defect", True)
     group = {"nvidia": "gpu", "gaudi": "gaudi"}[accelerator]
     return s.load(data, f"{group}1", (group,))
 
@@ -87,7 +91,16 @@ def test_what_needs_no_check_is_not_checked(monkeypatch):
     assert "driver floor for vLLM 0.33 unknown" in p.driver_note(me)
 
 
-def test_the_nvidia_default_vllm_0_33_has_its_driver_row():
+def test_the_nvidia_default_vllm_0_25_has_its_driver_row():
+    # hw/h200/results/2026-12-04-v025/env.txt: vLLM 0.25.1 (torch 2.11.0, cu130) ran on this H200.
+    me = host(vllm="0.25.1")
+    assert p.inference_problems(me, fact()) == [] and p.driver_note(me) is None
+    old = H200.replace("580.159.04", "570.133.20")
+    (line,) = p.inference_problems(me, fact(tool={"rc": "0", "lines": [old]}))
+    assert "older than 580.65.06, which vLLM 0.25.1's torch 2.11.0 (CUDA 13.0) needs" in line
+
+
+def test_vllm_0_33_has_its_driver_row():
     # hw/h200/results/2026-12-03-v033/env.txt: vLLM 0.33.0 (torch 2.14.0, cu130) ran on this H200.
     me = host(vllm="0.33.0")
     assert p.inference_problems(me, fact()) == [] and p.driver_note(me) is None

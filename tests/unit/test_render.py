@@ -29,11 +29,15 @@ def host(accelerator="nvidia", vllm="0.33.0", **data):
         "vllm_version": vllm,
         "packages": [f"vllm=={vllm}", "lmcache==0.5.6"],
     }
+    # the files of a pair with a known KV-load defect render the same once it is accepted
+    defect = versions.kv_load_defect(vllm, "0.5.6") and accelerator == "nvidia"
     data = {**BASE, "kvceph_engine_profile": profile, **data}
+    if defect:
+        data.setdefault("kvceph_accept_kv_load_defect", True)
     return s.load(data, f"{GROUP[accelerator]}1", (GROUP[accelerator],))
 
 
-MATRIX = [(a, v) for a in ("nvidia", "gaudi") for v in ("0.26.0", "0.33.0")]
+MATRIX = [(a, v) for a in ("nvidia", "gaudi") for v in ("0.25.1", "0.26.0", "0.33.0")]
 IDS = [f"{a}-vllm{v}" for a, v in MATRIX]
 
 

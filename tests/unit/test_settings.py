@@ -21,7 +21,7 @@ def test_defaults_follow_the_seed_where_it_is_right():
     assert h.engine.gpu_memory_utilization == 0.55
     assert h.s3.remote_url == "s3://lmcache.s3.cephlab.com:80"
     assert h.s3.disable_tls is True
-    assert h.engine.profile.vllm_version == "0.33.0"
+    assert h.engine.profile.vllm_version == "0.25.1"
 
 
 def test_defaults_correct_the_seed_where_it_is_wrong():
@@ -454,3 +454,36 @@ def test_fp8_kv_on_gaudi_is_refused_and_stays_on_nvidia():
     )
     assert load(kvceph_kv_dtype="fp8").engine.kv_dtype == "fp8"
     assert load(groups=("gaudi",), host="gaudi1").engine.kv_dtype == "bfloat16"
+
+
+# --- a pair that loads wrong KV (versions.KV_LOAD_DEFECTS) -----------------------------------
+
+
+def _real(vllm: str) -> dict:
+    return {"vllm_version": vllm, "packages": [f"vllm=={vllm}", "lmcache==0.5.6"]}
+
+
+def test_a_real_vllm_with_a_kv_load_defect_is_refused_on_nvidia():
+    with pytest.raises(SettingsError) as exc:
+        load(kvceph_engine_profile=_real("0.33.0"))
+    assert str(exc.value) == (
+        "gpu1: kvceph_engine_profile = 'vLLM 0.33.0 + LMCache 0.5.6': LMCache loads wrong KV into "
+        "this vLLM on NVIDIA (LMCache issue #4463: answers from cache hits are garbage); fix: use "
+        "the default profile (vLLM 0.25.1), or set kvceph_accept_kv_load_defect = True"
+    )
+    with pytest.raises(SettingsError, match="0.26.0 \\+ LMCache 0.5.6"):
+        load(kvceph_engine_profile=_real("0.26.0"))
+
+
+def test_the_defect_is_accepted_only_when_said_and_only_where_it_applies():
+    accepted = load(kvceph_engine_profile=_real("0.33.0"), kvceph_accept_kv_load_defect=True)
+    assert accepted.engine.profile.vllm_version == "0.33.0"
+    # the default, a patch release of it, the Gaudi plugin's 0.26 and the lab engine emulating
+    # 0.33 (it loads what it stored) are not refused
+    assert load().engine.profile.vllm_version == "0.25.1"
+    assert load(kvceph_engine_profile=_real("0.25.2")).engine.profile.vllm_version == "0.25.2"
+    assert load(("gaudi",), "gaudi1").engine.profile.vllm_version == "0.26.0"
+    lab = {**_real("0.33.0"), "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"]}
+    assert load(kvceph_engine_profile=lab).engine.profile.vllm_version == "0.33.0"
+    with pytest.raises(SettingsError, match="must be True or False"):
+        load(kvceph_engine_profile=_real("0.33.0"), kvceph_accept_kv_load_defect="yes")

@@ -215,7 +215,7 @@ def test_gaudi_hosts_skip_the_compiled_ops_check(plan):
 def test_engine_software_image_mode_checks_installed_versions(plan):
     me = s.load({"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_install": False}, "g", ["gpu"])
     ok = {
-        "EngineVersions": {"python": "3.12.3", "packages": {"vllm": "0.33.1", "lmcache": "0.5.6"}}
+        "EngineVersions": {"python": "3.12.3", "packages": {"vllm": "0.25.2", "lmcache": "0.5.6"}}
     }
     assert "engine.venv_packages" not in names(plan(engine_software, me, ok))
     bad = {"EngineVersions": {"packages": {"vllm": "0.26.0", "lmcache": "0.5.6"}}}
