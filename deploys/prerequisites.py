@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from deploys import engine_lock
+
 # vLLM's requires-python (its pyproject.toml) for the versions kvceph supports.
 PYTHON_MIN = (3, 10)
 # The CUDA of the torch each vLLM minor pins, and the oldest Linux driver that runs it (NVIDIA's
@@ -42,12 +44,23 @@ def inference_problems(me, fact: dict) -> list[str]:
     """
     e, host, out = me.engine, me.host, []
     py = _version(fact.get("python"))
+    minor = ".".join(map(str, py[:2]))
+    covered = engine_lock.pythons(e.lock_text)  # None: no lock, or one that does not say
     if not py:
         out.append(f"{host}: python3 is missing; fix: install python3 (>= 3.10, vLLM's minimum)")
     elif py[:2] < PYTHON_MIN:
         out.append(
             f"{host}: python3 is {fact['python']}, vLLM needs >= "
             f"{'.'.join(map(str, PYTHON_MIN))}; fix: install a newer python3"
+        )
+    elif covered and minor not in covered and not fact.get("venv"):
+        # pip would fail mid-install (a locked version has no wheel for this minor, or needs a
+        # newer one), after the first hosts made their venvs. A venv already there installed: quiet.
+        out.append(
+            f"{host}: python3 is {fact['python']}, but the engine lock {e.lock_source} covers "
+            f"CPython {', '.join(covered)}; fix: make one of those the host's python3, or set "
+            f"kvceph_engine_lock to a lock compiled for {minor} (python -m locks.compile "
+            f"--python {minor} --packages ... --output FILE), or False"
         )
     if not fact.get("venv") and fact.get("ensurepip") is False:
         out.append(

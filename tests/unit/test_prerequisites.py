@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from deploys import engine_lock
 from deploys import prerequisites as p
 from deploys import settings as s
 from deploys.facts import ceph
@@ -176,3 +177,53 @@ def test_admin_fact_reads_ceph_version_lines():
         "radosgw-admin": None,
         "client": "16.2.15",
     }
+
+
+# python3's version as the fact reads it (`python 3.x.y`) on the distributions' hosts: Ubuntu
+# 22.04's python3 3.10.12, Debian 12's 3.11.2, Ubuntu 24.04's 3.12.3 (the H200's), Debian 13's
+# 3.13.5, Fedora 43's 3.14.0; the rest of the answer is the H200's.
+def _answer(python: str, venv: str = "no") -> dict:
+    lines = [f"python {python}", "ensurepip yes", f"venv {venv}", "disk_free_kib 66060288"]
+    return InferencePrerequisites().process([*lines, f"tool {H200}", "tool_rc 0", "apps_rc 0"])
+
+
+def builtin(**data):
+    """An NVIDIA host of the built-in profile: it installs from the shipped lock."""
+    return s.load({"kvceph_s3_endpoint_ip": "10.0.0.5", **data}, "gpu1", ("gpu",))
+
+
+@pytest.mark.parametrize(
+    ("python", "ok"),
+    [("3.10.12", False), ("3.11.2", True), ("3.12.3", True), ("3.13.5", True), ("3.14.0", False)],
+)
+def test_the_hosts_python_must_be_a_minor_the_shipped_lock_covers(python, ok):
+    me = builtin()
+    covered = engine_lock.pythons(me.engine.lock_text)
+    assert covered == ("3.11", "3.12", "3.13")
+    minor = python.rsplit(".", 1)[0]
+    lines = p.inference_problems(me, _answer(python))
+    assert lines == ([] if ok else [
+        f"gpu1: python3 is {python}, but the engine lock locks/nvidia.txt covers CPython 3.11, "
+        f"3.12, 3.13; fix: make one of those the host's python3, or set kvceph_engine_lock to a "
+        f"lock compiled for {minor} (python -m locks.compile --python {minor} --packages ... "
+        "--output FILE), or False"
+    ])  # fmt: skip
+
+
+def test_the_python_check_is_quiet_where_nothing_installs_from_a_covering_lock():
+    # The profile's venv already there (installed before): nothing to install.
+    assert p.inference_problems(builtin(), _answer("3.10.12", venv="yes")) == []
+    # The opt-out, another profile (pip resolves on the host), a lock that does not say.
+    assert p.inference_problems(builtin(kvceph_engine_lock=False), _answer("3.10.12")) == []
+    assert p.inference_problems(host(vllm="0.26.0"), _answer("3.10.12")) == []
+
+
+def test_preflight_stops_on_the_lock_python_before_any_host_is_touched():
+    from deploys import preflight
+
+    hosts = {"gpu1": builtin()}
+    with pytest.raises(preflight.PreflightError) as caught:
+        preflight.check_prerequisites(hosts, lambda name, fact, **kw: _answer("3.10.12"))
+    line = str(caught.value)
+    assert line.startswith("kvceph: gpu1: python3 is 3.10.12, but the engine lock")
+    assert line.endswith("or False (nothing was changed)") and "\n" not in line
