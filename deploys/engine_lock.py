@@ -257,6 +257,13 @@ def pythons(text: str | None) -> tuple[str, ...] | None:
     return tuple(value.split()) if value else None
 
 
+def platform(text: str | None) -> tuple[str, tuple[int, int]] | None:
+    """(machine, oldest glibc) a lock's wheels were chosen for, from its ``platform`` field
+    (``x86_64-manylinux_2_31`` -> ``("x86_64", (2, 31))``); None when it does not say."""
+    m = re.fullmatch(r"(\w+)-manylinux_(\d+)_(\d+)", header(text or "").get("platform", ""))
+    return (m.group(1), (int(m.group(2)), int(m.group(3)))) if m else None
+
+
 def via(text: str) -> dict[str, tuple[str, ...]]:
     """What pulled each distribution into a compiled lock (its ``# via`` line), by name."""
     found: dict[str, set[str]] = {}

@@ -62,6 +62,7 @@ def inference_problems(me, fact: dict) -> list[str]:
             f"kvceph_engine_lock to a lock compiled for {minor} (python -m locks.compile "
             f"--python {minor} --packages ... --output FILE), or False"
         )
+    out += _platform_problems(me, fact)
     if not fact.get("venv") and fact.get("ensurepip") is False:
         out.append(
             f"{host}: python3 cannot create the venv {e.venv} (no ensurepip); fix: apt-get "
@@ -76,6 +77,26 @@ def inference_problems(me, fact: dict) -> list[str]:
         )
     out += _tool_problems(me, fact)
     return out
+
+
+def _platform_problems(me, fact: dict) -> list[str]:
+    """A lock compiled for another machine or an older glibc than the host's: its wheels do
+    not install there (an aarch64 GH200 host against the x86_64 lock). Unknown: not checked."""
+    e, machine = me.engine, fact.get("machine")
+    target = engine_lock.platform(e.lock_text)
+    if not target or not machine or fact.get("venv"):
+        return []
+    glibc = _version(fact.get("glibc"))
+    if machine == target[0] and (not glibc or glibc[:2] >= target[1]):
+        return []
+    here = f"{machine}-manylinux_{glibc[0]}_{glibc[1]}" if len(glibc) > 1 else "<platform>"
+    return [
+        f"{me.host}: the host is {machine} with glibc {fact.get('glibc') or 'unknown'}, but the "
+        f"engine lock {e.lock_source} holds wheels for {target[0]} with glibc >= "
+        f"{'.'.join(map(str, target[1]))}; fix: set kvceph_engine_lock to a lock compiled for "
+        f"this host (python -m locks.compile --platform {here} --packages ... --output FILE), "
+        "or False"
+    ]
 
 
 def _tool_problems(me, fact: dict) -> list[str]:

@@ -155,6 +155,7 @@ def test_the_fact_command_reads_this_machine_and_a_stand_in_tool(tmp_path):
     path = _tool(tmp_path, f'case "$1" in --query-gpu*) echo "{H200}";; esac\n')
     got = f.process(_run(cmd, path))
     assert got["python"] and got["venv"] is False and got["disk_free_kib"] > 0
+    assert got["machine"] == os.uname().machine and got["glibc"].count(".") == 1
     assert got["tool"] == {"rc": "0", "lines": [H200]} and got["apps"] == {"rc": "0", "lines": []}
     # The driver not loaded: the tool's own words and exit status.
     path = _tool(tmp_path, f'echo "{NO_DRIVER}"\nexit 9\n')
@@ -182,9 +183,14 @@ def test_admin_fact_reads_ceph_version_lines():
 # python3's version as the fact reads it (`python 3.x.y`) on the distributions' hosts: Ubuntu
 # 22.04's python3 3.10.12, Debian 12's 3.11.2, Ubuntu 24.04's 3.12.3 (the H200's), Debian 13's
 # 3.13.5, Fedora 43's 3.14.0; the rest of the answer is the H200's.
-def _answer(python: str, venv: str = "no") -> dict:
+# `uname -m` and `getconf GNU_LIBC_VERSION` on the H200 host (Ubuntu 24.04.3, 2026-12-04).
+H200_PLATFORM = ["machine x86_64", "glibc glibc 2.39"]
+
+
+def _answer(python: str, venv: str = "no", platform=H200_PLATFORM) -> dict:
     lines = [f"python {python}", "ensurepip yes", f"venv {venv}", "disk_free_kib 66060288"]
-    return InferencePrerequisites().process([*lines, f"tool {H200}", "tool_rc 0", "apps_rc 0"])
+    tool = [f"tool {H200}", "tool_rc 0", "apps_rc 0"]
+    return InferencePrerequisites().process([*lines, *platform, *tool])
 
 
 def builtin(**data):
@@ -227,3 +233,31 @@ def test_preflight_stops_on_the_lock_python_before_any_host_is_touched():
     line = str(caught.value)
     assert line.startswith("kvceph: gpu1: python3 is 3.10.12, but the engine lock")
     assert line.endswith("or False (nothing was changed)") and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    ("platform", "line"),
+    [
+        (H200_PLATFORM, None),
+        (["machine x86_64", "glibc glibc 2.31"], None),  # Ubuntu 20.04: the oldest it fits
+        (
+            ["machine aarch64", "glibc glibc 2.39"],  # a GH200 host
+            "gpu1: the host is aarch64 with glibc 2.39, but the engine lock locks/nvidia.txt "
+            "holds wheels for x86_64 with glibc >= 2.31; fix: set kvceph_engine_lock to a lock "
+            "compiled for this host (python -m locks.compile --platform aarch64-manylinux_2_39 "
+            "--packages ... --output FILE), or False",
+        ),
+        (["machine x86_64", "glibc glibc 2.28"], "x86_64 with glibc 2.28, but"),  # RHEL 8
+        (["machine x86_64", "glibc"], None),  # musl: getconf has no answer, not checked
+        ([], None),  # a fact without the lines (older recordings): not checked
+    ],
+)
+def test_the_hosts_platform_must_fit_the_shipped_locks_wheels(platform, line):
+    lines = p.inference_problems(builtin(), _answer("3.12.3", platform=platform))
+    if line is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and line in lines[0] and lines[0].startswith("gpu1: ")
+    # The venv already there, or no lock that says: quiet.
+    assert p.inference_problems(builtin(), _answer("3.12.3", "yes", platform)) == []
+    assert p.inference_problems(host(vllm="0.26.0"), _answer("3.12.3", platform=platform)) == []
