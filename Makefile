@@ -16,6 +16,9 @@ WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
 # CPU: CPU torch 2.13.0 (the file on this machine's disk; a plain `torch` would pull a CUDA build),
 # lmcache --no-deps and the pinned import-time deps (connector/tests/requirements-cpu.txt).
 CONNECTOR_VENV := $(VENV)/connector
+# uv, pinned, in a venv of its own: `make locks` compiles the shipped engine locks with it.
+UV_VENV := $(VENV)/uv
+UV_VERSION := 0.13.9
 
 # System packages: the lab (nspawn hosts, mmdebstrap), Ceph for fact fixtures and spec
 # validation (python3-ceph-common), systemd-analyze for unit checks.
@@ -30,6 +33,7 @@ STEP := lab/step.sh
 
 .PHONY: help deps venv lmcache-venv connector-venv connector-unit lint unit integration test lab lab-up \
         lab-down lab-purge deploy verify probe status bench dry clean rotate-add rotate-retire images wheelhouse \
+        locks \
         _integration _test _cephadm-lab-free test-down _lab _lab-up _lab-secrets _bench
 
 # A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
@@ -45,6 +49,7 @@ help:
 	@echo "make test-down both labs of make test down (instance N and CEPHADM_LAB_INSTANCE, N+1)"
 	@echo "make unit      offline unit tests only"
 	@echo "make dry       plan the lab deploy with pyinfra --dry"
+	@echo "make locks     recompile the shipped engine locks (locks/*.txt) from the built-in profiles"
 
 deps: $(VENV)/.deps-apt
 $(VENV)/.deps-apt: Makefile
@@ -90,6 +95,17 @@ $(CONNECTOR_VENV)/.installed: connector/pyproject.toml connector/tests/requireme
 	  -r connector/tests/requirements-cpu.txt
 	@$(STEP) venv "pip: kvceph connector (connector/)" $(CONNECTOR_VENV)/bin/pip install -q --no-deps -e connector
 	@touch $@
+
+$(UV_VENV)/.installed: Makefile
+	@$(STEP) venv "uv $(UV_VERSION) venv $(UV_VENV)" \
+	  sh -c '$(PY) -m venv $(UV_VENV) && $(UV_VENV)/bin/pip install -q uv==$(UV_VERSION)'
+	@touch $@
+
+# The engine locks kvceph ships (locks/*.txt), compiled from the built-in profiles
+# (deploys/settings/engine.py DEFAULT_PROFILES): run after changing one; the shipped lock's unit
+# test fails until then. Reaches the package index; not part of `make test`.
+locks: venv $(UV_VENV)/.installed
+	@$(STEP) locks "uv: the built-in profiles' locks" $(BIN)/python -m locks.compile --uv $(UV_VENV)/bin/uv
 
 # The connector's own tests (loopback S3 + real LMCache classes); part of `make unit`.
 connector-unit: connector-venv

@@ -7,15 +7,19 @@ lock and the profile's pins and versions, so a profile change is a new venv and 
 engines keep theirs until the roll restarts them (``engine_link``: each engine's ExecStart
 goes through a per-engine symlink that only its restart switches).
 
-Where the lock comes from:
+Where the lock comes from (``deploys/settings/engine.py`` ``_lock`` picks, in this order):
+- ``kvceph_engine_lock``: a requirements file with ``--hash`` lines the operator keeps, or
+  False: no lock (pip resolves on each host);
 - a wheelhouse profile (the lab, Gaudi's): rendered from the wheels kvceph uploads (every
   wheel there is part of the tree: ``pip download`` put it there);
-- an index profile: ``kvceph_engine_lock``, a requirements file with ``--hash`` lines
-  committed per profile (docs/procedure.md "Engine upgrades" says how to regenerate it).
+- the built-in NVIDIA profile from the index: the lock kvceph ships (``locks/nvidia.txt``,
+  ``make locks`` compiles it from the profile with ``locks/compile.py``: one ``uv pip
+  compile`` per CPython minor, merged here by :func:`merge` into one tree for all of them).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
@@ -29,9 +33,15 @@ _WHEEL = re.compile(
 # A lock line: name==version followed by one or more --hash=sha256:<hex>.
 _LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]*)==([A-Za-z0-9_.+!\-]+)((?:\s+--hash=\S+)+)")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+# A shipped lock's header fields, ``# kvceph-lock-<field>: <value>``: what it was compiled for,
+# read back by preflight (``python``) and the tests (``profile``).
+_FIELD = re.compile(r"#\s*kvceph-lock-([a-z]+):\s*(.*?)\s*")
+# A compiled lock's ``# via a, b`` line (uv's --annotation-style line) under a distribution.
+_VIA = re.compile(r"\s+#\s*via\s+(.*)")
 # ``<kvceph_venv>-<12 hex>``: only these are venvs kvceph made (and may prune).
 DIGEST_LEN = 12
-# Distributions ``python3 -m venv`` puts in every venv: never in a lock, never compared.
+# Distributions ``python3 -m venv`` puts in every venv: never compared (a wheelhouse lock leaves
+# them out; a compiled one holds setuptools where the tree needs a newer one).
 VENV_SEEDS = frozenset({"pip", "setuptools", "wheel"})
 
 
@@ -91,8 +101,11 @@ def render(lock: Mapping[str, Locked]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@functools.lru_cache(maxsize=8)
 def parse(text: str, source: str = "lock") -> dict[str, Locked]:
     """A requirements file with hashes -> the lock; ValueError naming the line otherwise.
+    Cached (the shipped lock takes ~40 ms, and settings, the stage and the operation read it
+    for every host): the caller must not change the result.
 
     + text: the file (``pip-compile --generate-hashes`` / ``uv pip compile --generate-hashes``
       output, or ``render``'s)
@@ -119,6 +132,17 @@ def parse(text: str, source: str = "lock") -> dict[str, Locked]:
     if not lock:
         raise ValueError(f"{source}: locks nothing")
     return lock
+
+
+def pins(packages: Iterable[str]) -> dict[str, str]:
+    """A profile's ``name==version`` pins by normalised name (anything else left out: the
+    engine-software stage refuses it)."""
+    found = {}
+    for spec in packages:
+        m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9_.\-]*)\s*==\s*([A-Za-z0-9_.+!\-]+)\s*", spec)
+        if m:
+            found[norm(m.group(1))] = m.group(2)
+    return found
 
 
 def missing_from_lock(pins: Mapping[str, str], lock: Mapping[str, Locked]) -> list[str]:
@@ -214,3 +238,92 @@ def group_difference(
                 "remove what was installed by hand"
             )
     return None
+
+
+def header(text: str) -> dict[str, str]:
+    """A lock's ``# kvceph-lock-<field>: <value>`` lines (``{}`` for a lock without them)."""
+    found = {}
+    for line in text.splitlines():
+        m = _FIELD.fullmatch(line)
+        if m:
+            found[m.group(1)] = m.group(2)
+    return found
+
+
+def pythons(text: str | None) -> tuple[str, ...] | None:
+    """The CPython minors a lock was compiled for (``("3.11", "3.12")``), None when it does
+    not say (a wheelhouse's lock, an operator's own)."""
+    value = header(text or "").get("python")
+    return tuple(value.split()) if value else None
+
+
+def platform(text: str | None) -> tuple[str, tuple[int, int]] | None:
+    """(machine, oldest glibc) a lock's wheels were chosen for, from its ``platform`` field
+    (``x86_64-manylinux_2_31`` -> ``("x86_64", (2, 31))``); None when it does not say."""
+    m = re.fullmatch(r"(\w+)-manylinux_(\d+)_(\d+)", header(text or "").get("platform", ""))
+    return (m.group(1), (int(m.group(2)), int(m.group(3)))) if m else None
+
+
+def via(text: str) -> dict[str, tuple[str, ...]]:
+    """What pulled each distribution into a compiled lock (its ``# via`` line), by name."""
+    found: dict[str, set[str]] = {}
+    current = None
+    for line in text.splitlines():
+        m = re.match(r"([A-Za-z0-9][A-Za-z0-9_.\-]*)==", line)
+        if m:
+            current = norm(m.group(1))
+            continue
+        v = _VIA.fullmatch(line)
+        if v and current:
+            found.setdefault(current, set()).update(
+                w.strip() for w in v.group(1).split(",") if w.strip()
+            )
+    return {n: tuple(sorted(s)) for n, s in found.items()}
+
+
+def merge(compiled: Mapping[str, str]) -> dict[str, Locked]:
+    """One lock for every CPython minor from one compiled lock per minor.
+
+    + compiled: minor (``"3.11"``) -> ``uv pip compile --generate-hashes`` output for it
+
+    Every distribution any minor needs is kept (a backport one minor needs is harmless on the
+    others), with the hashes of all: the hosts of a cache group install the same set whatever
+    their minor. A distribution two minors resolved to different versions is refused
+    (ValueError naming both): ``locks/compile.py`` compiles each minor preferring the versions
+    of the one before, so this only happens where no version serves both.
+    """
+    merged: dict[str, tuple[str, str, set[str]]] = {}
+    for minor, text in compiled.items():
+        for name, item in parse(text, f"CPython {minor}'s lock").items():
+            have = merged.setdefault(name, (item.version, minor, set()))
+            if have[0] != item.version:
+                raise ValueError(
+                    f"{name} resolves to {have[0]} on CPython {have[1]} but {item.version} on "
+                    f"{minor}: one lock cannot serve both; fix: pin {name} in the profile's "
+                    "packages to a version both can install, or drop a minor"
+                )
+            have[2].update(item.hashes)
+    return {n: Locked(v, tuple(sorted(h))) for n, (v, _, h) in sorted(merged.items())}
+
+
+def render_shipped(
+    lock: Mapping[str, Locked],
+    fields: Mapping[str, str],
+    notes: Iterable[str] = (),
+    annotations: Mapping[str, tuple[str, ...]] | None = None,
+) -> str:
+    """A lock kvceph ships: comment lines, ``# kvceph-lock-<field>:`` lines, then
+    :func:`render`'s body with each distribution's ``# via`` line (for a reviewer's diff).
+
+    + lock: the distributions
+    + fields: header fields (``profile``, ``python``, ``platform``)
+    + notes: comment lines above them
+    + annotations: name -> what pulled it in
+    """
+    lines = [f"# {n}" for n in notes] + [f"# kvceph-lock-{k}: {v}" for k, v in fields.items()]
+    for name, item in sorted(lock.items()):
+        hashes = " \\\n".join(f"    --hash=sha256:{h}" for h in item.hashes)
+        lines.append(f"{name}=={item.version} \\\n{hashes}")
+        if (annotations or {}).get(name):
+            lines.append(f"    # via {', '.join(annotations[name])}")
+    return "\n".join(lines) + "\n"

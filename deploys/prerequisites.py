@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from deploys import engine_lock
+
 # vLLM's requires-python (its pyproject.toml) for the versions kvceph supports.
 PYTHON_MIN = (3, 10)
 # The CUDA of the torch each vLLM minor pins, and the oldest Linux driver that runs it (NVIDIA's
@@ -44,6 +46,8 @@ def inference_problems(me, fact: dict) -> list[str]:
     """
     e, host, out = me.engine, me.host, []
     py = _version(fact.get("python"))
+    minor = ".".join(map(str, py[:2]))
+    covered = engine_lock.pythons(e.lock_text)  # None: no lock, or one that does not say
     if not py:
         out.append(f"{host}: python3 is missing; fix: install python3 (>= 3.10, vLLM's minimum)")
     elif py[:2] < PYTHON_MIN:
@@ -51,6 +55,16 @@ def inference_problems(me, fact: dict) -> list[str]:
             f"{host}: python3 is {fact['python']}, vLLM needs >= "
             f"{'.'.join(map(str, PYTHON_MIN))}; fix: install a newer python3"
         )
+    elif covered and minor not in covered and not fact.get("venv"):
+        # pip would fail mid-install (a locked version has no wheel for this minor, or needs a
+        # newer one), after the first hosts made their venvs. A venv already there installed: quiet.
+        out.append(
+            f"{host}: python3 is {fact['python']}, but the engine lock {e.lock_source} covers "
+            f"CPython {', '.join(covered)}; fix: make one of those the host's python3, or set "
+            f"kvceph_engine_lock to a lock compiled for {minor} (python -m locks.compile "
+            f"--python {minor} --packages ... --output FILE), or False"
+        )
+    out += _platform_problems(me, fact)
     if not fact.get("venv") and fact.get("ensurepip") is False:
         out.append(
             f"{host}: python3 cannot create the venv {e.venv} (no ensurepip); fix: apt-get "
@@ -65,6 +79,26 @@ def inference_problems(me, fact: dict) -> list[str]:
         )
     out += _tool_problems(me, fact)
     return out
+
+
+def _platform_problems(me, fact: dict) -> list[str]:
+    """A lock compiled for another machine or an older glibc than the host's: its wheels do
+    not install there (an aarch64 GH200 host against the x86_64 lock). Unknown: not checked."""
+    e, machine = me.engine, fact.get("machine")
+    target = engine_lock.platform(e.lock_text)
+    if not target or not machine or fact.get("venv"):
+        return []
+    glibc = _version(fact.get("glibc"))
+    if machine == target[0] and (not glibc or glibc[:2] >= target[1]):
+        return []
+    here = f"{machine}-manylinux_{glibc[0]}_{glibc[1]}" if len(glibc) > 1 else "<platform>"
+    return [
+        f"{me.host}: the host is {machine} with glibc {fact.get('glibc') or 'unknown'}, but the "
+        f"engine lock {e.lock_source} holds wheels for {target[0]} with glibc >= "
+        f"{'.'.join(map(str, target[1]))}; fix: set kvceph_engine_lock to a lock compiled for "
+        f"this host (python -m locks.compile --platform {here} --packages ... --output FILE), "
+        "or False"
+    ]
 
 
 def _tool_problems(me, fact: dict) -> list[str]:

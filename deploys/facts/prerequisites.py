@@ -44,6 +44,7 @@ class InferencePrerequisites(FactBase):
       False)
 
     Returns ``{"python": "3.11.2", "ensurepip": True, "venv": False, "disk_free_kib": 123,
+    "machine": "x86_64", "glibc": "2.39",
     "tool": {"rc": "0", "lines": [...]}, "apps": {"rc": "0", "lines": []}}``; ``tool`` /
     ``apps`` None where not run.
     """
@@ -60,6 +61,8 @@ class InferencePrerequisites(FactBase):
             f"d={shlex.quote(venv)};",
             'while [ ! -d "$d" ]; do d=$(dirname "$d"); done;',
             "echo disk_free_kib $(df -Pk \"$d\" | awk 'NR==2 {print $4}');",
+            # The platform a lock's wheels must fit: "x86_64", "glibc 2.39" (none on musl).
+            "echo machine $(uname -m); echo glibc $(getconf GNU_LIBC_VERSION 2>/dev/null);",
         ]
         gpus, apps = TOOLS.get(accelerator or "", (None, None))
         if gpus:
@@ -71,6 +74,7 @@ class InferencePrerequisites(FactBase):
 
     def process(self, output):
         found: dict = {"python": None, "ensurepip": None, "venv": None, "disk_free_kib": None}
+        found["machine"] = found["glibc"] = None
         found["tool"] = found["apps"] = None
         for line in output:
             key, _, value = line.rstrip("\n").partition(" ")
@@ -78,6 +82,10 @@ class InferencePrerequisites(FactBase):
                 found["python"] = None if value == "none" else value.strip()
             elif key in ("ensurepip", "venv"):
                 found[key] = value.strip() == "yes"
+            elif key == "machine":
+                found[key] = value.strip() or None
+            elif key == "glibc":
+                found[key] = value.split()[-1] if value.split() else None
             elif key == "disk_free_kib":
                 found[key] = int(value) if value.strip().isdigit() else None
             elif key in ("tool", "apps"):

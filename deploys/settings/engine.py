@@ -39,6 +39,13 @@ DEFAULT_PROFILES = {
     },
 }
 
+# The locks kvceph ships for its built-in profiles, relative to the repository: `make locks`
+# compiles them from DEFAULT_PROFILES (locks/compile.py), and a profile whose packages are the
+# built-in ones installs from it (``_lock``). Gaudi has none: vllm-gaudi is not on the public
+# index, so its tree comes from the operator's wheelhouse, whose lock kvceph renders.
+BUILTIN_LOCKS = {"nvidia": "locks/nvidia.txt"}
+ROOT = Path(__file__).resolve().parents[2]
+
 # Gaudi env: PT_HPU_GPU_MIGRATION=1 is required by LMCache on HPU (vllm_gaudi/__init__.py).
 # Not taken from the seed: VLLM_SKIP_WARMUP=True (inflates the first TTFT of every bucket; a
 # lab shortcut, not for production), VLLM_EXPONENTIAL_BUCKETING (deprecated; it overrides
@@ -230,19 +237,55 @@ def _wheelhouse_lock(directory: str, stamp: tuple) -> str:
     return engine_lock.render(engine_lock.from_wheels(engine_lock.hash_wheelhouse(directory)))
 
 
-def _lock(r: Reader, profile: EngineProfile, wheelhouse: str | None):
-    """(lock text, its source): ``kvceph_engine_lock`` when set, else the wheelhouse's."""
+@functools.lru_cache(maxsize=8)
+def _read_lock(path: str, stamp: tuple) -> str:
+    """A lock file's text, checked (ValueError naming the line); read and parsed once per run
+    (``stamp``: its size and mtime), not once per host."""
+    text = Path(path).read_text()
+    engine_lock.parse(text, path)
+    return text
+
+
+def _file_lock(path: str) -> str:
+    """A controller lock file's text; OSError / ValueError as :func:`_read_lock`."""
+    st = Path(path).stat()
+    return _read_lock(path, (st.st_size, st.st_mtime_ns))
+
+
+def builtin_lock(profile: EngineProfile, accelerator: str) -> str | None:
+    """The shipped lock (repository-relative path) of a profile whose packages are the
+    built-in ones of its accelerator, else None (the lock locks the packages: another
+    ``extra_args`` or ``env`` keeps it)."""
+    if profile.packages != tuple(DEFAULT_PROFILES[accelerator]["packages"]):
+        return None
+    return BUILTIN_LOCKS.get(accelerator)
+
+
+def _lock(r: Reader, profile: EngineProfile, accelerator: str, wheelhouse: str | None):
+    """(lock text, its source), or (None, None) where nothing locks the profile.
+
+    ``kvceph_engine_lock`` when it names a file, none when it is False; else the wheelhouse's
+    rendered lock; else, for the built-in profile from the index, the lock kvceph ships."""
     key = "kvceph_engine_lock"
+    value = r.raw(key, None)
+    if value is False:
+        return None, None  # the operator's opt-out: pip resolves on each host
+    if value is not None and not isinstance(value, str):
+        raise r.fail(
+            key, value, "must be a lock file's path or False", "name the file, or False for none"
+        )
     path = r.opt_str(key)
     pins = engine_list_pins(profile)
     if path:
         try:
-            text = Path(path).read_text()
-            lock = engine_lock.parse(text, path)
+            text = _file_lock(path)
         except (OSError, ValueError) as exc:
-            raise r.fail(key, path, str(exc), "regenerate it (docs/procedure.md)") from None
-        source = path
-    elif wheelhouse and Path(wheelhouse).is_dir():
+            fix = "regenerate it: python -m locks.compile --packages ... --output FILE"
+            raise r.fail(key, path, str(exc), fix) from None
+        source, fix_key = path, key
+    elif wheelhouse:
+        if not Path(wheelhouse).is_dir():
+            return None, None  # the engine-software stage names the missing directory
         found = sorted(Path(wheelhouse).glob("*.whl"))
         if not found:
             return None, None
@@ -251,16 +294,26 @@ def _lock(r: Reader, profile: EngineProfile, wheelhouse: str | None):
             text = _wheelhouse_lock(wheelhouse, stamp)
         except ValueError as exc:
             raise r.fail("kvceph_engine_wheelhouse", wheelhouse, str(exc), "rebuild it") from None
-        lock, source = engine_lock.parse(text), f"wheelhouse {wheelhouse}"
+        source, fix_key = f"wheelhouse {wheelhouse}", "kvceph_engine_wheelhouse"
+    elif rel := builtin_lock(profile, accelerator):
+        try:
+            text = _file_lock(str(ROOT / rel))
+        except (OSError, ValueError) as exc:
+            raise r.fail(
+                key, None, f"the shipped lock {rel}: {exc}", "run `make locks`, or set it False"
+            ) from None
+        source, fix_key = rel, "kvceph_engine_profile"
     else:
         return None, None
-    missing = engine_lock.missing_from_lock(pins, lock)
+    missing = engine_lock.missing_from_lock(pins, engine_lock.parse(text, source))
     if missing:
         raise r.fail(
-            key if path else "kvceph_engine_wheelhouse",
+            fix_key,
             source,
             f"does not lock the profile's {', '.join(missing)}",
-            "regenerate the lock from the profile's packages",
+            "run `make locks`"
+            if fix_key == "kvceph_engine_profile"
+            else "regenerate the lock from the profile's packages",
         )
     return text, source
 
@@ -268,12 +321,7 @@ def _lock(r: Reader, profile: EngineProfile, wheelhouse: str | None):
 def engine_list_pins(profile: EngineProfile) -> dict[str, str]:
     """The profile's ``name==version`` pins by normalised name (unpinned entries left out:
     the engine-software stage refuses them)."""
-    pins = {}
-    for spec in profile.packages:
-        m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9_.\-]*)\s*==\s*([A-Za-z0-9_.+!\-]+)\s*", spec)
-        if m:
-            pins[engine_lock.norm(m.group(1))] = m.group(2)
-    return pins
+    return engine_lock.pins(profile.packages)
 
 
 def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
@@ -315,7 +363,7 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
     install = r.bool("kvceph_engine_install", True)
     base = r.path("kvceph_venv", "/opt/kvceph/venv")
     wheelhouse = r.opt_str("kvceph_engine_wheelhouse")
-    lock_text, lock_source = _lock(r, profile, wheelhouse) if install else (None, None)
+    lock_text, lock_source = _lock(r, profile, accelerator, wheelhouse) if install else (None, None)
     # An image that carries the engine keeps its venv where it is: nothing installs there.
     venv = base
     if install:

@@ -552,6 +552,10 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
             "ensurepip yes",
             f"venv {'yes' if converged else 'no'}",
             "disk_free_kib 66060288",
+            # The H200 host's `uname -m` and `getconf GNU_LIBC_VERSION` (Ubuntu 24.04.3,
+            # 2026-12-04).
+            "machine x86_64",
+            "glibc glibc 2.39",
             "tool NVIDIA H200, 143771 MiB, 580.159.04",
             "tool_rc 0",
             "apps_rc 0",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from deploys import engine_lock
 from deploys import prerequisites as p
 from deploys import settings as s
 from deploys import versions
@@ -167,6 +168,7 @@ def test_the_fact_command_reads_this_machine_and_a_stand_in_tool(tmp_path):
     path = _tool(tmp_path, f'case "$1" in --query-gpu*) echo "{H200}";; esac\n')
     got = f.process(_run(cmd, path))
     assert got["python"] and got["venv"] is False and got["disk_free_kib"] > 0
+    assert got["machine"] == os.uname().machine and got["glibc"].count(".") == 1
     assert got["tool"] == {"rc": "0", "lines": [H200]} and got["apps"] == {"rc": "0", "lines": []}
     # The driver not loaded: the tool's own words and exit status.
     path = _tool(tmp_path, f'echo "{NO_DRIVER}"\nexit 9\n')
@@ -189,3 +191,86 @@ def test_admin_fact_reads_ceph_version_lines():
         "radosgw-admin": None,
         "client": "16.2.15",
     }
+
+
+# python3's version as the fact reads it (`python 3.x.y`) on the distributions' hosts: Ubuntu
+# 22.04's python3 3.10.12, Debian 12's 3.11.2, Ubuntu 24.04's 3.12.3 (the H200's), Debian 13's
+# 3.13.5, Fedora 43's 3.14.0; the rest of the answer is the H200's.
+# `uname -m` and `getconf GNU_LIBC_VERSION` on the H200 host (Ubuntu 24.04.3, 2026-12-04).
+H200_PLATFORM = ["machine x86_64", "glibc glibc 2.39"]
+
+
+def _answer(python: str, venv: str = "no", platform=H200_PLATFORM) -> dict:
+    lines = [f"python {python}", "ensurepip yes", f"venv {venv}", "disk_free_kib 66060288"]
+    tool = [f"tool {H200}", "tool_rc 0", "apps_rc 0"]
+    return InferencePrerequisites().process([*lines, *platform, *tool])
+
+
+def builtin(**data):
+    """An NVIDIA host of the built-in profile: it installs from the shipped lock."""
+    return s.load({"kvceph_s3_endpoint_ip": "10.0.0.5", **data}, "gpu1", ("gpu",))
+
+
+@pytest.mark.parametrize(
+    ("python", "ok"),
+    [("3.10.12", False), ("3.11.2", True), ("3.12.3", True), ("3.13.5", True), ("3.14.0", False)],
+)
+def test_the_hosts_python_must_be_a_minor_the_shipped_lock_covers(python, ok):
+    me = builtin()
+    covered = engine_lock.pythons(me.engine.lock_text)
+    assert covered == ("3.11", "3.12", "3.13")
+    minor = python.rsplit(".", 1)[0]
+    lines = p.inference_problems(me, _answer(python))
+    assert lines == ([] if ok else [
+        f"gpu1: python3 is {python}, but the engine lock locks/nvidia.txt covers CPython 3.11, "
+        f"3.12, 3.13; fix: make one of those the host's python3, or set kvceph_engine_lock to a "
+        f"lock compiled for {minor} (python -m locks.compile --python {minor} --packages ... "
+        "--output FILE), or False"
+    ])  # fmt: skip
+
+
+def test_the_python_check_is_quiet_where_nothing_installs_from_a_covering_lock():
+    # The profile's venv already there (installed before): nothing to install.
+    assert p.inference_problems(builtin(), _answer("3.10.12", venv="yes")) == []
+    # The opt-out, another profile (pip resolves on the host), a lock that does not say.
+    assert p.inference_problems(builtin(kvceph_engine_lock=False), _answer("3.10.12")) == []
+    assert p.inference_problems(host(vllm="0.26.0"), _answer("3.10.12")) == []
+
+
+def test_preflight_stops_on_the_lock_python_before_any_host_is_touched():
+    from deploys import preflight
+
+    hosts = {"gpu1": builtin()}
+    with pytest.raises(preflight.PreflightError) as caught:
+        preflight.check_prerequisites(hosts, lambda name, fact, **kw: _answer("3.10.12"))
+    line = str(caught.value)
+    assert line.startswith("kvceph: gpu1: python3 is 3.10.12, but the engine lock")
+    assert line.endswith("or False (nothing was changed)") and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    ("platform", "line"),
+    [
+        (H200_PLATFORM, None),
+        (["machine x86_64", "glibc glibc 2.31"], None),  # Ubuntu 20.04: the oldest it fits
+        (
+            ["machine aarch64", "glibc glibc 2.39"],  # a GH200 host
+            "gpu1: the host is aarch64 with glibc 2.39, but the engine lock locks/nvidia.txt "
+            "holds wheels for x86_64 with glibc >= 2.31; fix: set kvceph_engine_lock to a lock "
+            "compiled for this host (python -m locks.compile --platform aarch64-manylinux_2_39 "
+            "--packages ... --output FILE), or False",
+        ),
+        (["machine x86_64", "glibc glibc 2.28"], "x86_64 with glibc 2.28, but"),  # RHEL 8
+        (["machine x86_64", "glibc"], None),  # musl: getconf has no answer, not checked
+        ([], None),  # a fact without the lines (older recordings): not checked
+    ],
+)
+def test_the_hosts_platform_must_fit_the_shipped_locks_wheels(platform, line):
+    lines = p.inference_problems(builtin(), _answer("3.12.3", platform=platform))
+    if line is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and line in lines[0] and lines[0].startswith("gpu1: ")
+    # The venv already there, or no lock that says: quiet.
+    assert p.inference_problems(builtin(), _answer("3.12.3", "yes", platform)) == []
+    assert p.inference_problems(host(vllm="0.26.0"), _answer("3.12.3", platform=platform)) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import types
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -161,6 +162,18 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
     assert install["venv"] == me.engine.venv and install["venv"].startswith("/opt/kvceph/venv-")
     assert "lmcache==0.5.6 \\\n    --hash=sha256:e3b0c442" in install["lock_text"]
     assert calls[-4][1]["content"] == install["lock_text"]
+
+
+def test_the_builtin_nvidia_profile_installs_from_the_shipped_lock_via_the_index(plan):
+    me = s.load({"kvceph_s3_endpoint_ip": "10.0.0.5"}, "gpu1", ("gpu",))
+    calls = plan(engine_software, me, {"EngineVersions": {"packages": {}}})
+    assert "files.put" not in names(calls)  # no wheelhouse: pip fetches from the index
+    upload, install = (c for c in calls if c[0] in ("files.atomic_file", "engine.locked_venv"))
+    shipped = (Path(__file__).resolve().parents[2] / "locks/nvidia.txt").read_text()
+    assert upload[1]["content"] == install[1]["lock_text"] == shipped
+    assert install[1]["find_links"] is None and install[1]["venv"] == me.engine.venv
+    assert install[1]["lock_path"] == f"{paths.ENGINE_LOCK_DIR}/{Path(me.engine.venv).name}.txt"
+    assert install[1]["name"].endswith("(locked: locks/nvidia.txt)")
 
 
 def test_engine_software_skips_the_wheels_when_the_venv_has_every_pin(plan, tmp_path):
