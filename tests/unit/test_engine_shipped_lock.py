@@ -17,6 +17,7 @@ import pytest
 from deploys import engine_lock
 from deploys import settings as s
 from deploys.settings import engine as engine_settings
+from deploys.settings.engine import DEFAULT_PROFILES
 from deploys.settings.reader import SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,16 +99,17 @@ def test_a_changed_profile_gets_no_shipped_lock():
 
 
 def test_the_operators_lock_and_the_wheelhouse_come_before_the_shipped_one(tmp_path):
+    v = DEFAULT_PROFILES["nvidia"]["vllm_version"]
     own = tmp_path / "mine.txt"
-    own.write_text(f"vllm==0.33.0 --hash=sha256:{A}\nlmcache==0.5.6 --hash=sha256:{B}\n")
+    own.write_text(f"vllm=={v} --hash=sha256:{A}\nlmcache==0.5.6 --hash=sha256:{B}\n")
     e = engine(kvceph_engine_lock=str(own))
     assert e.lock_source == str(own) and e.lock_text == own.read_text()
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    for name in ("vllm-0.33.0-py3-none-any.whl", "lmcache-0.5.6-py3-none-any.whl"):
+    for name in (f"vllm-{v}-py3-none-any.whl", "lmcache-0.5.6-py3-none-any.whl"):
         (wheels / name).write_bytes(name.encode())
     e = engine(kvceph_engine_wheelhouse=str(wheels))
-    assert e.lock_source == f"wheelhouse {wheels}" and "vllm==0.33.0" in e.lock_text
+    assert e.lock_source == f"wheelhouse {wheels}" and f"vllm=={v}" in e.lock_text
     # False turns the wheelhouse's lock off too.
     assert engine(kvceph_engine_wheelhouse=str(wheels), kvceph_engine_lock=False).lock_text is None
 

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from deploys import engine_lock
+from deploys import engine_lock, versions
 from deploys import prerequisites as p
 from deploys import settings as s
-from deploys import versions
 from deploys.facts import ceph
 from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
 
