@@ -447,7 +447,13 @@ def check_prerequisites(hosts: dict[str, settings.HostSettings], read) -> None:
     for name, me in hosts.items():
         if me.is_inference:
             accelerator = me.engine.accelerator if me.engine.accelerator_check else None
-            fact = read(name, InferencePrerequisites, venv=me.engine.venv, accelerator=accelerator)
+            fact = read(
+                name,
+                InferencePrerequisites,
+                venv=me.engine.venv,
+                accelerator=accelerator,
+                service_user=me.engine.service_user,
+            )
             if fact is not OUTSIDE_RUN:
                 lines += prerequisites.inference_problems(me, fact)
                 note = prerequisites.driver_note(me) if accelerator else None

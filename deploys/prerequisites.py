@@ -24,6 +24,16 @@ DRIVER_MIN = {
     "0.26": ("torch 2.11.0 (CUDA 13.0)", "580.65.06"),
     "0.33": ("torch 2.14.0 (CUDA 13.0)", "580.65.06"),
 }
+# The Intel Gaudi software release (driver and firmware ship as one release number; hl-smi's
+# driver_version reads e.g. "1.24.1-3bf9e81") each vllm-gaudi profile needs. vllm-gaudi releases
+# in step with vLLM, so a row per vLLM minor of the Gaudi profile. Source: the vLLM Gaudi Plugin
+# v0.26.0 release notes (github.com/vllm-project/vllm-gaudi/releases/tag/v0.26.0): "based on
+# vLLM v0.26.0 and supports Intel Gaudi Software v1.24.1 with PyTorch 2.11". A newer release
+# passes (the plugin's compatibility matrix: untested is not refused); a minor not listed is a
+# plan note, as for NVIDIA.
+GAUDI_DRIVER_MIN = {
+    "0.26": ("vllm-gaudi 0.26.0 (Intel Gaudi software 1.24.1, PyTorch 2.11)", "1.24.1"),
+}
 # Free space the first install needs beside the venv: a vLLM venv with torch and the CUDA
 # wheels, plus pip's unpacking. An estimate, not a measurement (no clean install was
 # measured yet); an emulating engine (the lab engine) needs a fraction.
@@ -105,7 +115,8 @@ def _tool_problems(me, fact: dict) -> list[str]:
     tool, host = fact.get("tool"), me.host
     if tool is None:  # kvceph_accelerator_check False: nothing run
         return []
-    name = "nvidia-smi" if me.engine.accelerator == "nvidia" else "hl-smi"
+    nvidia = me.engine.accelerator == "nvidia"
+    name = "nvidia-smi" if nvidia else "hl-smi"
     if tool["rc"] == "missing":
         return [f"{host}: {name} is not installed; fix: install the accelerator driver"]
     if tool["rc"] != "0" or not tool["lines"]:
@@ -115,33 +126,74 @@ def _tool_problems(me, fact: dict) -> list[str]:
             "driver (the engine cannot start without it)"
         ]
     out = []
-    if me.engine.accelerator == "nvidia":
-        row = DRIVER_MIN.get(me.engine.profile.vllm_minor)
-        drivers = {line.rsplit(",", 1)[-1].strip() for line in tool["lines"]}
-        if row:
-            old = sorted(d for d in drivers if _version(d) < _version(row[1]))
-            if old:
-                out.append(
-                    f"{host}: NVIDIA driver {', '.join(old)} is older than {row[1]}, which vLLM "
-                    f"{me.engine.profile.vllm_version}'s {row[0]} needs; fix: upgrade the driver"
-                )
-        apps = fact.get("apps") or {"rc": "0", "lines": []}
-        if apps["rc"] == "0" and apps["lines"]:
+    row = (DRIVER_MIN if nvidia else GAUDI_DRIVER_MIN).get(me.engine.profile.vllm_minor)
+    # The last CSV field of each device's line (nvidia-smi: name, memory, driver; hl-smi:
+    # index, name, driver_version); hl-smi's carries a build hash ("1.24.1-3bf9e81").
+    drivers = {line.rsplit(",", 1)[-1].strip() for line in tool["lines"]}
+    if row:
+        old = sorted(d for d in drivers if _version(d.split("-")[0]) < _version(row[1]))
+        if old and nvidia:
             out.append(
-                f"{host}: the GPUs already run other compute processes ({'; '.join(apps['lines'])}"
-                "); fix: stop them (vLLM takes kvceph_gpu_memory_utilization of each device)"
+                f"{host}: NVIDIA driver {', '.join(old)} is older than {row[1]}, which vLLM "
+                f"{me.engine.profile.vllm_version}'s {row[0]} needs; fix: upgrade the driver"
+            )
+        elif old:
+            out.append(
+                f"{host}: Intel Gaudi driver {', '.join(old)} is older than {row[1]}, which "
+                f"vLLM {me.engine.profile.vllm_version}'s {row[0]} needs; fix: upgrade the "
+                f"Intel Gaudi software (driver and firmware) to {row[1]} or newer"
+            )
+    apps = fact.get("apps") or {"rc": "0", "lines": []}
+    if apps["rc"] == "0":
+        own = set(fact.get("own") or ())
+        if nvidia:
+            busy = [a for a in apps["lines"] if a.split(",", 1)[0].strip() not in own]
+        else:
+            rows = gaudi_processes(apps["lines"])
+            busy = [f"AIP {a}: PID {p} {rest}".rstrip() for a, p, rest in rows if p not in own]
+        if busy:
+            # habanalabs' hl_device_open: "Can't open %s because another user is working on
+            # it" (EBUSY) while another process holds the device's compute context.
+            what = "GPUs" if nvidia else "Gaudi devices"
+            why = (
+                "vLLM takes kvceph_gpu_memory_utilization of each device"
+                if nvidia
+                else "the habanalabs driver gives a device to one process at a time"
+            )
+            out.append(
+                f"{host}: the {what} already run other compute processes ({'; '.join(busy)}); "
+                f"fix: stop them ({why})"
             )
     return out
 
 
+def gaudi_processes(lines: list[str]) -> list[tuple[str, str, str]]:
+    """The rows of hl-smi's "Compute Processes" table that name a process:
+    ``[(aip, pid, "type name usage")]``; an idle device's row (all "N/A") is none.
+
+    + lines: plain ``hl-smi``'s output, one line each
+    """
+    out, rows = [], False
+    for line in lines:
+        if "Compute Processes" in line:
+            rows = True
+            continue
+        words = line.strip().strip("|+").split()
+        if rows and len(words) >= 2 and words[0].isdigit() and words[1].isdigit():
+            out.append((words[0], words[1], " ".join(words[2:])))
+    return out
+
+
 def driver_note(me) -> str | None:
-    """The plan line for an NVIDIA profile whose driver floor kvceph does not know."""
+    """The plan line for a profile whose driver floor kvceph does not know."""
     minor = me.engine.profile.vllm_minor
-    if me.engine.accelerator != "nvidia" or minor in DRIVER_MIN:
+    nvidia = me.engine.accelerator == "nvidia"
+    if minor in (DRIVER_MIN if nvidia else GAUDI_DRIVER_MIN):
         return None
+    what, table = ("NVIDIA", "DRIVER_MIN") if nvidia else ("Intel Gaudi", "GAUDI_DRIVER_MIN")
     return (
-        f"kvceph: {me.host}: driver floor for vLLM {minor} unknown: the NVIDIA driver is not "
-        "checked (deploys/prerequisites.py DRIVER_MIN)"
+        f"kvceph: {me.host}: driver floor for vLLM {minor} unknown: the {what} driver is not "
+        f"checked (deploys/prerequisites.py {table})"
     )
 
 

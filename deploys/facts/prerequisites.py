@@ -17,9 +17,15 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 # (hw/h200/results/2026-12-01/env.txt), and the compute processes on any device.
 NVIDIA_GPUS = "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader"
 NVIDIA_APPS = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader"
-# hl-smi's CSV query (docs.habana.ai "System Management Interface Tool"): the tool answers.
+# hl-smi as Intel documents it (docs.habana.ai, "System Management Interface Tool (hl-smi)"):
+# `-Q` selects CSV fields (index, name, driver_version are among them), one line per AIP;
+# hl-smi has no CSV query for processes, so the devices' users come from its summary table
+# (plain `hl-smi`), whose "Compute Processes" section lists AIP, PID, type, process name and
+# memory per device ("N/A" where idle). Intel: only root sees other users' PIDs there; kvceph's
+# facts run as root, or through the inventory's sudo.
 GAUDI_AIPS = "hl-smi -Q index,name,driver_version -f csv,noheader"
-TOOLS = {"nvidia": (NVIDIA_GPUS, NVIDIA_APPS), "gaudi": (GAUDI_AIPS, None)}
+GAUDI_APPS = "hl-smi"
+TOOLS = {"nvidia": (NVIDIA_GPUS, NVIDIA_APPS), "gaudi": (GAUDI_AIPS, GAUDI_APPS)}
 TOOL_TIMEOUT = 30
 
 
@@ -42,14 +48,16 @@ class InferencePrerequisites(FactBase):
     + venv: the engine venv (``kvceph_venv``): present, or its filesystem's free space
     + accelerator: ``nvidia`` | ``gaudi`` | None (no tool run: ``kvceph_accelerator_check``
       False)
+    + service_user: the engines' user (``kvceph_service_user``): its processes are kvceph's
+      own engines, not "other compute processes" (a converged host runs them on the devices)
 
     Returns ``{"python": "3.11.2", "ensurepip": True, "venv": False, "disk_free_kib": 123,
     "machine": "x86_64", "glibc": "2.39",
-    "tool": {"rc": "0", "lines": [...]}, "apps": {"rc": "0", "lines": []}}``; ``tool`` /
-    ``apps`` None where not run.
+    "tool": {"rc": "0", "lines": [...]}, "apps": {"rc": "0", "lines": []}, "own": ["4242"]}``;
+    ``tool`` / ``apps`` None where not run; ``own``: the service user's PIDs.
     """
 
-    def command(self, venv: str, accelerator: str | None = None):
+    def command(self, venv: str, accelerator: str | None = None, service_user: str | None = None):
         parts = [
             "echo python $(python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'"
             " 2>/dev/null || echo none);",
@@ -69,6 +77,13 @@ class InferencePrerequisites(FactBase):
             parts.append(_tool_lines(gpus, "tool") + ";")
         if apps:
             parts.append(_tool_lines(apps, "apps") + ";")
+        if gpus and service_user:
+            # ps fails for a user that does not exist yet (a fresh host): no own process.
+            parts += [
+                "ps -o pid= -u",
+                QuoteString(service_user),
+                "2>/dev/null | sed 's/^ */own /';",
+            ]
         parts.append("true")
         return StringCommand(*parts)
 
@@ -76,6 +91,7 @@ class InferencePrerequisites(FactBase):
         found: dict = {"python": None, "ensurepip": None, "venv": None, "disk_free_kib": None}
         found["machine"] = found["glibc"] = None
         found["tool"] = found["apps"] = None
+        found["own"] = []
         for line in output:
             key, _, value = line.rstrip("\n").partition(" ")
             if key == "python":
@@ -92,6 +108,8 @@ class InferencePrerequisites(FactBase):
                 found[key] = found[key] or {"rc": None, "lines": []}
                 if value.strip():
                     found[key]["lines"].append(value.strip())
+            elif key == "own" and value.strip().isdigit():
+                found["own"].append(value.strip())
             elif key in ("tool_rc", "apps_rc"):
                 name = key[:-3]
                 found[name] = found[name] or {"rc": None, "lines": []}

@@ -125,6 +125,16 @@ PCI = {
     "nvidia": ["pci 0x8086", "pci 0x10de", "pci 0x10de", "tool nvidia-smi"],
     "gaudi": ["pci 0x8086", "pci 0x1da3", "tool hl-smi"],
 }
+_HL_SMI_IDLE = (REPO / "tests/fixtures/hl-smi/idle-2x-1.17.1.txt").read_text().splitlines()
+ACCELERATOR_TOOL = {
+    "nvidia": ["tool NVIDIA H200, 143771 MiB, 580.159.04", "tool_rc 0", "apps_rc 0"],
+    "gaudi": [
+        *(f"tool {i}, HL-225, 1.24.1-78932ae" for i in range(2)),
+        "tool_rc 0",
+        *(f"apps {line}" for line in _HL_SMI_IDLE),
+        "apps_rc 0",
+    ],
+}
 TENTACLE = "ceph version 20.2.0 (69f84cc2651aa259a15bc192ddaabd3baba07489) tentacle (stable)"
 OS_RELEASE_PYTHON = "3.11.2"
 
@@ -546,7 +556,9 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         # engine.MemTotal: 64 GiB, so the pinned-RAM warning stays quiet.
         "grep '^MemTotal:' /proc/meminfo": ["MemTotal:       67108864 kB"],
         # prerequisites.InferencePrerequisites: the H200's recorded nvidia-smi line
-        # (hw/h200/results/2026-12-01/env.txt), its Python; no other compute process.
+        # (hw/h200/results/2026-12-01/env.txt), or on the Gaudi host hl-smi from vendor docs
+        # (tests/fixtures/hl-smi: idle devices, the driver at vllm-gaudi 0.26's 1.24.1); its
+        # Python; no other compute process.
         "echo python $(python3": [
             "python 3.12.3",
             "ensurepip yes",
@@ -556,9 +568,7 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
             # 2026-12-04).
             "machine x86_64",
             "glibc glibc 2.39",
-            "tool NVIDIA H200, 143771 MiB, 580.159.04",
-            "tool_rc 0",
-            "apps_rc 0",
+            *ACCELERATOR_TOOL[e.accelerator],
         ],
         # engine.EngineUnits: today's single engine where the host is converged.
         "for f in /etc/systemd/system/vllm.service": ["vllm.service"] if converged else [],

@@ -1,5 +1,6 @@
 """deploys/prerequisites.py against recorded outputs: the H200's nvidia-smi, `ceph versions` of
-real clusters, the fact's own command on this machine with a stand-in accelerator tool."""
+real clusters, the fact's own command on this machine with a stand-in accelerator tool; and
+hl-smi's outputs from vendor docs, not a recording (tests/fixtures/hl-smi/README.md)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,14 @@ def fact(**over):
 def test_the_h200_as_recorded_passes():
     assert p.inference_problems(host(), fact()) == []
     assert p.driver_note(host()) is None
+
+
+def test_kvceph_own_engines_on_the_gpus_are_not_other_processes():
+    # A converged host runs its engines on the GPUs: the service user's PIDs are kvceph's own.
+    apps = {"rc": "0", "lines": ["4242, /opt/kvceph/venv/bin/python3, 81920 MiB"]}
+    assert p.inference_problems(host(), fact(apps=apps, own=["4242", "4250"])) == []
+    (line,) = p.inference_problems(host(), fact(apps=apps, own=["4250"]))
+    assert "already run other compute processes (4242," in line
 
 
 def test_each_missing_piece_is_one_line_naming_host_and_fix():
@@ -151,10 +160,10 @@ def _run(command: str, path: str | None = None) -> list[str]:
     return done.stdout.splitlines()
 
 
-def _tool(tmp_path: Path, body: str) -> str:
+def _tool(tmp_path: Path, body: str, name: str = "nvidia-smi") -> str:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    tool = bin_dir / "nvidia-smi"
+    tool = bin_dir / name
     tool.write_text("#!/bin/sh\n" + body)
     tool.chmod(0o755)
     return str(bin_dir)
@@ -273,3 +282,92 @@ def test_the_hosts_platform_must_fit_the_shipped_locks_wheels(platform, line):
     # The venv already there, or no lock that says: quiet.
     assert p.inference_problems(builtin(), _answer("3.12.3", "yes", platform)) == []
     assert p.inference_problems(host(vllm="0.26.0"), _answer("3.12.3", platform=platform)) == []
+
+
+# --- Intel Gaudi: hl-smi from vendor docs, not a recording (tests/fixtures/hl-smi/README.md) ---
+HL_SMI = ROOT / "tests/fixtures/hl-smi"
+IDLE = (HL_SMI / "idle-2x-1.17.1.txt").read_text().splitlines()
+BUSY = (HL_SMI / "busy-8x-aip7.txt").read_text().splitlines()
+DOCUMENTED = "1.17.1-78932ae"  # the table's "Driver Version:" in Intel's page
+
+
+def aips(driver: str, n: int = 2) -> list[str]:
+    """`hl-smi -Q index,name,driver_version -f csv,noheader` per the documented fields, with the
+    values of Intel's table (README.md: no page prints this exact query)."""
+    return [f"{i}, HL-225, {driver}" for i in range(n)]
+
+
+def gaudi_fact(driver: str = "1.24.1-78932ae", table=IDLE, **over) -> dict:
+    answer = {"tool": {"rc": "0", "lines": aips(driver)}, "apps": {"rc": "0", "lines": table}}
+    return fact(**{**answer, **over})
+
+
+def test_gaudi_at_the_profiles_release_or_newer_with_idle_devices_passes():
+    """vLLM 0.26.0's vllm-gaudi 0.26.0 supports Intel Gaudi software 1.24.1: 1.24.1 and a newer
+    release pass on idle devices (the documented table, every row N/A)."""
+    me = host("gaudi")
+    for driver in ("1.24.1-78932ae", "1.24.2-0a1b2c3", "1.25.0-78932ae", "2.0.0-78932ae"):
+        assert p.inference_problems(me, gaudi_fact(driver)) == [], driver
+    assert p.driver_note(me) is None
+    assert p.gaudi_processes(IDLE) == []
+
+
+def test_gaudi_refusals_are_one_exact_line_each():
+    me = host("gaudi")
+    assert p.inference_problems(me, gaudi_fact(DOCUMENTED)) == [
+        "gaudi1: Intel Gaudi driver 1.17.1-78932ae is older than 1.24.1, which vLLM 0.26.0's "
+        "vllm-gaudi 0.26.0 (Intel Gaudi software 1.24.1, PyTorch 2.11) needs; fix: upgrade the "
+        "Intel Gaudi software (driver and firmware) to 1.24.1 or newer"
+    ]
+    # One release below, hash aside: the version is what is compared, not the build hash.
+    (line,) = p.inference_problems(me, gaudi_fact("1.24.0-ffffff9"))
+    assert line.startswith("gaudi1: Intel Gaudi driver 1.24.0-ffffff9 is older than 1.24.1")
+    assert p.inference_problems(me, gaudi_fact(table=BUSY)) == [
+        "gaudi1: the Gaudi devices already run other compute processes (AIP 7: PID 107684 C "
+        "ray::_RayTrainW 16770MiB); fix: stop them (the habanalabs driver gives a device to one "
+        "process at a time)"
+    ]
+    assert p.inference_problems(me, gaudi_fact(tool={"rc": "missing", "lines": []})) == [
+        "gaudi1: hl-smi is not installed; fix: install the accelerator driver"
+    ]
+
+
+def test_gaudi_own_engine_unknown_floor_and_no_check_are_not_refused(monkeypatch):
+    me = host("gaudi")
+    # kvceph's own engine (the service user's PID) on AIP 7 of a converged host.
+    assert p.inference_problems(me, gaudi_fact(table=BUSY, own=["107684"])) == []
+    # A process table hl-smi failed to print: the driver floor still holds, no busy verdict.
+    failed = gaudi_fact(apps={"rc": "1", "lines": ["hl-smi: error"]})
+    assert p.inference_problems(me, failed) == []
+    # kvceph_accelerator_check False (the lab's Gaudi host): nothing run, nothing refused.
+    assert p.inference_problems(me, fact(tool=None, apps=None)) == []
+    # A vLLM minor without a Gaudi row: a plan note, never a refusal.
+    monkeypatch.setattr(p, "GAUDI_DRIVER_MIN", {})
+    assert p.inference_problems(me, gaudi_fact(DOCUMENTED)) == []
+    assert p.driver_note(me) == (
+        "kvceph: gaudi1: driver floor for vLLM 0.26 unknown: the Intel Gaudi driver is not "
+        "checked (deploys/prerequisites.py GAUDI_DRIVER_MIN)"
+    )
+
+
+def test_the_fact_command_runs_hl_smi_as_documented(tmp_path):
+    f = InferencePrerequisites()
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    cmd = f.command(str(tmp_path / "venv"), "gaudi", service_user=user).get_raw_value()
+    assert "hl-smi -Q index,name,driver_version -f csv,noheader" in cmd
+    csv = "\\n".join(aips("1.24.1-78932ae"))
+    table = str(HL_SMI / "busy-8x-aip7.txt")
+    path = _tool(
+        tmp_path, f'case "$1" in -Q) printf "{csv}\\n";; *) cat {table};; esac\n', "hl-smi"
+    )
+    got = f.process(_run(cmd, path))
+    assert got["tool"] == {"rc": "0", "lines": aips("1.24.1-78932ae")}
+    assert got["apps"]["rc"] == "0" and p.gaudi_processes(got["apps"]["lines"]) == [
+        ("7", "107684", "C ray::_RayTrainW 16770MiB")
+    ]
+    assert got["own"] and all(pid.isdigit() for pid in got["own"])  # this user runs the shell
+    (line,) = p.inference_problems(host("gaudi"), got)
+    assert "(AIP 7: PID 107684 C ray::_RayTrainW 16770MiB)" in line
+    # A service user not created yet (a fresh host): no own process, no error.
+    cmd = f.command(str(tmp_path), "gaudi", service_user="kvceph-no-such-user").get_raw_value()
+    assert f.process(_run(cmd, path))["own"] == []
