@@ -216,7 +216,9 @@ def run_cycle(state, host, checked, inv) -> bool:
         http=transport.Http(api_key=checked.credentials.vllm_api_key),
         log=logger.info,
     )
-    for g in tier_preflight.plan_lines(checked.hosts, checked.cache_groups):
+    for g in (
+        () if vs.router_only else tier_preflight.plan_lines(checked.hosts, checked.cache_groups)
+    ):
         logger.info(g.replace("kvceph: crossover", "kvceph verify: crossover in use"))
     result = cycle.run(groups, router_routes(checked, inv, by_engine))
     for writer, figures in cycle.measured:

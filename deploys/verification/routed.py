@@ -68,6 +68,10 @@ class Route:
     def name(self) -> str:
         return f"{self.router}:{self.port}"
 
+    @property
+    def unit(self) -> str:
+        return f"kvceph-router@{self.port}.service"
+
 
 def readmit_seconds(route: Route) -> float:
     """How long a healthy engine may be out of the route's pool: one health check (an interval
@@ -240,26 +244,33 @@ def check(runner, route: Route) -> StepResult:
 
 def _pool(runner, route: Route) -> list[dict]:
     """The route's workers once it is ready and lists every engine healthy, or at the end of
-    :func:`readmit_seconds` (an engine verify.py just restarted comes back with one check)."""
+    :func:`readmit_seconds`: an engine verify.py just restarted comes back with one check, and a
+    router the deploy just restarted listens once its first check of an engine passed."""
     http, start = runner.http, runner.mono()
     while True:
         status, body = http.get(f"{route.url}/readiness", timeout=10)
-        if status is None:
-            raise CheckFailed(f"the router does not answer on {route.url}: {body}")
         if status == 401:
             raise CheckFailed(
                 "/readiness: HTTP 401: the router refused the engines' key (it checks keys on "
                 "its engines' /v1/models: are they up with the key verify.py has?)"
             )
-        code, text = http.get(f"{route.url}/workers", timeout=10)
-        if code != 200:
-            raise CheckFailed(f"/workers: HTTP {code}: {' '.join(str(text).split())[:160]}")
-        try:
-            workers = answers.workers(text)
-        except ValueError as exc:
-            raise CheckFailed(str(exc)) from None
+        workers: list[dict] = []
+        if status is not None:
+            code, text = http.get(f"{route.url}/workers", timeout=10)
+            if code != 200:
+                raise CheckFailed(f"/workers: HTTP {code}: {' '.join(str(text).split())[:160]}")
+            try:
+                workers = answers.workers(text)
+            except ValueError as exc:
+                raise CheckFailed(str(exc)) from None
         settled = status == 200 and not pool_problems(route, workers)
-        if settled or runner.mono() - start >= readmit_seconds(route):
+        waited = runner.mono() - start
+        if settled or waited >= readmit_seconds(route):
+            if status is None:
+                raise CheckFailed(
+                    f"the router does not answer on {route.url} after {waited:.0f} s: {body} "
+                    f"(systemctl status {route.unit} on {route.router})"
+                )
             if status != 200:
                 raise CheckFailed(
                     f"/readiness: HTTP {status}: no engine in the router's pool; "
@@ -270,7 +281,14 @@ def _pool(runner, route: Route) -> list[dict]:
 
 
 def _scrape_all(runner, route: Route) -> dict[str, list[metrics.Sample]]:
-    return {t.name: runner.scrape(t) for _, t in route.workers}
+    """Every worker's /metrics, as verify.py reaches the engine (a failure names it)."""
+    out = {}
+    for _, t in route.workers:
+        try:
+            out[t.name] = runner.scrape(t)
+        except CheckFailed as exc:
+            raise CheckFailed(f"{t.name} {t.base_url}{exc}") from None
+    return out
 
 
 def _ask(runner, route: Route, nonce: str, tokens: int):
@@ -315,8 +333,9 @@ def _check(runner, route: Route) -> StepResult:
         names = {url: t.name for url, t in route.workers}
         loads = {names.get(w["url"], w["url"]): w["load"] for w in _pool(runner, route)}
     verdict = repeat_verdict(route, holders, seconds, pt, where, loads)
+    writer = {t.name: t for _, t in route.workers}.get(holders[0] if holders else "", t0)
     stored = bookkeeping.expected_objects(
-        pt, t0.chunk_size, t0.tensor_parallel_size, t0.save_unfull_chunk
+        pt, writer.chunk_size, writer.tensor_parallel_size, writer.save_unfull_chunk
     )
     if stored and verdict.status != FAIL:
         # kvceph_lmcache_chunk_size below the document, or save_unfull_chunk: LMCache stored

@@ -316,3 +316,50 @@ def test_router_only_without_a_router_group_fails_saying_so():
     r = runner.Runner(targets.Options(router_only=True), None, None, http=FakeHttp(None))
     (step,) = r.run([], []).steps
     assert step.verdict.status == "fail" and "no host in group router" in step.verdict.message
+
+
+def test_a_router_that_does_not_listen_yet_is_waited_for_then_named():
+    http = FakeHttp(lambda text, last: "gpu1")
+    answers_left = iter([(None, "URLError: [Errno 111] Connection refused")] * 3)
+    plain_get = http.get
+
+    def get(url, timeout):
+        if url == f"{ROUTER}/readiness":
+            return next(answers_left, (200, ""))
+        return plain_get(url, timeout)
+
+    http.get = get
+    (step,) = run_step(http, router_only=True).steps
+    assert step.verdict.status == "pass"  # listening 1.5 s later: waited for
+    http = FakeHttp(lambda text, last: "gpu1")
+    http.get = lambda url, timeout: (None, "URLError: [Errno 111] Connection refused")
+    (step,) = run_step(http, router_only=True).steps
+    assert step.verdict.message == (
+        "Qwen/Qwen3-32B via ceph1:8100: the router does not answer on http://10.213.9.11:8100 "
+        "after 6 s: URLError: [Errno 111] Connection refused (systemctl status "
+        "kvceph-router@8100.service on ceph1)"
+    )
+
+
+def test_an_engine_whose_metrics_cannot_be_read_is_named():
+    http = FakeHttp(lambda text, last: "gpu1")
+    plain_get = http.get
+    http.get = lambda url, timeout: (
+        (401, "Unauthorized") if url == "http://gpu2:8000/metrics" else plain_get(url, timeout)
+    )
+    (step,) = run_step(http, router_only=True).steps
+    assert step.verdict.status == "fail"
+    assert step.verdict.message == (
+        "Qwen/Qwen3-32B via ceph1:8100: gpu2 http://gpu2:8000/metrics: HTTP 401"
+    )
+
+
+def test_a_document_lmcache_stored_is_said_to_stay_in_the_bucket():
+    small = [(url, targets.Target(**{**vars(t), "chunk_size": 16})) for url, t in ROUTE.workers]
+    route = routed.Route(**{**vars(ROUTE), "workers": tuple(small)})
+    http = FakeHttp(lambda text, last: "gpu1")
+    (step,) = run_step(http, route, router_only=True).steps
+    assert step.verdict.status == "pass"
+    assert "LMCache stored the routed document (4 objects, left in the bucket" in (
+        step.verdict.message
+    )
