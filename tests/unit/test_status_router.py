@@ -51,3 +51,10 @@ def test_a_router_that_does_not_answer_makes_the_run_partial():
     assert "Connection refused" in line
     (problem,) = status_router.problems([r])
     assert problem.startswith("router ceph1:8100: URLError")
+
+
+def test_a_key_file_the_probe_cannot_read_is_a_401_and_a_partial_run():
+    r = row("key-file-missing")
+    (line,) = status_router.lines([r])
+    assert line == "ROUTER ceph1:8100 Qwen/Qwen3-32B: NOT READY (readiness 401; /workers: HTTP 401)"
+    assert status_router.problems([r]) == ["router ceph1:8100: /workers: HTTP 401"]
