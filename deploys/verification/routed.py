@@ -207,8 +207,9 @@ def repeat_verdict(
         return Verdict(
             FAIL,
             f"{head}: the repeat went to {second}, not {holder} which served it cold: the "
-            f"router is not prefix-affine (kvceph_router_policy {route.policy}; "
-            "cache_aware or consistent_hash keep a prefix on its engine)",
+            f"router is not prefix-affine (the inventory's kvceph_router_policy is "
+            f"{route.policy}: redeploy if {route.router}'s /etc/kvceph/router/{route.port}.json "
+            "says otherwise)",
         )
     assert where is not None
     # vLLM serves whole blocks from its prefix cache and recomputes at least the last one
@@ -234,12 +235,14 @@ def repeat_verdict(
 
 def check(runner, route: Route) -> StepResult:
     """The route's pool, then the repeat (module docstring); one StepResult."""
+    start = runner.mono()
     try:
-        return _check(runner, route)
+        result = _check(runner, route)
     except CheckFailed as exc:
-        return StepResult(
-            route.router, STEP, Verdict(FAIL, f"{route.model} via {route.name}: {exc}")
-        )
+        verdict = Verdict(FAIL, f"{route.model} via {route.name}: {exc}")
+        result = StepResult(route.router, STEP, verdict)
+    result.figures["seconds"] = round(runner.mono() - start, 3)
+    return result
 
 
 def _pool(runner, route: Route) -> list[dict]:

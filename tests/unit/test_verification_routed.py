@@ -163,7 +163,7 @@ def test_a_repeat_elsewhere_fails_naming_both_engines_and_the_policy():
     v = routed.repeat_verdict(ROUTE, ["gpu1"], ["gpu2"], 170, routed.Split(0, 0, 170, 0))
     assert v.status == "fail"
     assert "the repeat went to gpu2, not gpu1 which served it cold" in v.message
-    assert "kvceph_router_policy cache_aware" in v.message
+    assert "the inventory's kvceph_router_policy is cache_aware: redeploy if ceph1's" in v.message
 
 
 def test_a_repeat_moved_by_the_routers_load_balancing_is_a_warning():
