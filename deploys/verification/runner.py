@@ -512,7 +512,10 @@ class Runner:
         self.report.groups = [[t.name for t in g] for g in groups]
         if self.o.router_only:
             if not routes:
-                why = "kvceph_verify_router_only: the inventory has no host in group router"
+                why = (
+                    "kvceph_verify_router_only = True: the inventory has no host in group "
+                    "router; fix: leave it out, or add the router host (docs/router.md)"
+                )
                 self.report.add(StepResult("controller", routed.STEP, Verdict(FAIL, why)))
             for route in routes or ():
                 self.report.add(routed.check(self, route))
