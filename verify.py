@@ -8,6 +8,10 @@ execution time, when every host is connected:
 
   1. preflight  every inference host: /health, /v1/models lists the model, a max_tokens=8
                 request returns choices; the controller reaches the bucket (head_bucket)
+  1b. router    each route of the router hosts (group ``router``): ready, its workers the
+                inventory's engines, all healthy; a short document sent through it cold and
+                again: the engine that served it cold serves the repeat from a cache tier
+                (deploys/verification/routed.py). ``kvceph_verify_router_only``: this step alone
   2. cold       a document unique to this run (nonce first) to host A, streamed: TTFT, and
                 the objects it created (expected: prompt_tokens // chunk_size x TP)
   2b. dram      with kvceph_lmcache_local_cpu: A again, no restart, with the run's cache_salt

@@ -10,6 +10,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 from deploys.ceph_cli import ceph
 from deploys.facts.probe_output import ENGINE_HEADERS, last_json_line, probe_command
 from deploys.facts.rgw import radosgw_json
+from deploys.router import answers, unit
 from deploys.status import counters
 
 _ENGINE_SCRIPT = (
@@ -228,3 +229,68 @@ class RgwDaemons(FactBase):
                 "frontend": meta.get("frontend_config#0"),
             }
         return dict(sorted(found.items()))
+
+
+_ROUTER_SCRIPT = """
+import json, sys, urllib.error, urllib.request
+port, timeout, keyfile = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+headers = {}
+try:
+    headers["Authorization"] = "Bearer " + open(keyfile).read().strip()
+except OSError:
+    pass
+out = {"readiness": None, "workers": None, "error": None}
+def get(path):
+    req = urllib.request.Request("http://127.0.0.1:%s%s" % (port, path), headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", "replace")
+try:
+    out["readiness"] = get("/readiness")[0]
+    code, text = get("/workers")
+    if code == 200:
+        out["workers"] = text
+    else:
+        out["error"] = "/workers: HTTP %s" % code
+except Exception as exc:
+    out["error"] = ("%s: %s" % (type(exc).__name__, exc))[:300]
+print(json.dumps(out))
+"""
+
+
+class RouterAnswers(FactBase):
+    """
+    What one route of the router answers on loopback, with the key file the router reads
+    (root 0600, read on the host: the key never leaves it): ``/readiness`` (status code: 200
+    while a worker is healthy) and ``/workers`` (each worker's URL, the router's health verdict
+    and its load; parsed by ``deploys/router/answers.workers``).
+
+    + python: an interpreter on the router host
+    + port: the route's port
+    + timeout: seconds per request
+
+    Returns ``{"readiness": 200, "workers": [{"url", "healthy", "load"}], "error": None}``
+    (``workers`` None when ``/workers`` did not answer). A moment's answer: never memoised.
+    """
+
+    def default(self):
+        return {"readiness": None, "workers": None, "error": "no answer"}
+
+    def command(self, python: str, port: int, timeout: int = 5):
+        failed = '{"error": "router probe failed"}'
+        args = (port, timeout, unit.KEY_PATH)
+        return probe_command(2 * timeout + 10, python, _ROUTER_SCRIPT, args, failed)
+
+    def process(self, output):
+        answer = last_json_line(output)
+        if answer is None:
+            return {**self.default(), "error": " ".join(output)[-300:] or "no answer"}
+        found = {**self.default(), **answer}
+        if isinstance(found["workers"], str):
+            try:
+                found["workers"] = answers.workers(found["workers"])
+            except ValueError as exc:
+                found["workers"], found["error"] = None, str(exc)
+        return found

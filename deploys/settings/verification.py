@@ -27,6 +27,7 @@ class VerifySettings:
     clock_skew: int
     max_listed_objects: int
     cleanup: bool
+    router_only: bool  # only the router step (routed.py): the route's pool and a repeat
     report_dir: str
 
 
@@ -51,6 +52,7 @@ def verify_settings(r: Reader) -> VerifySettings:
         clock_skew=r.int("kvceph_verify_clock_skew", 120, lo=0, hi=3600),
         max_listed_objects=r.int("kvceph_verify_max_listed_objects", 200000, lo=1000),
         cleanup=r.bool("kvceph_verify_cleanup", True),
+        router_only=r.bool("kvceph_verify_router_only", False),
         report_dir=r.str("kvceph_verify_report_dir", "reports"),
     )
 

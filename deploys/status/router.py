@@ -3,70 +3,7 @@ engines it sends requests to), read on the router host with the key file the rou
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
-
-from deploys.facts.probe_output import last_json_line, probe_command
-from deploys.router import unit
-
-_SCRIPT = """
-import json, sys, urllib.error, urllib.request
-port, timeout, keyfile = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-headers = {}
-try:
-    key = open(keyfile).read().strip()
-    headers["Authorization"] = "Bearer " + key
-except OSError:
-    pass
-out = {"readiness": None, "workers": None, "error": None}
-def get(path):
-    req = urllib.request.Request("http://127.0.0.1:%s%s" % (port, path), headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode("utf-8", "replace")
-try:
-    out["readiness"] = get("/readiness")[0]
-    code, text = get("/workers")
-    if code == 200:
-        out["workers"] = [
-            {"url": w["url"], "healthy": w["is_healthy"], "load": w.get("load")}
-            for w in json.loads(text)["workers"]
-        ]
-    else:
-        out["error"] = "/workers: HTTP %s" % code
-except Exception as exc:
-    out["error"] = ("%s: %s" % (type(exc).__name__, exc))[:300]
-print(json.dumps(out))
-"""
-
-
-class RouterAnswers(FactBase):
-    """
-    What one route of the router answers on loopback: ``/readiness`` (status code: 200 while
-    a worker is healthy) and ``/workers`` (each worker's URL and the router's health verdict).
-
-    + python: an interpreter on the router host
-    + port: the route's port
-    + timeout: seconds per request
-
-    Returns ``{"readiness": 200, "workers": [{"url", "healthy", "load"}], "error": None}``.
-    A moment's answer: never memoised.
-    """
-
-    def default(self):
-        return {"readiness": None, "workers": None, "error": "no answer"}
-
-    def command(self, python: str, port: int, timeout: int = 5):
-        failed = '{"error": "router probe failed"}'
-        args = (port, timeout, unit.KEY_PATH)
-        return probe_command(2 * timeout + 10, python, _SCRIPT, args, failed)
-
-    def process(self, output):
-        answer = last_json_line(output)
-        if answer is None:
-            return {**self.default(), "error": " ".join(output)[-300:] or "no answer"}
-        return {**self.default(), **answer}
+from deploys.facts.status import RouterAnswers
 
 
 def read(host, me, checked) -> list[dict]:

@@ -12,8 +12,9 @@ from pyinfra.api.command import StringCommand
 
 from deploys import crossover, drain, engine_address, measured, sudo, tier_preflight
 from deploys.facts.connector import RemoteTierLog
+from deploys.router import routes as routing
 from deploys.verification import report as reporting
-from deploys.verification import runner, targets, transport
+from deploys.verification import routed, runner, targets, transport
 
 UNIT = "vllm"  # the default engine's unit (deploys/settings/engine_list.py)
 
@@ -126,6 +127,39 @@ def target_for(h, settings, vs, engine=None) -> targets.Target:
     )
 
 
+def _address(h) -> str:
+    """Where the controller reaches host ``h``: its inventory address (IPv6 in brackets)."""
+    address = str(h.data.get("ssh_hostname") or h.name)
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+def router_routes(checked, inv, by_engine: dict[tuple[str, str], targets.Target]) -> list:
+    """Every route of every router host (deploys/router/routes.py), as routed.Route: the
+    router's own URL for its workers, and the target verify.py scrapes for each.
+
+    + by_engine: (host, kvceph_engines name) -> the engine's target
+    """
+    addresses = {n: str(inv.get_host(n).data.get("ssh_hostname") or n) for n in checked.hosts}
+    out = []
+    for name, me in checked.hosts.items():
+        if me.router is None:
+            continue
+        bind = engine_address.remote(me.router.bind)
+        reach = engine_address.url_host(bind) if bind else _address(inv.get_host(name))
+        for route in routing.routes(checked.hosts, addresses, me.router, name):
+            out.append(
+                routed.Route(
+                    router=name,
+                    url=f"http://{reach}:{route.port}",
+                    model=route.model,
+                    policy=me.router.policy,
+                    workers=tuple((w.url, by_engine[(w.host, w.engine)]) for w in route.workers),
+                    health_interval=me.router.health_interval,
+                )
+            )
+    return out
+
+
 def run_cycle(state, host, checked, inv) -> bool:
     """The whole cycle; False (the operation fails) when a check failed.
 
@@ -143,6 +177,12 @@ def run_cycle(state, host, checked, inv) -> bool:
         ]
         for g in checked.cache_groups
     ]
+    by_engine = {
+        (name, engine.name): target_for(inv.get_host(name), me, vs, engine)
+        for name, me in checked.hosts.items()
+        if me.is_inference
+        for engine in me.engine.engines
+    }
     units = {
         target_name(name, me.engine.engines, engine): (name, engine.unit)
         for name, me in checked.hosts.items()
@@ -176,13 +216,16 @@ def run_cycle(state, host, checked, inv) -> bool:
         http=transport.Http(api_key=checked.credentials.vllm_api_key),
         log=logger.info,
     )
-    for g in tier_preflight.plan_lines(checked.hosts, checked.cache_groups):
+    for g in (
+        () if vs.router_only else tier_preflight.plan_lines(checked.hosts, checked.cache_groups)
+    ):
         logger.info(g.replace("kvceph: crossover", "kvceph verify: crossover in use"))
-    result = cycle.run(groups)
+    result = cycle.run(groups, router_routes(checked, inv, by_engine))
     for writer, figures in cycle.measured:
         logger.info(record_measurement(checked, writer, figures, result.run_id, result.started))
     print(reporting.table(result), flush=True)
-    path = reporting.write_json(result, vs.report_dir)
+    # A router-only run is no verdict on the cache chain: status.py's "last verify" stays.
+    path = reporting.write_json(result, vs.report_dir, latest=not vs.router_only)
     png, notice = reporting.write_png(result, vs.report_dir)
     logger.info(f"kvceph verify: report {path}" + (f", chart {png}" if png else ""))
     if notice:

@@ -91,13 +91,16 @@ def to_dict(report: Report) -> dict:
     }
 
 
-def write_json(report: Report, directory: str | Path) -> Path:
+def write_json(report: Report, directory: str | Path, latest: bool = True) -> Path:
+    """``verify-<run>.json``, and with ``latest`` its copy ``verify-latest.json`` (status.py's
+    last verdict)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     text = json.dumps(to_dict(report), indent=2, sort_keys=True, default=str) + "\n"
     path = directory / f"verify-{report.run_id}.json"
     path.write_text(text)
-    (directory / "verify-latest.json").write_text(text)
+    if latest:
+        (directory / "verify-latest.json").write_text(text)
     return path
 
 

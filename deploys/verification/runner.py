@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from deploys import remote_tier
-from deploys.verification import bookkeeping, document, dram, metrics, sse, verdicts
+from deploys.verification import bookkeeping, document, dram, metrics, routed, sse, verdicts
 from deploys.verification.bookkeeping import ObjectInfo
 from deploys.verification.report import Report, StepResult
 from deploys.verification.targets import Options, Target, peers_of
@@ -505,11 +505,26 @@ class Runner:
         for host, step in ((a, "dram"), (a, "warm"), (b or a, "cross-node"), (a, "fallback")):
             self.report.add(StepResult(host.name, step, Verdict(SKIP, f"skipped: {why}")))
 
-    def run(self, groups: list[list[Target]]) -> Report:
-        """Preflight every host, then one cycle per cache group."""
+    def run(self, groups: list[list[Target]], routes: list[routed.Route] | None = None) -> Report:
+        """Preflight every host, the router step of each route (``routes``: every route of the
+        inventory's router hosts), then one cycle per cache group; with ``router_only`` the
+        router step alone."""
         self.report.groups = [[t.name for t in g] for g in groups]
+        if self.o.router_only:
+            if not routes:
+                why = (
+                    "kvceph_verify_router_only = True: the inventory has no host in group "
+                    "router; fix: leave it out, or add the router host (docs/router.md)"
+                )
+                self.report.add(StepResult("controller", routed.STEP, Verdict(FAIL, why)))
+            for route in routes or ():
+                self.report.add(routed.check(self, route))
+            return self.report
         ok = {t.name: self.preflight(t) for g in groups for t in g}
         s3_ok = self.check_s3()
+        # Before the cycles: their restarts would take an engine out of a route's pool.
+        for route in routes or ():
+            self.report.add(routed.check(self, route))
         for group in groups:
             healthy = [t for t in group if ok[t.name]]
             if not healthy or not s3_ok:

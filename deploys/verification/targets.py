@@ -62,6 +62,7 @@ class Options:
     objects_timeout: float = 120
     clock_skew: int = 120
     cleanup: bool = True
+    router_only: bool = False  # the router step alone (deploys/verification/routed.py)
     poll_interval: float = 1.0
 
     @classmethod

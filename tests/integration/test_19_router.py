@@ -1,9 +1,10 @@
 """The cache-aware router on ceph1 (inventory group ``router``, docs/router.md): a hardened unit
 serving the lab's model on :8100 with every engine a worker; no route open without the
 engines' key; a repeat lands on the engine that holds its prefix (a GPU-tier hit, not a
-recompute); an engine that stops leaves the pool within the health bound and returns after
-readiness, and no request through the router fails meanwhile; a rolling restart of every
-engine under a steady stream through the router cuts and refuses none of it."""
+recompute), and verify.py's router step proves it; an engine that stops leaves the pool
+within the health bound and returns after readiness, and no request through the router fails
+meanwhile; a rolling restart of every engine under a steady stream through the router cuts and
+refuses none of it."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import time
 import urllib.error
 import urllib.request
 
-from conftest import HOSTS, INFERENCE, pyinfra, restore_needed, ssh
-from lab_client import StreamLoad, auth_headers, long_prompt, metric, wait_health
+from conftest import HOSTS, INFERENCE, REPO, REPORTS, pyinfra, restore_needed, ssh
+from lab_client import StreamLoad, api_key, auth_headers, long_prompt, metric, wait_health
 
 ROUTER = f"http://{HOSTS['ceph1']}:8100"
 UNIT = "kvceph-router@8100.service"
@@ -108,6 +109,31 @@ def test_a_repeat_lands_on_the_engine_holding_its_prefix(converged):
         # the same engine, served from its own prefix cache (the GPU tier), nothing recomputed
         assert grew(first, second, 0) == [holder]
         assert grew(first, second, 1) == [holder]
+
+
+def test_verify_proves_a_routed_repeat_is_a_hit(converged):
+    """verify.py's router step alone: the route ready with every engine, and a repeat sent
+    through it served from a cache tier by the engine that served it cold (FAIL otherwise)."""
+    latest, n = REPORTS / "verify-latest.json", len(INFERENCE)
+    before = latest.read_text() if latest.exists() else None
+    ready_router()
+    started = time.monotonic()
+    run = pyinfra("--data", "kvceph_verify_router_only=true", deploy="verify.py", json_out=False)
+    print(f"verify.py router only: {time.monotonic() - started:.1f} s")
+    reports = re.findall(r"kvceph verify: report (\S+\.json)", run.output)
+    assert reports, run.output[-3000:]
+    (step,) = json.loads((REPO / reports[0]).read_text())["steps"]
+    assert (step["host"], step["step"], step["verdict"]) == ("ceph1", "router", "pass"), step
+    assert re.match(
+        rf"{MODEL} via ceph1:8100: {n}/{n} engines in the pool; cold on (\w+), the "
+        r"repeat on \1 too: \d+ of \d+ prompt tokens from its GPU prefix cache",
+        step["message"],
+    ), step["message"]
+    assert run.rc == 0, run.output[-3000:]
+    # a router-only run is not the last verdict on the cache chain (status.py reads that)
+    assert (latest.read_text() if latest.exists() else None) == before
+    # the key never in the output
+    assert api_key() not in run.output
 
 
 def test_only_healthy_engines_get_requests(converged):

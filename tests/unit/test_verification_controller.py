@@ -128,3 +128,38 @@ def test_every_engine_is_a_target_restarted_through_its_own_unit():
     h.lines = ["1"]
     assert control.journal_has("gpu1/engine-b", 0, "x") is True
     assert h.calls[1][0].startswith("timeout 30 journalctl -u vllm-engine-b.service ")
+
+
+def test_router_routes_reach_the_router_and_scrape_each_worker_as_verify_reaches_it():
+    from test_router import IPS, hosts
+
+    h = hosts()
+    checked = SimpleNamespace(hosts=h)
+    inv = FakeInventory(*(FakeHost(n, {"ssh_hostname": ip}) for n, ip in IPS.items()))
+    by_engine = {
+        (n, e.name): controller.target_for(inv.get_host(n), me, me.verify, e)
+        for n, me in h.items()
+        if me.is_inference
+        for e in me.engine.engines
+    }
+    (route,) = controller.router_routes(checked, inv, by_engine)
+    assert (route.router, route.url, route.name) == (
+        "ceph1",
+        "http://10.213.7.11:8100",
+        "ceph1:8100",
+    )
+    assert (route.model, route.policy, route.health_interval) == (
+        "Qwen/Qwen3-32B",
+        "cache_aware",
+        1,
+    )
+    # the router's URL for each engine, and the target verify.py scrapes for it
+    assert [(url, t.name, t.base_url) for url, t in route.workers] == [
+        ("http://10.213.7.31:8000", "gaudi1", "http://10.213.7.31:8000"),
+        ("http://10.213.7.21:8000", "gpu1", "http://10.213.7.21:8000"),
+        ("http://10.213.7.22:8000", "gpu2", "http://10.213.7.22:8000"),
+    ]
+    # a router bound to one address is reached there
+    h["ceph1"] = hosts(kvceph_router_bind="10.213.7.99")["ceph1"]
+    (route,) = controller.router_routes(SimpleNamespace(hosts=h), inv, by_engine)
+    assert route.url == "http://10.213.7.99:8100"
