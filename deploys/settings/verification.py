@@ -23,8 +23,7 @@ class VerifySettings:
     request_timeout: int
     restart_timeout: int
     s3_timeout: int
-    objects_timeout: int  # wait for the cold request's uploads to be listed
-    clock_skew: int
+    objects_timeout: int  # wait for the run's objects (found by name) to appear
     max_listed_objects: int
     cleanup: bool
     report_dir: str
@@ -48,7 +47,6 @@ def verify_settings(r: Reader) -> VerifySettings:
         restart_timeout=r.int("kvceph_verify_restart_timeout", 180, lo=5, hi=3600),
         s3_timeout=r.int("kvceph_verify_s3_timeout", 30, lo=1, hi=600),
         objects_timeout=r.int("kvceph_verify_objects_timeout", 120, lo=1, hi=3600),
-        clock_skew=r.int("kvceph_verify_clock_skew", 120, lo=0, hi=3600),
         max_listed_objects=r.int("kvceph_verify_max_listed_objects", 200000, lo=1000),
         cleanup=r.bool("kvceph_verify_cleanup", True),
         report_dir=r.str("kvceph_verify_report_dir", "reports"),

@@ -123,6 +123,9 @@ def target_for(h, settings, vs, engine=None) -> targets.Target:
         min_hit_tokens=decided.min_hit_tokens if decided else 0,
         crossover=decided.describe() if decided else "",
         local_cpu=settings.lmcache.local_cpu,
+        hash_algorithm=settings.lmcache.hash_algorithm,
+        hash_seed=settings.engine.python_hash_seed,
+        kv_dtype=settings.engine.kv_dtype,
     )
 
 
