@@ -181,7 +181,7 @@ def run_cycle(state, host, checked, inv) -> bool:
     )
     for g in tier_preflight.plan_lines(checked.hosts, checked.cache_groups):
         logger.info(g.replace("kvceph: crossover", "kvceph verify: crossover in use"))
-    result = cycle.run(groups)
+    result = cycle.run(groups, vs.canary_hosts)
     for writer, figures in cycle.measured:
         logger.info(record_measurement(checked, writer, figures, result.run_id, result.started))
     print(reporting.table(result), flush=True)

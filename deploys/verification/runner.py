@@ -548,8 +548,10 @@ class Runner:
         for host, step in ((a, "dram"), (a, "warm"), (b or a, "cross-node"), (a, "fallback")):
             self.report.add(StepResult(host.name, step, Verdict(SKIP, f"skipped: {why}")))
 
-    def run(self, groups: list[list[Target]]) -> Report:
-        """Preflight every host, then one cycle per cache group."""
+    def run(self, groups: list[list[Target]], canaries: tuple[str, ...] = ()) -> Report:
+        """Preflight every host, then one cycle per cache group; with ``canaries``
+        (kvceph_verify_canary_hosts), the writer A, the only engine restarted, is the group's
+        canary host's engine, and a group whose canary failed preflight restarts nothing."""
         self.report.groups = [[t.name for t in g] for g in groups]
         ok = {t.name: self.preflight(t) for g in groups for t in g}
         s3_ok = self.check_s3()
@@ -561,21 +563,29 @@ class Runner:
                 self.report.add(StepResult(a.name, "cold", Verdict(SKIP, f"skipped: {why}")))
                 self._skip_rest(a, None, why)
                 continue
+            writers = [t for t in healthy if t.host in canaries] if canaries else healthy
+            if not writers:
+                why = "the canary failed preflight (kvceph_verify_canary_hosts): no restart"
+                self.report.add(StepResult(group[0].name, "cold", Verdict(SKIP, f"skipped: {why}")))
+                self._skip_rest(group[0], None, why)
+                continue
+            a = writers[0]
             self.log(
                 f"kvceph verify {self.nonce}: cache group of {', '.join(t.name for t in group)}"
+                + (f"; canary {a.name} (the only engine restarted)" if canaries else "")
             )
-            peers = peers_of(healthy[0], healthy)
+            peers = peers_of(a, healthy)
             no_peer = (
                 "skipped: one host in this cache group, nothing to compare"
                 if len(group) == 1
                 else "skipped: the other hosts of this cache group failed preflight"
             )
             try:
-                self.cycle(healthy[0], peers, no_peer)
+                self.cycle(a, peers, no_peer)
             except CheckFailed as exc:
-                # A bucket listing or deletion failed between steps: stop this group, say where.
+                # A bucket lookup or deletion failed between steps: stop this group, say where.
                 self.report.add(
-                    StepResult(healthy[0].name, "aborted", Verdict(FAIL, f"cycle aborted: {exc}"))
+                    StepResult(a.name, "aborted", Verdict(FAIL, f"cycle aborted: {exc}"))
                 )
         return self.report
 

@@ -256,13 +256,13 @@ def lab():
         srv.server_close()
 
 
-def _run(bucket, engines, groups, control=None, **opts):
+def _run(bucket, engines, groups, control=None, canaries=(), **opts):
     options = targets.Options(
         document_tokens=1030, objects_timeout=0.2, poll_interval=0.01, request_timeout=10, **opts
     )
     control = control or FakeControl(engines)
     r = runner.Runner(options, bucket, control, log=lambda _m: None)
-    return r.run(groups), control
+    return r.run(groups, canaries), control
 
 
 def _by_step(rep):
