@@ -12,10 +12,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from deploys.verification import object_names, sse, verdicts
 from deploys.verification.bookkeeping import ObjectInfo
+
+FIND_CONCURRENCY = 8  # exact-name listings in flight (Boto3Bucket.find)
 
 
 class CheckFailed(RuntimeError):
@@ -232,14 +235,19 @@ class Boto3Bucket:
         return out
 
     def _find(self, names: list[str]) -> dict[str, ObjectInfo]:
-        out: dict[str, ObjectInfo] = {}
-        for name in names:
+        def one(name: str) -> ObjectInfo | None:
             page = self._client.list_objects_v2(
                 Bucket=self.bucket, Prefix=object_names.stem(name), MaxKeys=1
             )
             for o in page.get("Contents", ()):
-                out[name] = ObjectInfo(o["Key"], int(o["Size"]), o["LastModified"])
-        return out
+                return ObjectInfo(o["Key"], int(o["Size"]), o["LastModified"])
+            return None
+
+        # A long document names thousands of objects: a few listings in flight (boto3's
+        # clients are thread-safe), each a small request.
+        with ThreadPoolExecutor(max_workers=FIND_CONCURRENCY) as pool:
+            found = list(pool.map(one, names))
+        return {n: o for n, o in zip(names, found, strict=True) if o is not None}
 
     def _delete(self, keys: list[str]) -> int:
         deleted = 0

@@ -516,10 +516,12 @@ def test_boto3_bucket_unreachable_endpoint_is_named():
         b.find(["Qwen_Qwen3-32B@2@0@ab@bfloat16"])
 
 
-def test_boto3_bucket_finds_each_name_by_an_exact_listing_not_head():
+def test_boto3_bucket_finds_each_name_by_an_exact_listing_not_head(monkeypatch):
     # The bucket's owner gets 403 on a HEAD of an engine user's object (issue 36): a listing
     # under the name's stem finds it, one name per call, at most one key back.
     from botocore.stub import Stubber
+
+    monkeypatch.setattr(transport, "FIND_CONCURRENCY", 1)  # the stub answers in order
 
     creds = type("C", (), {})()
     creds.access_key = creds.secret_key = type("S", (str,), {"reveal": lambda self: "x"})("x")
