@@ -494,9 +494,7 @@ class Runner:
         add, o = self.report.add, self.o
         keys = sorted(x.key for x in cold.created.values())
         deleted, error, hit, got = 0, None, None, None
-        refused = (
-            None if keys else ("the cold request created no objects; nothing of this run to delete")
-        )
+        refused = None if keys else "the cold request created no objects; nothing of it to delete"
         if refused is None:
             # A bucket fault here is no fallback verdict: it aborts the group (Runner.run).
             deleted = self.bucket.delete(keys)
