@@ -13,7 +13,10 @@ execution time, when every host is connected:
                 again: the engine that served it cold serves the repeat from a cache tier
                 (deploys/verification/routed.py). ``kvceph_verify_router_only``: this step alone
   2. cold       a document unique to this run (nonce first) to host A, streamed: TTFT, and
-                the objects it created (expected: prompt_tokens // chunk_size x TP)
+                the objects it created (expected: prompt_tokens // chunk_size x TP), found by
+                name: A's /tokenize ids hashed as LMCache does (deploys/verification/
+                object_names.py; needs kvceph_lmcache_hash_algorithm sha256_cbor or sha256),
+                never a listing of the model's prefix: it runs beside live traffic
   2b. dram      with kvceph_lmcache_local_cpu: A again, no restart, with the run's cache_salt
                 (vLLM's GPU prefix cache misses, LMCache's keys ignore it): every chunk from
                 the node's DRAM, no S3 read, TTFT <= cold x kvceph_verify_dram_ratio
@@ -21,7 +24,7 @@ execution time, when every host is connected:
   3. warm       restart A's unit, resend: tokens loaded from the bucket (vllm metrics delta),
                 TTFT vs cold, load bandwidth vs break-even
   4. cross-node the same document to host B of the same cache group: it must load A's chunks
-  5. fallback   delete exactly the run's objects, restart A, resend: a cold-like TTFT
+  5. fallback   delete exactly the run's objects (by name), restart A, resend: a cold-like TTFT
   6. report     table on stdout; JSON and PNG in kvceph_verify_report_dir (default reports/)
 
 A failed check fails the pyinfra run (non-zero exit) with one line per check and its likely

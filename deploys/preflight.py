@@ -45,6 +45,7 @@ from deploys.facts.rgw import RgwUser
 from deploys.settings import context_length, model_source
 from deploys.settings.inventory import CacheGroup, check_inventory
 from deploys.settings.reader import SettingsError
+from deploys.settings.verification import check_canary_hosts
 
 compat.install()
 
@@ -534,6 +535,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
         groups = check_inventory(list(hosts.values()))
         check_revisions(hosts, groups)
         check_engine_args(hosts)
+        check_canary_hosts(hosts, groups)
         sudo.check_no_password(inventory)
         check_ingress_hosts(hosts, _rgw_addresses(inventory))
         hosts = s3_names.fill_rgw_group(hosts, _rgw_addresses(inventory))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from deploys.settings.reader import Reader
+from deploys.settings.reader import Reader, SettingsError
 from deploys.settings.s3 import endpoint_parts
+
+CANARY_KEY = "kvceph_verify_canary_hosts"
 
 # --- Verification (verify.py) -------------------------------------------------------------------
 # BEGIN verify settings (owned by verify.py / deploys/verification)
@@ -23,12 +26,14 @@ class VerifySettings:
     request_timeout: int
     restart_timeout: int
     s3_timeout: int
-    objects_timeout: int  # wait for the cold request's uploads to be listed
-    clock_skew: int
+    objects_timeout: int  # wait for the run's objects (found by name) to appear
     max_listed_objects: int
     cleanup: bool
     router_only: bool  # only the router step (routed.py): the route's pool and a repeat
     report_dir: str
+    # One inference host per cache group whose engine verify restarts (warm, fallback); the
+    # others are only asked. Empty: the first healthy engine of each group is restarted.
+    canary_hosts: tuple[str, ...] = ()
 
 
 def verify_settings(r: Reader) -> VerifySettings:
@@ -49,12 +54,62 @@ def verify_settings(r: Reader) -> VerifySettings:
         restart_timeout=r.int("kvceph_verify_restart_timeout", 180, lo=5, hi=3600),
         s3_timeout=r.int("kvceph_verify_s3_timeout", 30, lo=1, hi=600),
         objects_timeout=r.int("kvceph_verify_objects_timeout", 120, lo=1, hi=3600),
-        clock_skew=r.int("kvceph_verify_clock_skew", 120, lo=0, hi=3600),
         max_listed_objects=r.int("kvceph_verify_max_listed_objects", 200000, lo=1000),
         cleanup=r.bool("kvceph_verify_cleanup", True),
         router_only=r.bool("kvceph_verify_router_only", False),
         report_dir=r.str("kvceph_verify_report_dir", "reports"),
+        canary_hosts=_canary_hosts(r),
     )
+
+
+def _canary_hosts(r: Reader) -> tuple[str, ...]:
+    names = r.list(CANARY_KEY, [])
+    for name in names:
+        if not isinstance(name, str) or not name.strip() or name != name.strip():
+            raise r.fail(
+                CANARY_KEY, names, "must list inventory host names", "use ['gpu1', 'gaudi1']"
+            )
+    if len(set(names)) != len(names):
+        raise r.fail(CANARY_KEY, names, "names a host twice", "list each canary once")
+    return tuple(names)
+
+
+def check_canary_hosts(hosts: Mapping, groups: Sequence) -> None:
+    """``kvceph_verify_canary_hosts``, when set, names exactly one inference host of every
+    cache group (verify restarts that engine only); one-line SettingsError otherwise.
+
+    + hosts: host name -> HostSettings; the first inference host's verify settings are the
+      run's (verify.py reads them there), every inference host must say the same
+    + groups: the cache groups (settings.inventory.CacheGroup: ``hosts``, ``model``, TP)
+    """
+    inference = [(n, me) for n, me in hosts.items() if me.is_inference]
+    if not inference:
+        return
+    first, canaries = inference[0][0], inference[0][1].verify.canary_hosts
+    for name, me in inference:
+        if me.verify.canary_hosts != canaries:
+            raise SettingsError(
+                f"{name}: {CANARY_KEY} = {list(me.verify.canary_hosts)} differs from {first}'s "
+                f"{list(canaries)}; fix: set it once, in group_data/all.py"
+            )
+    if not canaries:
+        return
+    member = {h: g for g in groups for h in g.hosts}
+    for canary in canaries:
+        if canary not in member:
+            raise SettingsError(
+                f"{first}: {CANARY_KEY} = {list(canaries)}: {canary!r} is not an inference host "
+                "of this inventory; fix: name one inference host of each cache group"
+            )
+    for g in groups:
+        chosen = [c for c in canaries if member[c] is g]
+        if len(chosen) != 1:
+            what = "names none" if not chosen else f"names {len(chosen)} ({', '.join(chosen)})"
+            raise SettingsError(
+                f"{first}: {CANARY_KEY} = {list(canaries)} {what} of cache group {g.model} "
+                f"TP={g.tensor_parallel_size} ({', '.join(g.hosts)}); fix: name exactly one "
+                "host of each cache group (verify restarts its engine only), or leave it empty"
+            )
 
 
 # END verify settings

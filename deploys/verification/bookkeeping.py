@@ -1,17 +1,14 @@
-"""Which bucket objects this run created, how many it should have, and which may be deleted.
+"""How many objects and hit tokens a document should give, and the run's objects per worker.
 
 LMCache names objects ``model@world_size@worker_id@hash@dtype`` at the bucket root (the model's
-'/' becomes '_'). The runner lists the bucket under the cache group's ``model@tp@`` prefix
-before the cold request and after it: the difference, written since the run started, is the
-run's own set. Deletion touches that set only, and only when its size is the one expected for
-the document: anything else means other traffic or a miscount, and the bucket is left alone.
+'/' becomes '_'). Which names are the run's own is object_names.py's: the runner finds and
+deletes those names only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 
 @dataclass(frozen=True)
@@ -49,17 +46,6 @@ def expected_hit_tokens(prompt_tokens: int, chunk_size: int, save_unfull_chunk: 
     return stored - 1 if stored == prompt_tokens and stored > 0 else stored
 
 
-def created_since(
-    before: Mapping[str, ObjectInfo],
-    after: Mapping[str, ObjectInfo],
-    since: datetime,
-    skew_seconds: int,
-) -> dict[str, ObjectInfo]:
-    """Objects listed after but not before, written no earlier than ``since - skew``."""
-    floor = since - timedelta(seconds=skew_seconds)
-    return {k: o for k, o in after.items() if k not in before and o.last_modified >= floor}
-
-
 def worker_counts(keys) -> dict[str, int]:
     """Objects per TP worker id (third '@' field); malformed keys count under '?'."""
     out: dict[str, int] = {}
@@ -68,41 +54,3 @@ def worker_counts(keys) -> dict[str, int]:
         worker = parts[2] if len(parts) >= 5 else "?"
         out[worker] = out.get(worker, 0) + 1
     return out
-
-
-@dataclass(frozen=True)
-class DeletionPlan:
-    keys: tuple[str, ...]  # empty when refused
-    refused: str | None  # why nothing is deleted
-
-
-def deletion_plan(
-    created: Mapping[str, ObjectInfo],
-    expected: int,
-    prefix: str,
-    current: Mapping[str, ObjectInfo] | None = None,
-) -> DeletionPlan:
-    """The keys to delete, or a refusal that deletes nothing.
-
-    + created: the run's objects (``created_since`` after the cold request)
-    + expected: ``expected_objects`` for the document
-    + prefix: the cache group's key prefix; every key must carry it
-    + current: a fresh listing; keys gone since are skipped (already deleted/expired)
-    """
-    if not created:
-        return DeletionPlan(
-            (), "the cold request created no objects; nothing of this run to delete"
-        )
-    if len(created) != expected:
-        return DeletionPlan(
-            (),
-            f"{len(created)} new objects where {expected} were expected: other writers or a "
-            "miscount; deleting nothing (never the rest of the bucket)",
-        )
-    stray = sorted(k for k in created if not k.startswith(prefix))
-    if stray:
-        return DeletionPlan(
-            (), f"key {stray[0]!r} lacks the group prefix {prefix!r}; deleting nothing"
-        )
-    keys = sorted(created if current is None else (k for k in created if k in current))
-    return DeletionPlan(tuple(keys), None)

@@ -124,6 +124,9 @@ def target_for(h, settings, vs, engine=None) -> targets.Target:
         min_hit_tokens=decided.min_hit_tokens if decided else 0,
         crossover=decided.describe() if decided else "",
         local_cpu=settings.lmcache.local_cpu,
+        hash_algorithm=settings.lmcache.hash_algorithm,
+        hash_seed=settings.engine.python_hash_seed,
+        kv_dtype=settings.engine.kv_dtype,
     )
 
 
@@ -220,7 +223,7 @@ def run_cycle(state, host, checked, inv) -> bool:
         () if vs.router_only else tier_preflight.plan_lines(checked.hosts, checked.cache_groups)
     ):
         logger.info(g.replace("kvceph: crossover", "kvceph verify: crossover in use"))
-    result = cycle.run(groups, router_routes(checked, inv, by_engine))
+    result = cycle.run(groups, router_routes(checked, inv, by_engine), vs.canary_hosts)
     for writer, figures in cycle.measured:
         logger.info(record_measurement(checked, writer, figures, result.run_id, result.started))
     print(reporting.table(result), flush=True)

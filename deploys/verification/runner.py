@@ -2,9 +2,12 @@
 
 verify.py builds one :class:`Runner` per run, from the controller, with the hosts' settings and
 its three side-effecting collaborators (deploys/verification/transport.py; tests replace them):
-``Http`` (the engines' OpenAI API), a ``Bucket`` (lists and deletes objects) and a ``Control``
-(restarts an engine unit, greps its journal). Each step of the cycle is one method: ``cold``,
-``warm``, ``cross``, ``fallback``. Every wait and request is bounded by a setting.
+``Http`` (the engines' OpenAI API), a ``Bucket`` (finds objects by name, deletes them) and a
+``Control`` (restarts an engine unit, greps its journal). The run's objects are named before
+they are written (object_names.py): verify looks up and deletes those names only, never a
+listing of the model's prefix, so it runs beside any other traffic. Each step of the cycle is
+one method: ``cold``, ``warm``, ``cross``, ``fallback``. Every wait and request is bounded by a
+setting.
 """
 
 from __future__ import annotations
@@ -16,7 +19,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from deploys import remote_tier
-from deploys.verification import bookkeeping, document, dram, metrics, routed, sse, verdicts
+from deploys.verification import (
+    bookkeeping,
+    document,
+    dram,
+    metrics,
+    object_names,
+    routed,
+    sse,
+    verdicts,
+)
 from deploys.verification.bookkeeping import ObjectInfo
 from deploys.verification.report import Report, StepResult
 from deploys.verification.targets import Options, Target, peers_of
@@ -31,7 +43,7 @@ class Cold:
     """What the cold step leaves for the steps after it."""
 
     ttft: float | None
-    created: dict[str, ObjectInfo]  # the run's objects: key -> listing
+    created: dict[str, ObjectInfo]  # the run's objects found: name -> listing
     expected: int  # objects the cold request should have written
     expected_hit: int  # tokens a later request should hit
     kv_bytes: int
@@ -40,6 +52,7 @@ class Cold:
     # kvceph's connector reports 0 hits below its crossover: the later steps verify that, and
     # measure nothing (crossover.py: the load is measured only by a document above it).
     below_crossover: bool = False
+    names: tuple[str, ...] = ()  # every object name the document gives (object_names.py)
 
 
 class Runner:
@@ -107,9 +120,7 @@ class Runner:
         before = self.scrape(t)
         body = {
             "model": t.model,
-            "messages": [
-                {"role": "user", "content": document.prompt(self.nonce, self.o.document_tokens)}
-            ],
+            "messages": self.messages(),
             "max_tokens": self.o.output_tokens,
             "temperature": 0,
             "stream": True,
@@ -121,6 +132,39 @@ class Runner:
         if result.ttft is None:
             raise CheckFailed(f"the stream ended after {result.events} events without a token")
         return result, before, self.scrape(t)
+
+    def messages(self) -> list[dict]:
+        """The run's chat: its document and question, one user message."""
+        return [{"role": "user", "content": document.prompt(self.nonce, self.o.document_tokens)}]
+
+    def object_names(self, t: Target) -> tuple[list[int], list[str]]:
+        """(prompt token ids, object names) of the run's document on ``t``: the engine's own
+        /tokenize (vLLM's chat template and tokenizer), hashed as LMCache does."""
+        why = object_names.refusal(t.hash_algorithm)
+        if why:
+            raise CheckFailed(why)
+        answer = self.http.post(
+            f"{t.base_url}/tokenize",
+            {"model": t.model, "messages": self.messages()},
+            timeout=min(120, self.o.request_timeout),
+        )
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(x, int) for x in tokens):
+            raise CheckFailed(f"/tokenize answered without token ids: {str(answer)[:120]}")
+        try:
+            names = object_names.names(
+                tokens,
+                model=t.key_model,
+                world_size=t.tensor_parallel_size,
+                chunk_size=t.chunk_size,
+                save_unfull_chunk=t.save_unfull_chunk,
+                algorithm=t.hash_algorithm,
+                seed=t.hash_seed,
+                kv_dtype=t.kv_dtype,
+            )
+        except ValueError as exc:
+            raise CheckFailed(str(exc)) from None
+        return tokens, names
 
     def restart(self, t: Target) -> None:
         error = self.control.restart(t.name, self.o.restart_timeout)
@@ -225,15 +269,15 @@ class Runner:
         self.report.add(StepResult("controller", "s3", verdict))
         return not error
 
-    def wait_objects(self, prefix: str, before: dict, since: datetime, expected: int) -> dict:
-        """Poll the listing until the expected count of new objects appears (uploads lag)."""
+    def wait_objects(self, names: list[str] | tuple[str, ...]) -> dict[str, ObjectInfo]:
+        """Look the run's objects up by name until all are there (uploads lag) or
+        kvceph_verify_objects_timeout: name -> listing of those found."""
         start = self.mono()
+        found: dict[str, ObjectInfo] = {}
         while True:
-            created = bookkeeping.created_since(
-                before, self.bucket.list(prefix), since, self.o.clock_skew
-            )
-            if len(created) >= expected or self.mono() - start >= self.o.objects_timeout:
-                return created
+            found |= self.bucket.find([n for n in names if n not in found])
+            if len(found) >= len(names) or self.mono() - start >= self.o.objects_timeout:
+                return found
             self.sleep(self.o.poll_interval)
 
     def cycle(
@@ -250,19 +294,24 @@ class Runner:
         self.dram(a, cold)
         self.warm(a, cold)
         self.cross(a, peers, cold, no_peer)
-        self.fallback(a, cold.created, cold.expected, cold.ttft)
+        self.fallback(a, cold)
 
     def cold(self, a: Target) -> Cold | None:
         """The document on A with nothing cached: its chunks must land in the bucket."""
         since_wall = self.wall()
-        since = datetime.fromtimestamp(since_wall, UTC)
         try:
-            before = self.bucket.list(a.prefix)
+            tokens, names = self.object_names(a)
             got, _, _ = self.ask(a)
+            pt = got.prompt_tokens
+            if pt and pt != len(tokens):
+                raise CheckFailed(
+                    f"/tokenize counted {len(tokens)} prompt tokens where the request used "
+                    f"{pt}: the run's object names cannot be computed (engine's chat template "
+                    "or tokenizer differs between the two routes)"
+                )
         except CheckFailed as exc:
             self.report.add(StepResult(a.name, "cold", Verdict(FAIL, str(exc))))
             return None
-        pt = got.prompt_tokens
         expected = (
             bookkeeping.expected_objects(
                 pt, a.chunk_size, a.tensor_parallel_size, a.save_unfull_chunk
@@ -270,7 +319,7 @@ class Runner:
             if pt
             else 0
         )
-        created = self.wait_objects(a.prefix, before, since, expected) if expected else {}
+        created = self.wait_objects(names) if expected else {}
         disabled = self.s3_disabled(a, since_wall) if len(created) < expected else None
         kv_bytes = sum(x.size for x in created.values())
         self.report.add(
@@ -292,7 +341,9 @@ class Runner:
             bookkeeping.expected_hit_tokens(pt, a.chunk_size, a.save_unfull_chunk) if pt else 0
         )
         below = a.connector == "kvceph" and 0 < expected_hit < a.min_hit_tokens
-        return Cold(got.ttft, created, expected, expected_hit, kv_bytes, since_wall, pt, below)
+        return Cold(
+            got.ttft, created, expected, expected_hit, kv_bytes, since_wall, pt, below, tuple(names)
+        )
 
     def _hit_diagnosis(self, t: Target, cold: Cold, hit: int | None) -> dict:
         """Why a hit fell short, read only when it did (journal greps cost an SSH round trip)."""
@@ -446,20 +497,23 @@ class Runner:
         causes = "".join(f"; {c}" for c in self.lmcache_causes(t, cold.since_wall))
         self.report.add(StepResult(t.name, step, Verdict(FAIL, f"{exc}{causes}")))
 
-    def fallback(self, a: Target, created: dict, expected: int, cold_ttft: float | None) -> None:
+    def fallback(self, a: Target, cold: Cold) -> None:
+        """Delete the run's objects (by name: nothing else is touched), restart A, resend: the
+        document is computed again, at about the cold TTFT."""
         add, o = self.report.add, self.o
-        plan = bookkeeping.deletion_plan(created, expected, a.prefix, self.bucket.list(a.prefix))
+        keys = sorted(x.key for x in cold.created.values())
         deleted, error, hit, got = 0, None, None, None
-        refused = plan.refused
+        refused = None if keys else "the cold request created no objects; nothing of it to delete"
+        if refused is None:
+            # A bucket fault here is no fallback verdict: it aborts the group (Runner.run).
+            deleted = self.bucket.delete(keys)
+            left = self.bucket.find(list(cold.created))
+            if left:
+                refused = f"{len(left)} of the run's objects still listed after deletion"
         if refused is None:
             try:
-                deleted = self.bucket.delete(list(plan.keys))
-                left = set(plan.keys) & set(self.bucket.list(a.prefix))
-                if left:
-                    refused = f"{len(left)} of the run's objects still listed after deletion"
-                else:
-                    self.restart(a)
-                    got, _, hit = self.ask(a)
+                self.restart(a)
+                got, _, hit = self.ask(a)
             except RestartFailed as exc:
                 refused = f"{deleted} deleted, but {exc}"
             except CheckFailed as exc:
@@ -474,7 +528,7 @@ class Runner:
                     error=error,
                     hit=hit,
                     ttft=got.ttft if got else None,
-                    cold_ttft=cold_ttft,
+                    cold_ttft=cold.ttft,
                     tolerance=o.fallback_tolerance,
                 ),
                 ttft=got.ttft if got else None,
@@ -482,33 +536,36 @@ class Runner:
                 objects=deleted,
             )
         )
-        if o.cleanup and plan.refused is None and got is not None:
-            self.cleanup(a, plan.keys)
+        if o.cleanup and keys:
+            self.cleanup(a, cold.names, rewritten=got is not None)
 
-    def cleanup(self, a: Target, keys: tuple[str, ...]) -> None:
-        """The fallback request wrote the document's chunks again: remove those same keys."""
-        start = self.mono()
-        wanted = set(keys)
-        while True:
-            present = sorted(wanted & set(self.bucket.list(a.prefix)))
-            if len(present) == len(wanted) or self.mono() - start >= self.o.objects_timeout:
-                break
-            self.sleep(self.o.poll_interval)
+    def cleanup(self, a: Target, names: tuple[str, ...], rewritten: bool) -> None:
+        """Remove the run's objects again, by name: those the fallback request wrote back
+        (``rewritten``: waited for, uploads lag) and any left; never another object."""
+        found = self.wait_objects(names) if rewritten else self.bucket.find(list(names))
+        keys = sorted(x.key for x in found.values())
         try:
-            n = self.bucket.delete(present) if present else 0
+            n = self.bucket.delete(keys) if keys else 0
             verdict = Verdict(PASS, f"{n} objects of this run removed again")
         except CheckFailed as exc:
             verdict = Verdict(WARN, f"could not remove this run's objects: {exc}")
-        self.report.add(StepResult(a.name, "cleanup", verdict, objects=len(present)))
+        self.report.add(StepResult(a.name, "cleanup", verdict, objects=len(keys)))
 
     def _skip_rest(self, a: Target, b: Target | None, why: str) -> None:
         for host, step in ((a, "dram"), (a, "warm"), (b or a, "cross-node"), (a, "fallback")):
             self.report.add(StepResult(host.name, step, Verdict(SKIP, f"skipped: {why}")))
 
-    def run(self, groups: list[list[Target]], routes: list[routed.Route] | None = None) -> Report:
+    def run(
+        self,
+        groups: list[list[Target]],
+        routes: list[routed.Route] | None = None,
+        canaries: tuple[str, ...] = (),
+    ) -> Report:
         """Preflight every host, the router step of each route (``routes``: every route of the
         inventory's router hosts), then one cycle per cache group; with ``router_only`` the
-        router step alone."""
+        router step alone. With ``canaries`` (kvceph_verify_canary_hosts), the writer A, the
+        only engine restarted, is the group's canary host's engine, and a group whose canary
+        failed preflight restarts nothing."""
         self.report.groups = [[t.name for t in g] for g in groups]
         if self.o.router_only:
             if not routes:
@@ -533,21 +590,29 @@ class Runner:
                 self.report.add(StepResult(a.name, "cold", Verdict(SKIP, f"skipped: {why}")))
                 self._skip_rest(a, None, why)
                 continue
+            writers = [t for t in healthy if t.host in canaries] if canaries else healthy
+            if not writers:
+                why = "the canary failed preflight (kvceph_verify_canary_hosts): no restart"
+                self.report.add(StepResult(group[0].name, "cold", Verdict(SKIP, f"skipped: {why}")))
+                self._skip_rest(group[0], None, why)
+                continue
+            a = writers[0]
             self.log(
                 f"kvceph verify {self.nonce}: cache group of {', '.join(t.name for t in group)}"
+                + (f"; canary {a.name} (the only engine restarted)" if canaries else "")
             )
-            peers = peers_of(healthy[0], healthy)
+            peers = peers_of(a, healthy)
             no_peer = (
                 "skipped: one host in this cache group, nothing to compare"
                 if len(group) == 1
                 else "skipped: the other hosts of this cache group failed preflight"
             )
             try:
-                self.cycle(healthy[0], peers, no_peer)
+                self.cycle(a, peers, no_peer)
             except CheckFailed as exc:
-                # A bucket listing or deletion failed between steps: stop this group, say where.
+                # A bucket lookup or deletion failed between steps: stop this group, say where.
                 self.report.add(
-                    StepResult(healthy[0].name, "aborted", Verdict(FAIL, f"cycle aborted: {exc}"))
+                    StepResult(a.name, "aborted", Verdict(FAIL, f"cycle aborted: {exc}"))
                 )
         return self.report
 

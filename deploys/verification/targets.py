@@ -4,7 +4,7 @@ them (:class:`Target`), which peer reads whose objects, and the run's bounds (:c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from deploys.verification import bookkeeping
 
@@ -28,10 +28,20 @@ class Target:
     min_hit_tokens: int = 0
     crossover: str = ""  # where min_hit_tokens came from (crossover.Crossover.describe())
     local_cpu: bool = False  # LMCache's DRAM tier (kvceph_lmcache_local_cpu): the DRAM step
+    # What names the chunks' objects (object_names.py): pre_caching_hash_algorithm, the
+    # engine's PYTHONHASHSEED (never printed: the secret seed where there is one), the KV dtype.
+    hash_algorithm: str = "sha256_cbor"
+    hash_seed: int | None = field(default=None, repr=False)
+    kv_dtype: str = "bfloat16"
+
+    @property
+    def key_model(self) -> str:
+        """The model as LMCache's keys name it (the ``vllm serve`` argument)."""
+        return self.serve_model or self.model
 
     @property
     def prefix(self) -> str:
-        return bookkeeping.object_prefix(self.serve_model or self.model, self.tensor_parallel_size)
+        return bookkeeping.object_prefix(self.key_model, self.tensor_parallel_size)
 
     @property
     def host(self) -> str:
@@ -60,7 +70,6 @@ class Options:
     restart_timeout: int = 180
     s3_timeout: float = 30
     objects_timeout: float = 120
-    clock_skew: int = 120
     cleanup: bool = True
     router_only: bool = False  # the router step alone (deploys/verification/routed.py)
     poll_interval: float = 1.0

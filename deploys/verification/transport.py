@@ -12,10 +12,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from deploys.verification import sse, verdicts
+from deploys.verification import object_names, sse, verdicts
 from deploys.verification.bookkeeping import ObjectInfo
+
+FIND_CONCURRENCY = 8  # exact-name listings in flight (Boto3Bucket.find)
 
 
 class CheckFailed(RuntimeError):
@@ -34,7 +37,8 @@ class Bucket(Protocol):
 
     def check(self) -> str | None: ...  # None, or why the bucket cannot be used
 
-    def list(self, prefix: str) -> dict[str, ObjectInfo]: ...
+    # The run's objects by name (object_names.py): name -> the object listed under its stem.
+    def find(self, names: list[str]) -> dict[str, ObjectInfo]: ...
 
     def delete(self, keys: list[str]) -> int: ...
 
@@ -193,7 +197,16 @@ class Boto3Bucket:
         return None
 
     def list(self, prefix: str) -> dict[str, ObjectInfo]:
+        """Every object under ``prefix`` (probe.py's leftovers, hw/h200's private bucket)."""
         return self._s3_call(f"list {prefix!r}", self._list, prefix)
+
+    def find(self, names: list[str]) -> dict[str, ObjectInfo]:
+        """The objects of ``names`` that exist: one listing per name, its stem the prefix.
+
+        A listing, not HEAD: the bucket's owner (the admin key) gets 403 on a HEAD of an
+        object a group's engine user wrote (issue 36), and lists them all the same.
+        """
+        return self._s3_call(f"find {len(names)} objects by name", self._find, names)
 
     def delete(self, keys: list[str]) -> int:
         return self._s3_call(f"delete {len(keys)} objects", self._delete, keys)
@@ -220,6 +233,21 @@ class Boto3Bucket:
                     "(raise kvceph_verify_max_listed_objects)"
                 )
         return out
+
+    def _find(self, names: list[str]) -> dict[str, ObjectInfo]:
+        def one(name: str) -> ObjectInfo | None:
+            page = self._client.list_objects_v2(
+                Bucket=self.bucket, Prefix=object_names.stem(name), MaxKeys=1
+            )
+            for o in page.get("Contents", ()):
+                return ObjectInfo(o["Key"], int(o["Size"]), o["LastModified"])
+            return None
+
+        # A long document names thousands of objects: a few listings in flight (boto3's
+        # clients are thread-safe), each a small request.
+        with ThreadPoolExecutor(max_workers=FIND_CONCURRENCY) as pool:
+            found = list(pool.map(one, names))
+        return {n: o for n, o in zip(names, found, strict=True) if o is not None}
 
     def _delete(self, keys: list[str]) -> int:
         deleted = 0

@@ -100,20 +100,16 @@ def cold(
             "kvceph_verify_document_tokens",
         )  # fmt: skip
     if created == 0:
-        return Verdict(FAIL, f"no objects written (expected {expected}): {CAUSE_UNREACHABLE}"
+        return Verdict(FAIL, f"no objects written (none of the {expected} names found): "
+                       f"{CAUSE_UNREACHABLE}; or the engine keys chunks unlike the settings "
+                       "(hash algorithm, PYTHONHASHSEED, model string, TP: redeploy)"
                        + _s3_note(s3_disabled))  # fmt: skip
     if created < expected:
         return Verdict(
             FAIL,
-            f"{created} of {expected} objects written: check kvceph_lmcache_chunk_size / "
-            "save_unfull_chunk against the engine's config, or S3 write errors"
-            + _s3_note(s3_disabled),
-        )
-    if created > expected:
-        return Verdict(
-            WARN,
-            f"{created} objects written where {expected} were expected: another writer shares "
-            "the bucket prefix, or unfull chunks are saved; the fallback step will not delete",
+            f"{created} of {expected} objects found by name: the engine's chunk size, "
+            "save_unfull_chunk, hash algorithm, PYTHONHASHSEED, model string or TP differ from "
+            "the settings (redeploy), or S3 write errors" + _s3_note(s3_disabled),
         )
     return Verdict(PASS, f"{created} objects written, as expected")
 

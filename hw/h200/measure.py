@@ -24,7 +24,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -114,14 +114,13 @@ def cold(rendered, state, out, label, tokens):
     if old:
         bucket.delete(old)
     runner = Runner(o, bucket, None, log=log)
-    since = datetime.now(UTC)
-    before = bucket.list(t.prefix)
+    _, names = runner.object_names(t)
     t0 = time.time()
     got, metric, hit = runner.ask(t)
     inner = inside(t0, got.ttft)
     pt = got.prompt_tokens
     expected = bookkeeping.expected_objects(pt, t.chunk_size, t.tensor_parallel_size, False)
-    created = runner.wait_objects(t.prefix, before, since, expected)
+    created = runner.wait_objects(names)
     row = {
         "label": label,
         "kind": "cold",

@@ -107,7 +107,7 @@ class PairRunner(Runner):
         after = self.bucket.list(a.prefix)
         again = [
             k
-            for k in cold.created
+            for k in (o.key for o in cold.created.values())
             if k in after
             and after[k].last_modified != getattr(before.get(k), "last_modified", None)
         ]

@@ -52,7 +52,7 @@ def test_no_destructive_command_in_any_plan(scenario):
 
 def test_no_destructive_call_in_the_deploy_code():
     # The deploy and its remote helper; deploys/verification/ is verify.py's, which deletes
-    # only the objects its own run created (bookkeeping.py); the key rotation modules are
+    # only the objects its own run named (object_names.py); the key rotation modules are
     # rotate.py's, which removes only the old key the operator names (checked below).
     sources = [
         p

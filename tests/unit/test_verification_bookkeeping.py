@@ -1,4 +1,4 @@
-"""Object-key bookkeeping: only the run's objects are ever deleted; the document is unique."""
+"""Object-key bookkeeping: counts per document and worker; the document is unique."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -30,48 +30,9 @@ def test_prefix_and_counts():
     assert bk.expected_hit_tokens(300, 256, True) == 299
 
 
-def test_created_since_ignores_old_and_preexisting_objects():
-    old = {_key(0, 1): _obj(_key(0, 1), minutes=-60)}
-    after = {
-        **old,
-        _key(0, 2): _obj(_key(0, 2), minutes=1),
-        _key(1, 2): _obj(_key(1, 2), minutes=1),
-        # Not listed before but written long before the run (listing lag): not ours.
-        _key(0, 3): _obj(_key(0, 3), minutes=-30),
-    }
-    created = bk.created_since(old, after, T0, skew_seconds=120)
-    assert sorted(created) == [_key(0, 2), _key(1, 2)]
-    assert bk.worker_counts(created) == {"0": 1, "1": 1}
-
-
-def test_deletion_plan_deletes_only_the_runs_objects():
-    others = {_key(w, h): _obj(_key(w, h), minutes=-5) for w in (0, 1) for h in range(10)}
-    ours = {_key(w, 100 + h): _obj(_key(w, 100 + h), 1) for w in (0, 1) for h in range(4)}
-    current = {**others, **ours}
-    plan = bk.deletion_plan(bk.created_since(others, current, T0, 120), 8, PREFIX, current)
-    assert plan.refused is None
-    assert set(plan.keys) == set(ours)
-    assert not set(plan.keys) & set(others)
-
-
-def test_deletion_plan_refuses_on_count_mismatch():
-    ours = {_key(w, h): _obj(_key(w, h), 1) for w in (0, 1) for h in range(5)}
-    plan = bk.deletion_plan(ours, 8, PREFIX)
-    assert plan.keys == ()
-    assert "10 new objects where 8 were expected" in plan.refused
-    assert "deleting nothing" in plan.refused
-
-
-def test_deletion_plan_refuses_nothing_created_and_foreign_prefix():
-    assert bk.deletion_plan({}, 8, PREFIX).refused.startswith("the cold request created no")
-    stray = {"other@2@0@ab@bfloat16": _obj("other@2@0@ab@bfloat16")}
-    assert "lacks the group prefix" in bk.deletion_plan(stray, 1, PREFIX).refused
-
-
-def test_deletion_plan_skips_keys_already_gone():
-    ours = {_key(0, h): _obj(_key(0, h), 1) for h in range(2)}
-    plan = bk.deletion_plan(ours, 2, PREFIX, current={_key(0, 1): ours[_key(0, 1)]})
-    assert plan.keys == (_key(0, 1),)
+def test_worker_counts():
+    keys = [_key(0, 2), _key(1, 2), _key(0, 3), "bad@key"]
+    assert bk.worker_counts(keys) == {"0": 2, "1": 1, "?": 1}
 
 
 def test_document_starts_with_nonce_and_has_the_length():

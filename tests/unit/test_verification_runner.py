@@ -1,9 +1,9 @@
 """The whole cycle offline: fake OpenAI engines on 127.0.0.1 sharing an in-memory bucket.
 
-The fake engine does what the chain does, in miniature: one token per word, chained chunk
-hashes (salted per engine, to model a PYTHONHASHSEED mismatch), one object per chunk and TP
-worker written after the prefill, a lookup that loads consecutive chunks from the bucket, and
-vLLM's metric names.
+The fake engine does what the chain does, in miniature: one token per word (its /tokenize
+says which), LMCache's chunk names (object_names.py, seeded per engine, to model a
+PYTHONHASHSEED mismatch), one object per chunk and TP worker written after the prefill, a
+lookup that loads consecutive chunks from the bucket, and vLLM's metric names.
 """
 
 import hashlib
@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from deploys.verification import object_names, runner, targets, transport
 from deploys.verification import report as reporting
-from deploys.verification import runner, targets, transport
 from deploys.verification.bookkeeping import ObjectInfo
 
 MODEL = "Qwen/Qwen3-32B"
@@ -43,12 +43,29 @@ class FakeBucket:
         with self.lock:
             return {k: o for k, o in self.objects.items() if k.startswith(prefix)}
 
+    def find(self, names):
+        """Like Boto3Bucket.find: one object listed under each name's stem."""
+        self.finds = getattr(self, "finds", 0) + len(names)
+        out = {}
+        with self.lock:
+            for name in names:
+                stem = object_names.stem(name)
+                under = sorted(k for k in self.objects if k.startswith(stem))
+                if under:
+                    out[name] = self.objects[under[0]]
+        return out
+
     def delete(self, keys):
         with self.lock:
             for k in keys:
                 self.objects.pop(k, None)
                 self.deleted.append(k)
         return len(keys)
+
+
+def token_ids(words):
+    """The fake tokenizer: one id per word."""
+    return [int.from_bytes(hashlib.sha256(w.encode()).digest()[:3], "big") for w in words]
 
 
 class FakeEngine:
@@ -76,17 +93,12 @@ class FakeEngine:
         self.dram: set[str] = set()
 
     def keys(self, words):
-        out, h = [], self.salt
-        for i in range(len(words) // CHUNK):
-            h = hashlib.sha256((h + " ".join(words[i * CHUNK : (i + 1) * CHUNK])).encode())
-            h = h.hexdigest()[:16]
-            out.append(
-                [
-                    f"{self.model.replace('/', '_')}@{self.tp}@{w}@{h}@bfloat16"
-                    for w in range(self.tp)
-                ]
-            )
-        return out
+        """LMCache's object names, one list (a name per TP worker) per full chunk."""
+        names = object_names.names(
+            token_ids(words), model=self.model, world_size=self.tp, chunk_size=CHUNK,
+            save_unfull_chunk=False, algorithm="sha256_cbor", seed=self.salt,
+        )  # fmt: skip
+        return [names[i : i + self.tp] for i in range(0, len(names), self.tp)]
 
     def prefill(self, words, salt=None):
         """Returns seconds to the first token; loads/stores like LMCache (full chunks only);
@@ -166,6 +178,9 @@ def _handler(engine):
             if req["model"] != engine.model:
                 return self._send(404, json.dumps({"error": {"message": "model not found"}}))
             words = " ".join(m["content"] for m in req["messages"]).split()
+            if self.path == "/tokenize":
+                ids = token_ids(words)
+                return self._send(200, json.dumps({"count": len(ids), "tokens": ids}))
             if not req.get("stream"):
                 body = {"choices": [{"message": {"content": "OK"}}], "usage": {"prompt_tokens": 3}}
                 return self._send(200, json.dumps(body))
@@ -232,6 +247,7 @@ def lab():
             save_unfull_chunk=False,
             health_timeout=2,
             max_model_len=40960,
+            hash_seed=67,
         )
 
     yield bucket, engines, add
@@ -240,13 +256,13 @@ def lab():
         srv.server_close()
 
 
-def _run(bucket, engines, groups, control=None, **opts):
+def _run(bucket, engines, groups, control=None, canaries=(), **opts):
     options = targets.Options(
         document_tokens=1030, objects_timeout=0.2, poll_interval=0.01, request_timeout=10, **opts
     )
     control = control or FakeControl(engines)
     r = runner.Runner(options, bucket, control, log=lambda _m: None)
-    return r.run(groups), control
+    return r.run(groups, canaries=canaries), control
 
 
 def _by_step(rep):
@@ -375,16 +391,49 @@ def test_fallback_request_failing_mid_stream(lab):
     assert fb.failed and "KV load failed" in fb.message and "recompute" in fb.message
 
 
-def test_count_mismatch_deletes_nothing(lab):
+def test_other_traffic_under_the_model_prefix_is_neither_counted_nor_deleted(lab):
+    # A live fleet: other requests write under the same model@TP@ prefix during the run.
     bucket, engines, add = lab
     a = add("gpu1")
     engines["gpu1"].foreign_writes = 3
+    listed = []
+    real_list = bucket.list
+    bucket.list = lambda prefix: listed.append(prefix) or real_list(prefix)
     rep, _ = _run(bucket, engines, [[a]])
     steps = _by_step(rep)
-    assert steps[("gpu1", "cold")].verdict.status == "warn"
-    fb = steps[("gpu1", "fallback")].verdict
-    assert fb.failed and "11 new objects where 8 were expected" in fb.message
-    assert bucket.deleted == []
+    assert not rep.failures, rep.failure_lines()
+    assert steps[("gpu1", "cold")].objects == 8
+    assert steps[("gpu1", "fallback")].objects == 8
+    assert steps[("gpu1", "cleanup")].objects == 8
+    foreign = {k for k in bucket.objects if "@f0000" in k}
+    assert len(foreign) == 3 and not foreign & set(bucket.deleted)
+    assert set(bucket.objects) == foreign
+    # The runner never lists a prefix (the fake engine's own lookups list "").
+    assert set(listed) == {""}
+
+
+def test_builtin_hash_fails_the_cold_step_naming_the_setting_and_the_fix(lab):
+    bucket, engines, add = lab
+    a = targets.Target(**{**add("gpu1").__dict__, "hash_algorithm": "builtin"})
+    rep, control = _run(bucket, engines, [[a]])
+    assert rep.failure_lines() == [
+        "gpu1: cold: pre_caching_hash_algorithm builtin (kvceph_lmcache_hash_algorithm) keys "
+        "chunks with Python's hash() in the engine's process: verify cannot name the run's "
+        "objects; fix: kvceph_lmcache_hash_algorithm: sha256_cbor in group_data, then deploy.py"
+    ]
+    assert control.restarts == [] and bucket.objects == {}
+
+
+def test_a_seed_the_settings_do_not_know_finds_no_object_and_deletes_nothing(lab):
+    # The engine runs another PYTHONHASHSEED than the settings say: its names are not the run's.
+    bucket, engines, add = lab
+    a = add("gpu1", salt="68")
+    rep, _ = _run(bucket, engines, [[a]])
+    steps = _by_step(rep)
+    cold = steps[("gpu1", "cold")].verdict
+    assert cold.failed and "none of the 8 names found" in cold.message
+    assert "PYTHONHASHSEED" in cold.message
+    assert bucket.deleted == [] and len(bucket.objects) == 8
 
 
 def test_preflight_failures_skip_the_cycle_loudly(lab):
@@ -441,18 +490,18 @@ def test_bucket_failure_between_steps_aborts_the_group_with_a_line(lab):
     bucket, engines, add = lab
     a = add("gpu1")
     calls = {"n": 0}
-    real_list = bucket.list
+    real_find = bucket.find
 
-    def flaky(prefix):
-        calls["n"] += bool(prefix)  # the fake engine lists "" for its lookups
-        if calls["n"] > 1:  # the listing before the cold request works, the next one fails
-            raise transport.CheckFailed("S3 memory://bucket: list: connection reset")
-        return real_list(prefix)
+    def flaky(names):
+        calls["n"] += 1
+        if calls["n"] > 1:  # the cold step's lookup works, the fallback's fails
+            raise transport.CheckFailed("S3 memory://bucket: find 8 objects: connection reset")
+        return real_find(names)
 
-    bucket.list = flaky
+    bucket.find = flaky
     rep, _ = _run(bucket, engines, [[a]])
     assert rep.failure_lines() == [
-        "gpu1: aborted: cycle aborted: S3 memory://bucket: list: connection reset"
+        "gpu1: aborted: cycle aborted: S3 memory://bucket: find 8 objects: connection reset"
     ]
 
 
@@ -463,6 +512,36 @@ def test_boto3_bucket_unreachable_endpoint_is_named():
     assert b.check().startswith("S3 http://127.0.0.1:9 unreachable")
     with pytest.raises(transport.CheckFailed, match=r"S3 http://127.0.0.1:9 bucket lmcache: list"):
         b.list("Qwen_Qwen3-32B@2@")
+    with pytest.raises(transport.CheckFailed, match=r"bucket lmcache: find 1 objects by name"):
+        b.find(["Qwen_Qwen3-32B@2@0@ab@bfloat16"])
+
+
+def test_boto3_bucket_finds_each_name_by_an_exact_listing_not_head(monkeypatch):
+    # The bucket's owner gets 403 on a HEAD of an engine user's object (issue 36): a listing
+    # under the name's stem finds it, one name per call, at most one key back.
+    from botocore.stub import Stubber
+
+    monkeypatch.setattr(transport, "FIND_CONCURRENCY", 1)  # the stub answers in order
+
+    creds = type("C", (), {})()
+    creds.access_key = creds.secret_key = type("S", (str,), {"reveal": lambda self: "x"})("x")
+    b = transport.Boto3Bucket("http://127.0.0.1:9", "lmcache", "default", creds, 1, 1000)
+    names = ["Qwen_Qwen3-32B@2@0@ab@bfloat16", "Qwen_Qwen3-32B@2@1@ab@bfloat16"]
+    when = datetime(2026, 12, 4, tzinfo=UTC)
+    with Stubber(b._client) as stub:
+        stub.add_response(
+            "list_objects_v2",
+            {"Contents": [{"Key": names[0], "Size": 7, "LastModified": when}], "KeyCount": 1},
+            {"Bucket": "lmcache", "Prefix": "Qwen_Qwen3-32B@2@0@ab@", "MaxKeys": 1},
+        )
+        stub.add_response(
+            "list_objects_v2",
+            {"KeyCount": 0},
+            {"Bucket": "lmcache", "Prefix": "Qwen_Qwen3-32B@2@1@ab@", "MaxKeys": 1},
+        )
+        found = b.find(names)
+        stub.assert_no_pending_responses()
+    assert found == {names[0]: ObjectInfo(names[0], 7, when)}
 
 
 def test_two_engines_of_a_host_and_another_host_all_load_the_writers_chunks(lab):

@@ -6,20 +6,20 @@ from deploys.verification import verdicts as v
 def test_cold_no_objects_names_reachability_and_s3_disabled():
     r = v.cold(16414, created=0, expected=128, s3_disabled=True)
     assert r.failed
-    assert "no objects written (expected 128)" in r.message
+    assert "no objects written (none of the 128 names found)" in r.message
+    assert "PYTHONHASHSEED" in r.message
     assert "EndpointConnectionError" in r.message
     assert "S3 connection disabled" in r.message
 
 
 def test_cold_fewer_objects_points_at_chunk_settings():
     r = v.cold(16414, created=64, expected=128)
-    assert r.failed and "64 of 128" in r.message and "chunk_size" in r.message
+    assert r.failed and "64 of 128" in r.message and "chunk size" in r.message
     assert "S3 connection disabled" not in r.message
 
 
-def test_cold_ok_and_too_many_and_short_document():
+def test_cold_ok_and_short_document():
     assert v.cold(16414, 128, 128).status == v.PASS
-    assert v.cold(16414, 130, 128).status == v.WARN
     assert v.cold(100, 0, 0).failed
     assert v.cold(None, 0, 0).failed
 
