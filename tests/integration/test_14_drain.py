@@ -14,6 +14,10 @@ in the usual roll, where a request longer than the drain timeout is cut (and the
 so); 0.26.0 -> 0.33.0 rolls back the same way (the other lab tests' versions). No engine ever
 runs one scheme's version with another's seed. Two engines per host in batches of 2:
 test_10_engines.py.
+
+Time (2026-12-04, lab instance 6 beside a CI rehearsal: the unchanged patch-release test took
+115 s there against 55.5 s in the rehearsal's own log): the key-scheme move 123 s, the rollback
+79 s; scaled by that 2.07, ~60 s and ~38 s against the stop-the-group tests' 63 s and 47 s.
 """
 
 from __future__ import annotations
