@@ -26,6 +26,7 @@ from deploys import (
     engine_users,
     kv_sizing,
     lock,
+    paths,
     prerequisites,
     render,
     s3_names,
@@ -33,11 +34,12 @@ from deploys import (
     settings,
     sudo,
     tier_preflight,
+    upgrade,
 )
 from deploys.facts import memo
 from deploys.facts.capacity import CephDf
 from deploys.facts.ceph import CephReachable, CephVersions
-from deploys.facts.engine import MemTotal, ModelConfig
+from deploys.facts.engine import KeySeedsInUse, MemTotal, ModelConfig
 from deploys.facts.model import MirroredModel
 from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
 from deploys.facts.resolver import Resolution
@@ -232,6 +234,17 @@ def _memo_fact(inventory, name: str, fact, **kwargs):
     """``_fact`` through the run's memo: a fact a stage reads again (CephVersions)."""
     target = inventory.get_host(name)
     return memo.read(target, fact, **kwargs) if target.connected else OUTSIDE_RUN
+
+
+def _seeds_fact(inventory, name: str, connect: bool):
+    """KeySeedsInUse of a host; with ``connect``, a host outside the run is connected first
+    (read-only, as the run lock connects the admin host)."""
+    target = inventory.get_host(name)
+    if connect and not target.connected:
+        target.connect(reason="to read its engines' hash seeds", show_errors=False)
+    if not target.connected:
+        return OUTSIDE_RUN
+    return memo.read(target, KeySeedsInUse, directory=paths.CONFIG_DIR)
 
 
 def resolve_kv_sizes(hosts: dict[str, settings.HostSettings], read_config) -> dict:
@@ -474,6 +487,48 @@ def check_prerequisites(hosts: dict[str, settings.HostSettings], read) -> None:
         _stop("; ".join(lines) + " (nothing was changed)")
 
 
+def apply_scheme_seeds(hosts: dict[str, settings.HostSettings], groups, read):
+    """Every cache group's hosts with the ``PYTHONHASHSEED`` of the profile's key scheme
+    (deploys/upgrade.py ``group_seed``), and the plan's line per group.
+
+    ``read(host, connect)`` is the host's KeySeedsInUse fact, or OUTSIDE_RUN; with ``connect``
+    a host outside this run (--limit) is connected to read it: asked only when the hosts in the
+    run show no scheme (a replaced host run alone must not guess its group's seed).
+    """
+    out = dict(hosts)
+    lines = []
+    for g in groups:
+        first = hosts[g.hosts[0]].engine
+        fleet = first.python_hash_seed
+        pair = (first.profile.vllm_version, first.profile.lmcache_version)
+        found = {name: read(name, False) for name in g.hosts}
+        unread = []
+        if not any(f for f in found.values() if f is not OUTSIDE_RUN):
+            found.update({n: read(n, True) for n, f in found.items() if f is OUTSIDE_RUN})
+            unread = sorted(n for n, f in found.items() if f is OUTSIDE_RUN)
+        files = [v for f in found.values() if f is not OUTSIDE_RUN for v in f.values()]
+        choice = upgrade.group_seed(fleet, pair, files)
+        for name in g.hosts:
+            me = out[name]
+            source = (
+                f"kvceph_engine_profile (key scheme {choice.scheme}'s own hash seed)"
+                if choice.derived
+                else me.engine.hash_seed_source
+            )
+            engine = dataclasses.replace(
+                me.engine, python_hash_seed=choice.seed, hash_seed_source=source
+            )
+            out[name] = dataclasses.replace(me, engine=engine)
+        line = (
+            f"kvceph: cache group {g.model} TP={g.tensor_parallel_size}: key scheme "
+            f"{choice.scheme}: hash seed: {choice.why}"
+        )
+        if unread:
+            line += f" (not read: {', '.join(unread)}, unreachable)"
+        lines.append(line)
+    return out, lines
+
+
 def check_resolvers(hosts: dict[str, settings.HostSettings], resolution) -> None:
     """Every inference host's resolver returns every address of the bucket's name
     (deploys/s3_names.py): checked before any host is touched, so no engine restarts onto a
@@ -571,6 +626,9 @@ def _check(inventory, lock: bool = True) -> Preflight:
         hosts = resolve_kv_sizes(hosts, read_config)
         check_sizing(hosts, lambda name: _fact(inventory, name, MemTotal))
         check_prerequisites(hosts, lambda name, fact, **kw: _memo_fact(inventory, name, fact, **kw))
+        hosts, scheme_lines = apply_scheme_seeds(
+            hosts, groups, lambda name, connect: _seeds_fact(inventory, name, connect)
+        )
         check_resolvers(
             hosts,
             lambda host, name, family: _fact(
@@ -600,6 +658,8 @@ def _check(inventory, lock: bool = True) -> Preflight:
     if quota_line:
         logger.info(quota_line)
     (logger.warning if "WARNING" in seed_line else logger.info)(seed_line)
+    for line in scheme_lines:
+        logger.info(line)
     for line in engine_users.plan_lines(list(users), creds, admin):
         (logger.warning if "WARNING" in line else logger.info)(line)
     check_templates(hosts, creds)

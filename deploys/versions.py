@@ -135,11 +135,14 @@ class KeyScheme:
     """What an LMCache object key is made of: its format and the code that hashes its chunks.
     Two pairs read each other's objects only when both agree (deploys/upgrade.py).
 
+    + name: the scheme's identity; each scheme's engines hash with their own seed, derived
+      from the fleet's and this name (deploys/upgrade.py ``scheme_seed``): never rename one
     + key_format: the key string (``CacheEngineKey.to_string``)
     + chunk_hash: whose implementation computes the chained chunk hash and its NONE_HASH
     + sources: where each fact was read
     """
 
+    name: str
     key_format: str
     chunk_hash: str
     sources: tuple[str, ...]
@@ -160,7 +163,10 @@ _SOURCES_056 = (
 )
 KEY_SCHEMES: dict[tuple[str, str], KeyScheme] = {
     (vllm, "0.5.6"): KeyScheme(
-        _KEY_FORMAT_056, f"vLLM {vllm}.x get_hash_fn_by_name + init_none_hash", _SOURCES_056
+        f"vllm-{vllm}/lmcache-0.5.6",
+        _KEY_FORMAT_056,
+        f"vLLM {vllm}.x get_hash_fn_by_name + init_none_hash",
+        _SOURCES_056,
     )
     for vllm in SUPPORTED_VLLM
 }
@@ -169,3 +175,12 @@ KEY_SCHEMES: dict[tuple[str, str], KeyScheme] = {
 def key_scheme(vllm: str, lmcache: str) -> KeyScheme | None:
     """The key scheme of a vLLM/LMCache pair (any patch release), None when unsupported."""
     return KEY_SCHEMES.get((vllm_key(vllm), lmcache_key(lmcache)))
+
+
+def scheme_name(vllm: str, lmcache: str) -> str:
+    """The key scheme's name of a pair; an unsupported pair (an engine from before kvceph
+    supported it) is a scheme of its own, named by its vLLM minor and LMCache release."""
+    scheme = key_scheme(vllm, lmcache)
+    if scheme is not None:
+        return scheme.name
+    return f"vllm-{minor(vllm)}/lmcache-{str(lmcache).split('+')[0]} (unsupported)"

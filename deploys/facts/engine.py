@@ -483,6 +483,50 @@ class CacheKeyInUse(FactBase):
         return found
 
 
+class KeySeedsInUse(FactBase):
+    """
+    Which key scheme and seed each engine env file on the host records: its
+    ``KVCEPH_ENGINE_VERSIONS`` and a sha256 of its ``PYTHONHASHSEED`` (never the seed itself:
+    the fleet's is a secret). Read by preflight for every host of a cache group, so the group's
+    seed follows what its engines run (deploys/upgrade.py ``group_seed``).
+
+    + directory: where the env files are (``vllm.env``, ``vllm-<name>.env``)
+
+    Returns ``{"/etc/kvceph/vllm.env": {"versions": "vllm=0.33.0 lmcache=0.5.6",
+    "seed_sha256": "..."}}``, either value None where the file lacks the line; ``{}`` on a
+    blank host.
+    """
+
+    default = dict
+
+    def command(self, directory: str = "/etc/kvceph"):
+        d = shlex.quote(directory.rstrip("/"))
+        # The env file quotes each value ("67"); the seed's digits are hashed without them.
+        return (
+            f'for f in {d}/vllm.env {d}/vllm-*.env; do [ -r "$f" ] || continue; '
+            'echo "file $f"; grep -E \'^KVCEPH_ENGINE_VERSIONS=\' "$f"; '
+            "s=$(sed -n 's/^PYTHONHASHSEED=//p' \"$f\" | head -n 1 | tr -d '\"'); "
+            '[ -n "$s" ] && printf \'seed_sha256 %s\\n\' "$(printf %s "$s" | sha256sum '
+            '| cut -c1-64)"; done; true'
+        )
+
+    def process(self, output):
+        found: dict[str, dict] = {}
+        current = None
+        for line in output:
+            if line.startswith("file "):
+                current = found.setdefault(
+                    line[5:].strip(), {"versions": None, "seed_sha256": None}
+                )
+            elif current is None:
+                continue
+            elif line.startswith("KVCEPH_ENGINE_VERSIONS="):
+                current["versions"] = _unquote(line.split("=", 1)[1])
+            elif line.startswith("seed_sha256 "):
+                current["seed_sha256"] = line.split()[1] if len(line.split()) == 2 else None
+        return found
+
+
 class ServiceAccount(FactBase):
     """
     One account and its own group: ``{"group": True, "user": {"group": "vllm", "home":

@@ -338,44 +338,6 @@ def rolling_restart(
     )
 
 
-def _drain_and_stop(state, host, connector_arguments, unit, port, python, drain_timeout, bind):
-    """Drain (when the gate is on), then stop ``unit``; the drain file goes with it."""
-    if drain_timeout is not None:
-        _drain(state, host, connector_arguments, unit, port, python, drain_timeout, bind)
-    ok, output = StringCommand(
-        "timeout 300 systemctl stop",
-        QuoteString(unit),
-        "; rc=$?; rm -f",
-        QuoteString(drain.drain_file(port)),
-        "; exit $rc",
-    ).execute(state, host, dict(connector_arguments))
-    if not ok:
-        for line in output.stderr_lines[-5:] if output else ():
-            logger.error("%s%s", host.print_prefix, line)
-    return ok
-
-
-@operation()
-def stopped_for_upgrade(
-    unit: str, port: int, python: str, drain_timeout: int | None = None, bind: str = "0.0.0.0"
-):
-    """
-    Drain and stop an engine whose running versions make other object keys than the new
-    ones (an opted-in upgrade, deploys/upgrade.py): every such engine of the group stops
-    before any new one starts, so old and new never serve one cache group together.
-
-    + unit: the systemd unit
-    + port: the engine's HTTP port
-    + python: an interpreter on the host for the drain (the engine venv's)
-    + drain_timeout: ``kvceph_drain_timeout``; None where the gate is off (no drain)
-    + bind: ``kvceph_vllm_bind`` (where the drain reaches the engine)
-
-    The deploy calls it only while the engine runs the old versions; ``rolling_restart``
-    then starts the new engine in its batch.
-    """
-    yield _HostFunction(_drain_and_stop, (unit, port, python, drain_timeout, bind), {})
-
-
 @operation()
 def daemon_reload_if_stale(unit: str = "vllm.service"):
     """

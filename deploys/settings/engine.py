@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploys import engine_lock, versions
+from deploys import engine_lock, upgrade, versions
 from deploys.settings import engine_list, model_source, security
 from deploys.settings.reader import Reader
 
@@ -98,8 +98,9 @@ class EngineSettings:
     restart_whole_group: bool = False
     # Seconds a restart waits for the engine to go idle (deploys/drain.py) before it cuts.
     drain_timeout: int = 120
-    # kvceph_upgrade_cold_cache: an upgrade that changes the object keys may roll (upgrade.py).
-    upgrade_cold_cache: bool = False
+    # What sets python_hash_seed, for the plan's lines: preflight names the key scheme where
+    # the group's engines run its own seed (deploys/upgrade.py group_seed).
+    hash_seed_source: str = "kvceph_python_hash_seed"
     # Seconds systemd waits before it starts an engine that ended (any exit: Restart=always).
     restart_delay: int = 10
     # huggingface_hub's cache (HF_HOME): hub downloads and tokenizers; writable for the engine.
@@ -325,6 +326,9 @@ def engine_list_pins(profile: EngineProfile) -> dict[str, str]:
 
 
 def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
+    if r.peek(upgrade.RETIRED_OPT_IN, None) is not None:
+        value = r.raw(upgrade.RETIRED_OPT_IN)
+        raise r.fail(upgrade.RETIRED_OPT_IN, value, upgrade.RETIRED_WHY, "remove it")
     model = r.str("kvceph_model", "Qwen/Qwen3-32B")
     tp = r.int("kvceph_tensor_parallel_size", 2, lo=1, hi=64)
     if tp & (tp - 1):
@@ -405,7 +409,6 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
         service_home=home,
         health_timeout=r.int("kvceph_health_timeout", 900, lo=5, hi=7200),
         drain_timeout=r.int("kvceph_drain_timeout", 120, lo=0, hi=7200),
-        upgrade_cold_cache=r.bool("kvceph_upgrade_cold_cache", False),
         restart_delay=r.int("kvceph_restart_delay", 10, lo=1, hi=600),
         # huggingface_hub's own default under HOME: hosts keep the cache they already have.
         hf_home=r.path("kvceph_hf_home", f"{home}/.cache/huggingface"),

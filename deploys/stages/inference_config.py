@@ -66,6 +66,7 @@ def cache_key_changes(current: dict | None, me: HostSettings) -> list[str]:
             continue
         if name == cache_key.ENV_VARIABLE:  # the fleet's hash seed is a secret
             old, new = "(set)", "(set, differs)"
+            key = me.engine.hash_seed_source  # a new key scheme's own seed: the profile
         warnings.append(
             f"kvceph: {me.host}: cache key setting {key} changes {old} -> {new}: the KV cache "
             f"already in bucket {me.s3.bucket} becomes unreachable for cache group {group} "

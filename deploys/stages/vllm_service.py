@@ -141,25 +141,13 @@ def _running_packages(e, engine: Engine) -> dict[str, str]:
 
 
 def _upgrade(me: HostSettings, checked, shared: dict[str, str]) -> None:
-    """Say whether the new versions keep the group's object keys; refuse an orphaning
-    upgrade without the opt-in; with it, drain and stop the old engines before any new one
-    starts (operations run in order across hosts: every stop precedes every restart)."""
-    e = me.engine
+    """Say, before anything restarts, whether the new versions keep the group's object keys.
+    Either way the engines roll in their batches: a new key scheme hashes with its own seed
+    (preflight, deploys/upgrade.py ``group_seed``), so old and new names cannot collide."""
     for engine, move in upgrades(me, checked, shared):
-        line = upgrade.plan_line(move, e.upgrade_cold_cache)
-        if move.keeps_keys:
-            logger.info("kvceph: %s %s: %s", me.host, engine.unit, line)
-            continue
-        if not e.upgrade_cold_cache:
-            raise DeployError(upgrade.refusal(me.host, me.s3.bucket, move))
-        logger.warning("kvceph: %s %s: %s", me.host, engine.unit, line)
-        service.stopped_for_upgrade(
-            name=f"Stop {engine.unit} before the upgrade (object keys change: cache starts cold)",
-            unit=engine.unit,
-            port=engine.port,
-            python=f"{e.venv}/bin/python",
-            drain_timeout=e.drain_timeout if me.security.guard else None,
-            bind=me.security.vllm_bind,
+        line = upgrade.plan_line(move, me.s3.bucket, me.s3.expiration_days)
+        (logger.info if move.keeps_keys else logger.warning)(
+            "kvceph: %s %s: %s", me.host, engine.unit, line
         )
 
 

@@ -18,6 +18,7 @@ is planned. Every key of a response below names the fact whose command it answer
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -197,6 +198,9 @@ class Layout:
     mon_down: bool = False  # no mon answers: every ceph call times out (exit 1)
     kvceph_connector: tuple[str, ...] = ()  # hosts with kvceph_lmcache_connector "kvceph"
     monitoring: tuple[str, ...] = ()  # hosts of group monitoring (the operator's Prometheus)
+    # Hosts whose engine was written and started with vLLM 0.26.0 on the fleet's seed: the
+    # profile's 0.33 is another key scheme (deploys/upgrade.py).
+    old_scheme: tuple[str, ...] = ()
 
     @property
     def groups(self) -> dict[str, list[str]]:
@@ -541,9 +545,31 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
     return r
 
 
+def key_seed_lines(path: str, text: str) -> list[str]:
+    """``KeySeedsInUse``'s output for one env file's text (see the fact's command)."""
+    lines = [f"file {path}"]
+    lines += [x for x in text.splitlines() if x.startswith("KVCEPH_ENGINE_VERSIONS=")]
+    seeds = [
+        x.split("=", 1)[1].replace('"', "")
+        for x in text.splitlines()
+        if x.startswith("PYTHONHASHSEED=")
+    ]
+    if seeds:
+        lines.append(f"seed_sha256 {sha256_text(seeds[0])}")
+    return lines
+
+
+def _on_vllm(me: settings.HostSettings, version: str) -> settings.HostSettings:
+    """The host's settings with another vLLM in its profile (what an older deploy wrote)."""
+    profile = dataclasses.replace(me.engine.profile, vllm_version=version)
+    return dataclasses.replace(me, engine=dataclasses.replace(me.engine, profile=profile))
+
+
 def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
     converged = layout.converged
     creds = credentials().engine(me.engine.cache_group)
+    if me.host in layout.old_scheme:
+        me = _on_vllm(me, "0.26.0")
     e = me.engine
     user = e.service_user
     r: dict = {
@@ -657,6 +683,11 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         ]
         if converged
         else []
+    )
+    # engine.KeySeedsInUse: what the default engine's env file records (nothing on a blank
+    # host), as the fact's own sed/sha256sum print it.
+    r["'^KVCEPH_ENGINE_VERSIONS='"] = (
+        key_seed_lines(paths.ENV_PATH, engine_files[paths.ENV_PATH]) if converged else []
     )
     # engine.ServiceState: the running process's environment carries the digest and the env
     # file's variables it started with; every config file holds its desired content and none

@@ -244,6 +244,49 @@ def test_out_of_band_drift_plans_a_restart_and_says_why():
     assert _secrets_in(output) == []
 
 
+def test_a_new_key_scheme_rolls_its_group_on_its_own_seed_and_says_what_it_costs():
+    # gpu1/gpu2 run vLLM 0.26 on the fleet's seed; the profile says 0.33: another key scheme.
+    proc = _pyinfra("scheme", "--dry", "-v")
+    output = proc.stdout + proc.stderr
+    plan = json.loads(_pyinfra("scheme", "--dry", "--json").stdout)["plan"]
+    gpus = {"@fake/gpu1", "@fake/gpu2"}
+    # Each engine's env file and unit, then its restart in the roll: nothing stops the group.
+    assert _changes(plan) == {
+        "vLLM service | Engine environment /etc/kvceph/vllm.env": gpus,
+        UNIT: gpus,
+        "vLLM service | Rolling restart of vllm.service": gpus,
+    }
+    assert not [op for op in plan if "Stop" in op["name"]]
+    assert (
+        "kvceph: cache group Qwen/Qwen3-32B TP=2: key scheme vllm-0.33/lmcache-0.5.6: hash "
+        "seed: its own seed (derived from the fleet's), not vllm-0.26/lmcache-0.5.6's: old "
+        "and new object names cannot collide"
+    ) in output
+    # gaudi1 keeps its scheme and the fleet's seed: nothing changes there.
+    assert (
+        "kvceph: cache group Qwen/Qwen3-32B TP=1: key scheme vllm-0.26/lmcache-0.5.6: hash "
+        "seed: the fleet's seed, as its engines run it"
+    ) in output
+    for name in sorted(gpus):
+        assert re.search(
+            rf"kvceph: {name} vllm.service: vLLM 0.26.0 -> 0.33.0, LMCache 0.5.6: the object "
+            r"keys change \(.*\): the new engines hash with key scheme vllm-0.33/lmcache-0.5.6's "
+            r"own seed, .* the new scheme starts with an empty tier .* age out through the "
+            r"lifecycle rule \(7 days\)",
+            output,
+        ), output[-3000:]
+        assert re.search(
+            rf"\[{name}\]\s+vllm.service restarts: .*running env PYTHONHASHSEED differs from "
+            r"desired \(value not shown\)",
+            output,
+        )
+        assert (
+            f"{name}: cache key setting kvceph_engine_profile (key scheme "
+            "vllm-0.33/lmcache-0.5.6's own hash seed) changes (set) -> (set, differs)"
+        ) in output
+    assert _secrets_in(output) == []
+
+
 def test_both_states_plan_the_same_operations(fresh_plan, converged_plan):
     # The operation list depends on settings only; state decides what each op does.
     assert [op["name"] for op in fresh_plan] == [op["name"] for op in converged_plan]

@@ -240,3 +240,72 @@ def test_extra_args_kvceph_does_not_render_are_accepted(args):
     from deploys import preflight
 
     preflight.check_engine_args(_with_args(*args))
+
+
+def _seed_files(version: str, seed: int) -> dict:
+    from deploys import upgrade
+
+    return {
+        "/etc/kvceph/vllm.env": {
+            "versions": upgrade.versions_value(version, "0.5.6"),
+            "seed_sha256": upgrade.seed_sha256(seed),
+        }
+    }
+
+
+def test_each_cache_group_gets_its_key_schemes_seed_from_every_hosts_env_files():
+    from deploys import preflight, upgrade
+    from deploys.settings.inventory import check_inventory
+
+    hosts, _ = _hosts_and_creds()
+    groups = check_inventory(list(hosts.values()))
+    facts = {
+        "@fake/gpu1": _seed_files("0.26.0", 67),  # the profile says 0.33: another scheme
+        "@fake/gpu2": {},  # a replaced host: no files yet, it follows its group
+        "@fake/gaudi1": _seed_files("0.26.0", 67),  # its profile's own scheme: kept
+    }
+    asked = []
+
+    def read(name, connect):
+        asked.append((name, connect))
+        return facts[name]
+
+    out, lines = preflight.apply_scheme_seeds(hosts, groups, read)
+    own = upgrade.scheme_seed(67, "vllm-0.33/lmcache-0.5.6")
+    assert [out[h].engine.python_hash_seed for h in ("@fake/gpu1", "@fake/gpu2")] == [own, own]
+    assert out["@fake/gaudi1"].engine.python_hash_seed == 67
+    assert out["@fake/gpu2"].engine.hash_seed_source == (
+        "kvceph_engine_profile (key scheme vllm-0.33/lmcache-0.5.6's own hash seed)"
+    )
+    assert not any(connect for _, connect in asked)  # every host in the run: nothing connected
+    assert [x for x in lines if "TP=2" in x] == [
+        "kvceph: cache group Qwen/Qwen3-32B TP=2: key scheme vllm-0.33/lmcache-0.5.6: hash seed: "
+        "its own seed (derived from the fleet's), not vllm-0.26/lmcache-0.5.6's: old and new "
+        "object names cannot collide"
+    ]
+
+
+def test_a_host_run_alone_reads_its_groups_other_hosts_first():
+    from deploys import preflight, upgrade
+    from deploys.settings.inventory import check_inventory
+
+    hosts, _ = _hosts_and_creds()
+    groups = [g for g in check_inventory(list(hosts.values())) if "@fake/gpu1" in g.hosts]
+    own = upgrade.scheme_seed(67, "vllm-0.33/lmcache-0.5.6")
+    # --limit @fake/gpu2 on a replaced host: gpu1 is outside the run and runs the own seed.
+    outside = {"@fake/gpu1": _seed_files("0.33.0", own)}
+
+    def read(name, connect):
+        if name == "@fake/gpu2":
+            return {}
+        return outside[name] if connect else preflight.OUTSIDE_RUN
+
+    out, lines = preflight.apply_scheme_seeds(hosts, groups, read)
+    assert out["@fake/gpu2"].engine.python_hash_seed == own
+    assert lines[0].endswith("hash seed: its own seed, as its engines run it")
+    # gpu1 unreachable too: the fleet's seed, and the line says what was not read.
+    out, lines = preflight.apply_scheme_seeds(
+        hosts, groups, lambda n, c: {} if n == "@fake/gpu2" else preflight.OUTSIDE_RUN
+    )
+    assert out["@fake/gpu2"].engine.python_hash_seed == 67
+    assert lines[0].endswith("hash seed: the fleet's seed (not read: @fake/gpu1, unreachable)")

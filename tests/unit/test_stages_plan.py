@@ -17,6 +17,7 @@ from deploys import settings as s
 from deploys.operations.files import sha256_text
 from deploys.secrets import Secret
 from deploys.settings.inventory import CacheGroup
+from deploys.settings.reader import SettingsError
 from deploys.stages import (
     engine_software,
     inference_config,
@@ -394,7 +395,7 @@ def test_a_removed_engine_goes_and_only_that_one(plan):
 def test_an_unchanged_profile_rolls_with_a_drain_and_labels_the_versions(plan):
     facts = {**_running("vllm=0.33.0 lmcache=0.5.6"), "EngineUnits": ["vllm.service"]}
     calls = roll_ops(plan(vllm_service, lab_host(), facts, CHECKED))
-    assert "service.stopped_for_upgrade" not in names(calls)
+    assert not any(n.startswith("service.stopped") for n in names(calls))
     roll = calls[-1][1]
     assert roll["environment"]["KVCEPH_ENGINE_VERSIONS"] == "vllm=0.33.0 lmcache=0.5.6"
     assert roll["drain_timeout"] == 120  # the gate is on: the restart drains first
@@ -408,7 +409,7 @@ def test_a_patch_release_rolls_and_says_the_keys_stay_valid(plan, caplog):
     with caplog.at_level("INFO"):
         calls = roll_ops(plan(vllm_service, patch, facts, CHECKED))
     assert names(calls)[-1] == "service.rolling_restart"
-    assert "service.stopped_for_upgrade" not in names(calls)
+    assert not any(n.startswith("service.stopped") for n in names(calls))
     assert "gpu1 vllm.service: vLLM 0.33.0 -> 0.33.1, LMCache 0.5.6: the object keys stay" in (
         caplog.text
     )
@@ -417,22 +418,33 @@ def test_a_patch_release_rolls_and_says_the_keys_stay_valid(plan, caplog):
 ON_026 = {**_running("vllm=0.26.0 lmcache=0.5.6"), "EngineUnits": ["vllm.service"]}
 
 
-def test_another_minor_is_refused_in_one_line(plan):
-    with pytest.raises(DeployError, match="would be orphaned; fix: .*kvceph_upgrade_cold_cache"):
-        plan(vllm_service, lab_host(), ON_026, CHECKED)
+def test_another_minor_rolls_in_its_batch_and_says_what_it_costs(plan, caplog):
+    # No stop of the group first: the new scheme's seed keeps old and new names apart.
+    with caplog.at_level("INFO"):
+        calls = roll_ops(plan(vllm_service, lab_host(), ON_026, CHECKED))
+    assert names(calls)[-1] == "service.rolling_restart"
+    assert not any(n.startswith("service.stopped") for n in names(calls))
+    roll = calls[-1][1]
+    assert (roll["batch"], roll["drain_timeout"]) == (1, 120)
+    assert (
+        "gpu1 vllm.service: vLLM 0.26.0 -> 0.33.0, LMCache 0.5.6: the object keys change "
+        "(chunk hash vLLM 0.26.x get_hash_fn_by_name + init_none_hash -> vLLM 0.33.x "
+        "get_hash_fn_by_name + init_none_hash): the new engines hash with key scheme "
+        "vllm-0.33/lmcache-0.5.6's own seed, old and new names cannot collide, the group "
+        "rolls in its batches; the new scheme starts with an empty tier (misses until its "
+        "engines wrote each prefix once), the old objects in bucket lmcache age out through "
+        "the lifecycle rule (7 days)"
+    ) in caplog.text
 
 
-def test_with_the_opt_in_old_engines_stop_drained_before_any_restart(plan):
-    calls = roll_ops(plan(vllm_service, lab_host(kvceph_upgrade_cold_cache=True), ON_026, CHECKED))
-    assert names(calls)[-2:] == ["service.stopped_for_upgrade", "service.rolling_restart"]
-    stop = calls[-2][1]
-    assert (stop["unit"], stop["port"], stop["drain_timeout"]) == ("vllm.service", 8000, 120)
-
-
-def test_without_the_gate_nothing_drains(plan):
-    me = lab_host(kvceph_upgrade_cold_cache=True, kvceph_vllm_guard=False)
-    calls = roll_ops(plan(vllm_service, me, ON_026, CHECKED))
-    assert calls[-2][1]["drain_timeout"] is None and calls[-1][1]["drain_timeout"] is None
+def test_the_retired_opt_in_is_refused_in_one_line():
+    with pytest.raises(SettingsError) as exc:
+        lab_host(kvceph_upgrade_cold_cache=True)
+    assert str(exc.value) == (
+        "gpu1: kvceph_upgrade_cold_cache = True: is retired: an upgrade that changes the "
+        "object keys rolls like any change, each key scheme hashing with its own seed "
+        '(docs/design.md "Engine upgrades across a cache group"); fix: remove it'
+    )
 
 
 def test_vllm_service_refuses_the_wrong_accelerator(plan):
