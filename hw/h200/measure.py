@@ -47,7 +47,8 @@ def reset_prefix_cache(base_url: str, timeout: float = 60) -> float:
         req = urllib.request.Request(f"{base_url}/reset_prefix_cache", data=b"", method="POST")
         with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310
             body = resp.read().decode()
-        if json.loads(body or "{}").get("success"):
+        # vLLM 0.25.1 answers 200 with an empty body; later versions {"success": ...}
+        if not body.strip() or json.loads(body).get("success"):
             return time.time() - t0
         if time.time() - t0 > timeout:
             raise RuntimeError(f"/reset_prefix_cache kept answering {body}")

@@ -79,6 +79,14 @@ r real25dram "$P25" $R25 kvceph_lmcache_connector=lmcache kvceph_lmcache_local_c
 D25='kvceph_engine_profile={"name": "vllm", "packages": ["vllm==0.25.1", "lmcache==0.5.6"], "executable": "vllm", "vllm_version": "0.25.1", "lmcache_version": "0.5.6", "extra_args": ["--load-format", "dummy", "--enforce-eager"]}'
 r st25 "$D25" $L33 kvceph_lmcache_connector=lmcache
 r kv25 "$D25" $L33 kvceph_lmcache_connector=kvceph kvceph_min_hit_tokens=12288
+# issue 37 item 2 (2026-12-04, plan037.txt): the stock connector vs kvceph's on vLLM 0.25.1 +
+# LMCache 0.5.6 at 16k/32k/127k, so at the inventory's 131072 tokens (not the default's 40960)
+# with the 31.5 GiB buffer of loans 4-5 (a 127k document's KV is 31 GiB): the DRAM tier off (the
+# warm after /reset_prefix_cache can only come from the bucket) and on (the same-node repeat)
+r st25l "$D25" $ST kvceph_lmcache_local_cpu=false
+r kv25l "$D25" $KV kvceph_lmcache_local_cpu=false
+r st25ld "$D25" $ST kvceph_lmcache_local_cpu=true
+r kv25ld "$D25" $KV kvceph_lmcache_local_cpu=true
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
 for y in "$S"/rendered/*/lmcache.yaml "$S"/rendered/*/*/lmcache.yaml; do [ -f "$y" ] || continue

@@ -66,15 +66,28 @@ def pairs(results: Path) -> list[dict]:
     return out
 
 
+def tier(results: Path, variant: str | None) -> str:
+    """Where a warm request's KV came from: "dram" when the variant's installed lmcache.yaml
+    (rendered-VARIANT/, gpu.sh) has the node's DRAM tier on (LMCache's local_cpu), else "s3"."""
+    y = results / f"rendered-{variant}" / "lmcache.yaml"
+    text = y.read_text() if variant and y.exists() else ""
+    return "dram" if "\nlocal_cpu: true" in text else "s3"
+
+
 def rows(results: Path) -> list[dict]:
     ceil = ceilings(results)
     groups: dict = {}
     for p in pairs(results):
         w = p["warm"]
-        key = (_conn(w), w["chunk_size"], w.get("kv_dtype", "bfloat16"), w["document_tokens"])
+        key = (
+            _conn(w), w["chunk_size"], w.get("kv_dtype", "bfloat16"), w["document_tokens"],
+            tier(results, w.get("variant")),
+        )  # fmt: skip
         groups.setdefault(key, []).append(p)
     out = []
-    for (conn, chunk, dtype, n), ps in sorted(groups.items(), key=lambda kv: (kv[0][3], kv[0])):
+    for (conn, chunk, dtype, n, tr), ps in sorted(
+        groups.items(), key=lambda kv: (kv[0][3], kv[0][4] == "dram", kv[0])
+    ):
         colds = list({p["id"]: p["warm"]["cold_ttft_s"] for p in ps}.values())
         warms = [p["warm"]["ttft_s"] for p in ps]
         ratios = [p["warm"]["warm_over_cold"] for p in ps]
@@ -92,7 +105,8 @@ def rows(results: Path) -> list[dict]:
         loaded = int(_med([p["warm"]["hit_tokens"] for p in ps]) or 0)
         blog = BLOG.get(n)
         out.append({
-            "connector": conn, "chunk": chunk, "kv": dtype, "tokens": n, "reps": len(ps),
+            "connector": conn, "tier": tr, "chunk": chunk, "kv": dtype, "tokens": n,
+            "reps": len(ps),
             "kv_GB": round(ps[0]["warm"]["kv_bytes"] / 1e9, 2),
             "cold_s": _stats(colds), "warm_s": _stats(warms), "warm/cold": ratio,
             "loaded": loaded,
@@ -113,9 +127,11 @@ def rows(results: Path) -> list[dict]:
         })  # fmt: skip
     # the stock connector's cold request is the recompute baseline for both: kvceph's cold
     # carries its own put path's cost (see README), so its warm/cold alone flatters it
-    stock = {
-        (r["chunk"], r["kv"], r["tokens"]): r["cold_s"] for r in out if r["connector"] == "lmcache"
-    }
+    # (the S3 tier's stock cell first: a DRAM-tier variant's cold is the same prefill)
+    stock: dict = {}
+    for r in sorted(out, key=lambda r: r["tier"] != "s3"):
+        if r["connector"] == "lmcache":
+            stock.setdefault((r["chunk"], r["kv"], r["tokens"]), r["cold_s"])
     for r in out:
         # an fp8 cell against the stock bf16 cold: the recompute it saves is the same prefill
         c = stock.get((r["chunk"], r["kv"], r["tokens"])) or stock.get(
@@ -174,7 +190,7 @@ def fmt(v) -> str:
 
 
 COLUMNS = [
-    "connector", "chunk", "kv", "tokens", "reps", "cold_s", "warm_s", "warm/cold", "target",
+    "connector", "tier", "chunk", "kv", "tokens", "reps", "cold_s", "warm_s", "warm/cold", "target",
     "warm_ok", "warm/stock_cold", "warm_ok_vs_stock", "blog", "loaded", "fetch_GBps",
     "ceiling_GBps", "fetch/ceiling", "fetch_ok", "lookup_s", "fetch_s", "retrieve_s", "copy_s",
 ]  # fmt: skip
@@ -207,7 +223,7 @@ def main(results: str) -> None:
         print(markdown(r))
     else:
         rs = rows(r)
-        cols = COLUMNS[:17]
+        cols = COLUMNS[:18]
         print("  ".join(f"{k:>12}" for k in cols))
         for x in rs:
             print("  ".join(f"{fmt(x[k]):>12}" for k in cols))

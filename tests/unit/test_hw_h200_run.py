@@ -180,4 +180,26 @@ def test_table_judges_cells_against_the_targets(tmp_path):
     assert kvr["fetch/ceiling"] == 0.88 and kvr["fetch_ok"] is True
     assert st["warm_ok"] is False and st["ceiling_of"] == "length" and st["fetch_ok"] is False
     assert kvr["blog"] == 0.3
-    assert "| kvceph | 256 | bfloat16 | 16,384 | 2 |" in table.markdown(tmp_path)
+    assert "| kvceph | s3 | 256 | bfloat16 | 16,384 | 2 |" in table.markdown(tmp_path)
+
+
+def test_table_keeps_the_dram_tier_apart(tmp_path):
+    # the same connector and length, one variant with the node's DRAM tier on (its installed
+    # lmcache.yaml, rendered-VARIANT/): two rows, and the stock baseline is the S3 tier's cold
+    kv = 16384 * 262144
+    (tmp_path / "rendered-kvd").mkdir()
+    (tmp_path / "rendered-kvd" / "lmcache.yaml").write_text("chunk_size: 256\nlocal_cpu: true\n")
+    (tmp_path / "rendered-kv").mkdir()
+    (tmp_path / "rendered-kv" / "lmcache.yaml").write_text("chunk_size: 256\nlocal_cpu: false\n")
+    (tmp_path / "cells.jsonl").write_text("\n".join([
+        _cell("a", "cold", "kvceph", 16384, 2.5, variant="kv"),
+        _cell("a-warm", "warm", "kvceph", 16384, 1.7, cold_label="a", cold_ttft_s=2.5,
+              warm_over_cold=0.68, hit_tokens=16384, kv_bytes=kv, variant="kv"),
+        _cell("b", "cold", "kvceph", 16384, 2.4, variant="kvd"),
+        _cell("b-warm", "warm", "kvceph", 16384, 0.23, cold_label="b", cold_ttft_s=2.4,
+              warm_over_cold=0.096, hit_tokens=16384, kv_bytes=kv, variant="kvd"),
+    ]) + "\n")  # fmt: skip
+    rs = {r["tier"]: r for r in table.rows(tmp_path)}
+    assert set(rs) == {"s3", "dram"}
+    assert rs["s3"]["warm_s"][1] == 1.7 and rs["dram"]["warm_s"][1] == 0.23
+    assert rs["dram"]["reps"] == 1 and rs["dram"]["warm/cold"] == 0.096
