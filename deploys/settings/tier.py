@@ -17,8 +17,10 @@ from deploys import crossover
 # "lmcache": LMCache's own S3 connector (remote_url). "kvceph": kvceph's (connector/), loaded as
 # an LMCache remote storage plugin.
 CONNECTORS = ("lmcache", "kvceph")
-# The stock connector until the H200 run shows kvceph's at least as fast (issue 20); Gaudi3
-# stays on it until measured there.
+# The stock connector until the H200 run shows kvceph's at least as fast (issue 37 item 2): on
+# 2026-12-04 (vLLM 0.25.1, same run, medians of 3) kvceph's warm from S3 took x1.08 / x1.20 /
+# x1.02 the stock one's at 16k / 32k / 127k tokens, its fetch the slower part
+# (hw/h200/results/2026-12-04-cmp). Gaudi3 stays on it until measured there.
 DEFAULT_CONNECTOR = {"nvidia": "lmcache", "gaudi": "lmcache"}
 # kvceph's connector: concurrent requests per worker, and how long one request may take before
 # it counts as a miss (a 32 MiB chunk takes ~30 ms at 1 GB/s).
