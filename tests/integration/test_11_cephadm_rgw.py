@@ -209,7 +209,8 @@ def test_an_orchestrator_without_a_mgr_stops_in_one_line_and_the_next_run_conver
             assert time.monotonic() < deadline, "the orchestrator is not back 180 s after the mgrs"
             time.sleep(5)
     again = pyinfra()
-    assert again.rc == 0 and again.changed() == [], again.output[-4000:]
+    # The error lines first: the run's tail is the inference hosts' "No changes".
+    assert again.rc == 0 and again.changed() == [], errors(again) or again.output[-4000:]
 
 
 # Paused mgrs answer late, not never: shorter than the mons' mgr beacon grace (30 s), so the
