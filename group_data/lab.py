@@ -49,24 +49,26 @@ def _lab_ceph() -> str:
 if _lab_ceph() == "cephadm":
     # The cephadm lab (KVCEPH_LAB_CEPH=cephadm lab/lab.sh up): Ceph 20.2.4 managed by cephadm;
     # kvceph applies the RGW spec for real. 20.2.4 refuses the concentrator (the dry run says
-    # so), so RGW gets cephadm's ingress: haproxy + keepalived on a virtual IP in the lab net.
-    # With `networks:` RGW binds only ceph1's lab address: every S3 client uses the VIP.
+    # so), so RGW gets cephadm's ingress: haproxy + keepalived on both rgw hosts (ceph1 and
+    # rgw2, inventories/lab.py), one VIP each (cephadm makes ceph1 MASTER of .100, rgw2 of
+    # .101, each the other's BACKUP). With `networks:` RGW binds only the hosts' lab addresses:
+    # every S3 client uses a VIP.
     _VIP = f"10.213.{7 + _INSTANCE}.100"
     kvceph_rgw_managed_by = "cephadm"
     kvceph_rgw_networks = [f"10.213.{7 + _INSTANCE}.0/24"]
-    kvceph_rgw_count_per_host = 2
+    # One radosgw per rgw host: two in all, as on the one-host lab before rgw2.
+    kvceph_rgw_count_per_host = 1
     kvceph_rgw_frontend_port = 8080
     kvceph_rgw_concentrator = "haproxy"
     # A stopping radosgw drains for rgw_exit_timeout_secs (120 s), but 20.2.4's podman stops its
     # container after 10 s and SIGKILLs it: the daemon then reads `error`, not `stopped`
     # (test_11's intermittent failures). 5 s: every stop in the lab ends clean.
     kvceph_rgw_exit_timeout_secs = 5
-    kvceph_rgw_ingress_virtual_ip = f"{_VIP}/24"
-    # Two addresses for the bucket's name: the VIP and .101, a second concentrator (lab/s3b: a
-    # relay to the VIP, as a second rgw host's haproxy would be); every inference host gets
-    # both /etc/hosts lines and awscrt spreads over them (tests/integration/test_15_rgw_ha.py).
-    kvceph_s3_endpoint_ip = None  # all.py sets it: one of the two keys
-    kvceph_s3_endpoint_ips = [_VIP, f"10.213.{7 + _INSTANCE}.101"]
+    kvceph_rgw_ingress_virtual_ips = [f"{_VIP}/24", f"10.213.{7 + _INSTANCE}.101/24"]
+    # The engines get both VIPs (kvceph_s3_endpoint_ips' default: every ingress VIP): two
+    # /etc/hosts lines on every inference host, awscrt spreads over them
+    # (tests/integration/test_15_rgw_ha.py stops rgw2's ingress under load).
+    kvceph_s3_endpoint_ip = None  # all.py sets it: the VIPs are the default
     # One ingress frontend, in the lab's scheme: https on :443 terminates TLS in cephadm's
     # haproxy with the lab CA's certificate (it names the VIP); http on :80 without.
     kvceph_rgw_ingress_frontend_port = _PORT

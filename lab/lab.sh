@@ -38,12 +38,16 @@ S3_WAIT=${KVCEPH_LAB_S3_WAIT:-240}
 # tests follow the running lab when KVCEPH_LAB_CEPH is not set. `make lab` asks for cephadm.
 CEPH_MODE=${KVCEPH_LAB_CEPH:-$(cat "$LAB/ceph-mode" 2>/dev/null || echo pacific)}
 case $CEPH_MODE in pacific | cephadm) ;; *) echo "[lab] ERROR: KVCEPH_LAB_CEPH=$CEPH_MODE: want pacific or cephadm" >&2; exit 2 ;; esac
+# The cephadm lab's second rgw host (.12): cephadm places RGW and the ingress (haproxy +
+# keepalived, one VIP per host) there too, so a VIP's holder can be stopped and its VIP move
+# (issue 39 item 4; tests/integration/test_15_rgw_ha.py). No OSD, mon or mgr on it.
+[ "$CEPH_MODE" = cephadm ] && [ -z "${KVCEPH_LAB_HOSTS:-}" ] && HOSTS="ceph1 rgw2 gpu1 gpu2 gaudi1"
 OSD_SIZE=${KVCEPH_LAB_OSD_SIZE:-20G}
 SSH_WAIT=${KVCEPH_LAB_SSH_WAIT:-60}
 
 ip_of() {
   case $1 in
-  ceph1) echo $NET.11 ;; gaudi1) echo $NET.31 ;;
+  ceph1) echo $NET.11 ;; rgw2) echo $NET.12 ;; gaudi1) echo $NET.31 ;;
   gpu[1-9] | gpu1[0-6]) echo $NET.$((20 + ${1#gpu})) ;;  # gpu11 would be gaudi1's .31: never both
   *) echo "unknown lab host: $1 (hosts: $HOSTS)" >&2; return 1 ;;
   esac
@@ -107,10 +111,11 @@ write_known_hosts() {  # one line for the IP and one for the name of every host 
 # ---------------------------------------------------------------- TLS
 # The lab CA and RGW's certificate (lab/tls/make-cert.sh; kept, remade when the names change):
 # the wildcard for virtual-hosted buckets, ceph1's address (verify.py, path-style) and 127.0.0.1
-# (the S3 admin writes on ceph1), and the cephadm lab's ingress virtual IP .100. group_data/lab.py
-# points kvceph_s3_ca_bundle at ca.pem.
+# (the S3 admin writes on ceph1), and the cephadm lab's ingress virtual IPs .100 and .101.
+# group_data/lab.py points kvceph_s3_ca_bundle at ca.pem.
 ensure_tls() {
-  "$HERE/tls/make-cert.sh" "$LAB/tls" s3 DNS:s3.kvlab 'DNS:*.s3.kvlab' "IP:$NET.11" IP:127.0.0.1 "IP:$NET.100"
+  "$HERE/tls/make-cert.sh" "$LAB/tls" s3 DNS:s3.kvlab 'DNS:*.s3.kvlab' "IP:$NET.11" IP:127.0.0.1 \
+    "IP:$NET.100" "IP:$NET.101"
 }
 
 # ---------------------------------------------------------------- network
@@ -186,14 +191,6 @@ inject() {  # inject HOST MERGED: per-host files written into the overlay before
   # image's stamp, so changing them rebuilds no shared image
   [ "$h" = ceph1 ] && [ "$CEPH_MODE" = cephadm ] &&
     install -m755 "$HERE/cephadm/cli/ceph" "$HERE/cephadm/cli/radosgw-admin" "$M/usr/local/bin/"
-  # The cephadm lab's second S3 address (lab/s3b): a relay on .101 to the ingress VIP
-  if [ "$h" = ceph1 ] && [ "$CEPH_MODE" = cephadm ]; then
-    local port=443; [ "${KVCEPH_LAB_S3_SCHEME:-https}" = http ] && port=80
-    mkdir -p "$M/etc/kvlab-s3b" "$M/etc/systemd/system/multi-user.target.wants"
-    sed "s/@NET@/$NET/g; s/@PORT@/$port/g" "$HERE/s3b/haproxy.cfg" >"$M/etc/kvlab-s3b/haproxy.cfg"
-    sed "s/@NET@/$NET/g" "$HERE/s3b/kvlab-s3b.service" >"$M/etc/systemd/system/kvlab-s3b.service"
-    ln -sfn ../kvlab-s3b.service "$M/etc/systemd/system/multi-user.target.wants/kvlab-s3b.service"
-  fi
   # Ceph files only on a blank disk: after stop/start, keep what the deploy may have changed
   if [ "$h" = ceph1 ] && [ "$CEPH_MODE" = pacific ] && [ ! -f "$M/etc/kvlab-ceph.injected" ]; then
     touch "$M/etc/kvlab-ceph.injected"
@@ -215,7 +212,7 @@ start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its ove
   if running "$h"; then log "$h already running (pid $(pid_of "$h"))"; return 0; fi
   cleanup_host "$h"   # leftovers of a crashed launcher
   local extra=""
-  if [ "$h" = ceph1 ] && [ "$CEPH_MODE" = cephadm ]; then
+  if cephadm_host "$h"; then
     lower=$IMG/cephadm:$IMG/base
   elif [ "$h" = ceph1 ]; then
     lower=$IMG/ceph:$IMG/base
@@ -224,7 +221,7 @@ start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its ove
   mount -t overlay overlay -o "lowerdir=$lower,upperdir=$R/upper,workdir=$R/work" "$M"
   ensure_host_key "$h"
   inject "$h" "$M"
-  if [ "$h" = ceph1 ] && [ "$CEPH_MODE" = cephadm ]; then extra=$(cephadm_host_args "$R"); fi
+  if cephadm_host "$h"; then extra=$(cephadm_host_args "$h" "$R"); fi
   ip netns add "$NS-$h"
   ip -n "$NS-$h" link set lo up
   # what cephadm's ingress asks for (it cannot write /proc/sys inside ceph1): this namespace only
@@ -248,11 +245,17 @@ start_host() {  # start_host HOST: boot HOST (no-op when it runs); keeps its ove
   log "$h booting (pid $p, $ip)"
 }
 
-# ceph1 of the cephadm lab: podman storage on a plain directory (overlay on overlay does not
-# work), the images built on the controller, and one OSD disk: a sparse file on a loop device.
-cephadm_host_args() {  # cephadm_host_args HOSTDIR: extra systemd-nspawn arguments for ceph1
-  local R=$1 loop
+cephadm_host() { [ "$CEPH_MODE" = cephadm ] && case $1 in ceph1 | rgw2) true ;; *) false ;; esac; }
+# ceph1 and rgw2 of the cephadm lab: podman storage on a plain directory (overlay on overlay does
+# not work), the images built on the controller; ceph1 also one OSD disk: a sparse file on a
+# loop device.
+cephadm_host_args() {  # cephadm_host_args HOST HOSTDIR: extra systemd-nspawn arguments
+  local h=$1 R=$2 loop
   mkdir -p "$R/containers"
+  if [ "$h" != ceph1 ]; then
+    echo "--bind=$R/containers:/var/lib/containers --bind-ro=$LAB/cephadm-images:/var/lib/kvlab-images --capability=all"
+    return
+  fi
   [ -f "$R/osd0.img" ] || truncate -s "$OSD_SIZE" "$R/osd0.img"
   loop=$(losetup -j "$R/osd0.img" | cut -d: -f1 | head -1)
   [ -n "$loop" ] || loop=$(losetup -f --show "$R/osd0.img")
@@ -378,7 +381,25 @@ wait_ceph() {
   # kvceph's pools carry their own mode (kvceph_ceph_autoscale_mode)
   lab_ssh ceph1 'ceph config rm global osd_pool_default_pg_autoscale_mode' ||
     die "ceph1: cannot restore the default pg autoscale mode"
+  join_rgw2
   log "cephadm cluster ready ($(elapsed "$t0") s)"
+}
+
+# rgw2 joins ceph1's cluster as a second cephadm host (idempotent): its images imported,
+# cephadm's SSH key in its root's authorized_keys (kept across a restart: inject), then `ceph
+# orch host add`. mon, mgr, crash and ceph-exporter are unmanaged first: cephadm would otherwise
+# place a second mon there (two mons: stopping rgw2 would cost the quorum) and a mgr.
+join_rgw2() {
+  running rgw2 || return 0
+  lab_ssh ceph1 'ceph orch host ls' | awk '$1 == "rgw2" {f = 1} END {exit !f}' && return 0
+  local t0; t0=$(now)
+  lab_ssh rgw2 'systemctl is-active -q kvlab-images || systemctl start kvlab-images' ||
+    die "rgw2: importing the cephadm images failed (journalctl -u kvlab-images in rgw2)"
+  lab_ssh ceph1 'ceph cephadm get-pub-key' | lab_ssh rgw2 'cat >>/root/.ssh/authorized_keys' ||
+    die "rgw2: cannot install cephadm's SSH key"
+  lab_ssh ceph1 "for s in mon mgr crash ceph-exporter; do ceph orch set-unmanaged \$s >/dev/null 2>&1 || true; done
+    ceph orch host add rgw2 $(ip_of rgw2)" >/dev/null || die "ceph1: \`ceph orch host add rgw2\` failed"
+  log "rgw2 joined the cluster ($(elapsed "$t0") s)"
 }
 
 # ---------------------------------------------------------------- commands
@@ -404,7 +425,8 @@ summary() {
     cat <<EOF
 == kvceph lab (cephadm) is up in $(elapsed "$1") s  (state: $LAB)
    ceph1   $NET.11   Ceph 20.2.4 managed by cephadm (podman inside ceph1): mon, mgr x2, 1 OSD
-                     no RGW yet: deploy.py applies the RGW spec + ingress (VIP $NET.100)
+                     no RGW yet: deploy.py applies the RGW spec + ingress (VIPs $NET.100, .101)
+   rgw2    $NET.12   second cephadm host (podman): RGW + ingress only, MASTER of VIP .101
    gpu1    $NET.21
    gpu2    $NET.22
    gaudi1  $NET.31

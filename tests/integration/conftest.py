@@ -55,6 +55,11 @@ CEPHADM = (
     or (_RECORDED.read_text().strip() if _RECORDED.exists() else "pacific")
 ) == "cephadm"
 S3_HOST = f"{_NET}.100" if CEPHADM else f"{_NET}.11"
+# The hosts cephadm places RGW and the ingress on (the inventory's rgw group): the cephadm lab
+# has a second one, rgw2, which runs no engine (so it is not in HOSTS, the hosts a deploy
+# changes); each is MASTER of one ingress VIP (.100 ceph1, .101 rgw2).
+RGW_HOSTS = {"ceph1": f"{_NET}.11", **({"rgw2": f"{_NET}.12"} if CEPHADM else {})}
+VIPS = {"ceph1": f"{_NET}.100", "rgw2": f"{_NET}.101"} if CEPHADM else {}
 # Where verify.py and the tests' own S3 clients go (kvceph_verify_s3_endpoint).
 S3_URL = f"{S3_SCHEME}://{S3_HOST}:{S3_PORT}"
 # The tests' admin client: the Pacific lab's haproxy also serves plain http on :80; cephadm's
@@ -190,7 +195,7 @@ def ssh_argv(host: str) -> list[str]:
         "BatchMode=yes",
         "-o",
         "ConnectTimeout=10",
-        f"root@{HOSTS[host]}",
+        f"root@{HOSTS.get(host) or RGW_HOSTS[host]}",
     ]
 
 

@@ -1,5 +1,6 @@
 """The RGW stage against the real orchestrator: the cephadm lab (KVCEPH_LAB_CEPH=cephadm,
-Ceph 20.2.4 managed by cephadm inside ceph1, RGW behind cephadm's ingress on the lab VIP)."""
+Ceph 20.2.4 managed by cephadm inside ceph1 and rgw2, RGW behind cephadm's ingress on one VIP
+per rgw host)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from conftest import CEPHADM, LAB_DIR, S3_SCHEME, pyinfra, s3_status, ssh
+from conftest import CEPHADM, LAB_DIR, RGW_HOSTS, S3_SCHEME, pyinfra, s3_status, ssh
 
 pytestmark = pytest.mark.skipif(
     not CEPHADM, reason="needs the cephadm lab (KVCEPH_LAB_CEPH=cephadm)"
@@ -42,7 +43,7 @@ def errors(run) -> list[str]:
 def test_concentrator_refused_by_the_cluster_stops_before_anything(converged):
     before = exported()
     # Concentrator wanted, no VIP to fall back to: the dry run's refusal stops the run.
-    run = pyinfra("--data", "kvceph_rgw_ingress_virtual_ip=null")
+    run = pyinfra("--data", "kvceph_rgw_ingress_virtual_ips=null")
     assert run.rc != 0
     (line,) = [e for e in errors(run) if "concentrator" in e]
     assert "Ceph 20.2.4 (tentacle, announced with concentrators)" in line
@@ -61,12 +62,13 @@ def test_forced_concentrator_is_reported_as_the_failure_it_is(converged):
     assert exported() == before  # the orchestrator stored nothing
 
 
-@pytest.mark.parametrize("count", [1, 2])
+# The lab's own count (1 per host) last, so the lab ends as its settings say.
+@pytest.mark.parametrize("count", [2, 1])
 def test_count_per_host_converges(converged, count):
     run = pyinfra("--data", f"kvceph_rgw_count_per_host={count}")
     assert run.rc == 0, errors(run) or run.output[-4000:]  # ceph1's line, not the run's tail
     daemons = rgw_daemons()
-    assert [s for _, s in daemons] == ["running"] * count, daemons
+    assert [s for _, s in daemons] == ["running"] * count * len(RGW_HOSTS), daemons
     assert exported()["placement"]["count_per_host"] == count
     again = pyinfra("--data", f"kvceph_rgw_count_per_host={count}")
     assert again.rc == 0 and again.changed() == [], again.changed()
@@ -76,7 +78,8 @@ def both_running_in_the_orchestrators_cache(wait: int = 60) -> None:
     """cephadm refuses to stop an RGW while it counts fewer than 2 running (ok-to-stop), and
     counts from a cache that a restart a minute before can leave stale: refresh it first."""
     deadline = time.monotonic() + wait
-    while [s for _, s in rgw_daemons()] != ["running"] * 2 and time.monotonic() < deadline:
+    want = ["running"] * len(RGW_HOSTS) * exported()["placement"]["count_per_host"]
+    while [s for _, s in rgw_daemons()] != want and time.monotonic() < deadline:
         ssh("ceph1", "timeout 60 ceph orch ps --refresh >/dev/null", check=False)
         time.sleep(5)
 
@@ -160,12 +163,15 @@ def test_an_rgw_daemon_stopped_during_verify_fails_no_check(converged):
 
 
 def test_the_ingress_backend_gone_is_one_line_naming_the_ingress(converged):
-    (haproxy,) = [
+    # Every rgw host's haproxy: with one left, keepalived moves the VIPs to it (test_15).
+    haproxys = [
         d["daemon_name"]
         for d in orch("orch ps --service_name ingress.rgw.standard")
         if d["daemon_type"] == "haproxy"
     ]
-    ssh("ceph1", f"timeout 60 ceph orch daemon stop {haproxy}")
+    assert len(haproxys) == len(RGW_HOSTS), haproxys
+    for haproxy in haproxys:
+        ssh("ceph1", f"timeout 60 ceph orch daemon stop {haproxy}")
     try:
         deadline = time.monotonic() + 60
         while s3_status() == "200":
@@ -178,7 +184,8 @@ def test_the_ingress_backend_gone_is_one_line_naming_the_ingress(converged):
         assert "ceph orch daemon start <name>" in line
         assert run.changed() == [], run.changed()
     finally:
-        start_daemon(haproxy)
+        for haproxy in haproxys:
+            start_daemon(haproxy)
     again = pyinfra()
     assert again.rc == 0 and again.changed() == [], again.output[-4000:]
 
@@ -202,7 +209,8 @@ def test_an_orchestrator_without_a_mgr_stops_in_one_line_and_the_next_run_conver
             assert time.monotonic() < deadline, "the orchestrator is not back 180 s after the mgrs"
             time.sleep(5)
     again = pyinfra()
-    assert again.rc == 0 and again.changed() == [], again.output[-4000:]
+    # The error lines first: the run's tail is the inference hosts' "No changes".
+    assert again.rc == 0 and again.changed() == [], errors(again) or again.output[-4000:]
 
 
 # Paused mgrs answer late, not never: shorter than the mons' mgr beacon grace (30 s), so the
@@ -244,7 +252,8 @@ def test_frontend_port_change_converges_and_ingress_follows(converged, port):
     assert run.rc == 0, run.output[-4000:]
     assert exported()["spec"]["rgw_frontend_port"] == port
     ports = sorted(p for d in orch("orch ps --service_name rgw.standard") for p in d["ports"])
-    assert ports == [port, port + 1], ports
+    count = exported()["placement"]["count_per_host"]
+    assert ports == sorted([port + i for i in range(count)] * len(RGW_HOSTS)), ports
     # cephadm rewrites haproxy's backends: S3 answers through the VIP on the new ports.
     assert s3_status() == "200"
 
@@ -297,7 +306,8 @@ def test_rgw_dns_name_change_restarts_rgw_through_the_orchestrator(converged):
         assert "s3b.kvlab" in op and "ceph orch restart" in op
         assert dns_name() == "s3b.kvlab"
         daemons = started_after(t0)
-        assert [(s, new) for _, s, new in daemons] == [("running", True)] * count, daemons
+        want = [("running", True)] * count * len(RGW_HOSTS)
+        assert [(s, new) for _, s, new in daemons] == want, daemons
         again = pyinfra(*other)
         assert again.rc == 0 and again.changed() == [], again.changed()
     finally:

@@ -1,32 +1,46 @@
-"""Every RGW address of the bucket's name, and one address down costing no request, on the
-cephadm lab: the bucket's name has two addresses there (group_data/lab.py), the ingress VIP .100
-and .101, a second concentrator (lab/s3b: a relay to the VIP on ceph1, as a second rgw host's
-haproxy would be). The stream test runs with each connector: LMCache's stock one (awscrt,
-DefaultHostResolver; three connection errors in a row turn S3 off for the process: lab/engine
-s3.py as in 0.5.6), then kvceph's (kvceph_connector.s3core, a new CRT client every
-kvceph_connector_refresh_s), which the fixture deploys and takes back afterwards.
+"""Every ingress VIP for the bucket's name, and a VIP's holder stopped costing no request, on the
+cephadm lab: two rgw hosts (ceph1, rgw2) each run RGW, haproxy and keepalived, and each is
+MASTER of one VIP (cephadm's virtual_ips_list: .100 on ceph1, .101 on rgw2; group_data/lab.py),
+so each host's haproxy carries its share. rgw2's ingress stopped moves .101 to ceph1
+(keepalived) while the engines' warm requests go on. The stream test runs with each connector:
+LMCache's stock one (awscrt, DefaultHostResolver; three connection errors in a row turn S3 off
+for the process: lab/engine s3.py as in 0.5.6), then kvceph's (kvceph_connector.s3core, a new
+CRT client every kvceph_connector_refresh_s), which the fixture deploys and takes back afterwards.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
 
 import pytest
-from conftest import CEPHADM, HOSTS, INFERENCE, pyinfra, restore_needed, ssh
+from conftest import (
+    CEPHADM,
+    HOSTS,
+    INFERENCE,
+    RGW_HOSTS,
+    S3_PORT,
+    VIPS,
+    pyinfra,
+    restore_needed,
+    ssh,
+)
 from lab_client import completion, external_hits, long_prompt
 
 pytestmark = pytest.mark.skipif(
     not CEPHADM, reason="needs the cephadm lab (KVCEPH_LAB_CEPH=cephadm)"
 )
-NET = HOSTS["ceph1"].rsplit(".", 1)[0]
-VIP, SECOND = f"{NET}.100", f"{NET}.101"
+VIP, SECOND = VIPS.get("ceph1"), VIPS.get("rgw2")
 BUCKET_HOST = "lmcache.s3.kvlab"
-# Seconds of warm requests with both addresses up (every engine's pool spreads over both at
-# once), then with one down (long enough for a connector's connection errors to pile up: the
-# stock one turns S3 off after three in a row); the relay's stop and start take ~1-6 s.
+# Seconds of warm requests with both holders up (every engine's pool spreads over both VIPs at
+# once), then with rgw2's ingress stopped (long enough for a connector's connection errors to
+# pile up: the stock one turns S3 off after three in a row).
 UP_S, DOWN_S = 10, 15
+# keepalived moves a VIP within a few adverts (advert_int 1 s in cephadm's template); the
+# orchestrator's stop/start of a daemon takes a few seconds more.
+MOVE_S = 60
 # A pause longer than the ingress haproxy's `timeout http-keep-alive 5s` (cephadm's template):
 # the engines' pooled connections close, new ones resolve the name again.
 IDLE_S = 8
@@ -46,18 +60,47 @@ STAYS_OUT = (
 
 
 def engine_connections() -> Counter:
-    """Established connections from the inference hosts to each S3 address on ceph1 (:443)."""
-    out = ssh("ceph1", "ss -Htn state established '( sport = :443 )'").stdout
+    """Established connections from the inference hosts to each VIP (the S3 port), on whichever
+    rgw host holds it (haproxy binds every address there: cephadm's `bind [::]` for a list)."""
     engines = {HOSTS[h] for h in INFERENCE}
     seen: Counter = Counter()
-    for line in out.splitlines():
-        words = line.split()
-        if len(words) < 4:
-            continue
-        local, peer = words[2].rsplit(":", 1)[0], words[3].rsplit(":", 1)[0]
-        if peer in engines:
-            seen[local] += 1
+    for rgw in RGW_HOSTS:
+        out = ssh(rgw, f"ss -Htn state established '( sport = :{S3_PORT} )'").stdout
+        for line in out.splitlines():
+            words = line.split()
+            if len(words) < 4:
+                continue
+            local, peer = words[2].rsplit(":", 1)[0], words[3].rsplit(":", 1)[0]
+            local, peer = local.removeprefix("[::ffff:").rstrip("]"), peer.removeprefix("[::ffff:")
+            if peer.rstrip("]") in engines:
+                seen[local] += 1
     return seen
+
+
+def holders() -> dict[str, str]:
+    """Which rgw host holds each VIP now (its eth0 addresses)."""
+    held = {}
+    for rgw in RGW_HOSTS:
+        out = ssh(rgw, "ip -4 -o addr show dev eth0").stdout
+        for vip in VIPS.values():
+            if f" {vip}/" in out:
+                held[vip] = rgw
+    return held
+
+
+def wait_holder(vip: str, host: str, wait: int = MOVE_S) -> float:
+    """Seconds until ``host`` holds ``vip``; fails after ``wait``."""
+    t0 = time.monotonic()
+    while holders().get(vip) != host:
+        assert time.monotonic() - t0 < wait, f"{vip} not on {host} after {wait} s: {holders()}"
+        time.sleep(1)
+    return time.monotonic() - t0
+
+
+def ingress_daemons(host: str) -> dict[str, str]:
+    """rgw2's (or another host's) ingress daemons by type: haproxy, keepalived."""
+    out = ssh("ceph1", "timeout 60 ceph orch ps --service_name ingress.rgw.standard -f json").stdout
+    return {d["daemon_type"]: d["daemon_name"] for d in json.loads(out) if d["hostname"] == host}
 
 
 def disabled_since(host: str, since: float) -> list[str]:
@@ -121,14 +164,21 @@ def assert_all_hit(results, phase: str) -> None:
         assert any(r[1] == h for r in results), f"{phase}: no request finished on {h}"
 
 
+def test_each_rgw_host_is_master_of_one_vip(converged):
+    # cephadm sorts the ingress hosts and makes the xth MASTER of the xth VIP.
+    wait_holder(VIP, "ceph1")
+    wait_holder(SECOND, "rgw2")
+    assert holders() == {VIP: "ceph1", SECOND: "rgw2"}
+
+
 def test_every_address_is_written_and_resolved(converged):
     for h in INFERENCE:
         lines = ssh(h, "grep '# kvceph$' /etc/hosts").stdout.splitlines()
         assert lines == [f"{ip} {BUCKET_HOST} s3.kvlab  # kvceph" for ip in (VIP, SECOND)], h
         got = ssh(h, f"getent ahostsv4 {BUCKET_HOST}").stdout.split()
         assert {VIP, SECOND} <= set(got), (h, got)
-    # The plan says which addresses, from where.
-    line = f"kvceph: S3 name {BUCKET_HOST} /etc/hosts: {VIP}, {SECOND} (kvceph_s3_endpoint_ips)"
+    # The plan says which addresses, from where: every ingress VIP, by default.
+    line = f"kvceph: S3 name {BUCKET_HOST} /etc/hosts: {VIP}, {SECOND} (default: the ingress VIPs"
     assert line in converged.output
 
 
@@ -170,29 +220,39 @@ def connector(request, lab, converged):
             print("lab settings not restored: no later test uses the lab, and it goes down")
 
 
-def test_one_address_down_costs_no_request_and_traffic_returns(connector):
+def test_the_vip_holder_stopped_costs_no_request_and_traffic_returns(connector):
     prompts = {h: long_prompt(1024) for h in INFERENCE}
     for h, p in prompts.items():  # cold: stored through whichever address awscrt picked
         completion(HOSTS[h], p, max_tokens=1)
     time.sleep(2)  # LMCache's puts are asynchronous
+    wait_holder(SECOND, "rgw2")
+    ingress = ingress_daemons("rgw2")
+    assert set(ingress) == {"haproxy", "keepalived"}, ingress
     t_start = time.time()
     try:
         with Stream(prompts) as stream:
             t0 = time.monotonic()
             time.sleep(UP_S)
-            assert_all_hit(stream.since(t0), "both addresses up")
-            assert engine_connections()[SECOND] > 0, "no engine uses the second address"
+            assert_all_hit(stream.since(t0), "both VIP holders up")
+            assert engine_connections()[SECOND] > 0, f"no engine uses {SECOND} (rgw2)"
 
+            # rgw2's ingress stopped, as a failed host's: its haproxy, then its keepalived.
             t1 = time.monotonic()
-            ssh("ceph1", "systemctl stop kvlab-s3b")
-            time.sleep(DOWN_S)
-            assert_all_hit(stream.since(t1), f"{SECOND} down")
-            assert engine_connections()[SECOND] == 0
+            for kind in ("haproxy", "keepalived"):
+                ssh("ceph1", f"timeout 60 ceph orch daemon stop {ingress[kind]}")
+            moved = wait_holder(SECOND, "ceph1")
+            print(f"{SECOND} moved to ceph1 {time.monotonic() - t1:.0f} s after the stop began")
+            time.sleep(max(0.0, DOWN_S - moved))
+            assert_all_hit(stream.since(t1), f"rgw2's ingress stopped ({SECOND} on ceph1)")
 
-            ssh("ceph1", "systemctl start kvlab-s3b")
+            # haproxy first: keepalived takes the VIP back only once its check passes.
+            for kind in ("haproxy", "keepalived"):
+                ssh("ceph1", f"timeout 60 ceph orch daemon start {ingress[kind]}")
+            back_s = wait_holder(SECOND, "rgw2", wait=120)
+            print(f"{SECOND} back on rgw2 {back_s:.0f} s after the start")
         # Under unbroken load awscrt keeps its open connections (all to the VIP now); the
         # ingress closes a connection idle for its keep-alive timeout (5 s), and new ones are
-        # spread over every address again, the one that came back included.
+        # spread over every address again, the one that failed included.
         time.sleep(IDLE_S)
         with Stream(prompts) as stream:
             t2, back = time.monotonic(), 0
@@ -203,9 +263,10 @@ def test_one_address_down_costs_no_request_and_traffic_returns(connector):
                     break
             took = time.monotonic() - t2
             time.sleep(3)
-            assert_all_hit(stream.since(t2), f"{SECOND} back")
+            assert_all_hit(stream.since(t2), f"{SECOND} back on rgw2")
     finally:
-        ssh("ceph1", "systemctl start kvlab-s3b", check=False)
+        for kind in ("haproxy", "keepalived"):
+            ssh("ceph1", f"timeout 60 ceph orch daemon start {ingress[kind]}", check=False)
     for h in INFERENCE:
         lines = disabled_since(h, t_start)
         print(f"{h}: {len(lines)} S3 connection-error lines in the engine's journal")

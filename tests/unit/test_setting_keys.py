@@ -14,7 +14,7 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.context import ctx_state
 from pyinfra_cli.inventory import make_inventory
 
-from deploys import preflight
+from deploys import preflight, specs
 from deploys import settings as s
 from deploys.settings import keys as setting_keys
 from deploys.settings.inventory import check_inventory
@@ -138,6 +138,30 @@ def test_the_lab_inventory_passes(env, tmp_path):
     hosts = {h.name: s.load(h.data, h.name, list(h.groups)) for h in inventory}
     assert "ssh_key" in setting_keys.data_keys(inventory.get_host("gpu1").data)
     check_inventory(list(hosts.values()))
+
+
+def test_the_cephadm_lab_has_two_rgw_hosts_each_with_a_vip(tmp_path):
+    # issue 39 item 4: rgw2 beside ceph1 in the rgw group, one ingress VIP per rgw host
+    # (cephadm's virtual_ips_list), and the engines get every VIP.
+    env = {"KVCEPH_LAB_DIR": str(tmp_path), "KVCEPH_LAB_S3_SCHEME": "http"}
+    env |= {"KVCEPH_LAB_ENGINES": "", "KVCEPH_LAB_HOSTS": "", "KVCEPH_LAB_CEPH": "cephadm"}
+    env["KVCEPH_LAB_INSTANCE"] = "4"
+    inventory = _inventory("inventories/lab.py", env)
+    hosts = {h.name: s.load(h.data, h.name, list(h.groups)) for h in inventory}
+    rgw = [h.name for h in inventory.get_group("rgw")]
+    assert rgw == ["ceph1", "rgw2"]
+    assert not hosts["rgw2"].is_inference and not hosts["rgw2"].is_ceph_admin
+    vips = ("10.213.11.100/24", "10.213.11.101/24")
+    assert hosts["ceph1"].rgw.ingress_virtual_ips == vips
+    assert specs.ingress_spec(hosts["ceph1"].rgw)["spec"]["virtual_ips_list"] == list(vips)
+    assert hosts["gpu1"].s3.endpoint_ips == ("10.213.11.100", "10.213.11.101")
+    preflight.check_ingress_hosts(hosts, rgw)  # two VIPs, two hosts: passes
+    with pytest.raises(SettingsError, match="2 VIPs for 1 host"):
+        preflight.check_ingress_hosts(hosts, rgw[:1])
+    # The Pacific lab keeps its one rgw host.
+    env["KVCEPH_LAB_CEPH"] = "pacific"
+    inventory = _inventory("inventories/lab.py", env)
+    assert [h.name for h in inventory.get_group("rgw")] == ["ceph1"]
 
 
 def test_the_h200_inventory_and_group_data_pass():
