@@ -153,6 +153,9 @@ def status_run():
     return pyinfra(deploy="status.py", json_out=False)
 
 
+ROLL = "vLLM service | Rolling restart of vllm.service"
+
+
 def _s3_off_lines(host: str) -> list[str]:
     """LMCache's "S3 connection disabled after ..." lines of the engine's current start."""
     return ssh(
@@ -198,13 +201,13 @@ def test_s3_turned_off_by_lmcache_is_said_and_restarted_once_the_endpoint_answer
 
     plan = pyinfra("--dry", *pin)
     assert plan.rc == 0, plan.output[-4000:]
-    assert plan.planned() == [("Rolling restart of vllm.service", "gpu1")], plan.planned()
+    assert plan.planned() == [(ROLL, "gpu1")], plan.planned()
     assert "vllm.service restarts: S3 connection disabled at " in plan.output
     assert main_pids() == before, "--dry restarted an engine"
 
     run = pyinfra(*pin)
     assert run.rc == 0, run.output[-4000:]
-    assert run.changed() == [("Rolling restart of vllm.service", "gpu1")], run.changed()
+    assert run.changed() == [(ROLL, "gpu1")], run.changed()
     assert "kvceph: drain gpu1 vllm.service" in run.output, run.output[-4000:]
     after = main_pids()
     assert after["gpu1"] != before["gpu1"]
