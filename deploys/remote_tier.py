@@ -122,8 +122,8 @@ def s3_off_at(fact: dict | None) -> str | None:
 
 
 def shown_time(at: str) -> str:
-    """The journal's ISO time (``2026-12-04T13:40:01.123456+00:00``) as ``2026-12-04 13:40:01
-    UTC``; unparsable text as it came."""
+    """The journal's ISO time (``2026-12-04T13:50:16.124250+0000``, systemd 252 with ``--utc``)
+    as ``2026-12-04 13:50:16 UTC``; unparsable text as it came."""
     try:
         t = datetime.fromisoformat(at)
     except ValueError:

@@ -134,7 +134,7 @@ class S3Disabled(FactBase):
 
     + unit: the engine's systemd unit
 
-    Returns ``{"started": True, "at": "2026-12-04T13:40:01.123456+00:00", "line": "... S3
+    Returns ``{"started": True, "at": "2026-12-04T13:50:16.124250+0000", "line": "... S3
     connection disabled after 3 consecutive failures. ..."}``, ``at`` and ``line`` None when
     not logged; ``started`` False when the unit runs no process (nothing to read).
     """

@@ -190,8 +190,8 @@ def s3_off_lines(doc: dict) -> list[str]:
     return [
         f"S3 OFF {r['host']} {r['unit']} since {remote_tier.shown_time(r['s3_disabled_at'])}: "
         "LMCache disabled its S3 connection after connection errors; it recomputes every "
-        "request until restarted; the next deploy restarts it (drained) once the S3 endpoint "
-        "answers"
+        "request until restarted; the next deploy restarts it in its roll once the S3 "
+        "endpoint answers"
         for r in doc["engines"]
         if r["reachable"] and r.get("s3_disabled_at")
     ]

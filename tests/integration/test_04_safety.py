@@ -197,7 +197,7 @@ def test_s3_turned_off_by_lmcache_is_said_and_restarted_once_the_endpoint_answer
     assert report.rc == 0, report.output[-4000:]
     off = [x for x in report.output.splitlines() if x.startswith("S3 OFF")]
     assert len(off) == 1 and off[0].startswith("S3 OFF gpu1 vllm.service since "), off
-    assert "the next deploy restarts it (drained) once the S3 endpoint answers" in off[0]
+    assert "the next deploy restarts it in its roll once the S3 endpoint answers" in off[0]
 
     plan = pyinfra("--dry", *pin)
     assert plan.rc == 0, plan.output[-4000:]

@@ -432,7 +432,7 @@ def test_s3_turned_off_is_one_line_with_its_time_and_what_happens_next(tmp_path)
     assert line == (
         f"S3 OFF gpu1 vllm.service since {shown}: LMCache disabled its S3 connection after "
         "connection errors; it recomputes every request until restarted; the next deploy "
-        "restarts it (drained) once the S3 endpoint answers"
+        "restarts it in its roll once the S3 endpoint answers"
     )
     assert (
         json.loads(output.write_json(doc, tmp_path / "s.json").read_text())["engines"][0][
