@@ -4,10 +4,12 @@
 
 Per engine: unit state and since when, vLLM / LMCache versions, running vs desired digest
 (drift, and which setting), /health, requests served, LMCache hit tokens vs queried tokens and
-vLLM's own prefix-cache counters since the engine started (its /metrics), and the GPU prefill
-time the cache saved. Per cluster: bucket objects and bytes vs quota, the lifecycle rule, RGW
-daemons up, the S3 endpoint (and, under cephadm, the RGW and ingress services), the last
-verify.py verdict and its age, the last probe.py verdict per host.
+vLLM's own prefix-cache counters since the engine started (its /metrics), the GPU prefill
+time the cache saved, and "S3 OFF" where LMCache's stock S3 connector turned S3 off in this
+start (its journal; the next deploy restarts that engine once the endpoint answers). Per
+cluster: bucket objects and bytes vs quota, the lifecycle rule, RGW daemons up, the S3 endpoint
+(and, under cephadm, the RGW and ingress services), the last verify.py verdict and its age, the
+last probe.py verdict per host.
 
 A table on stdout; status-<run>.json (or --data kvceph_status_json=PATH) and a PNG of hit ratio
 and saved GPU time per engine (kvceph_status_png) in kvceph_verify_report_dir. A host that

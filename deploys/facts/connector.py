@@ -1,7 +1,10 @@
 """Facts about the engine's remote tier: kvceph's connector in the venv, LMCache's compiled CUDA
-ops, and what LMCache logged about its remote backend since the engine started."""
+ops, and what LMCache logged about its remote backend (and S3 turned off) since the engine
+started."""
 
 from __future__ import annotations
+
+import re
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
@@ -116,3 +119,51 @@ class RemoteTierLog(FactBase):
         if not lines or lines[0].strip() != "started":
             return self.default()
         return {"started": True, "lines": lines[1:]}
+
+
+# LMCache's console formatter colours its lines (lmcache/logging.py).
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class S3Disabled(FactBase):
+    """
+    Whether LMCache's stock S3 connector turned S3 off in the unit's current start: its
+    ``remote_tier.S3_DISABLED`` line in the journal of this start only (systemd's
+    ``InvocationID``: a restart begins a new one), through ``journalctl
+    _SYSTEMD_INVOCATION_ID=``.
+
+    + unit: the engine's systemd unit
+
+    Returns ``{"started": True, "at": "2026-12-04T13:50:16.124250+0000", "line": "... S3
+    connection disabled after 3 consecutive failures. ..."}``, ``at`` and ``line`` None when
+    not logged; ``started`` False when the unit runs no process (nothing to read).
+    """
+
+    def default(self):
+        return {"started": False, "at": None, "line": None}
+
+    def command(self, unit: str = "vllm.service"):
+        u = QuoteString(unit)
+        return StringCommand(
+            "id=$(timeout 20 systemctl show -p InvocationID --value",
+            u,
+            "2>/dev/null); pid=$(timeout 20 systemctl show -p MainPID --value",
+            u,
+            '2>/dev/null); if [ -n "$id" ] && [ -n "$pid" ] && [ "$pid" != 0 ]; then echo started;'
+            # UTC ISO times with microseconds; -m 1: the first worker's line is the moment.
+            " timeout 30 journalctl -q --no-pager --utc -o short-iso-precise"
+            ' "_SYSTEMD_INVOCATION_ID=$id" | grep -F -m 1',
+            QuoteString(remote_tier.S3_DISABLED),
+            "; fi; true",
+        )
+
+    def process(self, output):
+        lines = [line for line in output if line.strip()]
+        if not lines or lines[0].strip() != "started":
+            return self.default()
+        if len(lines) < 2:
+            return {"started": True, "at": None, "line": None}
+        # "<time> <host> <ident>[<pid>]: <message>"; the message may carry LMCache's colours.
+        at, _, rest = lines[1].strip().partition(" ")
+        message = rest.split(": ", 1)[-1]
+        return {"started": True, "at": at, "line": _ANSI.sub("", message).strip()[:300]}

@@ -9,8 +9,9 @@ import gevent
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
-from deploys import drain, engine_address
+from deploys import drain, engine_address, remote_tier
 from deploys.facts import memo
+from deploys.facts.connector import S3Disabled
 from deploys.facts.engine import (
     SECRET_ENV_NAME,
     EngineReadiness,
@@ -18,6 +19,7 @@ from deploys.facts.engine import (
     ServiceDrift,
     ServiceState,
 )
+from deploys.facts.rgw import RgwReachable
 
 # render.DIGEST_VAR: the variable ServiceState reads as the running digest.
 DIGEST_VAR = "KVCEPH_DIGEST"
@@ -235,6 +237,30 @@ def restart_reasons(
     return reasons
 
 
+# The endpoint probe for an engine that turned S3 off: two tries 2 s apart, 5 s each (~12 s
+# at most, and only for such an engine): a blip is not "answers".
+S3_PROBE = {"timeout": 5, "tries": 2, "delay": 2}
+
+
+def _s3_off(unit: str, current: dict, endpoint: str | None) -> str | None:
+    """The restart reason of a running engine whose LMCache turned S3 off in this start and
+    whose endpoint answers again; None otherwise (a warning while the endpoint is down)."""
+    if endpoint is None or current["active"] != "active" or not current["main_pid"]:
+        return None
+    at = remote_tier.s3_off_at(memo.read(host, S3Disabled, unit=unit))
+    if at is None:
+        return None
+    # A moment's answer: never memoised (facts/memo.py).
+    probe = host.get_fact(RgwReachable, endpoint=endpoint, **S3_PROBE) or {}
+    if probe.get("reachable"):
+        return remote_tier.s3_off_reason(at, endpoint)
+    why = (probe.get("attempts") or ["no answer"])[-1].split(": ", 1)[-1]
+    logger.warning(
+        "%s%s", host.print_prefix, remote_tier.s3_off_waits(host.name, unit, at, endpoint, why)
+    )
+    return None
+
+
 @operation()
 def rolling_restart(
     digest: str,
@@ -252,6 +278,7 @@ def rolling_restart(
     venv_link: str | None = None,
     venv: str | None = None,
     venv_base: str | None = None,
+    s3_endpoint: str | None = None,
 ):
     """
     Restart the engine when what runs is not the desired configuration, then wait for /health.
@@ -280,6 +307,11 @@ def rolling_restart(
       installs nothing; switched to ``venv`` right before the restart, never otherwise
     + venv: the profile's venv; a link pointing elsewhere restarts the engine
     + venv_base: ``kvceph_venv`` (where the ``EngineVenvs`` fact looks)
+    + s3_endpoint: the S3 endpoint as the engine reaches it (``kvceph_s3_endpoint``), where the
+      engine runs LMCache's stock S3 connector: an engine whose current start logged "S3
+      connection disabled" (``remote_tier.S3_DISABLED``) restarts too, once the endpoint
+      answers from its host (``RgwReachable``, the S3 tier stage's probe); while it does not,
+      the engine keeps running and a warning says so. None: not checked (kvceph's connector)
 
     The host restarts when it is not active, its running ``KVCEPH_DIGEST`` differs, its running
     environment differs, or a config file differs or is newer than the process: so a hand edit
@@ -308,6 +340,9 @@ def rolling_restart(
             # A crash-restart after this run wrote the env file has the new digest but the
             # old code: the link says which code runs.
             reasons.append(f"runs venv {runs or 'none'}, desired {venv}")
+    s3_off = _s3_off(unit, current, s3_endpoint)
+    if s3_off:
+        reasons.append(s3_off)
     if not reasons:
         host.noop(f"{unit} already runs configuration {digest[:12]}")
         return

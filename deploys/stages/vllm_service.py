@@ -1,6 +1,7 @@
 """Stage 5: every engine's env file and systemd unit (``kvceph_engines``: one unit each);
 engines the inventory no longer lists are removed; engines restart in batches
-(``kvceph_restart_batch``) where the running engine is not the desired configuration.
+(``kvceph_restart_batch``) where the running engine is not the desired configuration, or where
+LMCache's stock S3 connector turned S3 off in this start and the endpoint answers again.
 
 One unit per engine, not a template ``vllm@.service``: each engine's command line differs
 (port, devices), and the unit file is part of the engine's digest, so a change to one engine
@@ -254,6 +255,10 @@ def _restart(me: HostSettings, checked, engine: Engine, shared: dict[str, str], 
         # Without the gate nothing can stop admitting requests: no drain (deploys/drain.py).
         drain_timeout=e.drain_timeout if me.security.guard else None,
         bind=me.security.vllm_bind,
+        # LMCache's stock S3 connector turns S3 off for good after three connection errors
+        # (deploys/remote_tier.py S3_DISABLED): such an engine restarts once S3 answers.
+        # kvceph's connector has no such state: a failed request is a miss, the next one tries.
+        s3_endpoint=me.s3.endpoint if me.lmcache.tier.connector == "lmcache" else None,
         **(
             {"venv_link": e.venv_link(engine.unit), "venv": e.venv, "venv_base": e.venv_base}
             if e.install

@@ -15,6 +15,7 @@ from deploys import ceph_cli, engine_address, paths, render
 from deploys.facts import memo
 from deploys.facts.capacity import RgwUserStats
 from deploys.facts.ceph import CephOrchStatus, CephReachable
+from deploys.facts.connector import S3Disabled
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
 from deploys.facts.rgw import RgwLifecycle, RgwReachable, RgwUser
 from deploys.facts.status import BucketUsage, EngineAnswers, RgwDaemons, UnitTimes
@@ -101,6 +102,10 @@ def read_engines(host, me, checked) -> dict:
                 "port": engine.port,
                 "state": current,
                 "times": memo.read(host, UnitTimes, unit=engine.unit),
+                # Only LMCache's stock S3 connector turns S3 off for good (remote_tier.py).
+                "s3_off": memo.read(host, S3Disabled, unit=engine.unit)
+                if me.lmcache.tier.connector == "lmcache"
+                else None,
                 "desired_digest": digest,
                 "reasons": reasons,
                 "settings": settings,

@@ -7,7 +7,7 @@ is a row that says so; ``partial`` is True when any host or read is missing.
 
 from __future__ import annotations
 
-from deploys import capacity
+from deploys import capacity, remote_tier
 from deploys.status import counters, savings, tiers
 from deploys.status.reports import age
 
@@ -74,6 +74,9 @@ def engine_rows(name: str, me, read: dict | None, probe: dict | None, error: str
                 **_version(answers, read["versions"], e.profile),
                 "running_digest": state.get("digest"),
                 "desired_digest": item["desired_digest"],
+                # When LMCache's stock S3 connector turned S3 off in this start (None: it did
+                # not, or kvceph's connector, which never does).
+                "s3_disabled_at": remote_tier.s3_off_at(item.get("s3_off")),
                 "drift": drifted,
                 "drift_reasons": item["reasons"],
                 # Only meaningful with drift: the host's files may already be the desired ones

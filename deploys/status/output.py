@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from deploys import remote_tier
 from deploys.status import tiers
 from deploys.status.document import summary_line
 from deploys.status.reports import age
@@ -184,6 +185,18 @@ def crash_lines(doc: dict) -> list[str]:
     return lines
 
 
+def s3_off_lines(doc: dict) -> list[str]:
+    """One line per engine whose LMCache turned S3 off in this start (remote_tier.S3_DISABLED)."""
+    return [
+        f"S3 OFF {r['host']} {r['unit']} since {remote_tier.shown_time(r['s3_disabled_at'])}: "
+        "LMCache disabled its S3 connection after connection errors; it recomputes every "
+        "request until restarted; the next deploy restarts it in its roll once the S3 "
+        "endpoint answers"
+        for r in doc["engines"]
+        if r["reachable"] and r.get("s3_disabled_at")
+    ]
+
+
 def tier_lines(doc: dict) -> list[str]:
     """Hits per tier, one line per engine read (deploys/status/tiers.py)."""
     out = []
@@ -196,7 +209,7 @@ def tier_lines(doc: dict) -> list[str]:
 
 
 def table(doc: dict) -> str:
-    lines = engine_table(doc) + crash_lines(doc) + tier_lines(doc)
+    lines = engine_table(doc) + crash_lines(doc) + s3_off_lines(doc) + tier_lines(doc)
     lines += [""] + cluster_lines(doc)
     for split in doc["cache_group_splits"]:
         values = ", ".join(f"{h}={v}" for h, v in split["values"].items())

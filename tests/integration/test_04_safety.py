@@ -12,6 +12,7 @@ import pytest
 import yaml
 from conftest import (
     ADMIN_ENDPOINT,
+    CEPHADM,
     HOSTS,
     INFERENCE,
     PYINFRA,
@@ -20,12 +21,13 @@ from conftest import (
     lab_sh,
     pyinfra,
     s3_client,
+    s3_status,
     secrets,
     ssh,
     start_rgw,
     stop_rgw,
 )
-from lab_client import wait_health
+from lab_client import completion, external_hits, long_prompt, wait_health
 
 from deploys import lock
 
@@ -138,6 +140,92 @@ def test_mon_down_is_reported_within_the_connect_timeout(converged):
     assert "Ceph pools: the cluster is unreachable from ceph1 within 5s" in run.output
     assert took < 90, f"fact gathering hung for {took:.0f}s"
     settle()
+
+
+def wait_s3(timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while s3_status() != "200":
+        assert time.monotonic() < deadline, f"S3 not answering {timeout:.0f} s after the start"
+        time.sleep(1)
+
+
+def status_run():
+    return pyinfra(deploy="status.py", json_out=False)
+
+
+ROLL = "vLLM service | Rolling restart of vllm.service"
+
+
+def _s3_off_lines(host: str) -> list[str]:
+    """LMCache's "S3 connection disabled after ..." lines of the engine's current start."""
+    return ssh(
+        host,
+        "id=$(systemctl show -p InvocationID --value vllm.service); journalctl -q --no-pager "
+        '-o cat "_SYSTEMD_INVOCATION_ID=$id" | grep -F "S3 connection disabled after" || true',
+    ).stdout.splitlines()
+
+
+@pytest.mark.skipif(CEPHADM, reason="stops the Pacific lab's haproxy (the S3 endpoint)")
+def test_s3_turned_off_by_lmcache_is_said_and_restarted_once_the_endpoint_answers(converged):
+    """LMCache's stock S3 connector turns S3 off for the process after three connection errors
+    (the lab engine as 0.5.6): status.py says S3 OFF, the deploy restarts exactly that engine,
+    drained, once the endpoint answers, and a warm request hits S3 again."""
+    # The stock connector (the lab's default at this writing; pinned here should it change).
+    stock = "remote_url:" in ssh("gpu1", "cat /etc/kvceph/lmcache.yaml").stdout
+    pin = () if stock else ("--data", "kvceph_lmcache_connector=lmcache")
+    if pin:
+        assert pyinfra(*pin).rc == 0
+    before = main_pids()
+    # The endpoint refuses connections (RGW stopped behind haproxy would answer 503, which is
+    # no connection error): a cold prompt's chunk uploads fail until the breaker trips.
+    ssh("ceph1", "systemctl stop haproxy")
+    try:
+        try:
+            completion(HOSTS["gpu1"], long_prompt(), max_tokens=1, timeout=120)
+        except OSError:
+            pass  # the answer does not matter, its uploads do
+        deadline = time.monotonic() + 60
+        while not _s3_off_lines("gpu1"):
+            assert time.monotonic() < deadline, "gpu1 never logged 'S3 connection disabled'"
+            time.sleep(2)
+    finally:
+        ssh("ceph1", "systemctl start haproxy")
+    wait_s3()
+    assert all(not _s3_off_lines(h) for h in INFERENCE if h != "gpu1")
+
+    report = status_run()
+    assert report.rc == 0, report.output[-4000:]
+    off = [x for x in report.output.splitlines() if x.startswith("S3 OFF")]
+    assert len(off) == 1 and off[0].startswith("S3 OFF gpu1 vllm.service since "), off
+    assert "the next deploy restarts it in its roll once the S3 endpoint answers" in off[0]
+
+    plan = pyinfra("--dry", *pin)
+    assert plan.rc == 0, plan.output[-4000:]
+    assert plan.planned() == [(ROLL, "gpu1")], plan.planned()
+    assert "vllm.service restarts: S3 connection disabled at " in plan.output
+    assert main_pids() == before, "--dry restarted an engine"
+
+    run = pyinfra(*pin)
+    assert run.rc == 0, run.output[-4000:]
+    assert run.changed() == [(ROLL, "gpu1")], run.changed()
+    assert "kvceph: drain gpu1 vllm.service" in run.output, run.output[-4000:]
+    after = main_pids()
+    assert after["gpu1"] != before["gpu1"]
+    assert {h: after[h] for h in after if h != "gpu1"} == {
+        h: before[h] for h in before if h != "gpu1"
+    }
+    assert _s3_off_lines("gpu1") == []
+    # gpu1 reads S3 again: a prompt gpu2 wrote is a hit on gpu1 (cross-node, so from S3).
+    prompt = long_prompt()
+    completion(HOSTS["gpu2"], prompt, max_tokens=1)
+    hits = external_hits(HOSTS["gpu1"])
+    completion(HOSTS["gpu1"], prompt, max_tokens=1)
+    assert external_hits(HOSTS["gpu1"]) > hits, "gpu1 loaded nothing from S3 after its restart"
+
+    assert pyinfra(*pin).changed() == []
+    assert "S3 OFF" not in status_run().output
+    if pin:
+        settle()
 
 
 # 3. Dry run tells the truth ------------------------------------------------------------------

@@ -632,6 +632,8 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         if converged
         else []
     )
+    # connector.S3Disabled: a running engine whose LMCache never turned S3 off.
+    r["-p InvocationID --value"] = ["started"] if converged else []
     pins = dict(p.split("==", 1) for p in e.profile.packages)  # what a finished install reports
     r[f"if test -x {e.venv}/bin/python"] = (
         [f"python {OS_RELEASE_PYTHON}"] + [f"dist {n} {v}" for n, v in pins.items()]

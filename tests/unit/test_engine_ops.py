@@ -23,7 +23,7 @@ from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra_testing.util import FakeState, create_host, get_command_string
 
-from deploys import engine_address
+from deploys import engine_address, remote_tier
 from deploys.facts import engine as facts
 from deploys.operations import service
 
@@ -399,3 +399,51 @@ def test_service_drift_command_reads_a_real_process(tmp_path, monkeypatch):
     assert got["newer"] == [str(after)]
     assert set(got["sha256"]) == {str(before), str(after)}
     assert got["sha256"][str(before)] == hashlib.sha256(b"chunk_size: 256\n").hexdigest()
+
+
+# --- LMCache's stock S3 connector turned S3 off: restart once the endpoint answers ----------
+
+
+def _s3_off_case(name):
+    data = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data["kwargs"], data["facts"]
+
+
+def test_s3_off_restarts_with_the_time_once_the_endpoint_answers(caplog):
+    kwargs, found = _s3_off_case("s3_disabled_endpoint_answers")
+    at = next(iter(found["connector.S3Disabled"].values()))["at"]
+    host = create_host(FakeState(), facts=found)
+    with caplog.at_level("INFO"), ctx_state.use(host.state), ctx_host.use(host):
+        commands = list(service.rolling_restart._inner(**kwargs, drain_timeout=120))
+    assert [c.function.__name__ for c in commands] == ["_restart_in_roll"]
+    # Drained like any restart of a running engine; the reason names LMCache's line and time.
+    assert commands[0].args[5] == 120
+    shown = remote_tier.shown_time(at)
+    assert f"vllm.service restarts: S3 connection disabled at {shown} (" in caplog.text
+    assert "and http://s3.kvlab:80 answers again; running digest aaaaaaaaaaaa" in caplog.text
+    assert "vllm.service: drains first" in caplog.text
+
+
+def test_s3_off_while_the_endpoint_is_down_keeps_the_engine_and_says_why(caplog):
+    kwargs, found = _s3_off_case("s3_disabled_endpoint_down")
+    host = create_host(FakeState(), facts=found)
+    with caplog.at_level("INFO"), ctx_state.use(host.state), ctx_host.use(host):
+        commands = list(service.rolling_restart._inner(**kwargs))
+    assert commands == []
+    assert "not restarted: http://s3.kvlab:80 does not answer from" in caplog.text
+    assert "([Errno 111] Connection refused); fix: bring the S3 endpoint back" in caplog.text
+
+
+def test_s3_not_off_or_not_checked_probes_nothing(caplog):
+    # No RgwReachable in these facts: a probe would raise "Missing test fact".
+    kwargs, found = _s3_off_case("s3_not_disabled")
+    host = create_host(FakeState(), facts=found)
+    with ctx_state.use(host.state), ctx_host.use(host):
+        assert list(service.rolling_restart._inner(**kwargs)) == []
+    # kvceph's connector: s3_endpoint None, the journal is not even read.
+    kwargs, found = _s3_off_case("s3_disabled_endpoint_answers")
+    kwargs = {k: v for k, v in kwargs.items() if k != "s3_endpoint"}
+    only_drift = {"engine.ServiceDrift": found["engine.ServiceDrift"]}
+    host = create_host(FakeState(), facts=only_drift)
+    with ctx_state.use(host.state), ctx_host.use(host):
+        assert list(service.rolling_restart._inner(**kwargs)) == []

@@ -2,7 +2,9 @@
 
 The lines are LMCache's templates as vLLM's journal shows them (prefix, level, file suffix)."""
 
+import json
 import logging
+from pathlib import Path
 
 import pytest
 from kvceph_lab_engine import kvceph_store
@@ -116,3 +118,53 @@ def test_lab_engine_fails_like_lmcache(caplog, changes, cause):
     assert v.state == rt.MISSING and cause in v.cause, v
     # LMCache logs the misleading "created" line anyway; so does the stand-in.
     assert lines[-1] == "Created remote backend for plugin: kvceph"
+
+
+# --- S3 turned off for good (LMCache 0.5.6's stock S3 connector) ----------------------------
+
+S3_OFF_FIXTURES = Path(__file__).resolve().parents[1] / "facts" / "connector.S3Disabled"
+
+
+def _s3_off(case: str) -> dict:
+    return json.loads((S3_OFF_FIXTURES / f"{case}.json").read_text())["fact"]
+
+
+def test_s3_off_at_from_the_lab_engines_recorded_journal_line():
+    fact = _s3_off("lab_engine_disabled")
+    at = rt.s3_off_at(fact)
+    assert at is not None and at == fact["at"]
+    assert fact["line"].startswith("ERROR ") and rt.S3_DISABLED in fact["line"]
+    assert rt.shown_time(at).endswith(" UTC") and len(rt.shown_time(at)) == len(
+        "2026-12-04 13:40:01 UTC"
+    )
+    assert rt.s3_off_at(_s3_off("not_disabled")) is None
+    assert rt.s3_off_at(_s3_off("not_running")) is None
+    assert rt.s3_off_at(None) is None  # kvceph's connector: not read
+
+
+def test_shown_time_takes_what_journalctl_prints():
+    assert rt.shown_time("2026-12-04T13:40:01.123456+00:00") == "2026-12-04 13:40:01 UTC"
+    assert rt.shown_time("2026-12-04T14:40:01.123456+0100") == "2026-12-04 13:40:01 UTC"
+    assert rt.shown_time("not a time") == "not a time"
+
+
+def test_s3_off_reason_and_warning_name_the_time_endpoint_and_fix():
+    at = "2026-12-04T13:40:01.123456+00:00"
+    reason = rt.s3_off_reason(at, "http://s3.kvlab:80")
+    assert reason.startswith("S3 connection disabled at 2026-12-04 13:40:01 UTC (")
+    assert reason.endswith("and http://s3.kvlab:80 answers again")
+    waits = rt.s3_off_waits("gpu1", "vllm.service", at, "http://s3.kvlab:80", "Connection refused")
+    assert waits.startswith("kvceph: gpu1 vllm.service: S3 connection disabled at 2026-12-04")
+    assert "not restarted: http://s3.kvlab:80 does not answer from gpu1 (Connection refused)" in (
+        waits
+    )
+    assert "fix: bring the S3 endpoint back, then rerun the deploy" in waits
+
+
+def test_the_lab_engine_logs_lmcaches_s3_disabled_line():
+    """The lab engine's breaker says what LMCache 0.5.6's does (s3_connector.py)."""
+    from kvceph_lab_engine import s3 as lab_s3
+
+    source = Path(lab_s3.__file__).read_text()
+    assert '"S3 connection disabled after %s consecutive failures. "' in source
+    assert rt.S3_DISABLED == "S3 connection disabled after"

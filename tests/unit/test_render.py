@@ -578,6 +578,9 @@ def test_remote_tier_templates_are_lmcache_own_words():
         assert fixed in text, fixed
     # The "success" LMCache logs even when the connector inside failed (see remote_tier.py).
     assert '"Created remote backend for plugin: %s"' in text
+    # The stock S3 connector's breaker (status.py's "S3 OFF", the deploy's restart reason).
+    s3 = (src / "connector/s3_connector.py").read_text()
+    assert f'"{remote_tier.S3_DISABLED} %s "' in s3
 
 
 def test_kvceph_connector_never_beside_remote_url():

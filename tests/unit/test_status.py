@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deploys import paths, render
+from deploys import paths, remote_tier, render
 from deploys import settings as s
 from deploys.facts.status import EngineAnswers
 from deploys.orch_readback import read_service
@@ -413,3 +413,36 @@ def test_a_crash_loop_at_its_start_limit_is_named_with_the_fix(tmp_path):
     assert "RESTARTED gpu2 vllm.service: 2 automatic restart(s)" in output.table(
         _doc([row], None, tmp_path)
     )
+
+
+def test_s3_turned_off_is_one_line_with_its_time_and_what_happens_next(tmp_path):
+    me = host()
+    read = _engine_read(me)
+    fixture = json.loads(
+        (ROOT / "tests/facts/connector.S3Disabled/lab_engine_disabled.json").read_text()
+    )
+    read["engines"][0]["s3_off"] = fixture["fact"]
+    (row,) = document.engine_rows("gpu1", me, read, None, None)
+    assert row["s3_disabled_at"] == fixture["fact"]["at"]
+    doc = _doc([row], None, tmp_path)
+    # Not a read that failed: the status is complete.
+    assert not doc["partial"]
+    (line,) = [x for x in output.table(doc).splitlines() if x.startswith("S3 OFF")]
+    shown = remote_tier.shown_time(fixture["fact"]["at"])
+    assert line == (
+        f"S3 OFF gpu1 vllm.service since {shown}: LMCache disabled its S3 connection after "
+        "connection errors; it recomputes every request until restarted; the next deploy "
+        "restarts it in its roll once the S3 endpoint answers"
+    )
+    assert (
+        json.loads(output.write_json(doc, tmp_path / "s.json").read_text())["engines"][0][
+            "s3_disabled_at"
+        ]
+        == fixture["fact"]["at"]
+    )
+    # Not logged, or not read (kvceph's connector): no line.
+    for s3_off in ({"started": True, "at": None, "line": None}, None):
+        read["engines"][0]["s3_off"] = s3_off
+        (row,) = document.engine_rows("gpu1", me, read, None, None)
+        assert row["s3_disabled_at"] is None
+        assert "S3 OFF" not in output.table(_doc([row], None, tmp_path))
