@@ -49,7 +49,13 @@ def _stub() -> None:
     tr = types.ModuleType("transformers")
     tr.AutoTokenizer = object
     sys.modules["transformers"] = tr
+    stub_vllm()
 
+
+def stub_vllm() -> None:
+    """vLLM's two hashing pieces LMCache asks for, as vllm/utils/hashing.py and
+    v1/core/kv_cache_utils.init_none_hash define them (also tests/unit/fixtures/object_names/
+    record.py's, which runs LMCache on the real torch)."""
     import cbor2
 
     def sha256(x):
