@@ -87,6 +87,9 @@ r st25l "$D25" $ST kvceph_lmcache_local_cpu=false
 r kv25l "$D25" $KV kvceph_lmcache_local_cpu=false
 r st25ld "$D25" $ST kvceph_lmcache_local_cpu=true
 r kv25ld "$D25" $KV kvceph_lmcache_local_cpu=true
+# issue 37 item 2, loan 10 (plan037b.txt): kvceph's connector with 64 requests in flight (loan 3's
+# figure; the stock connector's CRT client has no request cap) against the stock one, same run
+r kv25l64 "$D25" $KV $C64 kvceph_lmcache_local_cpu=false
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
 for y in "$S"/rendered/*/lmcache.yaml "$S"/rendered/*/*/lmcache.yaml; do [ -f "$y" ] || continue
