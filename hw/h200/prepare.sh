@@ -2,9 +2,9 @@
 # Build the shipment for the offline H200 machine, on a Debian bookworm machine that reaches the
 # package registries: the wheels the GPU image lacks (wheels.txt, cp312 manylinux), a minimal Ceph
 # 16.2.15 + haproxy (binaries, plugins and every shared library they load, from Debian packages),
-# one tar split into parts of at most PART_MIB (default 52) MiB, because one transfer to that
+# one tar split into parts of at most PART_MIB (default 45) MiB, because one transfer to that
 # machine carries at most 64 MiB including the repository (5.7 MB with loans 1-4's results: 57
-# MiB parts no longer fitted, loan 5) and .ship/code, rendered and meta (~2 MB); and LMCache 0.5.6's csrc/ from its
+# MiB parts no longer fitted, loan 5; ~13 MB with loan 9's: 52 MiB parts no longer fitted, loan 10) and .ship/code, rendered and meta (~2 MB); and LMCache 0.5.6's csrc/ from its
 # sdist (lmcache-csrc.tgz, for buildops.py).
 #   hw/h200/prepare.sh [OUT]     (default: <repo>/.ship/parts; work files in $BUILD, default /tmp/h200-build)
 #   WHEELS=hw/h200/wheels033.txt BUILD=/tmp/h200-build-033 hw/h200/prepare.sh /tmp/h200-parts-033
@@ -13,7 +13,7 @@
 #                                (vLLM 0.25.1 on the image's torch 2.11: loan 8, see wheels025.txt)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
-OUT=${1:-$REPO/.ship/parts}; B=${BUILD:-/tmp/h200-build}; PART_MIB=${PART_MIB:-52}
+OUT=${1:-$REPO/.ship/parts}; B=${BUILD:-/tmp/h200-build}; PART_MIB=${PART_MIB:-45}
 PY=${PY:-python3}; WHEELS=${WHEELS:-$HERE/wheels.txt}
 mkdir -p "$B/whl" "$B/deb" "$B/root" "$OUT"
 say() { echo "[prepare] $*"; }
