@@ -47,6 +47,7 @@ extra_config:
   kvceph.connections: 8
   kvceph.timeout_s: 2.0
   kvceph.min_hit_tokens: {min_hit}
+  kvceph.verify_crc32c: true
   save_chunk_meta: false
 """
 
@@ -337,6 +338,8 @@ def test_bad_kvceph_keys_are_one_line_errors():
     config, min_hit = settings_from_extra({**base, "kvceph.tls": "false"})
     assert (config.tls, config.connections, config.timeout_s, min_hit) == (False, 16, 5.0, 0)
     assert config.refresh_s == 60.0
+    assert config.verify_crc32c is False  # opt-in: hw/h200/results/2026-12-04-loan10
+    assert settings_from_extra({**base, "kvceph.verify_crc32c": "true"})[0].verify_crc32c
     assert settings_from_extra({**base, "kvceph.refresh_s": 15})[0].refresh_s == 15.0
     for extra, text in [
         ({**base, "kvceph.conections": 4}, "unknown extra_config key kvceph.conections"),
@@ -344,6 +347,7 @@ def test_bad_kvceph_keys_are_one_line_errors():
         ({**base, "kvceph.tls": "maybe"}, "kvceph.tls must be true or false"),
         ({**base, "kvceph.connections": 0}, "kvceph.connections must be >= 1"),
         ({**base, "kvceph.refresh_s": -1}, "kvceph.refresh_s must be >= 0"),
+        ({**base, "kvceph.verify_crc32c": "sometimes"}, "kvceph.verify_crc32c must be true or"),
         ({**base, "save_chunk_meta": True}, "save_chunk_meta must be false"),
         ({"kvceph.endpoint": "https://lmcache.s3.kvlab"}, "no scheme, no path"),
     ]:

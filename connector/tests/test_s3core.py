@@ -40,8 +40,16 @@ def core(s3, request, tmp_path):
     receive = str(tmp_path / "recv") if request.param == "receive_dir" else None
     if receive:
         os.mkdir(receive)
+    # Every check on (the crc32c one is opt-in; test_the_crc32c_check_is_opt_in covers off).
     c = S3Core(
-        S3Config(endpoint=s3.endpoint, tls=False, connections=8, timeout_s=0.8, receive_dir=receive)
+        S3Config(
+            endpoint=s3.endpoint,
+            tls=False,
+            connections=8,
+            timeout_s=0.8,
+            receive_dir=receive,
+            verify_crc32c=True,
+        )
     )
     yield c
     c.close()
@@ -127,6 +135,24 @@ def test_lookups_are_concurrent_and_misses_are_not_cached(core, s3):
     other.close()
     s3.head_delay_s = 0.0
     assert core.lookup(keys)[5] == 200
+
+
+def test_the_crc32c_check_is_opt_in(s3):
+    # Off (the default): a body of the right size whose bytes went bad is handed over, one
+    # that is short is not; every put still stores the crc32c, so the check can be turned on.
+    data = os.urandom(1 << 20)
+    plain = S3Core(S3Config(endpoint=s3.endpoint, tls=False, timeout_s=0.8))
+    try:
+        assert plain.put(KEY, data)
+        assert s3.objects[s3.name(KEY)][1][CRC_HEADER] == str(crc32c(data))
+        s3.faults[s3.name(KEY)] = "corrupt"
+        buf = bytearray(len(data))
+        assert plain.get_into(KEY, buf, len(data)) and bytes(buf) != data
+        s3.faults[s3.name(KEY)] = "short"
+        assert not plain.get_into(KEY, bytearray(len(data)), len(data))
+    finally:
+        s3.faults.pop(s3.name(KEY), None)
+        plain.close()
 
 
 def test_stock_written_object_is_accepted_on_size(core, s3):

@@ -50,6 +50,9 @@ class TierSettings:
     # None: the connector's own default (60 s); seconds between new CRT clients (0: never), so
     # an RGW address that failed and came back takes load again without an engine restart.
     refresh_s: int | None
+    # kvceph.verify_crc32c: check each GET's body against the crc32c its PUT stored (costly on
+    # the H200: hw/h200/results/2026-12-04-loan10); the size is checked either way.
+    verify_crc32c: bool
     # None: the crossover (measured by verify.py, else 0 = never skip); an int: fixed.
     min_hit_tokens: int | None
     measured_dir: str
@@ -112,6 +115,7 @@ def load(r, accelerator: str) -> TierSettings:
             else None
         ),
         refresh_s=r.opt_int("kvceph_connector_refresh_s", lo=0, hi=3600),
+        verify_crc32c=r.bool("kvceph_connector_verify_crc32c", False),
         min_hit_tokens=r.opt_int("kvceph_min_hit_tokens", lo=0),
         measured_dir=measured_dir(r.str("kvceph_measured_dir", DEFAULT_MEASURED_DIR)),
         prefill_points=points,

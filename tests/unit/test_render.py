@@ -526,6 +526,21 @@ def test_refresh_is_rendered_only_when_set():
         assert [x for x in got.splitlines() if "refresh_s" not in x] == plain.splitlines()
 
 
+def test_crc32c_check_is_rendered_only_when_on():
+    """kvceph_connector_verify_crc32c: true reaches the plugin as kvceph.verify_crc32c; off (the
+    default, the plugin's own too) leaves the file as it was before the key existed."""
+    acc, v = MATRIX[0]
+    plain = render.lmcache_yaml(host(acc, v, kvceph_lmcache_connector="kvceph"))
+    assert "verify_crc32c" not in plain
+    off = host(acc, v, kvceph_lmcache_connector="kvceph", kvceph_connector_verify_crc32c=False)
+    assert render.lmcache_yaml(off) == plain
+    got = render.lmcache_yaml(
+        host(acc, v, kvceph_lmcache_connector="kvceph", kvceph_connector_verify_crc32c=True)
+    )
+    assert yaml.safe_load(got)["extra_config"]["kvceph.verify_crc32c"] is True
+    assert [x for x in got.splitlines() if "verify_crc32c" not in x] == plain.splitlines()
+
+
 @pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
 def test_kvceph_connector_yaml_loads_with_lmcache_own_loader(tmp_path):
     """LMCache 0.5.6 reads the plugin's yaml: one remote tier (no remote_url), the plugin's

@@ -12,6 +12,7 @@ lmcache.yaml loads it (never together with remote_url)::
       kvceph.connections: 16
       kvceph.timeout_s: 5.0
       kvceph.min_hit_tokens: 0
+      kvceph.verify_crc32c: false             # optional: check each GET's crc32c
       save_chunk_meta: false
 
 What LMCache calls (RemoteBackend, storage_manager, 0.5.6), and what each does here:
@@ -21,8 +22,9 @@ What LMCache calls (RemoteBackend, storage_manager, 0.5.6), and what each does h
   skips a tier that reports 0 (storage_manager: ``if num_hit_chunks == 0: continue``), so no
   GET is sent; ``exists`` / ``exists_sync`` answer one key.
 - load: ``batched_get_non_blocking`` (async) and ``batched_get`` (sync) with every GET in flight,
-  the body copied straight into the MemoryObj LocalCPUBackend allocated, size and crc32c checked
-  before the object is returned; a failed chunk is released, never handed over.
+  the body copied straight into the MemoryObj LocalCPUBackend allocated, its size (and with
+  ``kvceph.verify_crc32c`` its crc32c) checked before the object is returned; a failed chunk
+  is released, never handed over.
 - store: ``put`` (one per chunk: RemoteBackend submits each); partial chunks are skipped as
   LMCache's own S3 connector does. InstrumentedRemoteConnector releases the MemoryObj after it.
 - ``remove_sync`` deletes; ``close`` closes the core.
@@ -249,7 +251,7 @@ class KvcephConnectorAdapter(ConnectorAdapter):
         )
         logger.info(
             "kvceph connector %s ready for %s (LMCache %s): %s, %s://, %d connections, "
-            "timeout %.1f s, min_hit_tokens %d",
+            "timeout %.1f s, min_hit_tokens %d, crc32c check %s",
             __version__,
             context.url,
             lmcache_version(),
@@ -258,5 +260,6 @@ class KvcephConnectorAdapter(ConnectorAdapter):
             s3.connections,
             s3.timeout_s,
             min_hit_tokens,
+            "on" if s3.verify_crc32c else "off",
         )
         return connector

@@ -17,6 +17,7 @@ KEYS = {
     "min_hit_tokens": 0,
     "receive_dir": None,
     "refresh_s": 60.0,
+    "verify_crc32c": False,
 }
 
 
@@ -67,5 +68,6 @@ def settings_from_extra(extra: dict | None) -> tuple[S3Config, int]:
         timeout_s=_number("timeout_s", got["timeout_s"], float, 0.1),
         receive_dir=str(got["receive_dir"]) if got["receive_dir"] else None,
         refresh_s=_number("refresh_s", got["refresh_s"], float, 0),
+        verify_crc32c=_bool("verify_crc32c", got["verify_crc32c"]),
     )
     return config, _number("min_hit_tokens", got["min_hit_tokens"], int, 0)

@@ -75,13 +75,14 @@ class KvcephStore:
         self.chunk_size = chunk_size
         lmcache_log.info(
             "kvceph connector ready for plugin://%s: %s, %s://, %d connections, "
-            "timeout %.1f s, min_hit_tokens %d",
+            "timeout %.1f s, min_hit_tokens %d, crc32c check %s",
             PLUGIN,
             config.endpoint,
             "https" if config.tls else "http",
             config.connections,
             config.timeout_s,
             self.min_hit_tokens,
+            "on" if config.verify_crc32c else "off",
         )
 
     def head(self, key: str) -> int:
