@@ -239,7 +239,7 @@ def test_skip_short_puts_stores_only_chunks_a_long_lookup_asked_for(
     assert run(loop, remote.batched_async_contains("short", [key(50), key(51)])) == 0
     assert [put(50), put(51)] == [False, False]  # a 2-chunk request: never reported as a hit
     assert s3.count("PUT") == puts
-    assert "2 chunks not stored (seen only in lookups of fewer than 4 chunks)" in logged(
+    assert "skipped 2, stored 0 (skipped: seen only in lookups of fewer than 4 chunks)" in logged(
         caplog, capfd
     )
     long = [key(i) for i in (51, 52, 53, 54)]

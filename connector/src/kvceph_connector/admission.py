@@ -81,11 +81,11 @@ class PutAdmission:
         self._next_report = now + REPORT_EVERY_S
         self._reported = counts
         self.log.info(
-            "kvceph: skip_short_puts: %d chunks not stored (seen only in lookups of fewer than "
-            "%d chunks), %d stored since start",
+            "kvceph: skip_short_puts since start: skipped %d, stored %d (skipped: seen only in "
+            "lookups of fewer than %d chunks)",
             counts[0],
-            self.min_hit_chunks,
             counts[1],
+            self.min_hit_chunks,
         )
 
     def __len__(self) -> int:
