@@ -40,13 +40,14 @@ class PutAdmission:
         self.min_hit_chunks = int(min_hit_chunks)
         self.capacity = int(capacity)
         self.log = log
-        # hash(key name) -> True once seen in a long lookup. The hash, not the name: a third of
-        # the memory, and a collision only stores or skips one chunk wrongly, never corrupts.
+        # hash(key name) -> True once seen in a long lookup. The hash, not the name: about half
+        # the memory (the ~110-character name would be kept alive), and a collision only stores
+        # or skips one chunk wrongly, never corrupts anything.
         self._seen: OrderedDict[int, bool] = OrderedDict()
         self._lock = threading.Lock()  # lookups and puts run on different LMCache threads
         self.skipped = 0  # puts skipped since start
         self.stored = 0  # puts admitted since start
-        self._reported = (0, 0)
+        self._reported = 0  # skipped as of the last INFO line
         self._next_report = 0.0
 
     def looked_up(self, names: list[str]) -> None:
@@ -75,18 +76,15 @@ class PutAdmission:
 
     def _report(self) -> None:
         now = time.monotonic()
-        counts = (self.skipped, self.stored)
-        if self.log is None or now < self._next_report or counts[0] == self._reported[0]:
+        skipped, stored = self.skipped, self.stored
+        if self.log is None or now < self._next_report or skipped == self._reported:
             return
         self._next_report = now + REPORT_EVERY_S
-        self._reported = counts
+        self._reported = skipped
         self.log.info(
             "kvceph: skip_short_puts since start: skipped %d, stored %d (skipped: seen only in "
             "lookups of fewer than %d chunks)",
-            counts[0],
-            counts[1],
+            skipped,
+            stored,
             self.min_hit_chunks,
         )
-
-    def __len__(self) -> int:
-        return len(self._seen)

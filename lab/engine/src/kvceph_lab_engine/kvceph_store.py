@@ -93,7 +93,13 @@ class KvcephStore:
             config.connections,
             config.timeout_s,
             self.min_hit_tokens,
-            ", skip_short_puts" if self.admission is not None else "",
+            (
+                ", skip_short_puts"
+                if self.admission is not None
+                else ", skip_short_puts idle (min_hit_tokens under 2 chunks)"
+                if skip_short_puts
+                else ""
+            ),
         )
 
     def head(self, key: str) -> int:
