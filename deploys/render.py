@@ -127,6 +127,7 @@ def kvceph_extra_config(me: HostSettings) -> dict[str, Any]:
         **({"kvceph.receive_dir": tier.receive_dir} if tier.receive_dir else {}),
         **({"kvceph.refresh_s": tier.refresh_s} if tier.refresh_s is not None else {}),
         **({"kvceph.verify_crc32c": True} if tier.verify_crc32c else {}),
+        **({"kvceph.skip_short_puts": True} if tier.skip_short_puts else {}),
         "save_chunk_meta": False,
     }
 

@@ -48,6 +48,7 @@ extra_config:
   kvceph.timeout_s: 2.0
   kvceph.min_hit_tokens: {min_hit}
   kvceph.verify_crc32c: true
+  kvceph.skip_short_puts: {skip_short}
   save_chunk_meta: false
 """
 
@@ -75,10 +76,16 @@ def _keys(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "kvtest-secret")
 
 
-def build(tmp_path, s3, loop, min_hit=0, module="kvceph_connector.lmcache_plugin"):
+def build(
+    tmp_path, s3, loop, min_hit=0, module="kvceph_connector.lmcache_plugin", skip_short="false"
+):
     """LMCache's own backends from a rendered-shape lmcache.yaml: (backends, metadata)."""
     path = tmp_path / "lmcache.yaml"
-    path.write_text(YAML.format(chunk=CHUNK, module=module, endpoint=s3.endpoint, min_hit=min_hit))
+    path.write_text(
+        YAML.format(
+            chunk=CHUNK, module=module, endpoint=s3.endpoint, min_hit=min_hit, skip_short=skip_short
+        )
+    )
     config = LMCacheEngineConfig.from_file(str(path))
     config.validate()
     metadata = LMCacheMetadata(
@@ -210,6 +217,58 @@ def test_min_hit_tokens_reports_zero_and_sends_no_get(tmp_path, s3, loop):
     remote.close()
 
 
+def test_skip_short_puts_stores_only_chunks_a_long_lookup_asked_for(
+    tmp_path, s3, loop, caplog, capfd, monkeypatch
+):
+    """kvceph.skip_short_puts: LMCache's RemoteBackend hands the connector each lookup's keys
+    (sync and async) and each put; a key seen only in lookups of fewer chunks than the
+    crossover (64 tokens = 4 chunks) is not written, any other key is."""
+    import kvceph_connector.admission
+
+    monkeypatch.setattr(kvceph_connector.admission, "REPORT_EVERY_S", 0.0)
+    backends, _ = build(tmp_path, s3, loop, min_hit=64, skip_short="true")
+    assert "timeout 2.0 s, min_hit_tokens 64, skip_short_puts" in logged(caplog, capfd)
+    remote, cpu = backends["RemoteBackend-kvceph"], backends["LocalCPUBackend"]
+
+    def put(i):
+        obj, _ = filled(cpu, i)
+        remote.submit_put_task(key(i), obj).result(30)
+        obj.ref_count_down()
+        return s3.name(key(i).to_string()) in s3.objects
+
+    puts = s3.count("PUT")
+    assert run(loop, remote.batched_async_contains("short", [key(50), key(51)])) == 0
+    assert [put(50), put(51)] == [False, False]  # a 2-chunk request: never reported as a hit
+    assert s3.count("PUT") == puts
+    assert "skipped 2, stored 0 (skipped: seen only in lookups of fewer than 4 chunks)" in logged(
+        caplog, capfd
+    )
+    long = [key(i) for i in (51, 52, 53, 54)]
+    assert remote.batched_contains(long) == 0
+    assert all(put(i) for i in (51, 52, 53, 54))  # 51 is a long request's prefix now
+    assert remote.batched_contains([key(52)]) == 0  # a later short lookup does not undo it
+    s3.objects.pop(s3.name(key(52).to_string()))
+    assert put(52)
+    assert put(70)  # never looked up (a worker without a lookup server): stored
+    conn = remote.connection.getWrappedConnector()
+    assert (conn.admission.skipped, conn.admission.stored) == (2, 6)
+    remote.close()
+
+
+def test_skip_short_puts_is_off_by_default(tmp_path, s3, loop, caplog, capfd):
+    backends, _ = build(tmp_path, s3, loop, min_hit=64)
+    # caplog's line ends there: no ", skip_short_puts" after the crossover
+    assert "min_hit_tokens 64, crc32c check on\n" in logged(caplog, capfd).replace("\r", "")
+    remote, cpu = backends["RemoteBackend-kvceph"], backends["LocalCPUBackend"]
+    assert remote.batched_contains([key(80)]) == 0
+    obj, _ = filled(cpu, 80)
+    remote.submit_put_task(key(80), obj).result(30)
+    obj.ref_count_down()
+    assert s3.name(key(80).to_string()) in s3.objects
+    assert remote.connection.getWrappedConnector().admission is None
+    remote.close()
+
+
 def test_a_miss_is_not_remembered(tmp_path, s3, loop):
     backends, _ = build(tmp_path, s3, loop)
     remote, cpu = backends["RemoteBackend-kvceph"], backends["LocalCPUBackend"]
@@ -335,8 +394,10 @@ def test_bad_kvceph_keys_are_one_line_errors():
     from kvceph_connector.lmcache_plugin import settings_from_extra
 
     base = {"kvceph.endpoint": "lmcache.s3.kvlab:443"}
-    config, min_hit = settings_from_extra({**base, "kvceph.tls": "false"})
+    config, min_hit, skip_short = settings_from_extra({**base, "kvceph.tls": "false"})
     assert (config.tls, config.connections, config.timeout_s, min_hit) == (False, 16, 5.0, 0)
+    assert skip_short is False
+    assert settings_from_extra({**base, "kvceph.skip_short_puts": "true"}).skip_short_puts
     assert config.refresh_s == 60.0
     assert config.verify_crc32c is False  # opt-in: hw/h200/results/2026-12-04-loan10
     assert settings_from_extra({**base, "kvceph.verify_crc32c": "true"})[0].verify_crc32c
@@ -348,6 +409,7 @@ def test_bad_kvceph_keys_are_one_line_errors():
         ({**base, "kvceph.connections": 0}, "kvceph.connections must be >= 1"),
         ({**base, "kvceph.refresh_s": -1}, "kvceph.refresh_s must be >= 0"),
         ({**base, "kvceph.verify_crc32c": "sometimes"}, "kvceph.verify_crc32c must be true or"),
+        ({**base, "kvceph.skip_short_puts": "on"}, "kvceph.skip_short_puts must be true or"),
         ({**base, "save_chunk_meta": True}, "save_chunk_meta must be false"),
         ({"kvceph.endpoint": "https://lmcache.s3.kvlab"}, "no scheme, no path"),
     ]:

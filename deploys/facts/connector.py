@@ -167,3 +167,55 @@ class S3Disabled(FactBase):
         at, _, rest = lines[1].strip().partition(" ")
         message = rest.split(": ", 1)[-1]
         return {"started": True, "at": at, "line": _ANSI.sub("", message).strip()[:300]}
+
+
+#: kvceph's connector's running count of skipped puts (kvceph_connector/admission.py), logged at
+#: most once a minute while puts are skipped.
+PUTS_SKIPPED = "kvceph: skip_short_puts since start: skipped"
+_PUTS = re.compile(r"skip_short_puts since start: skipped (\d+), stored (\d+)")
+
+
+class PutsSkipped(FactBase):
+    """
+    The latest count kvceph's connector logged of puts it skipped (``kvceph.skip_short_puts``)
+    in the unit's current start (systemd's ``InvocationID``), each worker's line alike: the
+    lab engine logs one for all workers, vLLM one per worker process (the last one read).
+
+    + unit: the engine's systemd unit
+
+    Returns ``{"started": True, "at": "2026-12-04T16:40:01.123456+0000", "skipped": 4,
+    "stored": 10}``; ``at``, ``skipped`` and ``stored`` None when nothing was skipped yet;
+    ``started`` False when the unit runs no process (nothing to read).
+    """
+
+    def default(self):
+        return {"started": False, "at": None, "skipped": None, "stored": None}
+
+    def command(self, unit: str = "vllm.service"):
+        u = QuoteString(unit)
+        return StringCommand(
+            "id=$(timeout 20 systemctl show -p InvocationID --value",
+            u,
+            "2>/dev/null); pid=$(timeout 20 systemctl show -p MainPID --value",
+            u,
+            '2>/dev/null); if [ -n "$id" ] && [ -n "$pid" ] && [ "$pid" != 0 ]; then echo started;'
+            " timeout 30 journalctl -q --no-pager --utc -o short-iso-precise"
+            ' "_SYSTEMD_INVOCATION_ID=$id" | grep -F',
+            QuoteString(PUTS_SKIPPED),
+            "| tail -n 1; fi; true",
+        )
+
+    def process(self, output):
+        lines = [line for line in output if line.strip()]
+        if not lines or lines[0].strip() != "started":
+            return self.default()
+        found = _PUTS.search(lines[-1]) if len(lines) > 1 else None
+        if found is None:
+            return {"started": True, "at": None, "skipped": None, "stored": None}
+        at = lines[-1].strip().partition(" ")[0]
+        return {
+            "started": True,
+            "at": at,
+            "skipped": int(found.group(1)),
+            "stored": int(found.group(2)),
+        }

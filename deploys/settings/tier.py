@@ -55,6 +55,9 @@ class TierSettings:
     verify_crc32c: bool
     # None: the crossover (measured by verify.py, else 0 = never skip); an int: fixed.
     min_hit_tokens: int | None
+    # kvceph's connector: no PUT for chunks seen only in lookups below the crossover (opt-in:
+    # with the DRAM tier on, a prefix it skipped can stay out of the bucket; docs/design.md).
+    skip_short_puts: bool
     measured_dir: str
     # Cold prefill figures (tokens, tokens/s), fitted to t(n) = a n + b n^2 (crossover.py).
     prefill_points: tuple[tuple[int, float], ...]
@@ -105,6 +108,14 @@ def load(r, accelerator: str) -> TierSettings:
             "use e.g. 5.0",
         )
     points, source = prefill_points(r, accelerator)
+    skip_short_puts = r.bool("kvceph_skip_short_puts", False)
+    if skip_short_puts and connector != "kvceph":
+        raise r.fail(
+            "kvceph_skip_short_puts",
+            skip_short_puts,
+            f"needs kvceph's connector, not {connector!r} (the stock one stores every chunk)",
+            "set kvceph_lmcache_connector: kvceph, or drop kvceph_skip_short_puts",
+        )
     return TierSettings(
         connector=connector,
         connections=r.int("kvceph_connector_connections", DEFAULT_CONNECTIONS, lo=1, hi=512),
@@ -117,6 +128,7 @@ def load(r, accelerator: str) -> TierSettings:
         refresh_s=r.opt_int("kvceph_connector_refresh_s", lo=0, hi=3600),
         verify_crc32c=r.bool("kvceph_connector_verify_crc32c", False),
         min_hit_tokens=r.opt_int("kvceph_min_hit_tokens", lo=0),
+        skip_short_puts=skip_short_puts,
         measured_dir=measured_dir(r.str("kvceph_measured_dir", DEFAULT_MEASURED_DIR)),
         prefill_points=points,
         prefill_source=source,

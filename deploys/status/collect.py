@@ -15,7 +15,7 @@ from deploys import ceph_cli, engine_address, paths, render
 from deploys.facts import memo
 from deploys.facts.capacity import RgwUserStats
 from deploys.facts.ceph import CephOrchStatus, CephReachable
-from deploys.facts.connector import S3Disabled
+from deploys.facts.connector import PutsSkipped, S3Disabled
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
 from deploys.facts.rgw import RgwLifecycle, RgwReachable, RgwUser
 from deploys.facts.status import BucketUsage, EngineAnswers, RgwDaemons, UnitTimes
@@ -105,6 +105,10 @@ def read_engines(host, me, checked) -> dict:
                 # Only LMCache's stock S3 connector turns S3 off for good (remote_tier.py).
                 "s3_off": memo.read(host, S3Disabled, unit=engine.unit)
                 if me.lmcache.tier.connector == "lmcache"
+                else None,
+                # kvceph's connector's own count, only where kvceph_skip_short_puts is on.
+                "puts_skipped": memo.read(host, PutsSkipped, unit=engine.unit)
+                if me.lmcache.tier.connector == "kvceph" and me.lmcache.tier.skip_short_puts
                 else None,
                 "desired_digest": digest,
                 "reasons": reasons,

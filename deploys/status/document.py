@@ -77,6 +77,8 @@ def engine_rows(name: str, me, read: dict | None, probe: dict | None, error: str
                 # When LMCache's stock S3 connector turned S3 off in this start (None: it did
                 # not, or kvceph's connector, which never does).
                 "s3_disabled_at": remote_tier.s3_off_at(item.get("s3_off")),
+                # kvceph_skip_short_puts: the connector's latest logged count (None: off).
+                "puts_skipped": _puts_skipped(item.get("puts_skipped")),
                 "drift": drifted,
                 "drift_reasons": item["reasons"],
                 # Only meaningful with drift: the host's files may already be the desired ones
@@ -241,3 +243,15 @@ def summary_line(doc: dict) -> str:
         f"GPU prefill saved {t['saved_gpu_seconds']:.1f} s; last verify: {v['verdict']}"
         + (f" {age(v['age_s'])} ago" if v.get("age_s") is not None else "")
     )
+
+
+def _puts_skipped(fact: dict | None) -> dict | None:
+    """{"skipped", "stored", "at"} from the PutsSkipped fact; zeros and no time while nothing
+    was logged in this start; None where it was not read (kvceph_skip_short_puts off)."""
+    if not fact or not fact.get("started"):
+        return None
+    return {
+        "skipped": fact.get("skipped") or 0,
+        "stored": fact.get("stored") or 0,
+        "at": fact.get("at"),
+    }

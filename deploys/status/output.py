@@ -197,6 +197,25 @@ def s3_off_lines(doc: dict) -> list[str]:
     ]
 
 
+def puts_skipped_lines(doc: dict) -> list[str]:
+    """One line per engine with kvceph_skip_short_puts: the connector's own count."""
+    out = []
+    for r in doc["engines"]:
+        p = r.get("puts_skipped")
+        if not r["reachable"] or p is None:
+            continue
+        head = f"puts skipped {r['host']} {r['unit']} (kvceph_skip_short_puts)"
+        if not p["at"]:
+            out.append(f"{head}: none logged since the engine started")
+            continue
+        out.append(
+            f"{head}: {p['skipped']} chunks seen only below the crossover not written, "
+            f"{p['stored']} written (the connector's count at "
+            f"{remote_tier.shown_time(p['at'])}; it logs at most once a minute)"
+        )
+    return out
+
+
 def tier_lines(doc: dict) -> list[str]:
     """Hits per tier, one line per engine read (deploys/status/tiers.py)."""
     out = []
@@ -210,6 +229,7 @@ def tier_lines(doc: dict) -> list[str]:
 
 def table(doc: dict) -> str:
     lines = engine_table(doc) + crash_lines(doc) + s3_off_lines(doc) + tier_lines(doc)
+    lines += puts_skipped_lines(doc)
     lines += [""] + cluster_lines(doc)
     for split in doc["cache_group_splits"]:
         values = ", ".join(f"{h}={v}" for h, v in split["values"].items())

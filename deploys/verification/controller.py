@@ -123,6 +123,7 @@ def target_for(h, settings, vs, engine=None) -> targets.Target:
         connector=settings.lmcache.tier.connector,
         min_hit_tokens=decided.min_hit_tokens if decided else 0,
         crossover=decided.describe() if decided else "",
+        skip_short_puts=settings.lmcache.tier.skip_short_puts,
         local_cpu=settings.lmcache.local_cpu,
         hash_algorithm=settings.lmcache.hash_algorithm,
         hash_seed=settings.engine.python_hash_seed,

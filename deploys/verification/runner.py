@@ -319,14 +319,25 @@ class Runner:
             if pt
             else 0
         )
-        created = self.wait_objects(names) if expected else {}
-        disabled = self.s3_disabled(a, since_wall) if len(created) < expected else None
+        expected_hit = (
+            bookkeeping.expected_hit_tokens(pt, a.chunk_size, a.save_unfull_chunk) if pt else 0
+        )
+        below = a.connector == "kvceph" and 0 < expected_hit < a.min_hit_tokens
+        if below and a.skip_short_puts and expected:
+            # Nothing to wait for: one look after the uploads' usual lag.
+            self.sleep(self.o.poll_interval)
+            created = self.bucket.find(list(names))
+            verdict = verdicts.cold_not_stored(pt, len(created), a.min_hit_tokens)
+        else:
+            created = self.wait_objects(names) if expected else {}
+            disabled = self.s3_disabled(a, since_wall) if len(created) < expected else None
+            verdict = verdicts.cold(pt, len(created), expected, disabled)
         kv_bytes = sum(x.size for x in created.values())
         self.report.add(
             StepResult(
                 a.name,
                 "cold",
-                verdicts.cold(pt, len(created), expected, disabled),
+                verdict,
                 ttft=got.ttft,
                 objects=len(created),
                 figures={
@@ -337,10 +348,6 @@ class Runner:
                 },
             )
         )
-        expected_hit = (
-            bookkeeping.expected_hit_tokens(pt, a.chunk_size, a.save_unfull_chunk) if pt else 0
-        )
-        below = a.connector == "kvceph" and 0 < expected_hit < a.min_hit_tokens
         return Cold(
             got.ttft, created, expected, expected_hit, kv_bytes, since_wall, pt, below, tuple(names)
         )
@@ -504,6 +511,10 @@ class Runner:
         keys = sorted(x.key for x in cold.created.values())
         deleted, error, hit, got = 0, None, None, None
         refused = None if keys else "the cold request created no objects; nothing of it to delete"
+        if not keys and cold.below_crossover and a.skip_short_puts:
+            why = "skipped: kvceph_skip_short_puts stored nothing of a document below the crossover"
+            add(StepResult(a.name, "fallback", Verdict(SKIP, why)))
+            return
         if refused is None:
             # A bucket fault here is no fallback verdict: it aborts the group (Runner.run).
             deleted = self.bucket.delete(keys)

@@ -27,6 +27,8 @@ class Target:
     connector: str = "lmcache"
     min_hit_tokens: int = 0
     crossover: str = ""  # where min_hit_tokens came from (crossover.Crossover.describe())
+    # kvceph.skip_short_puts: a document below the crossover writes no object at all.
+    skip_short_puts: bool = False
     local_cpu: bool = False  # LMCache's DRAM tier (kvceph_lmcache_local_cpu): the DRAM step
     # What names the chunks' objects (object_names.py): pre_caching_hash_algorithm, the
     # engine's PYTHONHASHSEED (never printed: the secret seed where there is one), the KV dtype.

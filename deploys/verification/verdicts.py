@@ -114,6 +114,22 @@ def cold(
     return Verdict(PASS, f"{created} objects written, as expected")
 
 
+def cold_not_stored(prompt_tokens: int | None, created: int, min_hit: int) -> Verdict:
+    """kvceph.skip_short_puts and a document below the crossover: no object may be written."""
+    if prompt_tokens is None:
+        return Verdict(FAIL, "the response carried no usage.prompt_tokens; cannot count chunks")
+    if created:
+        return Verdict(
+            FAIL, f"{created} objects written for a document of {prompt_tokens} tokens, below "
+            f"the crossover {min_hit} with kvceph_skip_short_puts on: the engine's connector "
+            "does not skip them (an older kvceph-connector in its venv: redeploy)",
+        )  # fmt: skip
+    return Verdict(
+        PASS, f"no object written: {prompt_tokens} tokens are below the crossover {min_hit} "
+        "(kvceph_skip_short_puts)",
+    )  # fmt: skip
+
+
 def _causes(causes: tuple[str, ...]) -> str:
     return "".join(f"; {c}" for c in causes)
 

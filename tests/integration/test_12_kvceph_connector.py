@@ -11,11 +11,14 @@ import json
 
 import pytest
 import yaml
-from conftest import INFERENCE, pyinfra, ssh
+from conftest import HOSTS, INFERENCE, pyinfra, s3_client, ssh
+from lab_client import completion, long_prompt
 
 from deploys import connector_package
 
 ON = ("--data", "kvceph_lmcache_connector=kvceph")
+# Put admission at a fixed crossover of 4 chunks (1024 tokens): issue 37 item 4.
+ADMISSION = (*ON, "--data", "kvceph_min_hit_tokens=1024", "--data", "kvceph_skip_short_puts=True")
 # The engine's venv through its link; the operation names the venv as the plan shows it (the
 # profile's digest venv, issue 35).
 VENV = "/opt/kvceph/engines/vllm"
@@ -73,3 +76,30 @@ def test_engine_without_its_plugin_fails_readiness_naming_the_cause(kvceph_on):
     healed = pyinfra(*ON)
     assert healed.rc == 0, healed.output[-4000:]
     assert healed.changed() == [], json.dumps(healed.changed())
+
+
+def _objects() -> int:
+    pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket="lmcache")
+    return sum(page.get("KeyCount", 0) for page in pages)
+
+
+def _written(prompt: str) -> int:
+    """Objects one cold request to gpu1 wrote (the lab engine answers after its puts)."""
+    before = _objects()
+    completion(HOSTS["gpu1"], prompt, max_tokens=1)
+    return _objects() - before
+
+
+def test_skip_short_puts_writes_no_object_for_a_request_below_the_crossover(kvceph_on):
+    """Runs after the tests above (module order): the module's fixture restores the lab."""
+    # Off (the state the tests above leave: admission off, crossover 0): a short request writes.
+    short, long = 600, 1300  # words = tokens: 2 and 5 full chunks of 256, TP 2
+    assert _written(long_prompt(short)) == 4
+    run = pyinfra(*ADMISSION)
+    assert run.rc == 0, run.output[-4000:]
+    assert "  kvceph.skip_short_puts: true" in ssh("gpu1", "cat /etc/kvceph/lmcache.yaml").stdout
+    assert _written(long_prompt(short)) == 0  # 2 chunks < 4: such a hit would report 0 anyway
+    assert _written(long_prompt(long)) == 10  # every chunk of a request at the crossover
+    journal = ssh("gpu1", "journalctl -u vllm --no-pager -q -o cat | tail -n 200").stdout
+    assert "min_hit_tokens 1024, skip_short_puts" in journal
+    assert "kvceph: skip_short_puts since start: skipped" in journal

@@ -619,6 +619,7 @@ def test_kvceph_min_hit_tokens_from_the_resolved_crossover():
     tier = dataclasses.replace(me.lmcache.tier, crossover=crossover.Crossover(4096, "test"))
     me = dataclasses.replace(me, lmcache=dataclasses.replace(me.lmcache, tier=tier))
     assert "  kvceph.min_hit_tokens: 4096\n" in render.lmcache_yaml(me)
+    assert "skip_short_puts" not in render.lmcache_yaml(me)  # off: no line, no roll
     # A new crossover is a new lmcache.yaml, so a new digest: the group rolls.
     assert render.digest(me, CREDS) != render.digest(host(kvceph_lmcache_connector="kvceph"), CREDS)
 
@@ -633,3 +634,12 @@ def test_a_new_connector_build_restarts_its_engines_only(monkeypatch):
     monkeypatch.setattr(connector_package, "current", lambda: changed)
     assert render.digest(kvceph, CREDS) != before[0]
     assert render.digest(stock, CREDS) == before[1]
+
+
+def test_kvceph_skip_short_puts_is_rendered_only_when_on():
+    me = host(kvceph_lmcache_connector="kvceph", kvceph_skip_short_puts=True)
+    assert "  kvceph.skip_short_puts: true\n" in render.lmcache_yaml(me)
+    # The plugin reads it as LMCache hands it over (a YAML bool): the same settings function.
+    extra = render.lmcache_config(me)["extra_config"]
+    assert extra["kvceph.skip_short_puts"] is True
+    assert render.digest(me, CREDS) != render.digest(host(kvceph_lmcache_connector="kvceph"), CREDS)

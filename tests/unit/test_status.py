@@ -446,3 +446,29 @@ def test_s3_turned_off_is_one_line_with_its_time_and_what_happens_next(tmp_path)
         (row,) = document.engine_rows("gpu1", me, read, None, None)
         assert row["s3_disabled_at"] is None
         assert "S3 OFF" not in output.table(_doc([row], None, tmp_path))
+
+
+def test_puts_skipped_is_the_connectors_own_count_with_its_time(tmp_path):
+    me = host(kvceph_lmcache_connector="kvceph", kvceph_skip_short_puts=True)
+    read = _engine_read(me)
+    fixture = json.loads(
+        (ROOT / "tests/facts/connector.PutsSkipped/lab_engine_skipped.json").read_text()
+    )
+    read["engines"][0]["puts_skipped"] = fixture["fact"]
+    (row,) = document.engine_rows("gpu1", me, read, None, None)
+    assert row["puts_skipped"] == {"skipped": 1, "stored": 0, "at": fixture["fact"]["at"]}
+    (line,) = [x for x in output.table(_doc([row], None, tmp_path)).splitlines() if "puts " in x]
+    assert line == (
+        "puts skipped gpu1 vllm.service (kvceph_skip_short_puts): 1 chunks seen only below the "
+        "crossover not written, 0 written (the connector's count at "
+        f"{remote_tier.shown_time(fixture['fact']['at'])}; it logs at most once a minute)"
+    )
+    read["engines"][0]["puts_skipped"] = {"started": True, "at": None, "skipped": None,
+                                          "stored": None}  # fmt: skip
+    (row,) = document.engine_rows("gpu1", me, read, None, None)
+    assert "none logged since the engine started" in output.table(_doc([row], None, tmp_path))
+    # Off (not read): no line.
+    read["engines"][0]["puts_skipped"] = None
+    (row,) = document.engine_rows("gpu1", me, read, None, None)
+    assert row["puts_skipped"] is None
+    assert "puts skipped" not in output.table(_doc([row], None, tmp_path))

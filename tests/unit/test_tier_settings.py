@@ -21,6 +21,7 @@ def test_defaults():
         tier = load(groups).lmcache.tier
         assert tier.connector == "lmcache"  # until the H200 run; Gaudi3 stays stock
         assert (tier.connections, tier.timeout_s, tier.min_hit_tokens) == (16, 5.0, None)
+        assert tier.skip_short_puts is False
         assert tier.measured_dir == str(CHECKOUT / "measured") and tier.prefill_source == "default"
     assert load().lmcache.tier.prefill_points == crossover.DEFAULT_PREFILL["nvidia"]
 
@@ -51,6 +52,12 @@ BAD = [
     ({"kvceph_connector_timeout_s": 0}, "kvceph_connector_timeout_s", "[0.1, 600]"),
     ({"kvceph_connector_timeout_s": True}, "kvceph_connector_timeout_s", "[0.1, 600]"),
     ({"kvceph_min_hit_tokens": -1}, "kvceph_min_hit_tokens", "must be >= 0"),
+    ({"kvceph_skip_short_puts": True}, "kvceph_skip_short_puts", "needs kvceph's connector"),
+    (
+        {"kvceph_lmcache_connector": "kvceph", "kvceph_skip_short_puts": "yes"},
+        "kvceph_skip_short_puts",
+        "",
+    ),
     ({"kvceph_connector_receive_dir": "shm"}, "kvceph_connector_receive_dir", "does not match"),
     ({"kvceph_connector_refresh_s": -5}, "kvceph_connector_refresh_s", "must be >= 0"),
     ({"kvceph_connector_refresh_s": 7200}, "kvceph_connector_refresh_s", "must be <= 3600"),

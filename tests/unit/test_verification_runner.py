@@ -79,6 +79,7 @@ class FakeEngine:
         self.stream_error = None
         self.foreign_writes = 0
         self.min_hit = 0  # kvceph's connector: hits below it are reported as 0
+        self.skip_short = False  # kvceph.skip_short_puts: no PUT when S3 was asked < min_hit
         self.local_cpu = False  # LMCache's DRAM tier: chunks this process stored or loaded
         self.honours_salt = True  # vLLM >= 0.9: cache_salt joins its prefix cache's hash
         self.lmcache_metrics = False  # LMCache's counters on /metrics (PROMETHEUS_MULTIPROC_DIR)
@@ -127,7 +128,8 @@ class FakeEngine:
         self.remote_read += (hit - dram) * self.tp * CHUNK * 64
         if self.local_cpu:
             self.dram.update(k for keys in chunks for k in keys)
-        if self.writes_ok:
+        short = self.skip_short and (len(chunks) - dram) * CHUNK < self.min_hit
+        if self.writes_ok and not short:
             for keys in chunks[hit:]:
                 for k in keys:
                     self.bucket.put(k, CHUNK * 64)
@@ -621,6 +623,28 @@ def test_below_the_crossover_no_hit_is_the_pass_and_nothing_is_measured(lab):
     assert steps[("gpu2", "cross-node")].verdict.status == "pass"
     assert warm.figures["min_hit_tokens"] == 2048
     assert r.measured == []
+
+
+def test_skip_short_puts_below_the_crossover_writes_nothing_and_that_passes(lab):
+    bucket, engines, add = lab
+    a, b = (
+        targets.Target(**{**_kvceph(add(n), 2048).__dict__, "skip_short_puts": True})
+        for n in ("gpu1", "gpu2")
+    )
+    for e in engines.values():
+        e.min_hit, e.skip_short = 2048, True
+    rep, _ = _run(bucket, engines, [[a, b]])
+    steps = _by_step(rep)
+    assert not rep.failures, rep.failure_lines()
+    cold = steps[("gpu1", "cold")]
+    assert cold.objects == 0 and "below the crossover 2048" in cold.verdict.message
+    assert steps[("gpu1", "fallback")].verdict.message.startswith("skipped: kvceph_skip_short")
+    assert bucket.objects == {}
+    # An engine whose connector stores them anyway (an older kvceph-connector) fails the step.
+    engines["gpu1"].skip_short = False
+    rep, _ = _run(bucket, engines, [[a]])
+    cold = _by_step(rep)[("gpu1", "cold")].verdict
+    assert cold.failed and "does not skip them" in cold.message
 
 
 def test_a_hit_below_the_crossover_fails(lab):

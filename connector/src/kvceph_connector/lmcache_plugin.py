@@ -13,6 +13,7 @@ lmcache.yaml loads it (never together with remote_url)::
       kvceph.timeout_s: 5.0
       kvceph.min_hit_tokens: 0
       kvceph.verify_crc32c: false             # optional: check each GET's crc32c
+      kvceph.skip_short_puts: false            # opt-in: see "store" below
       save_chunk_meta: false
 
 What LMCache calls (RemoteBackend, storage_manager, 0.5.6), and what each does here:
@@ -27,6 +28,17 @@ What LMCache calls (RemoteBackend, storage_manager, 0.5.6), and what each does h
   is released, never handed over.
 - store: ``put`` (one per chunk: RemoteBackend submits each); partial chunks are skipped as
   LMCache's own S3 connector does. InstrumentedRemoteConnector releases the MemoryObj after it.
+  With ``kvceph.skip_short_puts`` (opt-in, admission.py) a chunk whose key this process saw only
+  in lookups of fewer than min_hit_tokens' chunks is not stored either. Which processes see
+  lookups (LMCache 0.5.6): vLLM's scheduler sends each lookup to the lookup server of every
+  worker in ``lookup_server_worker_ids`` (default: all workers; worker 0 only with MLA,
+  ``config.get_lookup_server_worker_ids``), whose StorageManager asks this connector -- the same
+  instance that later receives that worker's puts. A worker without a lookup server (or the
+  scheduler-side bypass lookup client) never records a key, so all its puts are stored.
+  The hazard that keeps it off by default (docs/design.md): LMCache stores a request's chunks
+  only after its whole LMCache hit, the node's DRAM tier included (``skip_leading_tokens`` =
+  ``lmcache_cached_tokens``), and asks this connector only about the chunks after the DRAM
+  hit; so a short prefix kept in DRAM is never put when a longer request extends it.
 - ``remove_sync`` deletes; ``close`` closes the core.
 """
 
@@ -52,6 +64,7 @@ from lmcache.v1.storage_backend.connector import (  # noqa: E402
 )
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector  # noqa: E402
 
+from kvceph_connector.admission import PutAdmission  # noqa: E402
 from kvceph_connector.s3core import S3Config, S3Core  # noqa: E402
 from kvceph_connector.settings import settings_from_extra  # noqa: E402
 
@@ -66,9 +79,17 @@ class KvcephS3Connector(RemoteConnector):
 
     + loop: LMCache's event loop. + local_cpu_backend: allocates the MemoryObjs GETs fill.
     + s3: the S3Config. + min_hit_tokens: lookups below this hit length report 0.
+    + skip_short_puts: no PUT for chunks seen only in lookups below min_hit_tokens.
     """
 
-    def __init__(self, loop, local_cpu_backend, s3: S3Config, min_hit_tokens: int = 0):
+    def __init__(
+        self,
+        loop,
+        local_cpu_backend,
+        s3: S3Config,
+        min_hit_tokens: int = 0,
+        skip_short_puts: bool = False,
+    ):
         super().__init__(local_cpu_backend.config, local_cpu_backend.metadata)
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
@@ -78,6 +99,12 @@ class KvcephS3Connector(RemoteConnector):
         # LMCache's S3 holds only full chunks (puts of partial ones are skipped), so a hit of
         # n chunks is exactly n * chunk_size tokens.
         self.min_hit_chunks = math.ceil(self.min_hit_tokens / self.chunk_size)
+        # None: every full chunk is stored. Below 2 chunks every lookup is long: nothing to skip.
+        self.admission = (
+            PutAdmission(self.min_hit_chunks, log=logger)
+            if skip_short_puts and self.min_hit_chunks > 1
+            else None
+        )
 
     # -- lookups ---------------------------------------------------------------------------
     def _prefix(self, sizes: list[int | None]) -> int:
@@ -102,10 +129,18 @@ class KvcephS3Connector(RemoteConnector):
         """The contiguous hit prefix (chunks), 0 below the crossover; HEADs concurrent."""
         if not keys:
             return 0
+        names = self._looked_up(keys)
         sizes = await asyncio.wrap_future(
-            self.core.lookup_future([k.to_string() for k in keys], self.full_chunk_size_bytes)
+            self.core.lookup_future(names, self.full_chunk_size_bytes)
         )
         return self._prefix(sizes)
+
+    def _looked_up(self, keys: list[CacheEngineKey]) -> list[str]:
+        """The keys' object names, recorded for put admission when it is on."""
+        names = [k.to_string() for k in keys]
+        if self.admission is not None:
+            self.admission.looked_up(names)
+        return names
 
     def support_batched_async_contains(self) -> bool:
         return True
@@ -114,9 +149,7 @@ class KvcephS3Connector(RemoteConnector):
         """Synchronous lookup (RemoteBackend.batched_contains): same answer as the async one."""
         if not keys:
             return 0
-        return self._prefix(
-            self.core.lookup([k.to_string() for k in keys], self.full_chunk_size_bytes)
-        )
+        return self._prefix(self.core.lookup(self._looked_up(keys), self.full_chunk_size_bytes))
 
     def support_batched_contains(self) -> bool:
         return True
@@ -210,9 +243,10 @@ class KvcephS3Connector(RemoteConnector):
                 self.full_chunk_size_bytes,
             )
             return
-        await asyncio.wrap_future(
-            self.core.put_many_future([(key.to_string(), memory_obj.byte_array)])
-        )
+        name = key.to_string()
+        if self.admission is not None and not self.admission.admit(name):
+            return
+        await asyncio.wrap_future(self.core.put_many_future([(name, memory_obj.byte_array)]))
 
     def support_batched_put(self) -> bool:
         return False
@@ -245,13 +279,17 @@ class KvcephConnectorAdapter(ConnectorAdapter):
         config = context.config
         if config is None or context.metadata is None:
             raise ValueError("kvceph's connector needs LMCache's config and metadata")
-        s3, min_hit_tokens = settings_from_extra(config.extra_config)
+        s3, min_hit_tokens, skip_short_puts = settings_from_extra(config.extra_config)
         connector = KvcephS3Connector(
-            context.loop, context.local_cpu_backend, s3, min_hit_tokens=min_hit_tokens
+            context.loop,
+            context.local_cpu_backend,
+            s3,
+            min_hit_tokens=min_hit_tokens,
+            skip_short_puts=skip_short_puts,
         )
         logger.info(
             "kvceph connector %s ready for %s (LMCache %s): %s, %s://, %d connections, "
-            "timeout %.1f s, min_hit_tokens %d, crc32c check %s",
+            "timeout %.1f s, min_hit_tokens %d%s, crc32c check %s",
             __version__,
             context.url,
             lmcache_version(),
@@ -260,6 +298,13 @@ class KvcephConnectorAdapter(ConnectorAdapter):
             s3.connections,
             s3.timeout_s,
             min_hit_tokens,
+            (
+                ", skip_short_puts"
+                if connector.admission is not None
+                else ", skip_short_puts idle (min_hit_tokens under 2 chunks)"
+                if skip_short_puts
+                else ""
+            ),
             "on" if s3.verify_crc32c else "off",
         )
         return connector

@@ -5,6 +5,8 @@ Torch-free, so the lab engine (LMCache without torch) reads them exactly as the 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from kvceph_connector.s3core import S3Config
 
 #: The extra_config keys the plugin reads (``kvceph.<name>``) and their defaults.
@@ -15,6 +17,7 @@ KEYS = {
     "connections": 16,
     "timeout_s": 5.0,
     "min_hit_tokens": 0,
+    "skip_short_puts": False,
     "receive_dir": None,
     "refresh_s": 60.0,
     "verify_crc32c": False,
@@ -42,8 +45,14 @@ def _number(name: str, value, kind, minimum):
     return number
 
 
-def settings_from_extra(extra: dict | None) -> tuple[S3Config, int]:
-    """The core's S3Config and min_hit_tokens from LMCache's extra_config, checked.
+class PluginSettings(NamedTuple):
+    s3: S3Config
+    min_hit_tokens: int  # lookups whose hit is shorter report 0 (the crossover)
+    skip_short_puts: bool  # no PUT for chunks seen only in lookups below it (admission.py)
+
+
+def settings_from_extra(extra: dict | None) -> PluginSettings:
+    """The core's S3Config, min_hit_tokens and skip_short_puts from LMCache's extra_config.
 
     + extra: config.extra_config (kvceph.* keys; unknown kvceph.* keys are an error).
     """
@@ -70,4 +79,8 @@ def settings_from_extra(extra: dict | None) -> tuple[S3Config, int]:
         refresh_s=_number("refresh_s", got["refresh_s"], float, 0),
         verify_crc32c=_bool("verify_crc32c", got["verify_crc32c"]),
     )
-    return config, _number("min_hit_tokens", got["min_hit_tokens"], int, 0)
+    return PluginSettings(
+        config,
+        _number("min_hit_tokens", got["min_hit_tokens"], int, 0),
+        _bool("skip_short_puts", got["skip_short_puts"]),
+    )

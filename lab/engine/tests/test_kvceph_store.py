@@ -111,3 +111,59 @@ def test_the_engine_stores_and_loads_through_the_core(s3):
     gets = s3.count("GET")
     skipped, _ = engine(min_hit=128).prefill("below", tokens)  # 64 tokens < 128
     assert skipped.loaded == 0 and skipped.computed == 64 and s3.count("GET") == gets
+
+
+def _engine(s3, min_hit=0, skip_short=False, local_cpu=None):
+    from kvceph_lab_engine.engine import KVEngine, LoadLimits
+    from kvceph_lab_engine.hashing import ChunkHasher
+
+    hasher = ChunkHasher(
+        model="/models/m", world_size=2, kv_dtype="bfloat16", chunk_size=16,
+        save_unfull_chunk=False, algorithm="sha256_cbor", seed="0",
+    )  # fmt: skip
+    extra = {**EXTRA, "kvceph.endpoint": s3.endpoint, "kvceph.min_hit_tokens": min_hit}
+    if skip_short:
+        extra["kvceph.skip_short_puts"] = True
+    return KVEngine(
+        hasher=hasher, tp=2, bytes_per_token=64, prefill_ms_per_token=0.0,
+        store=kvceph_store.create(extra, 16), load_failure_policy="recompute",
+        local_cache_tokens=0, limits=LoadLimits(), local_cpu=local_cpu,
+    )  # fmt: skip
+
+
+def _serve(engine, rid, tokens):
+    result, chunks = engine.prefill(rid, tokens)
+    engine.save(rid, chunks)
+    return result
+
+
+def test_skip_short_puts_writes_only_requests_at_or_above_the_crossover(s3, caplog):
+    caplog.set_level(logging.INFO)
+    short, long = list(range(100, 132)), list(range(100, 164))  # 2 and 4 chunks of 16
+    on = _engine(s3, min_hit=64, skip_short=True)
+    assert "min_hit_tokens 64, skip_short_puts" in lines(caplog)
+    _serve(on, "short", short)
+    assert len(s3.objects) == 0  # 2 chunks < 4: a hit of them would report 0 anyway
+    assert "since start: skipped 1, stored 0" in lines(caplog)  # then at most once a minute
+    _serve(on, "long", long)
+    assert len(s3.objects) == 8  # 4 chunks x 2 workers, the short prefix included
+    s3.objects.clear()
+    off = _engine(s3, min_hit=64)
+    _serve(off, "short", short)
+    assert len(s3.objects) == 4
+
+
+def test_skip_short_puts_with_the_dram_tier_leaves_the_prefix_out(s3):
+    """The hazard that keeps it opt-in (docs/design.md): LMCache stores a request's chunks only
+    after its LMCache hit, DRAM included, and asks the connector only about the chunks after
+    the DRAM hit. A short prefix kept in DRAM is never put when a longer request extends it."""
+    from kvceph_lab_engine.engine import LocalCpuTier
+
+    short, long = list(range(100, 132)), list(range(100, 196))  # 2 and 6 chunks of 16
+    node = _engine(s3, min_hit=64, skip_short=True, local_cpu=LocalCpuTier(1 << 20))
+    _serve(node, "short", short)
+    assert len(s3.objects) == 0
+    assert _serve(node, "long", long).dram_loaded == 32
+    assert len(s3.objects) == 8  # chunks 3-6 only: chunks 1-2 stayed in DRAM
+    other = _engine(s3, min_hit=64)
+    assert _serve(other, "elsewhere", long).loaded == 0  # the bucket's chain breaks at chunk 1

@@ -9,12 +9,15 @@ this module only does what LMCache 0.5.6 + kvceph_connector.lmcache_plugin do ar
   ``connection = None``), while LMCache still logs "Created remote backend for plugin: kvceph";
 - lookups: every HEAD of the remaining chunks at once, the contiguous prefix, 0 below
   ``kvceph.min_hit_tokens`` (no GET then);
-- loads: GETs into buffers, size and crc32c checked by the core; puts: one PutObject each.
+- loads: GETs into buffers, size and crc32c checked by the core; puts: one PutObject each,
+  none for a key seen only in lookups below the crossover when ``kvceph.skip_short_puts`` is on
+  (the plugin's own PutAdmission; one for every TP worker: their key names differ by worker).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 
 lmcache_log = logging.getLogger("kvceph_lab_engine.lmcache")
 
@@ -68,20 +71,35 @@ class KvcephStore:
     disabled = False  # no breaker: the core backs off and comes back by itself
 
     def __init__(self, core_class, extra: dict, chunk_size: int):
+        from kvceph_connector.admission import PutAdmission
         from kvceph_connector.settings import settings_from_extra
 
-        config, self.min_hit_tokens = settings_from_extra(extra)
+        config, self.min_hit_tokens, skip_short_puts = settings_from_extra(extra)
         self.core = core_class(config)
         self.chunk_size = chunk_size
+        min_hit_chunks = math.ceil(self.min_hit_tokens / chunk_size)
+        # As the plugin: below 2 chunks every lookup is long, nothing to skip.
+        self.admission = (
+            PutAdmission(min_hit_chunks, log=lmcache_log)
+            if skip_short_puts and min_hit_chunks > 1
+            else None
+        )
         lmcache_log.info(
             "kvceph connector ready for plugin://%s: %s, %s://, %d connections, "
-            "timeout %.1f s, min_hit_tokens %d, crc32c check %s",
+            "timeout %.1f s, min_hit_tokens %d%s, crc32c check %s",
             PLUGIN,
             config.endpoint,
             "https" if config.tls else "http",
             config.connections,
             config.timeout_s,
             self.min_hit_tokens,
+            (
+                ", skip_short_puts"
+                if self.admission is not None
+                else ", skip_short_puts idle (min_hit_tokens under 2 chunks)"
+                if skip_short_puts
+                else ""
+            ),
             "on" if config.verify_crc32c else "off",
         )
 
@@ -94,6 +112,10 @@ class KvcephStore:
 
         + chunk_keys: per chunk, its object names (one per worker). + sizes: bytes per chunk.
         """
+        if self.admission is not None:
+            # Each worker's connector is asked about its own keys, as many as there are chunks.
+            for column in zip(*chunk_keys, strict=True):
+                self.admission.looked_up(list(column))
         flat = [k for keys in chunk_keys for k in keys]
         found = iter(self.core.lookup(flat)) if flat else iter(())
         hits = 0
@@ -113,4 +135,11 @@ class KvcephStore:
         return [bytes(b) if good else None for b, good in zip(bufs, ok, strict=True)]
 
     def put_many(self, items: list[tuple[str, bytes]]) -> list[bool]:
-        return self.core.put_many(items)
+        """PUT each; a put admission skips (True: the plugin's put returns as if done)."""
+        if self.admission is None:
+            return self.core.put_many(items)
+        admitted = [self.admission.admit(k) for k, _ in items]
+        stored = iter(
+            self.core.put_many([it for it, ok in zip(items, admitted, strict=True) if ok])
+        )
+        return [next(stored) if ok else True for ok in admitted]
