@@ -335,7 +335,7 @@ def test_bad_kvceph_keys_are_one_line_errors():
 
     base = {"kvceph.endpoint": "lmcache.s3.kvlab:443"}
     config, min_hit = settings_from_extra({**base, "kvceph.tls": "false"})
-    assert (config.tls, config.connections, config.timeout_s, min_hit) == (False, 16, 5.0, 0)
+    assert (config.tls, config.connections, config.timeout_s, min_hit) == (False, 64, 5.0, 0)
     assert config.refresh_s == 60.0
     assert settings_from_extra({**base, "kvceph.refresh_s": 15})[0].refresh_s == 15.0
     for extra, text in [

@@ -17,14 +17,24 @@ from deploys import crossover
 # "lmcache": LMCache's own S3 connector (remote_url). "kvceph": kvceph's (connector/), loaded as
 # an LMCache remote storage plugin.
 CONNECTORS = ("lmcache", "kvceph")
-# The stock connector until the H200 run shows kvceph's at least as fast (issue 37 item 2): on
-# 2026-12-04 (vLLM 0.25.1, same run, medians of 3) kvceph's warm from S3 took x1.08 / x1.20 /
-# x1.02 the stock one's at 16k / 32k / 127k tokens, its fetch the slower part
-# (hw/h200/results/2026-12-04-cmp). Gaudi3 stays on it until measured there.
-DEFAULT_CONNECTOR = {"nvidia": "lmcache", "gaudi": "lmcache"}
-# kvceph's connector: concurrent requests per worker, and how long one request may take before
-# it counts as a miss (a 32 MiB chunk takes ~30 ms at 1 GB/s).
-DEFAULT_CONNECTIONS = 16
+# kvceph's connector by default (issue 37 item 2): LMCache's stock one records a phantom object
+# on a bad status without a CRT error and can return an unwritten buffer as KV (LMCache #4483),
+# keeps a lifecycle-deleted object as a hit and caches misses for the life of the process, and
+# turns S3 off until a restart after three connection errors; kvceph's has none of these.
+# Speed, same H200 run (vLLM 0.25.1, medians of 3, hw/h200/results/2026-12-04-cmp): on
+# 2026-12-04 (loan 9) kvceph's warm from S3 took x1.08 / x1.20 / x1.02 the stock one's at
+# 16k / 32k / 127k tokens with 16 connections, its fetch the slower part: the stock
+# connector's CRT client has no request cap (~25 connections from its 10 Gbit/s throughput
+# target) while kvceph's ran 16 requests at a time. With 64 connections (loan 3,
+# hw/h200/README.md) kvceph's was level with the stock one at 16k and faster at 32k.
+# TODO(lead): loan 10: <16k / 32k / 127k warm, kvceph 64 connections vs stock, same run>.
+# Gaudi3: proven on the lab only (the lab engine runs the connector's real S3 core), not yet
+# measured on Gaudi hardware.
+DEFAULT_CONNECTOR = {"nvidia": "kvceph", "gaudi": "kvceph"}
+# kvceph's connector: concurrent requests per worker (the stock connector opens ~25 from its
+# throughput target; 64 measured above), and how long one request may take before it counts
+# as a miss (a 32 MiB chunk takes ~30 ms at 1 GB/s).
+DEFAULT_CONNECTIONS = 64
 DEFAULT_TIMEOUT_S = 5.0
 MIN_TIMEOUT_S = 0.1
 # Where verify.py keeps the measured figures of each cache group (crossover.py): beside the

@@ -19,8 +19,8 @@ def load(groups=("gpu",), host="gpu1", **data):
 def test_defaults():
     for groups in (("gpu",), ("gaudi",)):
         tier = load(groups).lmcache.tier
-        assert tier.connector == "lmcache"  # until the H200 run; Gaudi3 stays stock
-        assert (tier.connections, tier.timeout_s, tier.min_hit_tokens) == (16, 5.0, None)
+        assert tier.connector == "kvceph"  # issue 37 item 2; Gaudi3 proven on the lab
+        assert (tier.connections, tier.timeout_s, tier.min_hit_tokens) == (64, 5.0, None)
         assert tier.measured_dir == str(CHECKOUT / "measured") and tier.prefill_source == "default"
     assert load().lmcache.tier.prefill_points == crossover.DEFAULT_PREFILL["nvidia"]
 

@@ -12,7 +12,7 @@ KEYS = {
     "endpoint": None,
     "region": "us-east-1",
     "tls": True,
-    "connections": 16,
+    "connections": 64,
     "timeout_s": 5.0,
     "min_hit_tokens": 0,
     "receive_dir": None,
