@@ -30,7 +30,7 @@ nothing could be measured.
 
     python s3probe.py --endpoint BUCKET.DNS:PORT --region R --chunk-bytes B --chunks K
         --workers TP --io-threads 64 --rounds 3 --nonce N [--disable-tls] [--prefer-http2]
-        [--connector kvceph --connections 16 --timeout-s 5]
+        [--connector kvceph --connections 64 --timeout-s 5]
 """
 
 import argparse
@@ -270,7 +270,7 @@ def parse(argv):
     p.add_argument("--disable-tls", action="store_true")
     p.add_argument("--prefer-http2", action="store_true")
     p.add_argument("--connector", choices=("lmcache", "kvceph"), default="lmcache")
-    p.add_argument("--connections", type=int, default=16)
+    p.add_argument("--connections", type=int, default=64)
     p.add_argument("--timeout-s", type=float, default=5.0)
     return p.parse_args(argv)
 
