@@ -17,13 +17,22 @@ from deploys import crossover
 # "lmcache": LMCache's own S3 connector (remote_url). "kvceph": kvceph's (connector/), loaded as
 # an LMCache remote storage plugin.
 CONNECTORS = ("lmcache", "kvceph")
-# The stock connector until the H200 run shows kvceph's at least as fast (issue 37 item 2): on
-# 2026-12-04 (vLLM 0.25.1, same run, medians of 3) kvceph's warm from S3 took x1.08 / x1.20 /
-# x1.02 the stock one's at 16k / 32k / 127k tokens, its fetch the slower part
-# (hw/h200/results/2026-12-04-cmp). Gaudi3 stays on it until measured there.
-DEFAULT_CONNECTOR = {"nvidia": "lmcache", "gaudi": "lmcache"}
-# kvceph's connector: concurrent requests per worker, and how long one request may take before
-# it counts as a miss (a 32 MiB chunk takes ~30 ms at 1 GB/s).
+# kvceph's connector by default (issue 37 item 2): LMCache's stock one records a phantom object
+# on a bad status without a CRT error and can return an unwritten buffer as KV (LMCache #4483),
+# keeps a lifecycle-deleted object as a hit and caches misses for the life of the process, and
+# turns S3 off until a restart after three connection errors; kvceph's has none of these.
+# Speed on the H200 (vLLM 0.25.1, warm from S3, medians of 3, same run): loan 9 had kvceph's
+# at x1.08 / x1.20 / x1.02 the stock one's at 16k / 32k / 127k tokens (hw/h200/results/
+# 2026-12-04-cmp), the gap in its fetch; loan 10 (2026-12-04-loan10) found the gap in its
+# crc32c check of every GET body: without it (now the default, kvceph_connector_verify_crc32c)
+# x0.95 at 16k and x0.92 at 32k (1.476 vs 1.557 s, 2.743 vs 2.982 s). 127k was not measured
+# without the check (loan 9 with it: x1.02, spreads overlapping).
+# Gaudi3: proven on the lab only (the lab engine runs the connector's real S3 core), not yet
+# measured on Gaudi hardware.
+DEFAULT_CONNECTOR = {"nvidia": "kvceph", "gaudi": "kvceph"}
+# kvceph's connector: concurrent requests per worker (64 fetched slower than 16 in loan 10:
+# 2.5 vs 3.7 GB/s; awscrt hands each body part to Python under the GIL), and how long one
+# request may take before it counts as a miss (a 32 MiB chunk takes ~30 ms at 1 GB/s).
 DEFAULT_CONNECTIONS = 16
 DEFAULT_TIMEOUT_S = 5.0
 MIN_TIMEOUT_S = 0.1

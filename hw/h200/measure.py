@@ -33,9 +33,12 @@ sys.path.insert(0, str(HERE))
 from breakdown import breakdown  # noqa: E402
 from prove import log, setup  # noqa: E402
 
-from deploys.settings.tier import DEFAULT_CONNECTIONS  # noqa: E402
 from deploys.verification import bookkeeping  # noqa: E402
 from deploys.verification.runner import Runner  # noqa: E402
+
+# The connection count a row named plain "kvceph" ran (kvceph's default, 16), fixed so a row's
+# name means the same in every results/ table (64 connections are "kvceph-c64").
+NAMED_CONNECTIONS = 16
 
 
 def reset_prefix_cache(base_url: str, timeout: float = 60) -> float:
@@ -74,13 +77,13 @@ def lmcache_lines(log_path: str, since: float, words=("Retrieved", "hit tokens")
 def connector(cfg: dict) -> str:
     """Which S3 connector the variant's lmcache.yaml loads: kvceph's plugin ("kvceph-shm" when
     its GET bodies land in files, kvceph.receive_dir; "-cN" when it runs N connections instead
-    of kvceph's default) or LMCache's."""
+    of NAMED_CONNECTIONS) or LMCache's."""
     if not cfg["lmcache"].get("remote_storage_plugins"):
         return "lmcache"
     extra = cfg["lmcache"].get("extra_config") or {}
     name = "kvceph-shm" if extra.get("kvceph.receive_dir") else "kvceph"
-    n = int(extra.get("kvceph.connections", DEFAULT_CONNECTIONS))
-    return name if n == DEFAULT_CONNECTIONS else f"{name}-c{n}"
+    n = int(extra.get("kvceph.connections", NAMED_CONNECTIONS))
+    return name if n == NAMED_CONNECTIONS else f"{name}-c{n}"
 
 
 def variant_fields(cfg: dict, t) -> dict:

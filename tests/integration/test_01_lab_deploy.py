@@ -54,13 +54,16 @@ def test_files_content_owner_and_mode(converged, host):
         "/etc/systemd/system/vllm.service root:root 644",
     ]
     config = yaml.safe_load(ssh(host, "cat /etc/kvceph/lmcache.yaml").stdout)
-    assert config["remote_url"] == f"s3://lmcache.s3.kvlab:{S3_PORT}"
+    # kvceph's connector, the default (issue 37 item 2): LMCache's plugin, never remote_url.
+    assert config["remote_storage_plugins"] == ["kvceph"] and "remote_url" not in config
     assert config["chunk_size"] == 256
     assert config["local_cpu"] is True  # the DRAM tier in front of S3 (issue 37)
-    assert config["extra_config"]["s3_region"] == "default"
-    # disable_tls follows the endpoint's scheme (absent: LMCache opens TLS).
-    assert config["extra_config"].get("disable_tls", False) is (S3_SCHEME == "http")
-    assert "s3_max_io_concurrency" not in config["extra_config"]
+    extra = config["extra_config"]
+    assert extra["kvceph.endpoint"] == f"lmcache.s3.kvlab:{S3_PORT}"
+    assert extra["kvceph.region"] == "default"
+    assert extra["kvceph.tls"] is (S3_SCHEME == "https")  # follows the endpoint's scheme
+    assert extra["kvceph.connections"] == 16
+    assert not [k for k in extra if k.startswith("s3_") or k == "disable_tls"]  # stock keys
     creds = ssh(host, "cat /var/lib/vllm/.aws/credentials").stdout
     # Its cache group's key (inventories/lab.py: gaudi1 is group gaudi), no other; booleans, so
     # a failure never prints a key.

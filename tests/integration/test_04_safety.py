@@ -149,8 +149,8 @@ def wait_s3(timeout: float = 60) -> None:
         time.sleep(1)
 
 
-def status_run():
-    return pyinfra(deploy="status.py", json_out=False)
+def status_run(*args: str):
+    return pyinfra(*args, deploy="status.py", json_out=False)
 
 
 ROLL = "vLLM service | Rolling restart of vllm.service"
@@ -170,11 +170,9 @@ def test_s3_turned_off_by_lmcache_is_said_and_restarted_once_the_endpoint_answer
     """LMCache's stock S3 connector turns S3 off for the process after three connection errors
     (the lab engine as 0.5.6): status.py says S3 OFF, the deploy restarts exactly that engine,
     drained, once the endpoint answers, and a warm request hits S3 again."""
-    # The stock connector (the lab's default at this writing; pinned here should it change).
-    stock = "remote_url:" in ssh("gpu1", "cat /etc/kvceph/lmcache.yaml").stdout
-    pin = () if stock else ("--data", "kvceph_lmcache_connector=lmcache")
-    if pin:
-        assert pyinfra(*pin).rc == 0
+    # LMCache's stock connector, pinned: kvceph's (the default) has no breaker.
+    pin = ("--data", "kvceph_lmcache_connector=lmcache")
+    assert pyinfra(*pin).rc == 0
     before = main_pids()
     # The endpoint refuses connections (RGW stopped behind haproxy would answer 503, which is
     # no connection error): a cold prompt's chunk uploads fail until the breaker trips.
@@ -193,7 +191,8 @@ def test_s3_turned_off_by_lmcache_is_said_and_restarted_once_the_endpoint_answer
     wait_s3()
     assert all(not _s3_off_lines(h) for h in INFERENCE if h != "gpu1")
 
-    report = status_run()
+    # status.py reads the S3-off line for engines set to the stock connector only.
+    report = status_run(*pin)
     assert report.rc == 0, report.output[-4000:]
     off = [x for x in report.output.splitlines() if x.startswith("S3 OFF")]
     assert len(off) == 1 and off[0].startswith("S3 OFF gpu1 vllm.service since "), off
@@ -223,9 +222,8 @@ def test_s3_turned_off_by_lmcache_is_said_and_restarted_once_the_endpoint_answer
     assert external_hits(HOSTS["gpu1"]) > hits, "gpu1 loaded nothing from S3 after its restart"
 
     assert pyinfra(*pin).changed() == []
-    assert "S3 OFF" not in status_run().output
-    if pin:
-        settle()
+    assert "S3 OFF" not in status_run(*pin).output
+    settle()
 
 
 # 3. Dry run tells the truth ------------------------------------------------------------------

@@ -196,7 +196,9 @@ class Layout:
     env_drift: tuple[str, ...] = ()  # vllm.env edited to PYTHONHASHSEED=68
     rgw_down: bool = False  # RGW stopped: haproxy answers 503 "No server is available"
     mon_down: bool = False  # no mon answers: every ceph call times out (exit 1)
-    kvceph_connector: tuple[str, ...] = ()  # hosts with kvceph_lmcache_connector "kvceph"
+    # Hosts with kvceph_lmcache_connector "kvceph"; every other inference host pins "lmcache"
+    # (the scenarios were recorded with the stock connector; kvceph's is the product default).
+    kvceph_connector: tuple[str, ...] = ()
     monitoring: tuple[str, ...] = ()  # hosts of group monitoring (the operator's Prometheus)
     # Hosts whose engine was written and started with vLLM 0.26.0 on the fleet's seed: the
     # profile's 0.33 is another key scheme (deploys/upgrade.py).
@@ -221,8 +223,9 @@ class Layout:
             data["kvceph_ceph_hostname"] = host.split("/", 1)[1]
         if self.engine_preinstalled:
             data["kvceph_engine_install"] = False
-        if host in self.kvceph_connector:
-            data["kvceph_lmcache_connector"] = "kvceph"
+        if host in GROUPS["gpu"] + GROUPS["gaudi"]:
+            stock = host not in self.kvceph_connector
+            data["kvceph_lmcache_connector"] = "lmcache" if stock else "kvceph"
         for group in FAKE_GROUP_KEYS:
             if host in GROUPS.get(group, ()):
                 data["kvceph_cache_group"] = group

@@ -76,7 +76,10 @@ def test_admin_host_region_is_checked_too():
         {"kvceph_s3_region": "us-east-1"},
         {"kvceph_extra_env": {"NCCL_DEBUG": 'INFO # "quoted" $HOME = x'}},
         {"kvceph_engine_profile": {"extra_args": ["--served-model-name", "my model #1"]}},
-        {"kvceph_lmcache_extra_config": {"s3_prefer_http2": False}},
+        {
+            "kvceph_lmcache_connector": "lmcache",
+            "kvceph_lmcache_extra_config": {"s3_prefer_http2": False},
+        },
     ],
 )
 def test_what_the_format_carries_stays_accepted(data):
@@ -99,7 +102,7 @@ def _rendered(layout, host) -> str:
 
 
 # Values that show up only as words of other text ("lmcache" in paths, "vllm" in the unit).
-_COINCIDENCES = {"kvceph_s3_user", "kvceph_engine_profile.name"}
+_COINCIDENCES = {"kvceph_s3_user", "kvceph_engine_profile.name", "kvceph_lmcache_connector"}
 
 
 def test_every_setting_the_renderer_writes_is_in_the_table():

@@ -32,7 +32,10 @@ def test_h200_inventory_derives_the_lmcache_config(me):
     # The 73.6 s load margin capped at the 131072-token recompute (53.7 s on the H200 curve).
     assert config["lookup_timeout_ms"] == 53719
     assert config["local_cpu"] is True
-    assert config["remote_url"] == "s3://lmcache.s3.lab:7480"
+    # kvceph's connector, the default (issue 37 item 2); ship.sh names the connector per run.
+    assert config["remote_storage_plugins"] == ["kvceph"] and "remote_url" not in config
+    assert config["extra_config"]["kvceph.endpoint"] == "lmcache.s3.lab:7480"
+    assert config["extra_config"]["kvceph.connections"] == 16
 
 
 def test_local_control_reads_exec_start_like_systemd(me):

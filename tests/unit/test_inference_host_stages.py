@@ -58,7 +58,10 @@ def test_a_model_directory_is_sized_from_its_config_json_on_the_host():
 
 def test_dropped_keys_warned_once():
     ic._warned_dropped.clear()
-    me = host(kvceph_lmcache_extra_config={"s3_file_prefix": "test", "s3_prefer_http2": False})
+    me = host(
+        kvceph_lmcache_connector="lmcache",  # the stock connector's keys
+        kvceph_lmcache_extra_config={"s3_file_prefix": "test", "s3_prefer_http2": False},
+    )
     first = ic.dropped_keys_warning(me)
     assert "s3_file_prefix" in first and "ignored by LMCache 0.5.6" in first
     assert ic.dropped_keys_warning(me) is None

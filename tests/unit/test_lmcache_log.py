@@ -23,6 +23,14 @@ REFUSED = [
     "consecutive failures. All future S3 operations will be skipped.",
     "ERROR 2026-11-30 14:02:12,005 [lmcache] <Error><Code>InvalidAccessKeyId</Code></Error>",
     "ERROR 2026-11-30 14:02:12,006 [lmcache] <Code>SignatureDoesNotMatch</Code>",
+    # kvceph's connector (s3core._log_batch), the default.
+    "WARNING 2026-12-04 16:02:12,007 [kvceph_connector.s3core] kvceph S3 put at "
+    "lmcache.s3.kvlab:443: 2 of 8 failed (403), first vllm@2@0@5b968e92@bfloat16: refused "
+    "with status 403",
+    "WARNING 2026-12-04 16:02:12,008 [kvceph_connector.s3core] kvceph S3 lookup at "
+    "lmcache.s3.kvlab:443: 8 of 8 misses (connection), first vllm@2@1@5b968e92@bfloat16: "
+    "AWS_IO_SOCKET_CONNECTION_REFUSED; every S3 request is a miss for 0.5 s, then S3 is tried "
+    "again",
 ]
 NOISE = [
     # The line that failed CI: "a403e" inside a hexadecimal request ID.
@@ -36,6 +44,10 @@ NOISE = [
     # A HEAD status that is not a refusal (a 503 while RGW restarts) is not a key problem.
     PREFIX + "Encountering error in S3 HEAD request with error code: 503",
     PREFIX + "S3 connection recovered",
+    "INFO 2026-12-04 16:02:11,001 [kvceph_connector.s3core] kvceph S3 core: "
+    "Host=lmcache.s3.kvlab:443 bucket=lmcache https, 64 connections, timeout 5.0 s",
+    "WARNING 2026-12-04 16:02:13,001 [kvceph_connector.s3core] kvceph S3 reachable again at "
+    "lmcache.s3.kvlab:443 after 2.5 s",
 ]
 
 
@@ -50,6 +62,8 @@ def test_403_inside_ids_timestamps_and_sizes_is_not_trouble(line):
 
 
 def test_the_status_comes_from_its_own_field():
+    assert trouble(REFUSED[-2]) == "S3 put refused with status 403"
+    assert trouble(REFUSED[-1]) == "S3 lookup failed (connection)"
     assert trouble(PREFIX + "Encountering error in S3 HEAD request with error code: 403") == (
         "S3 HEAD refused with status 403"
     )

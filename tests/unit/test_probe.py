@@ -23,7 +23,9 @@ QWEN_TP1 = v.Shape(chunk_size=256, kv_bytes_per_token=262_144, tensor_parallel_s
 
 
 def gpu_host(**data):
-    return settings.load({**LAB, **data}, "gpu1", ["gpu"])
+    """gpu1 with LMCache's stock connector unless ``data`` says otherwise (the probe's stock
+    arguments; kvceph's connector, the default, has its own test)."""
+    return settings.load({**LAB, "kvceph_lmcache_connector": "lmcache", **data}, "gpu1", ["gpu"])
 
 
 def test_object_size_is_chunk_times_kv_per_worker_from_kv_sizing():

@@ -21,6 +21,9 @@ from deploys.secrets import S3Credentials, Secret
 
 CREDS = S3Credentials(Secret("AKIALMCACHE0000"), Secret("s3cr3t/+Key0000"), "test")
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
+# LMCache's stock S3 connector (remote_url + s3_* keys), pinned by the tests of its rendering:
+# kvceph's connector is the default.
+STOCK = {"kvceph_lmcache_connector": "lmcache"}
 GROUP = {"nvidia": "gpu", "gaudi": "gaudi"}
 
 
@@ -130,7 +133,7 @@ def _s3_adapter_keys(python: str) -> set[str]:
 @pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
 def test_lmcache_yaml_loads_cleanly_with_lmcache_own_loader(tmp_path):
     python = _lmcache_python()
-    paths, loaded = _loaded_by_lmcache(python, tmp_path)
+    paths, loaded = _loaded_by_lmcache(python, tmp_path, **STOCK)
     adapter_keys = _s3_adapter_keys(python)
     assert {"s3_region", "disable_tls"} <= adapter_keys
     for path, me in paths.items():
@@ -152,14 +155,17 @@ def test_lmcache_yaml_loads_cleanly_with_lmcache_own_loader(tmp_path):
 
 
 def test_lmcache_yaml_has_no_key_the_version_ignores():
-    me = host(kvceph_lmcache_extra_config={"s3_max_io_concurrency": 1024, "s3_num_io_threads": 32})
+    me = host(
+        **STOCK,
+        kvceph_lmcache_extra_config={"s3_max_io_concurrency": 1024, "s3_num_io_threads": 32},
+    )
     text = render.lmcache_yaml(me)
     assert "s3_max_io_concurrency" not in text
     assert "  s3_num_io_threads: 32\n" in text
 
 
 def test_https_endpoint_keeps_tls():
-    me = host(kvceph_s3_endpoint="https://s3.cephlab.com:443")
+    me = host(**STOCK, kvceph_s3_endpoint="https://s3.cephlab.com:443")
     config = render.lmcache_config(me)
     assert "disable_tls" not in config["extra_config"]
     assert config["remote_url"] == "s3://lmcache.s3.cephlab.com:443"
@@ -168,9 +174,10 @@ def test_https_endpoint_keeps_tls():
 def test_yaml_strings_are_quoted_so_yaml_cannot_reinterpret_them():
     import yaml
 
-    me = host(kvceph_s3_region="no")  # YAML 1.1 would read a bare `no` as False
-    loaded = yaml.safe_load(render.lmcache_yaml(me))
-    assert loaded["extra_config"]["s3_region"] == "no"
+    # YAML 1.1 would read a bare `no` as False; both connectors' region key.
+    for data, key in ((STOCK, "s3_region"), ({}, "kvceph.region")):
+        loaded = yaml.safe_load(render.lmcache_yaml(host(**data, kvceph_s3_region="no")))
+        assert loaded["extra_config"][key] == "no"
 
 
 # --- kv-transfer config and ExecStart -------------------------------------------------------
@@ -627,7 +634,7 @@ def test_kvceph_min_hit_tokens_from_the_resolved_crossover():
 def test_a_new_connector_build_restarts_its_engines_only(monkeypatch):
     from deploys import connector_package
 
-    kvceph, stock = host(kvceph_lmcache_connector="kvceph"), host()
+    kvceph, stock = host(kvceph_lmcache_connector="kvceph"), host(**STOCK)
     before = (render.digest(kvceph, CREDS), render.digest(stock, CREDS))
     wheel = connector_package.current()
     changed = __import__("dataclasses").replace(wheel, content="0" * 64)

@@ -7,6 +7,9 @@ from deploys.settings.inventory import CacheGroup, check_inventory, python_minor
 from deploys.settings.reader import SettingsError
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
+# LMCache's stock S3 connector, pinned where a test reads its extra_config keys (kvceph's
+# connector, the default, refuses them).
+STOCK = {"kvceph_lmcache_connector": "lmcache"}
 
 
 def load(groups=("gpu",), host="gpu1", **data):
@@ -43,7 +46,10 @@ def test_gaudi_defaults():
 
 
 def test_seed_extra_keys_are_dropped_not_rendered():
-    h = load(kvceph_lmcache_extra_config={"s3_max_io_concurrency": 1024, "s3_prefer_http2": False})
+    h = load(
+        **STOCK,
+        kvceph_lmcache_extra_config={"s3_max_io_concurrency": 1024, "s3_prefer_http2": False},
+    )
     assert h.lmcache.dropped_keys == ("s3_max_io_concurrency",)
     assert dict(h.lmcache.extra_config) == {"s3_prefer_http2": False}
 
@@ -134,8 +140,12 @@ BAD = [
         {"kvceph_engine_profile": {"lmcache_version": "0.3.1"}},
         "unsupported LMCache version",
     ),
-    (("gpu",), {"kvceph_lmcache_extra_config": {"s3_region": "x"}}, "derived from the S3"),
-    (("gpu",), {"kvceph_lmcache_extra_config": {"s3_bogus": 1}}, "is not read by LMCache 0.5.6"),
+    (("gpu",), {**STOCK, "kvceph_lmcache_extra_config": {"s3_region": "x"}}, "derived from the S3"),
+    (
+        ("gpu",),
+        {**STOCK, "kvceph_lmcache_extra_config": {"s3_bogus": 1}},
+        "is not read by LMCache 0.5.6",
+    ),
     (
         ("gpu",),
         {"kvceph_lmcache_extra_config": {"save_chunk_meta": True}},
@@ -248,12 +258,12 @@ def test_python_minor_matters_only_for_builtin_hash():
 )
 def test_extra_config_value_of_another_type_than_lmcache_reads_is_refused(extra, line):
     with pytest.raises(SettingsError) as caught:
-        load(kvceph_lmcache_extra_config=extra)
+        load(**STOCK, kvceph_lmcache_extra_config=extra)
     assert str(caught.value) == line
 
 
 def test_extra_config_of_the_type_lmcache_reads_is_accepted():
-    h = load(kvceph_lmcache_extra_config={"s3_prefer_http2": True, "s3_num_io_threads": 8})
+    h = load(**STOCK, kvceph_lmcache_extra_config={"s3_prefer_http2": True, "s3_num_io_threads": 8})
     assert dict(h.lmcache.extra_config) == {"s3_prefer_http2": True, "s3_num_io_threads": 8}
 
 

@@ -107,8 +107,14 @@ def plan(monkeypatch):
     return run
 
 
+# The engine-software plans below without the connector's steps (LMCache's stock connector,
+# pinned: kvceph's is the default); the tests of those steps set kvceph's.
+STOCK = {"kvceph_lmcache_connector": "lmcache"}
+
+
 def lab_host(**data):
     base = {
+        **STOCK,
         "kvceph_s3_endpoint_ip": "10.0.0.5",
         "kvceph_accelerator_check": False,
         "kvceph_engine_profile": {
@@ -166,7 +172,7 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
 
 
 def test_the_builtin_nvidia_profile_installs_from_the_shipped_lock_via_the_index(plan):
-    me = s.load({"kvceph_s3_endpoint_ip": "10.0.0.5"}, "gpu1", ("gpu",))
+    me = s.load({**STOCK, "kvceph_s3_endpoint_ip": "10.0.0.5"}, "gpu1", ("gpu",))
     calls = plan(engine_software, me, {"EngineVersions": {"packages": {}}})
     assert "files.put" not in names(calls)  # no wheelhouse: pip fetches from the index
     upload, install = (c for c in calls if c[0] in ("files.atomic_file", "engine.locked_venv"))
@@ -218,7 +224,9 @@ def test_engine_software_uploads_nothing_for_an_installed_connector(plan):
 
 def test_gaudi_hosts_skip_the_compiled_ops_check(plan):
     me = s.load(
-        {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_install": False}, "g", ["gaudi"]
+        {**STOCK, "kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_install": False},
+        "g",
+        ["gaudi"],
     )
     ok = {
         "EngineVersions": {"python": "3.12.3", "packages": {"vllm": "0.26.0", "lmcache": "0.5.6"}}
@@ -227,7 +235,9 @@ def test_gaudi_hosts_skip_the_compiled_ops_check(plan):
 
 
 def test_engine_software_image_mode_checks_installed_versions(plan):
-    me = s.load({"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_install": False}, "g", ["gpu"])
+    me = s.load(
+        {**STOCK, "kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_install": False}, "g", ["gpu"]
+    )
     ok = {
         "EngineVersions": {"python": "3.12.3", "packages": {"vllm": "0.25.2", "lmcache": "0.5.6"}}
     }

@@ -19,7 +19,7 @@ def load(groups=("gpu",), host="gpu1", **data):
 def test_defaults():
     for groups in (("gpu",), ("gaudi",)):
         tier = load(groups).lmcache.tier
-        assert tier.connector == "lmcache"  # until the H200 run; Gaudi3 stays stock
+        assert tier.connector == "kvceph"  # issue 37 item 2; Gaudi3 proven on the lab
         assert (tier.connections, tier.timeout_s, tier.min_hit_tokens) == (16, 5.0, None)
         assert tier.skip_short_puts is False
         assert tier.measured_dir == str(CHECKOUT / "measured") and tier.prefill_source == "default"
@@ -52,7 +52,11 @@ BAD = [
     ({"kvceph_connector_timeout_s": 0}, "kvceph_connector_timeout_s", "[0.1, 600]"),
     ({"kvceph_connector_timeout_s": True}, "kvceph_connector_timeout_s", "[0.1, 600]"),
     ({"kvceph_min_hit_tokens": -1}, "kvceph_min_hit_tokens", "must be >= 0"),
-    ({"kvceph_skip_short_puts": True}, "kvceph_skip_short_puts", "needs kvceph's connector"),
+    (
+        {"kvceph_skip_short_puts": True, "kvceph_lmcache_connector": "lmcache"},
+        "kvceph_skip_short_puts",
+        "needs kvceph's connector",
+    ),
     (
         {"kvceph_lmcache_connector": "kvceph", "kvceph_skip_short_puts": "yes"},
         "kvceph_skip_short_puts",
