@@ -87,6 +87,14 @@ class CompiledOps(FactBase):
         return last_json_line(output) or {}
 
 
+def _started_lines(output) -> list[str] | None:
+    """The journal lines after a journal command's 'started' line, or None when not started."""
+    lines = [line for line in output if line.strip()]
+    if not lines or lines[0].strip() != "started":
+        return None
+    return lines[1:]
+
+
 class RemoteTierLog(FactBase):
     """
     LMCache's remote-backend lines in the unit's journal since its main process started, oldest
@@ -115,14 +123,31 @@ class RemoteTierLog(FactBase):
         )
 
     def process(self, output):
-        lines = [line for line in output if line.strip()]
-        if not lines or lines[0].strip() != "started":
-            return self.default()
-        return {"started": True, "lines": lines[1:]}
+        lines = _started_lines(output)
+        return self.default() if lines is None else {"started": True, "lines": lines}
 
 
 # LMCache's console formatter colours its lines (lmcache/logging.py).
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _this_start_journal(unit: str, *grep) -> StringCommand:
+    """'started' when the unit runs a process, then the lines of the journal of its current
+    start (systemd's InvocationID: a restart begins a new one) that ``grep`` (the rest of the
+    pipeline, ending in ";") lets through; nothing when it runs none."""
+    u = QuoteString(unit)
+    return StringCommand(
+        "id=$(timeout 20 systemctl show -p InvocationID --value",
+        u,
+        "2>/dev/null); pid=$(timeout 20 systemctl show -p MainPID --value",
+        u,
+        '2>/dev/null); if [ -n "$id" ] && [ -n "$pid" ] && [ "$pid" != 0 ]; then echo started;'
+        # UTC ISO times with microseconds
+        " timeout 30 journalctl -q --no-pager --utc -o short-iso-precise"
+        ' "_SYSTEMD_INVOCATION_ID=$id" |',
+        *grep,
+        "fi; true",
+    )
 
 
 class S3Disabled(FactBase):
@@ -143,28 +168,17 @@ class S3Disabled(FactBase):
         return {"started": False, "at": None, "line": None}
 
     def command(self, unit: str = "vllm.service"):
-        u = QuoteString(unit)
-        return StringCommand(
-            "id=$(timeout 20 systemctl show -p InvocationID --value",
-            u,
-            "2>/dev/null); pid=$(timeout 20 systemctl show -p MainPID --value",
-            u,
-            '2>/dev/null); if [ -n "$id" ] && [ -n "$pid" ] && [ "$pid" != 0 ]; then echo started;'
-            # UTC ISO times with microseconds; -m 1: the first worker's line is the moment.
-            " timeout 30 journalctl -q --no-pager --utc -o short-iso-precise"
-            ' "_SYSTEMD_INVOCATION_ID=$id" | grep -F -m 1',
-            QuoteString(remote_tier.S3_DISABLED),
-            "; fi; true",
-        )
+        # -m 1: the first worker's line is the moment.
+        return _this_start_journal(unit, "grep -F -m 1", QuoteString(remote_tier.S3_DISABLED), ";")
 
     def process(self, output):
-        lines = [line for line in output if line.strip()]
-        if not lines or lines[0].strip() != "started":
+        lines = _started_lines(output)
+        if lines is None:
             return self.default()
-        if len(lines) < 2:
+        if not lines:
             return {"started": True, "at": None, "line": None}
         # "<time> <host> <ident>[<pid>]: <message>"; the message may carry LMCache's colours.
-        at, _, rest = lines[1].strip().partition(" ")
+        at, _, rest = lines[0].strip().partition(" ")
         message = rest.split(": ", 1)[-1]
         return {"started": True, "at": at, "line": _ANSI.sub("", message).strip()[:300]}
 
@@ -192,24 +206,13 @@ class PutsSkipped(FactBase):
         return {"started": False, "at": None, "skipped": None, "stored": None}
 
     def command(self, unit: str = "vllm.service"):
-        u = QuoteString(unit)
-        return StringCommand(
-            "id=$(timeout 20 systemctl show -p InvocationID --value",
-            u,
-            "2>/dev/null); pid=$(timeout 20 systemctl show -p MainPID --value",
-            u,
-            '2>/dev/null); if [ -n "$id" ] && [ -n "$pid" ] && [ "$pid" != 0 ]; then echo started;'
-            " timeout 30 journalctl -q --no-pager --utc -o short-iso-precise"
-            ' "_SYSTEMD_INVOCATION_ID=$id" | grep -F',
-            QuoteString(PUTS_SKIPPED),
-            "| tail -n 1; fi; true",
-        )
+        return _this_start_journal(unit, "grep -F", QuoteString(PUTS_SKIPPED), "| tail -n 1;")
 
     def process(self, output):
-        lines = [line for line in output if line.strip()]
-        if not lines or lines[0].strip() != "started":
+        lines = _started_lines(output)
+        if lines is None:
             return self.default()
-        found = _PUTS.search(lines[-1]) if len(lines) > 1 else None
+        found = _PUTS.search(lines[-1]) if lines else None
         if found is None:
             return {"started": True, "at": None, "skipped": None, "stored": None}
         at = lines[-1].strip().partition(" ")[0]
