@@ -1,6 +1,8 @@
 # Overrides for the built-in local lab (inventories/lab.py). Applied after the per-group files.
 import os
 
+from deploys.settings.group_data import lab_ceph as _lab_ceph
+
 # KVCEPH_LAB_INSTANCE=N: the Nth lab beside the others (lab/lab.sh): subnet 10.213.(7+N).0/24.
 _INSTANCE = int(os.environ.get("KVCEPH_LAB_INSTANCE") or 0)
 _CEPH1 = f"10.213.{7 + _INSTANCE}.11"
@@ -37,16 +39,7 @@ if _SCHEME == "https":
     kvceph_s3_ca_bundle = f"{_LAB}/tls/ca.pem"
 
 
-def _lab_ceph() -> str:
-    """KVCEPH_LAB_CEPH, else what the running lab recorded (lab/lab.sh up), else pacific."""
-    try:
-        recorded = open(f"{_LAB}/ceph-mode").read().strip()
-    except OSError:
-        recorded = ""
-    return os.environ.get("KVCEPH_LAB_CEPH") or recorded or "pacific"
-
-
-if _lab_ceph() == "cephadm":
+if _lab_ceph(_LAB) == "cephadm":
     # The cephadm lab (KVCEPH_LAB_CEPH=cephadm lab/lab.sh up): Ceph 20.2.4 managed by cephadm;
     # kvceph applies the RGW spec for real. 20.2.4 refuses the concentrator (the dry run says
     # so), so RGW gets cephadm's ingress: haproxy + keepalived on both rgw hosts (ceph1 and

@@ -35,19 +35,10 @@ _GPU = {"kvceph_cache_group": "gpu"}
 _GAUDI = {"kvceph_cache_group": "gaudi"}
 
 
-def _lab_ceph() -> str:
-    """KVCEPH_LAB_CEPH, else what the running lab recorded (lab/lab.sh up), else pacific."""
-    try:
-        recorded = open(f"{LAB}/ceph-mode").read().strip()
-    except OSError:
-        recorded = ""
-    return os.environ.get("KVCEPH_LAB_CEPH") or recorded or "pacific"
-
-
 ceph_admin = [_host("ceph1", f"{_NET}.11")]
 rgw = [_host("ceph1", f"{_NET}.11")]
 # The cephadm lab's second rgw host (lab/lab.sh): RGW and the ingress only, no engine.
-if _lab_ceph() == "cephadm" and not os.environ.get("KVCEPH_LAB_HOSTS"):
+if group_data.lab_ceph(LAB) == "cephadm" and not os.environ.get("KVCEPH_LAB_HOSTS"):
     rgw.append(_host("rgw2", f"{_NET}.12"))
 gpu = [_host("gpu1", f"{_NET}.21", **_GPU), _host("gpu2", f"{_NET}.22", **_GPU)]
 # The cache-aware router (docs/router.md) on ceph1: no engine restart ever stops it, and the lab

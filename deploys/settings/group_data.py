@@ -18,6 +18,17 @@ from deploys import paths
 ROOT = paths.TEMPLATES.parent / "group_data"
 
 
+def lab_ceph(lab_dir: str) -> str:
+    """The lab's Ceph (inventories/lab.py and group_data/lab.py must agree): KVCEPH_LAB_CEPH,
+    else what the running lab recorded (lab/lab.sh up, ``<lab_dir>/ceph-mode``), else pacific.
+    """
+    try:
+        recorded = open(f"{lab_dir}/ceph-mode").read().strip()
+    except OSError:
+        recorded = ""
+    return os.environ.get("KVCEPH_LAB_CEPH") or recorded or "pacific"
+
+
 def read(
     groups: Iterable[str],
     environ: Mapping[str, str] | None = None,
