@@ -50,6 +50,12 @@ class PutAdmission:
         self._reported = 0  # skipped as of the last INFO line
         self._next_report = 0.0
 
+    @classmethod
+    def when(cls, on: bool, min_hit_chunks: int, log=None) -> PutAdmission | None:
+        """The admission for kvceph.skip_short_puts, or None (every full chunk stored): off,
+        or a crossover under 2 chunks (every lookup is long then: nothing to skip)."""
+        return cls(min_hit_chunks, log=log) if on and min_hit_chunks > 1 else None
+
     def looked_up(self, names: list[str]) -> None:
         """Record one lookup's keys (the ones this tier was asked about, in prefix order)."""
         long = len(names) >= self.min_hit_chunks

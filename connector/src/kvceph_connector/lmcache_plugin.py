@@ -99,12 +99,7 @@ class KvcephS3Connector(RemoteConnector):
         # LMCache's S3 holds only full chunks (puts of partial ones are skipped), so a hit of
         # n chunks is exactly n * chunk_size tokens.
         self.min_hit_chunks = math.ceil(self.min_hit_tokens / self.chunk_size)
-        # None: every full chunk is stored. Below 2 chunks every lookup is long: nothing to skip.
-        self.admission = (
-            PutAdmission(self.min_hit_chunks, log=logger)
-            if skip_short_puts and self.min_hit_chunks > 1
-            else None
-        )
+        self.admission = PutAdmission.when(skip_short_puts, self.min_hit_chunks, log=logger)
 
     # -- lookups ---------------------------------------------------------------------------
     def _prefix(self, sizes: list[int | None]) -> int:

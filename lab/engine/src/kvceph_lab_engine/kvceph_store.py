@@ -78,12 +78,7 @@ class KvcephStore:
         self.core = core_class(config)
         self.chunk_size = chunk_size
         min_hit_chunks = math.ceil(self.min_hit_tokens / chunk_size)
-        # As the plugin: below 2 chunks every lookup is long, nothing to skip.
-        self.admission = (
-            PutAdmission(min_hit_chunks, log=lmcache_log)
-            if skip_short_puts and min_hit_chunks > 1
-            else None
-        )
+        self.admission = PutAdmission.when(skip_short_puts, min_hit_chunks, log=lmcache_log)
         lmcache_log.info(
             "kvceph connector ready for plugin://%s: %s, %s://, %d connections, "
             "timeout %.1f s, min_hit_tokens %d%s, crc32c check %s",
