@@ -208,6 +208,13 @@ def check_ingress_hosts(hosts: dict[str, settings.HostSettings], rgw_hosts: list
     of virtual IPs for ingress is greater than number of available hosts")."""
     for name, me in hosts.items():
         rgw = me.rgw
+        own = [v for v in rgw.ingress_virtual_ips if v.split("/")[0] in rgw_hosts]
+        if rgw.managed_by == "cephadm" and own:
+            # keepalived would move the host's own address to another host on failover.
+            raise SettingsError(
+                f"{name}: {rgw.ingress_key} = {own[0]!r}: is an rgw host's own address; "
+                "fix: use a free address of the rgw hosts' subnet as the VIP"
+            )
         if rgw.managed_by != "cephadm" or len(rgw.ingress_virtual_ips) <= 1:
             continue
         if len(rgw.ingress_virtual_ips) > len(rgw_hosts):
