@@ -80,7 +80,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     if len(inference) > 1:
         raise r.fail("groups", list(groups), "host is in both gpu and gaudi", "put it in one group")
     rgw = rgw_settings(r)
-    s3 = s3_settings(r, rgw, admin="ceph_admin" in groups)
+    s3 = s3_settings(r, rgw, sets_quota="ceph_admin" in groups)
     engine = lmcache = None
     if inference:
         engine = engine_settings(r, ACCELERATOR_OF_GROUP[inference[0]])

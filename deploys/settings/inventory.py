@@ -88,7 +88,7 @@ def _identities(h: HostSettings, groups) -> list[tuple[str, str, str]]:
     """(uid, the key that makes it, its role) of every RGW user this host's settings name."""
     s3 = h.s3
     found = [
-        (s3.admin_user, "kvceph_s3_admin_user", "the bucket owner (admin)"),
+        (s3.admin_user, "kvceph_s3_admin_user", "the admin (bucket owner)"),
         (s3.user, "kvceph_s3_user", "the legacy engine user"),
     ]
     if h.is_inference:
@@ -120,7 +120,7 @@ def check_rgw_identities(hosts: list[HostSettings], groups=None) -> None:
             seen = roles.setdefault(uid, (h.host, key, role))
             if seen[2] != role:
                 raise SettingsError(
-                    f"{h.host}: {key} = {uid!r}: is also {seen[0]}'s {seen[2]} ({seen[1]}), "
+                    f"{h.host}: {key} = {uid!r}: is also {seen[2]} on {seen[0]} ({seen[1]}), "
                     f"here {role}: one RGW user in two roles holds both keys and undoes the "
                     "least-privilege split; fix: give each RGW identity its own uid"
                 )

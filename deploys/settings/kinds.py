@@ -163,7 +163,7 @@ def size_problem(value: Any, lo: float, hi: float, unit: str, hi_why: str) -> st
     if value <= 0:
         return f"must be a size in {unit} > 0"
     if value < lo:
-        small = f"{lo * 1024:g} Mi{unit[1:]}" if lo < 1 and unit.startswith("G") else f"{lo:g}"
+        small = f"{lo * 1024:g} MiB" if lo < 1 and unit == "GiB" else f"{lo:g} {unit}"
         return f"is below {small}: it rounds to a size that holds nothing"
     if value > hi:
         return f"is above {hi:g} {unit}, {hi_why}"

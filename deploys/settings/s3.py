@@ -74,8 +74,8 @@ def endpoint_parts(r: Reader, key: str, value: str) -> tuple[str, str, int]:
     return parts.scheme, parts.hostname, port
 
 
-def s3_settings(r: Reader, rgw: RgwSettings, admin: bool = True) -> S3Settings:
-    """One host's S3 settings; the quota keys are read on the Ceph admin host only (``admin``),
+def s3_settings(r: Reader, rgw: RgwSettings, sets_quota: bool = True) -> S3Settings:
+    """One host's S3 settings; the quota keys are read on the Ceph admin host only (``sets_quota``),
     the one that sets the quota: given elsewhere only, settings/placement.py refuses them."""
     endpoint = r.str("kvceph_s3_endpoint", f"http://{rgw.dns_name}:80")
     scheme, host, port = endpoint_parts(r, "kvceph_s3_endpoint", endpoint)
@@ -104,7 +104,7 @@ def s3_settings(r: Reader, rgw: RgwSettings, admin: bool = True) -> S3Settings:
     # At least 1 MiB (a smaller one rounds to a quota that refuses every put), at most what
     # radosgw-admin --max-size takes (bytes, int64); the fleet's DRAM buffers: capacity.plan.
     quota, unbounded, fraction = None, False, capacity.DEFAULT_FRACTION
-    if admin:
+    if sets_quota:
         quota = r.size(
             "kvceph_s3_quota_max_size_gb",
             None,
