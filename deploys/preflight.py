@@ -393,7 +393,8 @@ def check_mirror(hosts: dict[str, settings.HostSettings], creds, mirrored) -> No
         raise SettingsError(
             f"controller: {secrets.MODELS_ACCESS_ENV} / {secrets.MODELS_SECRET_ENV} missing: the "
             f"model mirror's read-only key, needed by kvceph_model_source mirror ({names}); "
-            f"fix: {secrets.MECHANISM}"
+            f"fix: export {secrets.MODELS_ACCESS_ENV} / {secrets.MODELS_SECRET_ENV} or put them "
+            "in secrets.env (0600; docs/security.md)"
         )
     if creds.access_key and str.__str__(creds.models_access_key) == str.__str__(creds.access_key):
         raise SettingsError(

@@ -342,3 +342,60 @@ def test_a_vip_that_is_an_rgw_hosts_own_address_is_refused():
         "address; fix: use a free address of the rgw hosts' subnet as the VIP"
     )
     check_ingress_hosts({"ceph1": me}, ["10.67.67.12", "10.67.67.13"])
+
+
+# --- item 8: look-alikes of settings, and what has no effect ---------------------------------
+
+
+def test_an_lmcache_variable_over_a_rendered_field_is_refused():
+    with pytest.raises(SettingsError) as caught:
+        s.load({**BASE, "kvceph_extra_env": {"LMCACHE_CHUNK_SIZE": "16"}}, "gpu1", ("gpu",))
+    assert str(caught.value) == (
+        "gpu1: kvceph_extra_env = 'LMCACHE_CHUNK_SIZE': overrides chunk_size of the lmcache.yaml "
+        "kvceph renders and sizes (LMCache reads LMCACHE_<FIELD> over the file); fix: remove "
+        "it; set the field through its kvceph_lmcache_* setting (docs/settings.md)"
+    )
+    # LMCache's own logging is no config field: it passes.
+    s.load({**BASE, "kvceph_extra_env": {"LMCACHE_LOG_LEVEL": "DEBUG"}}, "gpu1", ("gpu",))
+
+
+@pytest.mark.parametrize("connector", ["lmcache", "kvceph"])
+def test_the_refused_lmcache_variables_are_the_fields_kvceph_renders(connector):
+    from deploys import render
+    from deploys.settings import engine_env
+
+    me = s.load({**BASE, "kvceph_lmcache_connector": connector}, "gpu1", ("gpu",))
+    assert set(render.lmcache_config(me)) <= set(engine_env.LMCACHE_RENDERED)
+
+
+def test_crc32c_with_the_stock_connector_has_no_effect_and_is_refused():
+    data = {**BASE, "kvceph_connector_verify_crc32c": True}
+    with pytest.raises(SettingsError) as caught:
+        s.load({**data, "kvceph_lmcache_connector": "lmcache"}, "gpu1", ("gpu",))
+    assert str(caught.value) == (
+        "gpu1: kvceph_connector_verify_crc32c = True: only kvceph's connector checks CRC32C, "
+        "not 'lmcache' (it would have no effect); fix: set kvceph_lmcache_connector: kvceph, or "
+        "drop kvceph_connector_verify_crc32c"
+    )
+    assert s.load({**data, "kvceph_lmcache_connector": "kvceph"}, "gpu1", ("gpu",)).lmcache
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (
+            {"kvceph_prefill_tokens_per_s": float("inf")},
+            "gpu1: kvceph_prefill_tokens_per_s = inf: must be a rate > 0 or {tokens: rate}; fix: "
+            "use e.g. {16384: 4100, 131072: 2440} (cold prompt tokens / TTFT at two lengths)",
+        ),
+        (
+            {"kvceph_connector_timeout_s": float("nan")},
+            "gpu1: kvceph_connector_timeout_s = nan: must be a number in [0.1, 600]; fix: use "
+            "e.g. 5.0",
+        ),
+    ],
+)
+def test_non_finite_numbers_elsewhere_are_refused_too(data, line):
+    with pytest.raises(SettingsError) as caught:
+        s.load({**BASE, **data}, "gpu1", ("gpu",))
+    assert str(caught.value) == line
