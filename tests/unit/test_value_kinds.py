@@ -399,3 +399,33 @@ def test_non_finite_numbers_elsewhere_are_refused_too(data, line):
     with pytest.raises(SettingsError) as caught:
         s.load({**BASE, **data}, "gpu1", ("gpu",))
     assert str(caught.value) == line
+
+
+def test_a_monitoring_key_without_a_monitoring_host_is_refused():
+    data = {"kvceph_prometheus_dir": "/etc/prometheus/x"}
+    with pytest.raises(SettingsError) as caught:
+        _fleet(data, data)
+    assert str(caught.value) == (
+        "ceph1, gpu1: kvceph_prometheus_dir is set but the inventory has no monitoring host, the "
+        "only hosts that read it: it would be ignored and never checked; fix: add the "
+        "monitoring host to the inventory, or remove the key"
+    )
+    hosts = [
+        s.load({**BASE, **data}, "ceph1", ("ceph_admin", "monitoring")),
+        s.load({**BASE, **data}, "gpu1", ("gpu",)),
+    ]
+    check_inventory(hosts)  # the monitoring host reads it
+
+
+def test_a_retire_key_that_is_really_a_secret_is_refused_unshown():
+    secret = "a1B2" * 10  # 40 characters: an RGW secret key's length
+    data = {**BASE, "kvceph_rotation": "retire", "kvceph_retire_access_key": secret}
+    with pytest.raises(SettingsError) as caught:
+        s.load(data, "gpu1", ("gpu",))
+    assert str(caught.value) == (
+        "gpu1: kvceph_retire_access_key = '***': has the length of a secret key (40), not of an "
+        "access key (20); fix: pass --data kvceph_retire_access_key=<old access key> (never its "
+        "secret)"
+    )
+    data["kvceph_retire_access_key"] = "0555B35654AD1656D804"  # an RGW access key
+    assert s.load(data, "gpu1", ("gpu",)).run.retire_access_key == "0555B35654AD1656D804"
