@@ -44,7 +44,7 @@ from deploys.facts.model import MirroredModel
 from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
 from deploys.facts.resolver import Resolution
 from deploys.facts.rgw import RgwUser
-from deploys.settings import context_length, model_source
+from deploys.settings import context_length, group_data, model_source
 from deploys.settings.inventory import CacheGroup, check_inventory
 from deploys.settings.reader import SettingsError
 from deploys.settings.verification import check_canary_hosts
@@ -600,6 +600,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
         check_engine_args(hosts)
         check_canary_hosts(hosts, groups)
         sudo.check_no_password(inventory)
+        group_data.refuse_committed_secrets()
         check_ingress_hosts(hosts, _rgw_addresses(inventory))
         hosts = s3_names.fill_rgw_group(hosts, _rgw_addresses(inventory))
         creds = secrets.load()

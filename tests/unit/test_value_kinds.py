@@ -429,3 +429,19 @@ def test_a_retire_key_that_is_really_a_secret_is_refused_unshown():
     )
     data["kvceph_retire_access_key"] = "0555B35654AD1656D804"  # an RGW access key
     assert s.load(data, "gpu1", ("gpu",)).run.retire_access_key == "0555B35654AD1656D804"
+
+
+def test_a_pyinfra_password_committed_in_group_data_is_refused(tmp_path):
+    from deploys.settings import group_data
+
+    (tmp_path / "all.py").write_text("import os\nssh_password = os.environ['SSH_PW']\n")
+    group_data.refuse_committed_secrets(tmp_path)  # from the environment: fine
+    (tmp_path / "gpu.py").write_text("ssh_user = 'ubuntu'\nssh_password = 'hunter2'\n")
+    with pytest.raises(SettingsError) as caught:
+        group_data.refuse_committed_secrets(tmp_path)
+    assert str(caught.value) == (
+        "group_data/gpu.py: ssh_password = '***': a password in a committed file; fix: remove "
+        "it; use SSH keys (an agent), or read it from the environment (os.environ[...]) in the "
+        "inventory"
+    )
+    group_data.refuse_committed_secrets()  # the repository's own group_data holds none
