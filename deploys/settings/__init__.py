@@ -21,6 +21,7 @@ from deploys.settings import (
     file_formats,
     keys,
     monitoring,
+    ports,
     router,
     run_control,
     security,
@@ -79,7 +80,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     if len(inference) > 1:
         raise r.fail("groups", list(groups), "host is in both gpu and gaudi", "put it in one group")
     rgw = rgw_settings(r)
-    s3 = s3_settings(r, rgw)
+    s3 = s3_settings(r, rgw, sets_quota="ceph_admin" in groups)
     engine = lmcache = None
     if inference:
         engine = engine_settings(r, ACCELERATOR_OF_GROUP[inference[0]])
@@ -114,5 +115,6 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
         monitoring=monitoring.load(r) if monitoring.GROUP in groups else None,
         router=router.load(r) if router.GROUP in groups else None,
     )
+    ports.check(settings)
     given = tuple((k, repr(r.peek(k))) for k in keys.data_keys(data) if k.startswith(keys.PREFIX))
     return dataclasses.replace(settings, given=given, read_keys=frozenset(r.read))

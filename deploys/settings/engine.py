@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploys import engine_lock, upgrade, versions
-from deploys.settings import engine_list, model_source, security
+from deploys.settings import engine_list, kinds, model_source, security
 from deploys.settings.reader import Reader
 
 # --- Engine (software + service) ---------------------------------------------------------------
@@ -180,6 +180,15 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
             "must be a list of pip requirements",
             "one list item per package, e.g. ['vllm==0.33.0', 'lmcache==0.5.6']",
         )
+    _check_packages(r, raw)
+    if not isinstance(raw["name"], str) or not re.fullmatch(kinds.PATH_WORD, raw["name"]):
+        raise r.fail(
+            f"{key}.name",
+            raw["name"],
+            "is not a name kvceph can put into a label or path (letters, digits, '_', '.', "
+            "'-'; a letter or digit first)",
+            "use e.g. vllm",
+        )
     extra_args = tuple(str(a) for a in raw["extra_args"])
     security.refuse_secret_args(r, f"{key}.extra_args", extra_args)
     _refuse_kv_load_defect(r, accelerator, raw)
@@ -192,6 +201,31 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
         extra_args=extra_args,
         env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
     )
+
+
+def _check_packages(r: Reader, raw: dict) -> None:
+    """Every ``packages`` entry is a ``name==version`` pin (kinds.package_problem), and a vllm
+    or lmcache pin is the profile's ``vllm_version`` / ``lmcache_version``: the KV-defect check
+    and the engine's flags read the label, pip installs the pin."""
+    key = "kvceph_engine_profile.packages"
+    for spec in raw["packages"]:
+        problem = kinds.package_problem(spec)
+        if problem:
+            raise r.fail(
+                key, spec, problem, "list name==version pins only; an index goes in "
+                "kvceph_engine_index_url, local wheels in kvceph_engine_wheelhouse",
+            )  # fmt: skip
+    pins = engine_lock.pins(raw["packages"])
+    for name in ("vllm", "lmcache"):
+        pinned, label = pins.get(name), str(raw[f"{name}_version"])
+        if pinned is not None and pinned != label:
+            raise r.fail(
+                key,
+                f"{name}=={pinned}",
+                f"differs from the profile's {name}_version {label!r} (the checks before the "
+                "deploy read the label, pip would install the pin)",
+                f"set {name}_version {pinned!r}, or pin {name}=={label}",
+            )
 
 
 def _refuse_kv_load_defect(r: Reader, accelerator: str, raw: dict) -> None:
@@ -358,6 +392,9 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
             "add 'PT_HPU_GPU_MIGRATION': '1'",
         )
     user = r.str("kvceph_service_user", "vllm", pattern=r"[a-z_][a-z0-9_-]{0,31}")
+    problem = kinds.service_user_problem(user, r.peek("ssh_user", None))
+    if problem:
+        raise r.fail("kvceph_service_user", user, *problem)
     max_len = r.int("kvceph_max_model_len", 40960, lo=256)
     port = r.port("kvceph_vllm_port", 8000)
     source = model_source.load(r, model)
@@ -386,7 +423,7 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
         venv_base=base,
         lock_text=lock_text,
         lock_source=lock_source,
-        index_url=r.opt_str("kvceph_engine_index_url"),
+        index_url=r.url("kvceph_engine_index_url"),
         wheelhouse=wheelhouse,
         model=model,
         tensor_parallel_size=tp,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from deploys import crossover
+from deploys.settings import kinds
 
 # "lmcache": LMCache's own S3 connector (remote_url). "kvceph": kvceph's (connector/), loaded as
 # an LMCache remote storage plugin.
@@ -76,7 +77,8 @@ class TierSettings:
 
 
 def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+    """A finite number > 0 (NaN and infinity are sizes of nothing: kinds.size_problem)."""
+    return kinds.size_problem(value, 0, float("inf"), "", "") is None
 
 
 def prefill_points(r, accelerator: str) -> tuple[tuple[tuple[int, float], ...], str]:
@@ -125,6 +127,14 @@ def load(r, accelerator: str) -> TierSettings:
             f"needs kvceph's connector, not {connector!r} (the stock one stores every chunk)",
             "set kvceph_lmcache_connector: kvceph, or drop kvceph_skip_short_puts",
         )
+    verify = r.bool("kvceph_connector_verify_crc32c", False)
+    if verify and connector != "kvceph":
+        raise r.fail(
+            "kvceph_connector_verify_crc32c",
+            verify,
+            f"only kvceph's connector checks CRC32C, not {connector!r} (it would have no effect)",
+            "set kvceph_lmcache_connector: kvceph, or drop kvceph_connector_verify_crc32c",
+        )
     return TierSettings(
         connector=connector,
         connections=r.int("kvceph_connector_connections", DEFAULT_CONNECTIONS, lo=1, hi=512),
@@ -135,7 +145,7 @@ def load(r, accelerator: str) -> TierSettings:
             else None
         ),
         refresh_s=r.opt_int("kvceph_connector_refresh_s", lo=0, hi=3600),
-        verify_crc32c=r.bool("kvceph_connector_verify_crc32c", False),
+        verify_crc32c=verify,
         min_hit_tokens=r.opt_int("kvceph_min_hit_tokens", lo=0),
         skip_short_puts=skip_short_puts,
         measured_dir=measured_dir(r.str("kvceph_measured_dir", DEFAULT_MEASURED_DIR)),
