@@ -202,7 +202,8 @@ lab:
 _lab: deps
 	@KVCEPH_LAB_CEPH=$${KVCEPH_LAB_CEPH:-cephadm} $(MAKE) --no-print-directory -j3 venv images wheelhouse
 	KVCEPH_LAB_CEPH=$${KVCEPH_LAB_CEPH:-cephadm} $(MAKE) -s lab-up deploy verify
-	@echo "lab is up: reports in reports/, stop it with: make lab-down"
+	@n=$(filter-out 0,$(KVCEPH_LAB_INSTANCE)); echo "lab is up: reports in reports/$${n:+lab$$n/}," \
+	  "stop it with: $${n:+KVCEPH_LAB_INSTANCE=$$n }make lab-down"
 
 # The lab's root filesystems (and the cephadm lab's container images), built once, cached.
 images: deps
