@@ -434,10 +434,11 @@ cmd_up() {
   summary "$t0"
 }
 
-# The summary's RGW line: `make lab` on a deployed lab runs `up` again, which must not say
+# The summary's RGW line (bounded: a stuck orchestrator must not hang `up`): `make lab` on a
+# deployed lab runs `up` again, which must not say
 # "no RGW yet".
 rgw_state() {
-  if lab_ssh ceph1 'ceph orch ls rgw' 2>/dev/null | grep -q '^rgw\.'; then
+  if lab_ssh ceph1 'timeout 30 ceph orch ls rgw' 2>/dev/null | grep -q '^rgw\.'; then
     echo "RGW + ingress applied by deploy.py (VIPs $NET.100, .101): \`${SFX:+KVCEPH_LAB_INSTANCE=$INST }make status\` shows them"
   else
     echo "no RGW yet: deploy.py applies the RGW spec + ingress (VIPs $NET.100, .101)"
