@@ -126,7 +126,8 @@ def kvceph_extra_config(me: HostSettings) -> dict[str, Any]:
         # Only when set, so engines configured before the key existed keep their file.
         **({"kvceph.receive_dir": tier.receive_dir} if tier.receive_dir else {}),
         **({"kvceph.refresh_s": tier.refresh_s} if tier.refresh_s is not None else {}),
-        **({"kvceph.verify_crc32c": True} if tier.verify_crc32c else {}),
+        # On is the plugin's default (issue 50): only off is written, so files stay as they were.
+        **({"kvceph.verify_crc32c": False} if not tier.verify_crc32c else {}),
         **({"kvceph.skip_short_puts": True} if tier.skip_short_puts else {}),
         "save_chunk_meta": False,
     }
