@@ -4,7 +4,9 @@ LMCache builds the adapter exactly as ``lmcache server`` does: the ``--l2-adapte
 its argparse group and ``parse_args_to_l2_adapters_config``, then the registry's factory, which
 imports this module, calls ``KvcephMPConnector(**adapter_params)`` and wraps it in
 ``NativeConnectorL2Adapter``. Objects are LMCache TensorMemoryObjs from its TensorMemoryAllocator
-(what L1 hands to L2), keys real ObjectKeys.
+(what L1 hands to L2), keys real ObjectKeys. The last test runs the whole MP storage path:
+LMCache's StorageManager (L1, its store controller putting to L2, its prefetch controller
+loading back) over the same plugin.
 """
 
 from __future__ import annotations
@@ -328,3 +330,52 @@ def test_completions_never_outlive_close(s3):
     c.close()
     c.close()  # twice is fine
     assert c.drain_completions() == []
+
+
+# --- The whole MP storage path: LMCache's StorageManager (L1, store and prefetch controllers) ---
+
+
+def storage_manager(s3, **params):
+    """LMCache's StorageManager as ``lmcache server`` builds it (a 10 MiB L1, our L2)."""
+    pytest.importorskip("opentelemetry")  # LMCache's MP observability (requirements-cpu.txt)
+    from lmcache.v1.distributed.config import add_storage_manager_args, parse_args_to_config
+    from lmcache.v1.distributed.storage_manager import StorageManager
+
+    parser = add_storage_manager_args(argparse.ArgumentParser())
+    args = parser.parse_args(
+        ["--l1-size-gb", "0.01", "--eviction-policy", "LRU", "--l2-adapter", spec(s3, **params)]
+    )
+    return StorageManager(parse_args_to_config(args))
+
+
+def test_lmcaches_storage_manager_stores_to_s3_and_prefetches_back(s3):
+    from lmcache.v1.distributed.api import GroupedObjectKeys, MemoryLayoutDesc, PrefetchTaskSpec
+
+    sm = storage_manager(s3)
+    try:
+        layout = MemoryLayoutDesc(shapes=[SHAPE], dtypes=[DTYPE])
+        keys = [key(i) for i in range(4)]
+        patterns = {}
+        for k, obj in sm.reserve_write(keys, layout).items():
+            view = obj.byte_array.cast("B")
+            patterns[k] = bytes((k.chunk_hash[0] * 13 + j) % 251 for j in range(len(view)))
+            view[:] = patterns[k]
+        sm.finish_write(keys)
+        # LMCache's store controller puts L1's new objects to L2 in the background
+        deadline = time.monotonic() + 10
+        while len(s3.objects) < 4:
+            assert time.monotonic() < deadline, "the store controller never put them"
+            time.sleep(0.05)
+        assert all(s3.objects[name(s3, k)][0] == patterns[k] for k in keys)
+        s3.faults[name(s3, keys[2])] = "corrupt"  # right size, wrong bytes: refused on load
+        sm.clear(force=True)  # POST /cache/clear: the next read must come from S3
+        row = GroupedObjectKeys(keys=keys + [key(9)], object_group_id=0, layout_desc=layout)
+        handle = sm.submit_prefetch_task(PrefetchTaskSpec(key_groups=[row]))
+        assert sm.wait_prefetch_status(handle, 10)
+        result = sm.query_prefetch_status(handle)
+        # the prefix up to the refused chunk, all from L2
+        assert (result.hit_cells[0].popcount(), result.l2_hit_cells[0].popcount()) == (2, 2)
+        with sm.read_prefetched_results(keys[:2]) as got:
+            assert [raw(o) for o in got] == [patterns[k] for k in keys[:2]]
+    finally:
+        sm.close()
