@@ -16,6 +16,8 @@ WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
 # CPU: CPU torch 2.13.0 (the file on this machine's disk; a plain `torch` would pull a CUDA build),
 # lmcache --no-deps and the pinned import-time deps (connector/tests/requirements-cpu.txt).
 CONNECTOR_VENV := $(VENV)/connector
+# The unit test of the rendered MP server command line parses it with LMCache's own parser there.
+export KVCEPH_CONNECTOR_PYTHON ?= $(CURDIR)/$(CONNECTOR_VENV)/bin/python
 # uv, pinned, in a venv of its own: `make locks` compiles the shipped engine locks with it.
 UV_VENV := $(VENV)/uv
 UV_VERSION := 0.13.9

@@ -139,6 +139,8 @@ def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
                 ("vllm.env.j2", lambda engine=engine: render.env_file(me, "0" * 64, engine)),
                 ("vllm.service.j2", lambda engine=engine: render.unit(me, engine)),
             ]
+        if me.engine.profile.mp and me.lmcache.kv_bytes_per_token is not None:
+            calls.append(("lmcache-server.service.j2", lambda: render.mp_server_unit(me)))
         calls += [
             ("secrets.env.j2", lambda: render.secrets_env_file(creds)),
             ("aws_credentials.j2", lambda: render.aws_credentials(me, creds)),

@@ -85,6 +85,16 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     if inference:
         engine = engine_settings(r, ACCELERATOR_OF_GROUP[inference[0]])
         lmcache = lmcache_settings(r, engine)
+        tier = lmcache.tier.connector if lmcache.tier else None
+        if engine.profile.mp and tier != "kvceph":
+            # The stock s3 adapter in MP is virtual-hosted only, unchecked, and turns itself
+            # off for good after 3 errors: not rendered (docs/design.md "MP mode").
+            raise r.fail(
+                "kvceph_lmcache_connector",
+                tier,
+                "MP mode renders only kvceph's S3 core as the LMCache server's L2",
+                "set kvceph_lmcache_connector = kvceph, or use an in-process profile",
+            )
     secure = security.load(r)
     if engine is not None:
         engine_env.check(r, engine, secure.guard)

@@ -48,7 +48,9 @@ def engine(groups=("gpu",), **data):
 @pytest.mark.parametrize("accelerator", sorted(engine_settings.BUILTIN_LOCKS))
 def test_the_shipped_lock_is_compiled_from_the_builtin_profile(accelerator):
     """Fails when DEFAULT_PROFILES changes without `make locks`."""
-    packages = engine_settings.DEFAULT_PROFILES[accelerator]["packages"]
+    packages = {**engine_settings.DEFAULT_PROFILES, **engine_settings.PRESETS}[accelerator][
+        "packages"
+    ]
     path = ROOT / engine_settings.BUILTIN_LOCKS[accelerator]
     text = path.read_text()
     lock = engine_lock.parse(text, str(path))

@@ -40,7 +40,7 @@ def host(accelerator="nvidia", vllm="0.33.0", **data):
     return s.load(data, f"{GROUP[accelerator]}1", (GROUP[accelerator],))
 
 
-MATRIX = [(a, v) for a in ("nvidia", "gaudi") for v in ("0.25.1", "0.26.0", "0.33.0")]
+MATRIX = [(a, v) for a in ("nvidia", "gaudi") for v in ("0.25.1", "0.26.0", "0.33.0", "0.34.0")]
 IDS = [f"{a}-vllm{v}" for a, v in MATRIX]
 
 

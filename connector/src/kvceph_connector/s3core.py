@@ -91,6 +91,9 @@ class S3Config:
       connections); a directory (a tmpfs: /dev/shm) = CRT writes the body to a file there on
       its own threads and the core reads it into the buffer when it is done (os.preadv, no
       GIL), then deletes it. Needs room there for `connections` objects at once.
+    + path_bucket: None = virtual-hosted addressing (the bucket is the endpoint's first label);
+      a bucket name = path-style: the endpoint is the RGW host itself and every request's path
+      starts with ``/<path_bucket>`` (no wildcard DNS or per-bucket /etc/hosts name needed).
     + verify_crc32c: check each GET's body against the crc32c its PUT stored (puts always store
       it); a body that fails is a miss, counted (``crc32c_refused``). On by default: the check
       runs on the core's own threads without the GIL (bench/crc_cost.py). Run on awscrt's
@@ -111,6 +114,7 @@ class S3Config:
     receive_dir: str | None = None
     refresh_s: float = 60.0
     verify_crc32c: bool = True
+    path_bucket: str | None = None
 
     def __post_init__(self):
         if not self.endpoint or "/" in self.endpoint or "://" in self.endpoint:
@@ -126,10 +130,14 @@ class S3Config:
             raise ValueError("S3 static keys need both access_key_id and secret_access_key")
         if self.receive_dir is not None and not os.path.isdir(self.receive_dir):
             raise ValueError(f"S3 receive_dir {self.receive_dir!r} is not a directory")
+        if self.path_bucket is not None and (not self.path_bucket or "/" in self.path_bucket):
+            raise ValueError(f"S3 path_bucket {self.path_bucket!r} must be a bucket name")
 
     @property
     def bucket(self) -> str:
-        """The bucket: the endpoint's first DNS label."""
+        """The bucket: path_bucket, else the endpoint's first DNS label."""
+        if self.path_bucket:
+            return self.path_bucket
         return self.endpoint.split(":", 1)[0].split(".", 1)[0]
 
 
@@ -446,7 +454,7 @@ class S3Core:
 
     def delete(self, keys: list[str]) -> list[bool]:
         """Delete objects (a missing one counts as deleted); one bool per key."""
-        return self._batch([_Op("DELETE", k) for k in keys], "delete").result()
+        return self.delete_future(keys).result()
 
     def close(self) -> None:
         """Stop the watchdog; queued requests fail as misses. In-flight ones finish (checked),
@@ -491,6 +499,10 @@ class S3Core:
     def put_many_future(self, items: list[tuple[str, object]]) -> Future:
         """put_many() as a Future of the list of bools."""
         return self._batch([_Op("PUT", k, data=d) for k, d in items], "put")
+
+    def delete_future(self, keys: list[str]) -> Future:
+        """delete() as a Future of the list of bools."""
+        return self._batch([_Op("DELETE", k) for k in keys], "delete")
 
     # -- batching and logging --------------------------------------------------------------
     def abandon(self, batch: Future) -> None:
@@ -629,7 +641,10 @@ class S3Core:
             headers.add("Content-Type", "application/octet-stream")
             headers.add(CRC_HEADER, str(crc32c(body.mv)))
             headers.add(SIZE_HEADER, str(n))
-        request = HttpRequest(op.kind, object_path(op.key), headers, body_stream=body)
+        path = object_path(op.key)
+        if self.config.path_bucket:
+            path = "/" + quote(self.config.path_bucket, safe="") + path
+        request = HttpRequest(op.kind, path, headers, body_stream=body)
         rtype = {
             "GET": s3.S3RequestType.GET_OBJECT,
             "PUT": s3.S3RequestType.PUT_OBJECT,
