@@ -188,8 +188,9 @@ class Run:
         else:
             d = {
                 "type": "native_plugin",
+                "shared": True,
                 "module_path": "kvceph_connector.lmcache_mp",
-                "class_name": os.environ.get("KVCEPH_MP_CLASS", "KvcephL2Connector"),
+                "class_name": os.environ.get("KVCEPH_MP_CLASS", "KvcephMPConnector"),
                 "adapter_params": json.loads(
                     os.environ.get(
                         "KVCEPH_MP_PARAMS",
@@ -198,7 +199,7 @@ class Run:
                                 "endpoint": f"{BUCKET}.{DNS}:{S3.rsplit(':', 1)[1]}",
                                 "tls": False,
                                 "region": "us-east-1",
-                                "prefix": f"mp034-{self.tag}/",
+                                "prefix": f"mp034-{self.tag}@",
                             }
                         ),
                     )
