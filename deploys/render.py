@@ -460,7 +460,7 @@ def environment(
         "HF_HOME": e.hf_home,
         # What the process starts with, read back from it before an upgrade (deploys/upgrade.py).
         upgrade.VERSIONS_VAR: upgrade.versions_value(
-            e.profile.vllm_version, e.profile.lmcache_version
+            e.profile.vllm_version, e.profile.lmcache_version, e.profile.mode
         ),
     }
     if devices is not None:

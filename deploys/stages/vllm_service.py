@@ -138,8 +138,10 @@ def upgrades(me: HostSettings, checked, shared: dict[str, str]) -> list[tuple]:
         # The venv (read before this run installs anything) only for engines kvceph did not
         # label with their versions.
         running = upgrade.running_pair(current, lambda u=engine: _running_packages(e, u))
-        if running is not None and running != desired:
-            found.append((engine, upgrade.Upgrade(running, desired)))
+        mode = upgrade.parse_mode((current.get("env") or {}).get(upgrade.VERSIONS_VAR, ""))
+        move = upgrade.Upgrade(running, desired, mode, e.profile.mode) if running else None
+        if move is not None and move.changes:
+            found.append((engine, move))
     return found
 
 

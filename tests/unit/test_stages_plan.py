@@ -543,3 +543,23 @@ def test_back_in_process_the_server_unit_goes(plan):
         (paths.MP_UNIT_NAME, [paths.MP_UNIT_PATH])
     ]
     assert not any(kw.get("path") == paths.MP_UNIT_PATH for _, kw in calls)
+
+
+def test_moving_to_mp_says_the_group_starts_cold_even_on_the_same_vllm(plan, caplog):
+    # 0.25.1 in process -> 0.25.1 in MP: same versions, other object names.
+    me = mp_host(kvceph_engine_profile={"vllm_version": "0.25.1", "packages": ["vllm==0.25.1"]})
+    facts = {**_running("vllm=0.25.1 lmcache=0.5.6"), "EngineUnits": ["vllm.service"]}
+    with caplog.at_level("INFO"):
+        plan(vllm_service, me, facts, CHECKED)
+    assert (
+        "gpu1 vllm.service: vLLM 0.25.1 -> 0.25.1, LMCache 0.5.6, in-process -> MP: the object "
+        "names change"
+    ) in caplog.text
+    assert "the new engines start with an empty tier" in caplog.text
+    # the MP engine says which mode it runs: a later plan sees no move
+    env = dict(render.environment(me))
+    assert env["KVCEPH_ENGINE_VERSIONS"] == "vllm=0.25.1 lmcache=0.5.6 mode=mp"
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        plan(vllm_service, me, {**facts, **_running(env["KVCEPH_ENGINE_VERSIONS"])}, CHECKED)
+    assert "in-process -> MP" not in caplog.text

@@ -233,10 +233,11 @@ class KvcephMPConnector:
 
     def drain_completions(self) -> list[tuple[int, bool, str, list[bool] | None]]:
         """Every completion since the last call: (future id, ok, error text, per-key bools)."""
-        try:
-            os.eventfd_read(self._fd)
-        except (BlockingIOError, OSError):
-            pass  # nothing signalled (or closed): the deque says what there is
+        if not self._closed:  # a closed fd's number may belong to another file by now
+            try:
+                os.eventfd_read(self._fd)
+            except (BlockingIOError, OSError):
+                pass  # nothing signalled: the deque says what there is
         out = []
         while self._done:
             out.append(self._done.popleft())
