@@ -263,6 +263,12 @@ class Run:
         while time.time() - t0 < seconds:
             if self.pid(name) is None:
                 return None
+            # vLLM's API process can outlive its dead engine core for minutes (loan 11)
+            if name.startswith("engine") and "Engine core initialization failed" in self.log(
+                name
+            ).read_text(errors="replace"):
+                self.kill(name, signal.SIGKILL, wait=10)
+                return None
             try:
                 if self.get(url, 3)[0] == 200:
                     return time.time() - t0
