@@ -351,6 +351,9 @@ class Runner:
                     "kv_bytes": kv_bytes,
                     "objects_per_worker": bookkeeping.worker_counts(created),
                     "answer_tokens": len(got.token_ids or ()),
+                    # the ids themselves: a report shows whether answers carry information
+                    # (dummy weights on the H200)
+                    "answer_ids": list(got.token_ids or ()),
                 },
             )
         )

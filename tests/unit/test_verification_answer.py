@@ -5,6 +5,7 @@ with logprobs and return_tokens_as_token_ids, and of return_token_ids)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from deploys.verification import answer, sse, verdicts
 
@@ -127,3 +128,44 @@ def test_refused_bodies_explain_a_short_hit_as_a_warning():
     v = verdicts.warm(hit=512, expected_hit=1024, metric="m", warm_ttft=0.1, cold_ttft=1.0,
                       ratio=0.5, kv_bytes=1, objects=8, refused=False)  # fmt: skip
     assert v.status == verdicts.FAIL
+
+
+# Recorded on the H200 (hw/h200/realmodel.py check: real weights, greedy, logprobs with
+# return_tokens_as_token_ids; cold, then the KV loaded from S3): vLLM 0.25.1's answers equal,
+# vLLM 0.33.0's (LMCache 0.5.6, the packed K|V layout) not.
+RESULTS = Path(__file__).resolve().parents[2] / "hw" / "h200" / "results"
+
+
+def _recorded(path: str) -> list[dict]:
+    return [json.loads(x) for x in (RESULTS / path).read_text().splitlines() if x.strip()]
+
+
+def _as_stream(tokens: list[str]) -> list:
+    """The recorded answer as vLLM's completions stream sends it: one token per event."""
+    events = [{"choices": [{"index": 0, "text": "x", "logprobs": {"text_offset": [0],
+               "token_logprobs": [-0.1], "tokens": [t], "top_logprobs": None}}]}
+              for t in tokens]  # fmt: skip
+    return [*events, "[DONE]"]
+
+
+def test_recorded_h200_answers_vllm_025_equal_and_033_caught_at_token_0():
+    for row in _recorded("2026-12-04-v025/real.jsonl"):
+        cold = sse.parse(_lines(_as_stream(row["cold"]["tokens"])), 0.0).token_ids
+        warm = sse.parse(_lines(_as_stream(row["warm"]["tokens"])), 0.0).token_ids
+        assert answer.unusable(cold) is None and len(cold) == 48
+        assert answer.compare(cold, warm, "warm", "h200")[0] is None
+    for row in _recorded("2026-12-03-pair/real-fallback-continuation.jsonl"):
+        cold = sse.parse(_lines(_as_stream(row["cold"]["tokens"])), 0.0).token_ids
+        warm = sse.parse(_lines(_as_stream(row["warm"]["tokens"])), 0.0).token_ids
+        wrong, figures = answer.compare(cold, warm, "warm", "h200")
+        assert wrong.failed and figures["first_difference"] == 0
+        assert "on h200: first differing token at position 0 of 48" in wrong.message
+
+
+def test_a_one_token_answer_is_no_proof_ignore_eos_is_why():
+    # vLLM 0.33.0 with wrong KV, a bare question: cold and warm both answered the end token at
+    # once, "equal"; the check needs 16 tokens (ignore_eos makes every answer max_tokens long).
+    for row in _recorded("2026-12-03-pair/real-fallback-question.jsonl"):
+        cold = sse.parse(_lines(_as_stream(row["cold"]["tokens"])), 0.0).token_ids
+        assert cold == (2,) and "has 1 tokens, fewer than the 16" in answer.unusable(cold)
+    assert answer.request_fields(32)["ignore_eos"] is True

@@ -8,6 +8,7 @@ lookup that loads consecutive chunks from the bucket, and vLLM's metric names.
 
 import hashlib
 import json
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -822,3 +823,42 @@ def test_bodies_refused_on_their_crc32c_are_misses_and_the_run_passes(lab):
     assert warm.figures["answer"]["equal"]
     # (the fake rewrote what it recomputed, so gpu2 found every chunk again)
     assert steps[("gpu2", "cross-node")].figures["answer"]["equal"]
+
+
+def _prove():
+    """hw/h200/prove.py, the H200's runner (imported as its own script does)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "hw" / "h200" / "prove.py"
+    spec = importlib.util.spec_from_file_location("h200_prove", path)
+    module = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:  # its script paths (hw/h200 first) stay out of the other tests' imports
+        sys.path[:] = saved
+        sys.modules.pop("local", None)
+    return module
+
+
+def test_the_h200s_pair_runner_catches_a_wrong_cross_node_load(lab, monkeypatch):
+    # prove.py's PairRunner against vLLM-shaped engines (the chat stream with logprobs and
+    # return_tokens_as_token_ids as vLLM 0.25.1 and 0.34 send it): the reader loads wrong KV.
+    prove = _prove()
+    monkeypatch.setattr(prove.time, "sleep", lambda _s: None)
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2")
+    engines["gpu2"].wrong_from = 17
+    options = targets.Options(
+        document_tokens=1030, objects_timeout=0.2, poll_interval=0.01, request_timeout=10
+    )
+    r = prove.PairRunner(options, bucket, FakeControl(engines), log=lambda _m: None)
+    steps = _by_step(r.run([[a, b]]))
+    assert steps[("gpu1", "warm")].verdict.status == "pass"
+    cross = steps[("gpu2", "cross-node")]
+    assert cross.verdict.status == "fail" and cross.hit_tokens == 1024
+    assert cross.verdict.message.startswith(
+        "wrong answer from S3, another node on gpu2: first differing token at position 17 of 32"
+    )
+    assert r.rewrites["writer_objects"] == 8
