@@ -129,7 +129,13 @@ def _alter_first_new_chunk(before: set[str], stop: threading.Event, altered: lis
 
 
 def _write_and_restart(host: str, text: str) -> None:
-    ssh(host, f"cat > {LMCACHE_YAML} <<'EOF'\n{text}EOF\ntimeout 120 systemctl restart vllm")
+    # reset-failed: this module restarts the engines more often than the unit's start limit
+    # allows in its interval (systemd refuses the start, "attempted too often")
+    ssh(
+        host,
+        f"cat > {LMCACHE_YAML} <<'EOF'\n{text}EOF\n"
+        "systemctl reset-failed vllm; timeout 120 systemctl restart vllm",
+    )
 
 
 def _crc_check(on: bool, rendered: dict[str, str]) -> None:
