@@ -42,8 +42,9 @@ CAUSE_S3_DISABLED = (
 # LMCache 0.5.6's own log lines for the two failures an undersized lmcache.yaml caused on a real
 # H200 (docs/procedure.md, "Pinned memory and timeouts"), and what each means.
 LOG_LOOKUP_TIMEOUT = "is still waiting for async lookup"
-# kvceph's connector (s3core.S3Core._log_batch) on GET bodies its crc32c check refused.
-LOG_CHECKSUM = "misses (checksum)"
+# kvceph's connector (kvceph_connector.s3core.REFUSED_LINE, logged at once on an engine's first
+# refusal, then at most once a minute) on GET bodies its crc32c check refused.
+LOG_CHECKSUM = "kvceph: crc32c since start: refused"
 LOG_NO_MEMORY = "Failed to allocate memory block"
 LMCACHE_LOG_CAUSES = (
     (

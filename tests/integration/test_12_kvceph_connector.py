@@ -31,6 +31,7 @@ from conftest import (
 from lab_client import completion, long_prompt
 
 from deploys import connector_package
+from deploys.verification import verdicts
 
 # The default, named anyway: these tests are about kvceph's connector whatever the default.
 ON = ("--data", "kvceph_lmcache_connector=kvceph")
@@ -198,7 +199,7 @@ def test_an_altered_chunk_fails_the_answer_unless_the_crc32c_check_refuses_it(kv
         assert warm["verdict"] == "warn" and "refused GET bodies whose crc32c" in warm["message"]
         assert warm["figures"]["answer"]["equal"] is True
         journal = ssh(writer, "journalctl -u vllm --no-pager -q -o cat | tail -n 400").stdout
-        assert "misses (checksum)" in journal  # kvceph's connector says why (s3core)
+        assert verdicts.LOG_CHECKSUM in journal  # kvceph's connector says why (s3core)
     finally:
         for host, text in rendered.items():
             _write_and_restart(host, text)

@@ -169,3 +169,9 @@ def test_a_one_token_answer_is_no_proof_ignore_eos_is_why():
         cold = sse.parse(_lines(_as_stream(row["cold"]["tokens"])), 0.0).token_ids
         assert cold == (2,) and "has 1 tokens, fewer than the 16" in answer.unusable(cold)
     assert answer.request_fields(32)["ignore_eos"] is True
+
+
+def test_the_refusal_line_is_the_connectors_own():
+    from kvceph_connector import s3core
+
+    assert verdicts.LOG_CHECKSUM == s3core.REFUSED_LINE

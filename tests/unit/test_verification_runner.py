@@ -793,7 +793,10 @@ def test_bodies_refused_on_their_crc32c_are_misses_and_the_run_passes(lab):
     bucket, engines, add = lab
     a, b = add("gpu1"), add("gpu2")
     control = FakeControl(engines)
-    line = "kvceph S3 get at http://rgw: 2 of 8 misses (checksum), first k: crc32c 1 != stored 2"
+    line = (
+        "kvceph: crc32c since start: refused 2 GET bodies of 8 checked at http://rgw (each a "
+        "miss: not handed over), last k: crc32c 1 != stored 2"
+    )
 
     refused: set[str] = set()  # the third chunk's objects: refused on every engine
 
