@@ -183,3 +183,35 @@ def test_no_repr_str_or_error_holds_the_secret_key(s3, caplog):
     finally:
         core.close()
     assert all(SECRET not in r.getMessage() for r in caplog.records)
+
+
+GREEN = """
+from gevent import monkey; monkey.patch_all()
+import os, sys
+sys.path.insert(0, {tests!r})
+from fake_s3 import FakeS3
+from kvceph_connector.s3core import S3Config, S3Core
+s = FakeS3().start()
+c = S3Core(S3Config(endpoint=s.endpoint, tls=False))
+d = os.urandom(1 << 20)
+assert all(c.put_many([("k", d)])) and c.get_many_into([("k", bytearray(len(d)), len(d))])
+print(type(c._checks).__name__)
+"""
+
+
+def test_under_gevent_the_check_runs_in_place_and_does_not_hang():
+    # pyinfra's process (s3probe in tests) patches threading: the check threads would be
+    # greenlets that CRT's native threads cannot wake (make unit hung on it).
+    pytest.importorskip("gevent")
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run(
+        [sys.executable, "-c", GREEN.format(tests=tests)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AWS_ACCESS_KEY_ID": "K", "AWS_SECRET_ACCESS_KEY": "S"},
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "_Inline", out.stderr

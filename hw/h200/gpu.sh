@@ -317,7 +317,12 @@ real_model() { local d=/opt/models/SmolLM2-135M-Instruct
 }
 mp() { local id=$1 model=$2 l2=$3 n=${4:-3000} rc
   engine stop; pair_stop
-  case "$model" in dummy:*) ;; *) real_model ;; esac
+  case "$model" in
+    dummy:/opt/models/SmolLM2-shape)  # SmolLM2's config and tokenizer, dummy weights (meta/smol-shape)
+      [ -f /opt/models/SmolLM2-shape/config.json ] || { mkdir -p /opt/models/SmolLM2-shape && cp "$SHIP"/meta/smol-shape/* /opt/models/SmolLM2-shape/; } ;;
+    dummy:*) ;;
+    *) real_model ;;
+  esac
   log "mp $id: $model, L2 $l2, $n tokens"
   py "$HERE/mp.py" "$S/mp-$id" "$R" "$(( $(left) - 15 ))" "$model" "$l2" "$n" 2>&1 | tee -a "$S/mp.log" | grep '^\[mp\]' | cut -c1-700
   rc=${PIPESTATUS[0]}

@@ -106,7 +106,9 @@ class Run:
         self.model = model.removeprefix("dummy:")
         self.l2, self.tokens = l2, tokens
         self.tag = f"{'dummy' if self.dummy else 'real'}-{l2}-{tokens}"
-        self.l1_gb = 40 if self.dummy else 8
+        # the Qwen3-32B shape: 64 GB of weights and 256 KiB of KV a token; SmolLM2: 270 MB, 8192
+        self.big = "Qwen3-32B" in self.model
+        self.l1_gb = 40 if self.big else 8
 
     # ---- bookkeeping
     def left(self) -> float:
@@ -235,8 +237,8 @@ class Run:
         argv = [
             "/opt/kvceph/venv/bin/vllm", "serve", self.model, "--served-model-name", "m",
             "--host", "127.0.0.1", "--port", str(port), "--enforce-eager",
-            "--gpu-memory-utilization", "0.35" if self.dummy else "0.2",
-            "--max-model-len", "40960" if self.dummy else "8192",
+            "--gpu-memory-utilization", "0.35" if self.big else "0.2",
+            "--max-model-len", "40960" if self.big else "8192",
             "--kv-transfer-config", json.dumps(kv),
             # vLLM 0.34's VMM ("extensible") KV cache cannot be shared over LMCache 0.5.6's
             # legacy CUDA IPC (lmcache-mp-mode.md 1.2)

@@ -373,9 +373,9 @@ def test_crc32c_with_the_stock_connector_has_no_effect_and_is_refused():
     with pytest.raises(SettingsError) as caught:
         s.load({**data, "kvceph_lmcache_connector": "lmcache"}, "gpu1", ("gpu",))
     assert str(caught.value) == (
-        "gpu1: kvceph_connector_verify_crc32c = True: only kvceph's connector checks CRC32C, "
-        "not 'lmcache' (it would have no effect); fix: set kvceph_lmcache_connector: kvceph, or "
-        "drop kvceph_connector_verify_crc32c"
+        "gpu1: kvceph_connector_verify_crc32c = True: is a setting of kvceph's connector, not "
+        "'lmcache' (the stock one checks no GET body: the setting would do nothing); fix: set "
+        "kvceph_lmcache_connector: kvceph, or drop kvceph_connector_verify_crc32c"
     )
     assert s.load({**data, "kvceph_lmcache_connector": "kvceph"}, "gpu1", ("gpu",)).lmcache
 

@@ -33,6 +33,7 @@ import inspect
 import itertools
 import logging
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -338,9 +339,11 @@ class S3Core:
         self._retired: list[threading.Event] = []
         # The crc32c check of GET bodies, off awscrt's event-loop threads (threads start lazily).
         self._checks = (
-            ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="kvceph-s3-crc32c")
-            if config.verify_crc32c
-            else None
+            None
+            if not config.verify_crc32c
+            else _Inline()
+            if _green()
+            else ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="kvceph-s3-crc32c")
         )
         self.crc32c_checked = 0  # GET bodies whose crc32c was checked since start
         self.crc32c_refused = 0  # ... and refused (each a miss)
@@ -985,6 +988,24 @@ class S3Core:
 
 
 _SEQ = itertools.count()
+
+
+class _Inline:
+    """The check threads' stand-in where threads are greenlets: the check runs in place."""
+
+    def submit(self, fn, *args):
+        """Run fn(*args) now. + fn: the work. + args: its arguments."""
+        fn(*args)
+
+    def shutdown(self, wait: bool = True):
+        """Nothing to stop. + wait: ignored."""
+
+
+def _green() -> bool:
+    """True where gevent patched threading (pyinfra's process: s3probe, tests): a thread is a
+    greenlet there, which CRT's native threads cannot wake (the checks would hang)."""
+    monkey = sys.modules.get("gevent.monkey")
+    return bool(monkey is not None and monkey.is_module_patched("threading"))
 
 
 def _ok_status(op: _Op) -> bool:
