@@ -27,6 +27,11 @@ execution time, when every host is connected:
   5. fallback   delete exactly the run's objects (by name), restart A, resend: a cold-like TTFT
   6. report     table on stdout; JSON and PNG in kvceph_verify_report_dir (default reports/)
 
+Every request asks a greedy answer (temperature 0, a fixed seed, at least 16 tokens, EOS ignored)
+and its token ids; each step after cold (dram, warm, cross-node, fallback, the router's repeat)
+must give the cold answer token for token, or it fails naming the tier, the host and the first
+differing position (deploys/verification/answer.py): a wrong KV load is a fast, full hit too.
+
 A failed check fails the pyinfra run (non-zero exit) with one line per check and its likely
 cause. Settings: ``kvceph_verify_*`` (deploys/settings/verification.py VerifySettings).
 """

@@ -9,7 +9,8 @@ Per route, one line naming the router host and the served model:
    engines' own counters (``vllm:prompt_tokens``, by source) say which engine served each
    request and where the repeat's prompt came from: PASS when the engine that served it cold
    served the repeat from a cache tier (its GPU prefix cache, or LMCache's DRAM / S3 tier);
-   FAIL when the repeat went to another engine or was recomputed.
+   FAIL when the repeat went to another engine or was recomputed, or when its greedy answer
+   differs from the cold one (answer.py; the first differing token named).
 
 The document stays below one LMCache chunk (:func:`document_tokens`): it writes no object to
 the bucket (nothing to clean up, no listing of a large bucket) and only vLLM's GPU prefix cache
@@ -24,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deploys.router import answers
-from deploys.verification import bookkeeping, document, metrics
+from deploys.verification import answer, bookkeeping, document, metrics
 from deploys.verification.report import StepResult
 from deploys.verification.targets import Target
 from deploys.verification.transport import CheckFailed
@@ -300,8 +301,7 @@ def _ask(runner, route: Route, nonce: str, tokens: int):
     body = {
         "model": route.model,
         "messages": [{"role": "user", "content": document.prompt(nonce, tokens)}],
-        "max_tokens": 4,
-        "temperature": 0,
+        **answer.request_fields(answer.MIN_TOKENS),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -336,6 +336,11 @@ def _check(runner, route: Route) -> StepResult:
         names = {url: t.name for url, t in route.workers}
         loads = {names.get(w["url"], w["url"]): w["load"] for w in _pool(runner, route)}
     verdict = repeat_verdict(route, holders, seconds, pt, where, loads)
+    compared: dict = {}
+    if cold.token_ids is not None:  # an engine that returns none: the pool's preflight says so
+        server = seconds[0] if len(seconds) == 1 else route.name
+        wrong, compared = answer.compare(cold.token_ids, again.token_ids, STEP, server)
+        verdict = answer.judged(verdict, wrong)
     writer = {t.name: t for _, t in route.workers}.get(holders[0] if holders else "", t0)
     stored = bookkeeping.expected_objects(
         pt, writer.chunk_size, writer.tensor_parallel_size, writer.save_unfull_chunk
@@ -371,5 +376,6 @@ def _check(runner, route: Route) -> StepResult:
                 "remote_read_bytes": where.remote_read_bytes,
             },
             "workers": workers,
+            "answer": compared or None,
         },
     )

@@ -7,7 +7,7 @@ its three side-effecting collaborators (deploys/verification/transport.py; tests
 they are written (object_names.py): verify looks up and deletes those names only, never a
 listing of the model's prefix, so it runs beside any other traffic. Each step of the cycle is
 one method: ``cold``, ``warm``, ``cross``, ``fallback``. Every wait and request is bounded by a
-setting.
+setting. Every step after cold must also give the cold answer, token for token (answer.py).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 from deploys import remote_tier
 from deploys.verification import (
+    answer,
     bookkeeping,
     document,
     dram,
@@ -53,6 +54,8 @@ class Cold:
     # measure nothing (crossover.py: the load is measured only by a document above it).
     below_crossover: bool = False
     names: tuple[str, ...] = ()  # every object name the document gives (object_names.py)
+    # The cold answer's token ids, which every later step must repeat (None: none to compare).
+    answer: tuple[int, ...] | None = None
 
 
 class Runner:
@@ -121,8 +124,7 @@ class Runner:
         body = {
             "model": t.model,
             "messages": self.messages(),
-            "max_tokens": self.o.output_tokens,
-            "temperature": 0,
+            **answer.request_fields(self.o.output_tokens),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -332,6 +334,9 @@ class Runner:
             created = self.wait_objects(names) if expected else {}
             disabled = self.s3_disabled(a, since_wall) if len(created) < expected else None
             verdict = verdicts.cold(pt, len(created), expected, disabled)
+        unusable = answer.unusable(got.token_ids)
+        if unusable and not verdict.failed:
+            verdict = Verdict(FAIL, unusable)
         kv_bytes = sum(x.size for x in created.values())
         self.report.add(
             StepResult(
@@ -345,21 +350,52 @@ class Runner:
                     "expected_objects": expected,
                     "kv_bytes": kv_bytes,
                     "objects_per_worker": bookkeeping.worker_counts(created),
+                    "answer_tokens": len(got.token_ids or ()),
+                    # the ids themselves: a report shows whether answers carry information
+                    # (dummy weights on the H200)
+                    "answer_ids": list(got.token_ids or ()),
                 },
             )
         )
         return Cold(
-            got.ttft, created, expected, expected_hit, kv_bytes, since_wall, pt, below, tuple(names)
+            got.ttft,
+            created,
+            expected,
+            expected_hit,
+            kv_bytes,
+            since_wall,
+            pt,
+            below,
+            tuple(names),
+            None if unusable else got.token_ids,
         )
+
+    def _answered(
+        self, step: str, t: Target, cold: Cold, got: sse.StreamResult, verdict: Verdict, figures
+    ) -> Verdict:
+        """``verdict`` with the answer check: ``t``'s answer in ``step`` against the cold one
+        (figures["answer"] records the comparison); none when cold gave no usable answer (the
+        cold step failed for it)."""
+        if cold.answer is None:
+            return verdict
+        wrong, figures["answer"] = answer.compare(cold.answer, got.token_ids, step, t.name)
+        return answer.judged(verdict, wrong)
 
     def _hit_diagnosis(self, t: Target, cold: Cold, hit: int | None) -> dict:
         """Why a hit fell short, read only when it did (journal greps cost an SSH round trip)."""
+        short = (hit or 0) < cold.expected_hit
         return {
             "s3_disabled": self.s3_disabled(t, cold.since_wall) if not hit else None,
-            "causes": self.lmcache_causes(t, cold.since_wall)
-            if (hit or 0) < cold.expected_hit
-            else (),
+            "causes": self.lmcache_causes(t, cold.since_wall) if short else (),
+            "refused": self.refused(t, cold.since_wall) if short else None,
         }
+
+    def refused(self, t: Target, since: float) -> bool | None:
+        """kvceph's connector refused a GET body since ``since`` (its crc32c check)."""
+        try:
+            return self.control.journal_has(t.name, since, verdicts.LOG_CHECKSUM)
+        except Exception:  # noqa: BLE001 - a diagnostic must not hide the verdict
+            return None
 
     def dram(self, a: Target, cold: Cold) -> None:
         """A again, no restart, with the run's cache_salt (deploys/verification/dram.py): every
@@ -376,31 +412,39 @@ class Runner:
         metric, hit = metrics.hit_delta(before, after)
         gpu_hit = dram.delta(before, after, dram.GPU_HITS)
         remote_read = dram.delta(before, after, dram.REMOTE_READ_BYTES)
+        figures = {
+            "metric": metric,
+            "expected_hit_tokens": cold.expected_hit,
+            "gpu_prefix_hit_tokens": gpu_hit,
+            "remote_read_bytes": remote_read,
+            "ttft_ratio": got.ttft / cold.ttft if cold.ttft else None,
+            "threshold": self.o.dram_ratio,
+        }
         self.report.add(
             StepResult(
                 a.name,
                 "dram",
-                dram.repeat(
-                    hit=hit,
-                    expected_hit=cold.expected_hit,
-                    metric=metric,
-                    gpu_hit=gpu_hit,
-                    remote_read=remote_read,
-                    ttft=got.ttft,
-                    cold_ttft=cold.ttft,
-                    ratio=self.o.dram_ratio,
-                    kv_bytes=cold.kv_bytes,
+                self._answered(
+                    "dram",
+                    a,
+                    cold,
+                    got,
+                    dram.repeat(
+                        hit=hit,
+                        expected_hit=cold.expected_hit,
+                        metric=metric,
+                        gpu_hit=gpu_hit,
+                        remote_read=remote_read,
+                        ttft=got.ttft,
+                        cold_ttft=cold.ttft,
+                        ratio=self.o.dram_ratio,
+                        kv_bytes=cold.kv_bytes,
+                    ),
+                    figures,
                 ),
                 ttft=got.ttft,
                 hit_tokens=hit,
-                figures={
-                    "metric": metric,
-                    "expected_hit_tokens": cold.expected_hit,
-                    "gpu_prefix_hit_tokens": gpu_hit,
-                    "remote_read_bytes": remote_read,
-                    "ttft_ratio": got.ttft / cold.ttft if cold.ttft else None,
-                    "threshold": self.o.dram_ratio,
-                },
+                figures=figures,
             )
         )
 
@@ -410,38 +454,42 @@ class Runner:
             self.restart(a)
             got, metric, hit = self.ask(a)
             full = hit is not None and hit >= cold.expected_hit > 0
-            if not cold.below_crossover and full and cold.ttft:
-                figures = {"prompt_tokens": cold.prompt_tokens, "cold_ttft_s": cold.ttft}
-                figures |= {"warm_ttft_s": got.ttft, "kv_bytes": cold.kv_bytes}
-                self.measured.append((a, figures))
+            figures = {
+                "metric": metric,
+                "expected_hit_tokens": cold.expected_hit,
+                "ttft_ratio": got.ttft / cold.ttft if cold.ttft else None,
+                "load_bytes_per_s": cold.kv_bytes / got.ttft if got.ttft else None,
+                "break_even_bytes_per_s": cold.kv_bytes / cold.ttft if cold.ttft else None,
+                "min_hit_tokens": a.min_hit_tokens if a.connector == "kvceph" else None,
+                "crossover": a.crossover,
+            }
+            hit_verdict = self._verdict(
+                verdicts.warm,
+                a,
+                a,
+                cold,
+                hit,
+                metric,
+                warm_ttft=got.ttft,
+                ratio=self.o.warm_ratio,
+                kv_bytes=cold.kv_bytes,
+                objects=len(cold.created),
+            )
+            verdict = self._answered("warm", a, cold, got, hit_verdict, figures)
+            # A load that gave another answer measures nothing.
+            if not verdict.failed and not cold.below_crossover and full and cold.ttft:
+                measured = {"prompt_tokens": cold.prompt_tokens, "cold_ttft_s": cold.ttft}
+                measured |= {"warm_ttft_s": got.ttft, "kv_bytes": cold.kv_bytes}
+                self.measured.append((a, measured))
             self.report.add(
                 StepResult(
                     a.name,
                     "warm",
-                    self._verdict(
-                        verdicts.warm,
-                        a,
-                        a,
-                        cold,
-                        hit,
-                        metric,
-                        warm_ttft=got.ttft,
-                        ratio=self.o.warm_ratio,
-                        kv_bytes=cold.kv_bytes,
-                        objects=len(cold.created),
-                    ),
+                    verdict,
                     ttft=got.ttft,
                     hit_tokens=hit,
                     objects=len(cold.created),
-                    figures={
-                        "metric": metric,
-                        "expected_hit_tokens": cold.expected_hit,
-                        "ttft_ratio": got.ttft / cold.ttft if cold.ttft else None,
-                        "load_bytes_per_s": cold.kv_bytes / got.ttft if got.ttft else None,
-                        "break_even_bytes_per_s": cold.kv_bytes / cold.ttft if cold.ttft else None,
-                        "min_hit_tokens": a.min_hit_tokens if a.connector == "kvceph" else None,
-                        "crossover": a.crossover,
-                    },
+                    figures=figures,
                 )
             )
         except CheckFailed as exc:
@@ -456,23 +504,18 @@ class Runner:
             step = "cross-engine" if b.host == a.host else "cross-node"
             try:
                 got, metric, hit = self.ask(b)
+                figures = {"metric": metric, "expected_hit_tokens": cold.expected_hit}
+                verdict = self._verdict(
+                    verdicts.cross_node, a, b, cold, hit, metric, writer=a.name, ttft=got.ttft
+                )
                 self.report.add(
                     StepResult(
                         b.name,
                         step,
-                        self._verdict(
-                            verdicts.cross_node,
-                            a,
-                            b,
-                            cold,
-                            hit,
-                            metric,
-                            writer=a.name,
-                            ttft=got.ttft,
-                        ),
+                        self._answered(step, b, cold, got, verdict, figures),
                         ttft=got.ttft,
                         hit_tokens=hit,
-                        figures={"metric": metric, "expected_hit_tokens": cold.expected_hit},
+                        figures=figures,
                     )
                 )
             except CheckFailed as exc:
@@ -529,22 +572,27 @@ class Runner:
                 refused = f"{deleted} deleted, but {exc}"
             except CheckFailed as exc:
                 error = str(exc)
+        verdict = verdicts.fallback(
+            refused=refused,
+            deleted=deleted,
+            error=error,
+            hit=hit,
+            ttft=got.ttft if got else None,
+            cold_ttft=cold.ttft,
+            tolerance=o.fallback_tolerance,
+        )
+        figures: dict = {}
+        if got is not None:  # recomputed after a restart: the cold answer again
+            verdict = self._answered("fallback", a, cold, got, verdict, figures)
         add(
             StepResult(
                 a.name,
                 "fallback",
-                verdicts.fallback(
-                    refused=refused,
-                    deleted=deleted,
-                    error=error,
-                    hit=hit,
-                    ttft=got.ttft if got else None,
-                    cold_ttft=cold.ttft,
-                    tolerance=o.fallback_tolerance,
-                ),
+                verdict,
                 ttft=got.ttft if got else None,
                 hit_tokens=hit,
                 objects=deleted,
+                figures=figures,
             )
         )
         if o.cleanup and keys:

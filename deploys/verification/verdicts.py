@@ -42,6 +42,9 @@ CAUSE_S3_DISABLED = (
 # LMCache 0.5.6's own log lines for the two failures an undersized lmcache.yaml caused on a real
 # H200 (docs/procedure.md, "Pinned memory and timeouts"), and what each means.
 LOG_LOOKUP_TIMEOUT = "is still waiting for async lookup"
+# kvceph's connector (kvceph_connector.s3core.REFUSED_LINE, logged at once on an engine's first
+# refusal, then at most once a minute) on GET bodies its crc32c check refused.
+LOG_CHECKSUM = "kvceph: crc32c since start: refused"
 LOG_NO_MEMORY = "Failed to allocate memory block"
 LMCACHE_LOG_CAUSES = (
     (
@@ -134,6 +137,20 @@ def _causes(causes: tuple[str, ...]) -> str:
     return "".join(f"; {c}" for c in causes)
 
 
+def _refused(hit: float | None, expected_hit: int, metric: str | None) -> Verdict:
+    """A hit short because kvceph's connector refused bodies failing their crc32c: each a miss,
+    recomputed (the answer check says whether the rest was right), so no failure of the chain;
+    a WARN, as the bucket holds objects whose bytes are not those written."""
+    return Verdict(
+        WARN,
+        f"{hit or 0:.0f} of {expected_hit} tokens loaded ({metric}): the engine's connector "
+        "refused GET bodies whose crc32c differs from the one their PUT stored "
+        f"(kvceph_connector_verify_crc32c; '{LOG_CHECKSUM}' in its journal), a miss each, "
+        "recomputed: objects in the bucket were altered after they were written (disk, proxy, "
+        "a hand edit)",
+    )
+
+
 def _hit(
     hit: float | None, expected_hit: int, metric: str | None, causes: tuple[str, ...] = ()
 ) -> Verdict | None:
@@ -195,11 +212,15 @@ def warm(
     objects: int,
     s3_disabled: bool | None = None,
     causes: tuple[str, ...] = (),
+    refused: bool | None = None,
 ) -> Verdict:
     """After a restart the document's KV comes from the bucket; TTFT judged against cold.
 
-    ``causes``: what the engine's own log says went wrong (LMCACHE_LOG_CAUSES), if anything.
+    ``causes``: what the engine's own log says went wrong (LMCACHE_LOG_CAUSES), if anything;
+    ``refused``: kvceph's connector refused bodies on their crc32c (LOG_CHECKSUM).
     """
+    if refused and hit is not None and hit < expected_hit:
+        return _refused(hit, expected_hit, metric)
     partial = _hit(hit, expected_hit, metric, causes)
     if partial:
         return partial
@@ -240,8 +261,12 @@ def cross_node(
     cold_ttft: float | None,
     s3_disabled: bool | None = None,
     causes: tuple[str, ...] = (),
+    refused: bool | None = None,
 ) -> Verdict:
-    """Another host of the same cache group reads what the writer stored."""
+    """Another host of the same cache group reads what the writer stored (``refused``: as
+    :func:`warm`'s)."""
+    if refused and hit is not None and hit < expected_hit:
+        return _refused(hit, expected_hit, metric)
     partial = _hit(hit, expected_hit, metric, causes)
     if partial:
         return partial

@@ -3,19 +3,35 @@ first converge installs the controller's wheel into every engine venv (no index 
 renders lmcache.yaml as an LMCache plugin, and the lab engine loads it as LMCache 0.5.6 does; a
 second run changes nothing. An engine that started without the plugin serves with no remote tier
 (LMCache only logs it): readiness fails naming LMCache's line, and passes again once the engine
-restarts.
+restarts. One chunk's body altered in the bucket at the same size (issue 50 item 1): with the GET
+crc32c check off verify.py fails the warm step naming the first differing token (the lab
+engine's answer is drawn from the KV bytes it loaded); with it on the body is refused, a miss,
+and verify.py passes.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 import yaml
-from conftest import HOSTS, INFERENCE, pyinfra, s3_client, ssh
+from conftest import (
+    HOSTS,
+    INFERENCE,
+    MODEL_ARGUMENT,
+    REPORTS,
+    S3_ADMIN_URL,
+    path_style_client,
+    pyinfra,
+    s3_client,
+    secrets,
+    ssh,
+)
 from lab_client import completion, long_prompt
 
 from deploys import connector_package
+from deploys.verification import verdicts
 
 # The default, named anyway: these tests are about kvceph's connector whatever the default.
 ON = ("--data", "kvceph_lmcache_connector=kvceph")
@@ -79,6 +95,114 @@ def test_engine_without_its_plugin_fails_readiness_naming_the_cause(kvceph_on):
     healed = pyinfra(*ON)
     assert healed.rc == 0, healed.output[-4000:]
     assert healed.changed() == [], json.dumps(healed.changed())
+
+
+GPU_PREFIX = MODEL_ARGUMENT.replace("/", "_") + "@2@"  # the GPU cache group's (TP 2) objects
+LMCACHE_YAML = "/etc/kvceph/lmcache.yaml"
+
+
+def _gpu_client():
+    """The GPU group's own key: it reads and writes the group's objects as its engines do."""
+    keys = secrets()
+    return path_style_client(
+        S3_ADMIN_URL, keys["KVCEPH_S3_ACCESS_KEY_GPU"], keys["KVCEPH_S3_SECRET_KEY_GPU"]
+    )
+
+
+def _gpu_keys(s3) -> set[str]:
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket="lmcache", Prefix=GPU_PREFIX)
+    return {o["Key"] for page in pages for o in page.get("Contents", ())}
+
+
+def _alter_first_new_chunk(before: set[str], stop: threading.Event, altered: list) -> None:
+    """Once the cold request stored a chunk of the GPU group, flip one byte of its body: same
+    size, the crc32c its PUT stored kept (what a disk or a proxy would do, unseen by a HEAD)."""
+    s3 = _gpu_client()
+    while not stop.wait(0.2):
+        new = sorted(_gpu_keys(s3) - before)
+        if new:
+            got = s3.get_object(Bucket="lmcache", Key=new[0])
+            body = bytearray(got["Body"].read())
+            body[len(body) // 2] ^= 0xFF
+            s3.put_object(Bucket="lmcache", Key=new[0], Body=bytes(body), Metadata=got["Metadata"])
+            altered.append(new[0])
+            return
+
+
+def _write_and_restart(host: str, text: str) -> None:
+    # reset-failed: this module restarts the engines more often than the unit's start limit
+    # allows in its interval (systemd refuses the start, "attempted too often")
+    ssh(
+        host,
+        f"cat > {LMCACHE_YAML} <<'EOF'\n{text}EOF\n"
+        "systemctl reset-failed vllm; timeout 120 systemctl restart vllm",
+    )
+
+
+def _crc_check(on: bool, rendered: dict[str, str]) -> None:
+    """kvceph.verify_crc32c set by hand in the GPU engines' lmcache.yaml (``rendered``: the
+    deploy's files), explicitly both ways (the default may be either), the engines restarted
+    on it (a deploy per setting would cost ~40 s each)."""
+    for host, text in rendered.items():
+        config = yaml.safe_load(text)
+        config["extra_config"]["kvceph.verify_crc32c"] = on
+        _write_and_restart(host, yaml.safe_dump(config, sort_keys=False))
+
+
+def _verify_with_an_altered_chunk():
+    """verify.py with one of its document's GPU chunks altered after the cold request wrote it:
+    (the run, the report, the altered key)."""
+    before = _gpu_keys(s3_client())
+    stop, altered = threading.Event(), []
+    watcher = threading.Thread(target=_alter_first_new_chunk, args=(before, stop, altered))
+    watcher.start()
+    try:
+        run = pyinfra(
+            *ON, "--data", "kvceph_verify_document_tokens=2048", deploy="verify.py",
+            json_out=False, timeout=600,
+        )  # fmt: skip
+    finally:
+        stop.set()
+        watcher.join(timeout=30)
+    assert altered, run.output[-3000:]
+    return run, json.loads((REPORTS / "verify-latest.json").read_text()), altered[0]
+
+
+def test_an_altered_chunk_fails_the_answer_unless_the_crc32c_check_refuses_it(kvceph_on):
+    rendered = {h: ssh(h, f"cat {LMCACHE_YAML}").stdout for h in ("gpu1", "gpu2")}
+    try:
+        _crc_check(False, rendered)
+        run, report, _ = _verify_with_an_altered_chunk()
+        assert run.rc != 0
+        steps = {(s["host"], s["step"]): s for s in report["steps"]}
+        writer = next(h for h, step in steps if step == "warm" and h.startswith("gpu"))
+        warm = steps[(writer, "warm")]
+        assert warm["verdict"] == "fail", warm
+        assert (
+            f"wrong answer from S3 after restart on {writer}: first differing token at "
+            in (warm["message"])
+        )
+        assert warm["figures"]["answer"]["first_difference"] is not None
+        # every chunk loaded: only the answer shows the fault
+        assert warm["hit_tokens"] == warm["figures"]["expected_hit_tokens"] > 0
+        failed = [x for x in run.output.splitlines() if "kvceph verify FAILED:" in x]
+        assert any(f"{writer}: warm: wrong answer from S3 after restart" in x for x in failed)
+        if (writer, "dram") in steps:  # the DRAM tier held the bytes computed
+            assert steps[(writer, "dram")]["verdict"] == "pass", steps[(writer, "dram")]
+        assert steps[("gaudi1", "warm")]["verdict"] != "fail"  # another group's objects
+
+        _crc_check(True, rendered)
+        run, report, _ = _verify_with_an_altered_chunk()
+        assert run.rc == 0, run.output[-5000:]
+        steps = {(s["host"], s["step"]): s for s in report["steps"]}
+        warm = steps[(writer, "warm")]
+        assert warm["verdict"] == "warn" and "refused GET bodies whose crc32c" in warm["message"]
+        assert warm["figures"]["answer"]["equal"] is True
+        journal = ssh(writer, "journalctl -u vllm --no-pager -q -o cat | tail -n 400").stdout
+        assert verdicts.LOG_CHECKSUM in journal  # kvceph's connector says why (s3core)
+    finally:
+        for host, text in rendered.items():
+            _write_and_restart(host, text)
 
 
 def _objects() -> int:

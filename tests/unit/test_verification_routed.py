@@ -227,6 +227,8 @@ class FakeHttp:
         self.readiness = 200
         self.last = None
         self.asked: list[str] = []
+        self.answers: list[tuple[int, ...]] = []  # token ids of each answer in turn; []: none
+        self.bodies: list[dict] = []
 
     def get(self, url, timeout):
         self.asked.append(url)
@@ -247,7 +249,9 @@ class FakeHttp:
         name = self.pick(text, self.last)
         self.last = name
         tokens = self.engines[name].serve(text)
-        return StreamResult(0.01, "ok", {"prompt_tokens": tokens}, "length", 3, True)
+        self.bodies.append(body)
+        ids = self.answers.pop(0) if self.answers else None
+        return StreamResult(0.01, "ok", {"prompt_tokens": tokens}, "length", 3, True, ids)
 
 
 def run_step(http, route=ROUTE, **opts):
@@ -272,6 +276,25 @@ def test_an_affine_router_passes_and_names_the_engine_and_tier():
     assert step.figures["cold_engine"] == step.figures["repeat_engine"] == ["gaudi1"]
     # no engine preflight, no bucket: the router step alone
     assert not any(u.endswith("/health") or "/v1/models" in u for u in http.asked)
+
+
+def test_the_repeat_must_give_the_cold_answer_token_for_token():
+    http = FakeHttp(lambda text, last: last or "gaudi1")
+    cold = tuple(range(100, 116))
+    http.answers = [cold, cold]
+    (step,) = run_step(http, router_only=True).steps
+    assert step.verdict.status == "pass" and step.figures["answer"]["equal"] is True
+    assert all(b["temperature"] == 0 and b["max_tokens"] >= 16 for b in http.bodies)
+    assert all(b["logprobs"] and b["return_tokens_as_token_ids"] for b in http.bodies)
+    http = FakeHttp(lambda text, last: last or "gaudi1")
+    http.answers = [cold, cold[:3] + (7,) + cold[4:]]
+    (step,) = run_step(http, router_only=True).steps
+    assert step.verdict.status == "fail"
+    assert step.verdict.message.startswith(
+        "wrong answer from the router's repeat on gaudi1: first differing token at position 3 "
+        "of 16 (cold 103, gaudi1 7)"
+    )
+    assert step.figures["answer"]["first_difference"] == 3
 
 
 def test_a_router_that_spreads_repeats_fails():

@@ -8,6 +8,7 @@ lookup that loads consecutive chunks from the bucket, and vLLM's metric names.
 
 import hashlib
 import json
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -83,6 +84,11 @@ class FakeEngine:
         self.local_cpu = False  # LMCache's DRAM tier: chunks this process stored or loaded
         self.honours_salt = True  # vLLM >= 0.9: cache_salt joins its prefix cache's hash
         self.lmcache_metrics = False  # LMCache's counters on /metrics (PROMETHEUS_MULTIPROC_DIR)
+        # A wrong load (LMCache #4463, an altered body): an answer from KV loaded from S3
+        # differs from this position on; None: every load is right.
+        self.wrong_from: int | None = None
+        self.token_ids = True  # returns logprobs' token_id:<id> names as vLLM does
+        self.loaded_s3 = 0  # chunks the last request loaded from S3
         self.restart()
 
     def restart(self):
@@ -106,6 +112,7 @@ class FakeEngine:
         vLLM's prefix cache answers a prompt it computed under the same salt first."""
         seen = (salt if self.honours_salt else None, tuple(words))
         if seen in self.gpu:
+            self.loaded_s3 = 0  # the KV an earlier request held (right unless loaded wrong)
             self.gpu_hits += len(words) - 1
             self.computed += 1
             return self.ms_per_token / 1000
@@ -126,6 +133,7 @@ class FakeEngine:
         self.hits += loaded
         self.computed += len(words) - loaded
         self.remote_read += (hit - dram) * self.tp * CHUNK * 64
+        self.loaded_s3 = hit - dram
         if self.local_cpu:
             self.dram.update(k for keys in chunks for k in keys)
         short = self.skip_short and (len(chunks) - dram) * CHUNK < self.min_hit
@@ -137,6 +145,13 @@ class FakeEngine:
                 self.bucket.put(f"{self.model.replace('/', '_')}@{self.tp}@0@f{i:015x}@bfloat16", 1)
         took = (len(words) - loaded) * self.ms_per_token + (hit - dram) * self.ms_per_chunk
         return (took + dram * self.ms_per_chunk / 10) / 1000
+
+    def answer(self, words, n):
+        """The greedy answer's ids: a function of the prompt, unless the KV loaded is wrong."""
+        ids = token_ids([f"{w}/{i}" for i, w in zip(range(n), words * n, strict=False)])
+        if self.wrong_from is not None and self.loaded_s3:
+            ids[self.wrong_from :] = [t + 1 for t in ids[self.wrong_from :]]
+        return ids
 
     def metrics(self):
         base = f'model_name="{self.model}",engine="0"'
@@ -200,8 +215,18 @@ def _handler(engine):
                 event({"error": {"message": engine.stream_error, "code": 500}})
                 return
             event({"choices": [{"delta": {"reasoning_content": "hmm"}}]})
-            event({"choices": [{"delta": {"content": "ok"}, "finish_reason": "length"}]})
-            event({"choices": [], "usage": {"prompt_tokens": len(words), "completion_tokens": 2}})
+            n = req["max_tokens"]
+            as_ids = req.get("logprobs") and req.get("return_tokens_as_token_ids")
+            for i, t in enumerate(engine.answer(words, n)):
+                # vLLM's chunk with logprobs and return_tokens_as_token_ids (0.25.1 and 0.34)
+                lp = {"content": [{"token": f"token_id:{t}", "logprob": -0.01,
+                                   "bytes": [111, 107], "top_logprobs": []}]}  # fmt: skip
+                choice = {"index": 0, "delta": {"content": "ok"}, "finish_reason": None}
+                choice["logprobs"] = lp if as_ids and engine.token_ids else None
+                if i == n - 1:
+                    choice["finish_reason"] = "length"
+                event({"choices": [choice]})
+            event({"choices": [], "usage": {"prompt_tokens": len(words), "completion_tokens": n}})
             self.wfile.write(b"data: [DONE]\n\n")
 
     return H
@@ -330,7 +355,7 @@ def test_cross_node_miss_from_a_different_hash_seed(lab):
     a, b = add("gpu1"), add("gpu2", salt="68")
     rep, _ = _run(bucket, engines, [[a, b]])
     steps = _by_step(rep)
-    assert steps[("gpu1", "warm")].verdict.status == "pass"
+    assert steps[("gpu1", "warm")].figures["answer"]["equal"]  # its TTFT: the fake's timing
     cross = steps[("gpu2", "cross-node")].verdict
     assert cross.failed and "no cross-node hit on the chunks gpu1 wrote" in cross.message
     assert [f.step for f in rep.failures] == ["cross-node"]
@@ -672,3 +697,171 @@ def test_a_complete_warm_load_is_measured(lab):
     assert figures["cold_ttft_s"] == steps[("gpu1", "cold")].ttft
     assert figures["warm_ttft_s"] == steps[("gpu1", "warm")].ttft
     assert figures["kv_bytes"] == steps[("gpu1", "cold")].figures["kv_bytes"] > 0
+
+
+# --- the answer check (issue 50 item 1) -------------------------------------------------------
+
+
+def test_every_step_asks_a_greedy_answer_and_an_honest_chain_repeats_it(lab, tmp_path):
+    bucket, engines, add = lab
+    rep, _ = _run(bucket, engines, [[add("gpu1"), add("gpu2")]], output_tokens=8)
+    assert not rep.failures, rep.failure_lines()
+    steps = _by_step(rep)
+    assert steps[("gpu1", "cold")].figures["answer_tokens"] == 16  # 8 raised to 16
+    for host, step in (("gpu1", "warm"), ("gpu2", "cross-node"), ("gpu1", "fallback")):
+        answer = steps[(host, step)].figures["answer"]
+        assert answer["equal"] and answer["first_difference"] is None and answer["host"] == host
+
+
+def test_a_wrong_load_fails_warm_and_cross_node_naming_tier_host_and_position(lab, tmp_path):
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2")
+    engines["gpu1"].wrong_from = engines["gpu2"].wrong_from = 5  # LMCache #4463's packed layout
+    r = runner.Runner(
+        targets.Options(document_tokens=1030, objects_timeout=0.2, poll_interval=0.01,
+                        request_timeout=10),
+        bucket, FakeControl(engines), log=lambda _m: None,
+    )  # fmt: skip
+    rep = r.run([[a, b]])
+    steps = _by_step(rep)
+    warm, cross = steps[("gpu1", "warm")], steps[("gpu2", "cross-node")]
+    assert warm.hit_tokens == 1024  # a full, fast hit: only the answer shows the fault
+    assert warm.verdict.status == cross.verdict.status == "fail"
+    assert warm.verdict.message.startswith(
+        "wrong answer from S3 after restart on gpu1: first differing token at position 5 of 32"
+    )
+    assert "LMCache #4463" in warm.verdict.message
+    assert cross.verdict.message.startswith(
+        "wrong answer from S3, another node on gpu2: first differing token at position 5 of 32"
+    )
+    assert steps[("gpu1", "fallback")].verdict.status == "pass"  # recomputed: right again
+    assert r.measured == []  # a wrong load measures nothing
+    data = reporting.to_dict(rep)
+    assert not data["passed"]
+    got = {(s["host"], s["step"]): s for s in data["steps"]}
+    answer = got[("gpu1", "warm")]["figures"]["answer"]
+    assert answer["tier"] == "S3 after restart" and answer["host"] == "gpu1"
+    assert answer["first_difference"] == 5 and answer["cold_token"] + 1 == answer["token"]
+    assert reporting.write_json(rep, tmp_path).exists()
+
+
+def test_a_wrong_answer_from_dram_fails_the_dram_step(lab):
+    bucket, engines, add = lab
+    a = targets.Target(**{**add("gpu1").__dict__, "local_cpu": True})
+    engines["gpu1"].local_cpu = True
+    rep, _ = _run(bucket, engines, [[a]])
+    assert _by_step(rep)[("gpu1", "dram")].figures["answer"]["equal"]
+    bucket2, engines2 = FakeBucket(), {}
+    e = FakeEngine(bucket2)
+    e.local_cpu, e.wrong_from = True, 0
+    real = e.answer
+
+    def dram_wrong(words, n):  # the DRAM tier's copy is the wrong one (the 2nd request)
+        ids = real(words, n)
+        return [t + 1 for t in ids] if e.dram and not e.loaded_s3 and e.hits else ids
+
+    e.answer = dram_wrong
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(e))
+    threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()
+    try:
+        engines2["gpu1"] = e
+        t = targets.Target(
+            **{**a.__dict__, "base_url": f"http://127.0.0.1:{srv.server_address[1]}"}
+        )
+        rep, _ = _run(bucket2, engines2, [[t]])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    dram = _by_step(rep)[("gpu1", "dram")]
+    assert dram.verdict.status == "fail"
+    assert dram.verdict.message.startswith(
+        "wrong answer from node DRAM on gpu1: first differing token at position 0"
+    )
+
+
+def test_an_engine_that_returns_no_token_ids_fails_cold(lab):
+    bucket, engines, add = lab
+    a = add("gpu1")
+    engines["gpu1"].token_ids = False
+    steps = _by_step(_run(bucket, engines, [[a]])[0])
+    cold = steps[("gpu1", "cold")]
+    assert cold.verdict.status == "fail" and "carried no token ids" in cold.verdict.message
+    assert "answer" not in steps[("gpu1", "warm")].figures  # nothing to compare with
+
+
+def test_bodies_refused_on_their_crc32c_are_misses_and_the_run_passes(lab):
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2")
+    control = FakeControl(engines)
+    line = (
+        "kvceph: crc32c since start: refused 2 GET bodies of 8 checked at http://rgw (each a "
+        "miss: not handed over), last k: crc32c 1 != stored 2"
+    )
+
+    refused: set[str] = set()  # the third chunk's objects: refused on every engine
+
+    def corrupt(host, n):
+        if n == 1:  # before the warm request; a refused body is a miss (fake: gone)
+            for e in engines.values():
+                e.journal.add(line)
+            for k in refused:
+                bucket.objects.pop(k, None)
+
+    control.on_restart = corrupt
+    original = engines["gpu1"].prefill
+
+    def remember(words, salt=None):
+        if not refused:
+            refused.update(engines["gpu1"].keys(words)[2])
+        return original(words, salt)
+
+    engines["gpu1"].prefill = remember
+    rep, _ = _run(bucket, engines, [[a, b]], control=control)
+    assert not rep.failures, rep.failure_lines()
+    steps = _by_step(rep)
+    warm = steps[("gpu1", "warm")]
+    assert warm.verdict.status == "warn" and warm.hit_tokens == 512, warm.verdict.message
+    assert warm.verdict.message.startswith("512 of 1024 tokens loaded")
+    assert "refused GET bodies whose crc32c differs" in warm.verdict.message
+    assert warm.figures["answer"]["equal"]
+    # (the fake rewrote what it recomputed, so gpu2 found every chunk again)
+    assert steps[("gpu2", "cross-node")].figures["answer"]["equal"]
+
+
+def _prove():
+    """hw/h200/prove.py, the H200's runner (imported as its own script does)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "hw" / "h200" / "prove.py"
+    spec = importlib.util.spec_from_file_location("h200_prove", path)
+    module = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:  # its script paths (hw/h200 first) stay out of the other tests' imports
+        sys.path[:] = saved
+        sys.modules.pop("local", None)
+    return module
+
+
+def test_the_h200s_pair_runner_catches_a_wrong_cross_node_load(lab, monkeypatch):
+    # prove.py's PairRunner against vLLM-shaped engines (the chat stream with logprobs and
+    # return_tokens_as_token_ids as vLLM 0.25.1 and 0.34 send it): the reader loads wrong KV.
+    prove = _prove()
+    monkeypatch.setattr(prove.time, "sleep", lambda _s: None)
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2")
+    engines["gpu2"].wrong_from = 17
+    options = targets.Options(
+        document_tokens=1030, objects_timeout=0.2, poll_interval=0.01, request_timeout=10
+    )
+    r = prove.PairRunner(options, bucket, FakeControl(engines), log=lambda _m: None)
+    steps = _by_step(r.run([[a, b]]))
+    assert steps[("gpu1", "warm")].figures["answer"]["equal"]  # its TTFT: the fake's timing
+    cross = steps[("gpu2", "cross-node")]
+    assert cross.verdict.status == "fail" and cross.hit_tokens == 1024
+    assert cross.verdict.message.startswith(
+        "wrong answer from S3, another node on gpu2: first differing token at position 17 of 32"
+    )
+    assert r.rewrites["writer_objects"] == 8

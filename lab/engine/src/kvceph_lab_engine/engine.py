@@ -6,8 +6,10 @@ Per request (mirrors vLLM's scheduler + LMCacheConnectorV1 in LMCache 0.5.6):
    first miss (local CPU tier first when local_cpu is true);
    if every prompt token hits, vLLM still recomputes the last token;
 3. load the hit chunks beyond the local hit: GET each worker's object (real transfer time,
-   no faster than the lab's simulated S3 bandwidth), check size + content; a failed load ->
-   recompute (kv_load_failure_policy=recompute) or fail the request ("fail", vLLM's default).
+   no faster than the lab's simulated S3 bandwidth); a failed GET (missing, or refused by the
+   connector: size, crc32c) -> recompute (kv_load_failure_policy=recompute) or fail the request
+   ("fail", vLLM's default). The bytes are not checked, as LMCache and vLLM do not: the answer
+   is drawn from them (answer.py), so a wrong body gives a wrong answer, as on a GPU.
    The load is bounded as LMCache bounds it (``LoadLimits``): every chunk needs a block of
    LMCache's pinned CPU buffer (max_local_cpu_size per worker) and a load larger than the
    buffer busy-waits for memory; asynchronous loading gives up after lookup_timeout_ms and
@@ -15,7 +17,10 @@ Per request (mirrors vLLM's scheduler + LMCacheConnectorV1 in LMCache 0.5.6):
    memory never came, vLLM's engine dies (EngineDeadError);
 4. simulated prefill: sleep prefill_ms_per_token x computed tokens;
 5. store: PUT the chunks LMCache did not find (full chunks only unless save_unfull_chunk;
-   the S3 connector itself refuses partial chunks), one object per TP worker.
+   the S3 connector itself refuses partial chunks), one object per TP worker;
+6. answer: tokens drawn from the prompt and the KV bytes of every chunk the request held
+   (answer.py): computed, from vLLM's prefix cache (the bytes an earlier request held), from
+   the DRAM tier or loaded from S3.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from kvceph_lab_engine import answer
 from kvceph_lab_engine.hashing import ChunkHasher, object_name
 
 log = logging.getLogger("kvceph_lab_engine.engine")
@@ -36,10 +42,8 @@ lmcache_log = logging.getLogger("kvceph_lab_engine.lmcache")
 VLLM_BLOCK_SIZE = 16
 
 
-def object_payload(name: str, size: int) -> bytes:
-    """Deterministic content of an object: sha256(name) repeated; a reader can check it."""
-    seed = hashlib.sha256(name.encode()).digest()
-    return (seed * (size // len(seed) + 1))[:size]
+# The bytes a prefill computes for one worker's chunk (answer.chunk_payload).
+object_payload = answer.chunk_payload
 
 
 class LoadFailed(RuntimeError):
@@ -97,6 +101,8 @@ class PrefillResult:
     load_seconds: float
     prefill_seconds: float
     keys_hit: int
+    # One digest per chunk and worker, in prefix order: the KV the answer is drawn from.
+    kv: tuple[bytes, ...] = ()
     dram_loaded: int = 0  # of ``loaded``: tokens whose chunks came from the DRAM tier
     remote_read_bytes: int = 0  # all workers' bytes GET from S3 (lmcache:num_remote_read_bytes)
 
@@ -143,13 +149,20 @@ class LocalPrefixCache:
 
 
 class LocalCpuTier:
-    """LMCache's LocalCPUBackend (local_cpu: true): keys held in RAM up to a byte budget."""
+    """LMCache's LocalCPUBackend (local_cpu: true): keys held in RAM up to a byte budget, each
+    with the digest of the bytes it holds (what a load from it hands the GPU)."""
 
     def __init__(self, capacity_bytes: int):
         self.capacity = capacity_bytes
         self.used = 0
         self._keys: OrderedDict[str, int] = OrderedDict()
+        self._digests: dict[str, bytes] = {}
         self._lock = threading.Lock()
+
+    def digest(self, key: str) -> bytes | None:
+        """The digest of the bytes held under ``key`` (None: not held)."""
+        with self._lock:
+            return self._digests.get(key)
 
     def contains(self, key: str) -> bool:
         with self._lock:
@@ -158,16 +171,19 @@ class LocalCpuTier:
                 return True
             return False
 
-    def put(self, key: str, size: int) -> None:
+    def put(self, key: str, size: int, digest: bytes | None = None) -> None:
+        """Hold ``key`` (``digest``: of its bytes; None: the computed bytes)."""
         if size > self.capacity:
             return
         with self._lock:
             if key in self._keys:
                 return
             self._keys[key] = size
+            self._digests[key] = digest or answer.digest(answer.chunk_payload(key, size))
             self.used += size
             while self.used > self.capacity:
-                _, s = self._keys.popitem(last=False)
+                old, s = self._keys.popitem(last=False)
+                self._digests.pop(old, None)
                 self.used -= s
 
 
@@ -198,6 +214,9 @@ class KVEngine:
         self.limits = limits or LoadLimits()
         self.gpu = threading.Lock()  # one prefill at a time, like one busy accelerator
         self.dead: str | None = None  # why the engine core died, once it has
+        # The KV of the chunks vLLM's prefix cache holds: key -> digest of the bytes it held
+        # (computed or loaded), bounded like the prefix cache.
+        self.held: OrderedDict[str, bytes] = OrderedDict()
 
     def chunk_bytes(self, ntokens: int) -> int:
         return self.bytes_per_token * ntokens
@@ -237,12 +256,17 @@ class KVEngine:
             break
         return chunks, hits
 
-    def _load(self, chunks: list[tuple[int, int, int]]) -> int:
-        """Fetch the chunks (all GETs in flight at once); how many leading chunks loaded."""
+    def _load(self, chunks: list[tuple[int, int, int]], got: dict[str, bytes]) -> int:
+        """Fetch the chunks (all GETs in flight at once); how many leading chunks loaded.
+
+        + got: filled with key -> digest of the bytes each loaded object held (DRAM or S3).
+        """
         wanted: list[tuple[int, str, int]] = []  # (chunk index, key, size)
         for i, (start, end, h) in enumerate(chunks):
             for key in self.keys_for(h):
-                if self.local_cpu is not None and self.local_cpu.contains(key):
+                held = self.local_cpu.digest(key) if self.local_cpu is not None else None
+                if held is not None:
+                    got[key] = held
                     continue
                 wanted.append((i, key, self.chunk_bytes(end - start)))
         if wanted and self.store is None:
@@ -253,20 +277,21 @@ class KVEngine:
             else []
         )
         bad = len(chunks)
-        for (i, key, size), data in zip(wanted, datas, strict=True):
+        for (i, key, _), data in zip(wanted, datas, strict=True):
             if data is None:
                 bad = min(bad, i)
-            elif data != object_payload(key, size):
-                log.error("lmcache: object %s has unexpected content; not using it", key)
-                bad = min(bad, i)
+            else:
+                # Not checked against what was computed: LMCache hands the GPU what S3 served.
+                got[key] = answer.digest(data)
         return bad
 
     def _bytes(self, chunks: list) -> int:
         """KV bytes of ``chunks`` on one worker."""
         return sum(self.chunk_bytes(end - start) for start, end, _ in chunks)
 
-    def _fetch(self, todo: list, cancelled: threading.Event) -> int | None:
+    def _fetch(self, todo: list, cancelled: threading.Event, got: dict) -> int | None:
         """LMCache's retrieve: a buffer block per chunk, then the GETs; None if cancelled.
+        ``got``: key -> digest of the bytes loaded (``_load``).
 
         Decided from the same quantities LMCache uses: the chunks' bytes per worker against
         the pinned buffer (a block that cannot be allocated is retried until cancelled), and
@@ -286,14 +311,14 @@ class KVEngine:
         t0 = time.monotonic()
         in_dram = [self._in_dram(c) for c in todo]
         dram = self._bytes([c for c, here in zip(todo, in_dram, strict=True) if here])
-        ok = self._load(todo)
+        ok = self._load(todo, got)
         if self.local_cpu is not None and not self.limits.async_loading:
             # LMCache 0.5.6's synchronous get writes what S3 served into the DRAM tier
             # (StorageManager.batched_get); its asynchronous prefetch does not (a TODO there).
             for (start, end, h), here in zip(todo[:ok], in_dram, strict=False):
                 if not here:
                     for key in self.keys_for(h):
-                        self.local_cpu.put(key, self.chunk_bytes(end - start))
+                        self.local_cpu.put(key, self.chunk_bytes(end - start), got.get(key))
         rate = self.limits.load_bytes_per_s
         if rate:
             took = transfer_seconds(need - dram, dram, self.tp, rate)
@@ -305,8 +330,11 @@ class KVEngine:
         tier = self.local_cpu
         return tier is not None and all(tier.contains(k) for k in self.keys_for(chunk[2]))
 
-    def _bounded_load(self, req_id: str, todo: list, started: float, n: int) -> int | None:
+    def _bounded_load(
+        self, req_id: str, todo: list, started: float, n: int, got: dict
+    ) -> int | None:
         """Leading chunks of ``todo`` loaded; None when LMCache gave up (0 hits, recompute).
+        ``got``: key -> digest of the bytes loaded (``_load``).
 
         Raises EngineDead where vLLM's engine died: synchronous loading whose buffer never had
         room (H200 recipe: 'Retrieved 0 ...' after blocking_timeout_secs, then EngineDeadError).
@@ -315,7 +343,7 @@ class KVEngine:
         cancelled = threading.Event()
         box: list = []
         worker = threading.Thread(
-            target=lambda: box.append(self._fetch(todo, cancelled)), daemon=True
+            target=lambda: box.append(self._fetch(todo, cancelled, got)), daemon=True
         )
         worker.start()
         if lim.async_loading:
@@ -394,6 +422,8 @@ class KVEngine:
             loaded_to = local_hit
             dram_to = local_hit  # DRAM chunks lead: LMCache asks S3 only after the DRAM tier
             remote_bytes = 0
+            digests: dict[str, bytes] = {}  # key -> digest of the bytes loaded
+            loaded_chunks: list = []
             if usable > local_hit:
                 todo = [c for c in chunks[:hits] if c[1] > local_hit]
                 in_dram = [self._in_dram(c) for c in todo]
@@ -402,7 +432,7 @@ class KVEngine:
                         break
                     dram_to = c[1]
                 try:
-                    ok = self._bounded_load(req_id, todo, t0, n)
+                    ok = self._bounded_load(req_id, todo, t0, n, digests)
                 except EngineDead as exc:
                     self.dead = str(exc)
                     raise
@@ -422,6 +452,7 @@ class KVEngine:
                         end,
                     )
                 if ok:
+                    loaded_chunks = todo[:ok]
                     loaded_to = min(todo[ok - 1][1], usable)
                     got = [c for c, here in zip(todo[:ok], in_dram, strict=False) if not here]
                     remote_bytes = self._bytes(got) * self.tp
@@ -433,6 +464,7 @@ class KVEngine:
             if prefill_seconds > 0:
                 time.sleep(prefill_seconds)
             self.local.insert(tokens, salt)
+            kv = self._held_kv(chunks, local_hit, loaded_chunks, digests)
         # LMCache skips saving the chunks its lookup already found
         to_store = [] if self.kv_role == "kv_consumer" else chunks[hits:]
         return (
@@ -448,9 +480,39 @@ class KVEngine:
                 keys_hit=hits,
                 dram_loaded=dram_loaded,
                 remote_read_bytes=remote_bytes,
+                kv=kv,
             ),
             to_store,
         )
+
+    def _held_kv(
+        self, chunks: list, local_hit: int, loaded: list, digests: dict[str, bytes]
+    ) -> tuple[bytes, ...]:
+        """The digests of the KV the request attends to, per chunk and worker in prefix order:
+        loaded chunks hold what the tier served, chunks inside vLLM's prefix-cache hit what an
+        earlier request held, the others what this prefill computed. vLLM's prefix cache keeps
+        them for the next request.
+
+        + chunks: the request's chunks. + local_hit: prefix-cache hit tokens.
+        + loaded: the chunks loaded. + digests: key -> digest of the bytes loaded.
+        """
+        from_tier = {h for _, _, h in loaded}
+        out = []
+        for start, end, h in chunks:
+            size = self.chunk_bytes(end - start)
+            for key in self.keys_for(h):
+                d = digests.get(key) if h in from_tier else None
+                if d is None and end <= local_hit:
+                    d = self.held.get(key)
+                if d is None:
+                    d = answer.digest(answer.chunk_payload(key, size))
+                out.append(d)
+                self.held[key] = d
+                self.held.move_to_end(key)
+        limit = self.tp * (self.local.capacity_blocks * VLLM_BLOCK_SIZE // self.hasher.chunk_size)
+        while len(self.held) > limit:
+            self.held.popitem(last=False)
+        return tuple(out)
 
     # -- store --------------------------------------------------------------------------------
     def save(self, req_id: str, chunks: list) -> int:

@@ -7,7 +7,11 @@ POST /invocations (SageMaker route: a chat when the body has `messages`, else a 
 POST /tokenize. With an API key, only vLLM's guarded prefixes need it (auth.py): /invocations
 and /tokenize generate or answer without one, exactly as in vLLM.
 Defaults that differ from vLLM: max_tokens defaults to 16 for chat too (vLLM: the rest of the
-context), output text is filler words; temperature and other sampling fields are ignored.
+context); the answer is always greedy and always max_tokens long (temperature, seed and the other
+sampling fields are ignored): token ids drawn from the prompt and the KV bytes the request held
+(answer.py), each token's text " t<id>". ``logprobs`` answers as vLLM's (chat: ``logprobs:
+true``, completions: ``logprobs: N``), every logprob 0.0; ``return_tokens_as_token_ids`` names
+each token ``token_id:<id>`` as vLLM does.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from kvceph_lab_engine import BANNER, __version__, asgi
+from kvceph_lab_engine import BANNER, __version__, answer, asgi
 from kvceph_lab_engine.auth import UNAUTHORIZED, ApiKeys
 from kvceph_lab_engine.engine import EngineDead, KVEngine, LoadFailed
 from kvceph_lab_engine.metrics import Metrics
@@ -115,8 +119,30 @@ def _usage(prompt: int, completion: int) -> dict:
     }
 
 
-def _word(i: int) -> str:
-    return f" lab{i}"
+def _logprobs(req: dict, chat: bool, ids: list[int]) -> dict | None:
+    """vLLM's ``logprobs`` of ``ids`` when the request asked for them (each 0.0: greedy), else
+    None; ``return_tokens_as_token_ids`` names each token ``token_id:<id>``, as vLLM does."""
+    wanted = req.get("logprobs")  # chat: true/false; completions: a count, 0 included
+    if wanted is None or wanted is False:
+        return None
+    as_ids = bool(req.get("return_tokens_as_token_ids"))
+    names = [f"token_id:{t}" if as_ids else answer.text(t) for t in ids]
+    if chat:
+        content = [
+            {"token": name, "logprob": 0.0, "bytes": list(name.encode()), "top_logprobs": []}
+            for name in names
+        ]
+        return {"content": content}
+    offsets, at = [], 0
+    for t in ids:
+        offsets.append(at)
+        at += len(answer.text(t))
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [0.0] * len(ids),
+        "tokens": names,
+        "top_logprobs": [{name: 0.0} for name in names],
+    }
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -308,13 +334,15 @@ class Handler(BaseHTTPRequestHandler):
             )
             saver.start()
             created = int(time.time())
+            ids = answer.tokens(tokens, result.kv, max_tokens)
             if stream:
-                self._stream(rid, chat, created, max_tokens, len(tokens), include_usage, t_arrival)
+                self._stream(rid, chat, created, req, ids, len(tokens), include_usage, t_arrival)
             else:
                 app.metrics.record_ttft(time.monotonic() - t_arrival)
                 time.sleep(DECODE_SECONDS_PER_TOKEN * (max_tokens - 1))
-                text = "".join(_word(i) for i in range(max_tokens))
-                choice = {"index": 0, "logprobs": None, "finish_reason": "length"}
+                text = "".join(answer.text(t) for t in ids)
+                choice = {"index": 0, "logprobs": _logprobs(req, chat, ids)}
+                choice["finish_reason"] = "length"
                 choice["stop_reason"] = None
                 if chat:
                     choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
@@ -363,8 +391,9 @@ class Handler(BaseHTTPRequestHandler):
             if app.slots:
                 app.slots.release()
 
-    def _stream(self, rid, chat, created, max_tokens, n_prompt, include_usage, t_arrival):
+    def _stream(self, rid, chat, created, req, ids, n_prompt, include_usage, t_arrival):
         app = self.app
+        max_tokens = len(ids)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Transfer-Encoding", "chunked")
@@ -372,7 +401,9 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         obj = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(piece: str | None, finish: str | None, role: bool = False) -> dict:
+        def chunk(token: int | None, finish: str | None, role: bool = False) -> dict:
+            piece = None if token is None else answer.text(token)
+            logprobs = None if token is None else _logprobs(req, chat, [token])
             if chat:
                 delta: dict = {}
                 if role:
@@ -380,12 +411,13 @@ class Handler(BaseHTTPRequestHandler):
                     delta["content"] = ""
                 else:
                     delta["content"] = piece
-                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                choice = {"index": 0, "delta": delta, "logprobs": logprobs,
+                          "finish_reason": finish}  # fmt: skip
             else:
                 choice = {
                     "index": 0,
                     "text": piece,
-                    "logprobs": None,
+                    "logprobs": logprobs,
                     "finish_reason": finish,
                     "stop_reason": None,
                 }
@@ -395,13 +427,13 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if chat:
                 self._sse(chunk(None, None, role=True))
-            for i in range(max_tokens):
+            for i, token in enumerate(ids):
                 if i == 0:
                     app.metrics.record_ttft(time.monotonic() - t_arrival)
                 else:
                     time.sleep(DECODE_SECONDS_PER_TOKEN)
                 last = i == max_tokens - 1
-                self._sse(chunk(_word(i), "length" if last else None))
+                self._sse(chunk(token, "length" if last else None))
             if include_usage:
                 self._sse(
                     {
