@@ -168,3 +168,44 @@ def test_the_fact_reads_the_namespace_back_and_a_new_one_warns_of_a_cold_start()
     before = {k: v for k, v in in_use.items() if k != "kvceph.namespace"}
     (line,) = cache_key_changes(before, me)
     assert "changes the bucket root -> kv/" in line
+
+
+def test_status_shows_the_old_namespace_until_the_lifecycle_removes_it():
+    from deploys.status import document, output
+
+    me = host()
+    current = namespace.prefix(me)
+    old = current.replace("@c256@", "@c512@")
+    rows = document.namespace_rows(
+        {"namespaces": sorted([current, old]), "bucket_root": True}, {"gpu1": me}
+    )
+    assert {r["namespace"]: r["current"] for r in rows} == {current: True, old: False, "": False}
+    lines = output.namespace_lines({"namespaces": rows})
+    assert f"namespace {current}: written by {QWEN} tp2" in lines
+    assert any(ln.startswith(f"namespace {old}: no group writes it") for ln in lines)
+    assert any(ln.startswith("namespace bucket root") for ln in lines)
+    assert document.namespace_rows(None, {"gpu1": me}) == []
+
+
+def test_s3admin_lists_namespaces_with_two_delimiter_listings(capsys, monkeypatch):
+    import json
+
+    from deploys.remote import s3admin
+
+    calls = []
+
+    class Client:
+        def list_objects_v2(self, **kw):
+            calls.append(kw)
+            if kw.get("Prefix") == "kv/":
+                return {"CommonPrefixes": [{"Prefix": "kv/b/"}, {"Prefix": "kv/a/"}]}
+            return {
+                "Contents": [{"Key": "m@1@0@ab@bfloat16"}],
+                "CommonPrefixes": [{"Prefix": "kv/"}],
+            }
+
+    monkeypatch.setattr(s3admin, "s3_client", lambda config: Client())
+    s3admin.list_namespaces({"endpoint": "http://127.0.0.1:80"}, "lmcache")
+    got = json.loads(capsys.readouterr().out)
+    assert got == {"namespaces": ["kv/a/", "kv/b/"], "bucket_root": True, "truncated": False}
+    assert all(c["Delimiter"] == "/" and c["MaxKeys"] == 1000 for c in calls)
