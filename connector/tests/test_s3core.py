@@ -308,7 +308,7 @@ def test_a_sized_lookup_accepts_what_the_get_accepts(core, s3):
     assert core.get_into(KEY + "-stock", bytearray(4096), 4096)
 
 
-NAMESPACE = "kv/Qwen%2FQwen3-32B@-@bfloat16@tp1@pp1@c256@kv-split@naive@none/"
+NAMESPACE = "kv/Qwen%2FQwen3-32B@tp1@pp1@-@bfloat16@c256@kv-split@naive@none/"
 
 
 def test_a_namespace_is_a_folder_before_lmcaches_name(s3):

@@ -307,7 +307,7 @@ class KvNamespaces(FactBase):
     + admin_script: s3admin.py on the host
     + config: the owner's private INI
 
-    Returns ``{"namespaces": ["kv/Qwen%2FQwen3-32B@-@bfloat16@tp2@pp1@c256@kv-split@naive@none/"],
+    Returns ``{"namespaces": ["kv/Qwen%2FQwen3-32B@tp2@pp1@-@bfloat16@c256@kv-split@naive@none/"],
     "bucket_root": False, "truncated": False}``.
     """
 

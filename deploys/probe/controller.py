@@ -88,7 +88,8 @@ def probe_args(me, nonce: str) -> list[str]:
 
 def group_prefix(me) -> str:
     """The object-name prefix of this host's cache group (as preflight derives it)."""
-    return namespace.object_prefix(me)
+    # Under the group's current namespace: within its grant, and where its engines write.
+    return namespace.prefix(me) or namespace.object_prefix(me)
 
 
 def leftovers(me, nonce: str) -> str:

@@ -8,10 +8,13 @@ serde or weights' revision. kvceph's connector therefore puts :func:`prefix` in 
 name (``kvceph.namespace`` in lmcache.yaml; connector/src/kvceph_connector/s3core.py
 ``object_path``)::
 
-    kv/<model>@<revision>@<kv dtype>@tp<TP>@pp<PP>@c<chunk>@<layout>@<serde>@<kv flags>/<key>
+    kv/<model>@tp<TP>@pp<PP>@<revision>@<kv dtype>@c<chunk>@<layout>@<serde>@<kv flags>/<key>
 
 Each field is percent-quoted (no '/', '@' or '%' of its own is left), so the mapping from
-settings to prefix is injective and a prefix never holds a bucket policy's wildcards. A change
+settings to prefix is injective and a prefix never holds a bucket policy's wildcards. The fields
+that tell cache groups apart come first: the group's RGW user is granted ``kv/<model>@tp@pp@``
+(:func:`object_prefix`), every namespace its engines ever write, so during a roll onto another
+layout the engines not yet moved keep reading and writing their own (old) namespace. A change
 of any field is a new namespace: the group starts cold (the inference-config warning) and the
 old namespace's objects stay until the lifecycle rule removes them (status.py lists them).
 
@@ -22,7 +25,7 @@ only namespace is LMCache's key, see :data:`STOCK_GAP`.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -79,19 +82,20 @@ class Namespace:
     kv_flags: str  # the other KV-affecting engine flags (kv_flags.describe without PP)
 
     @property
+    def group(self) -> str:
+        """``kv/<model>@tp<TP>@pp<PP>@``: what every namespace of the cache group starts with."""
+        words = [self.model, f"tp{self.tensor_parallel_size}", f"pp{self.pipeline_parallel_size}"]
+        return ROOT + "".join(_quote(w) + "@" for w in words)
+
+    @property
     def prefix(self) -> str:
         """``kv/<fields>/``: the names' prefix (injective: each field quoted, '/' and '@' too)."""
-        v = astuple(self)
-        words = [
-            v[0],
-            v[1],
-            v[2],
-            f"tp{v[3]}",
-            f"pp{v[4]}",
-            f"c{v[5]}",
-            *v[6:],
-        ]
-        return ROOT + "@".join(quote(str(w), safe="-._~") for w in words) + "/"
+        words = [self.revision, self.kv_dtype, f"c{self.chunk_size}", self.layout, self.serde]
+        return self.group + "@".join(_quote(w) for w in [*words, self.kv_flags]) + "/"
+
+
+def _quote(word) -> str:
+    return quote(str(word), safe="-._~")
 
 
 def pipeline_parallel_size(me: HostSettings) -> int:
@@ -132,11 +136,11 @@ def prefix(me: HostSettings) -> str:
 def object_prefix(me: HostSettings) -> str:
     """The prefix every object of this host's cache group starts with (the group user's grant).
 
-    kvceph's connector: the namespace. The stock one: LMCache's ``<model>@<TP x PP>@``.
+    kvceph's connector: ``kv/<model>@tp@pp@``, all of the group's namespaces. The stock one:
+    LMCache's ``<model>@<TP x PP>@`` at the bucket root.
     """
-    ns = prefix(me)
-    if ns:
-        return ns
+    if me.lmcache.tier.connector == "kvceph":
+        return of(me).group
     from deploys import bucket_policy
 
     world = me.engine.tensor_parallel_size * pipeline_parallel_size(me)

@@ -47,9 +47,9 @@ LAB_MODEL_REVISION = group_data.read(["lab"], keep=lambda k: k == "LAB_MODEL_REV
 MODEL_ARGUMENT = f"/var/lib/kvceph/models/Qwen/Qwen3-32B/{LAB_MODEL_REVISION}"
 
 
-def _group_prefixes() -> dict[str, str]:
-    """Each lab cache group's object prefix: its namespace folder with kvceph's connector
-    (deploys/settings/namespace.py), as the bucket policy grants it."""
+def _group_prefixes() -> dict[str, tuple[str, str]]:
+    """Each lab cache group's (grant, namespace): what the bucket policy lets its user touch
+    and the folder its engines write now (deploys/settings/namespace.py)."""
     from deploys import settings
     from deploys.settings import namespace
 
@@ -60,14 +60,18 @@ def _group_prefixes() -> dict[str, str]:
     for group, name in (("gpu", "gpu1"), ("gaudi", "gaudi1")):
         data = {**group_data.read(("all", group, "lab")), **dict(getattr(inventory, group))[name]}
         data.pop("kvceph_s3_ca_bundle", None)  # not needed to name objects
-        out[group] = namespace.object_prefix(settings.load(data, name, (group, "lab")))
+        me = settings.load(data, name, (group, "lab"))
+        out[group] = (namespace.object_prefix(me), namespace.prefix(me))
     return out
 
 
-#: group -> the prefix every object of its cache group starts with
-GROUP_PREFIX = _group_prefixes()
-#: LMCache's own name of a GPU-group chunk starts with this (after GROUP_PREFIX["gpu"])
-GPU_KEY_PREFIX = GROUP_PREFIX["gpu"] + MODEL_ARGUMENT.replace("/", "_") + "@2@"
+_PREFIXES = _group_prefixes()
+#: group -> the prefix every object of its cache group starts with (its user's grant)
+GROUP_PREFIX = {group: grant for group, (grant, _) in _PREFIXES.items()}
+#: group -> the namespace folder its engines write in now
+GROUP_NAMESPACE = {group: ns for group, (_, ns) in _PREFIXES.items()}
+#: a GPU-group chunk's name: its namespace, then LMCache's own name of the chunk
+GPU_KEY_PREFIX = GROUP_NAMESPACE["gpu"] + MODEL_ARGUMENT.replace("/", "_") + "@2@"
 LAB_MODEL_DIR = LAB_DIR / "model"
 # KVCEPH_LAB_CEPH=cephadm: the cephadm lab (Ceph 20.2.4; RGW behind cephadm's ingress VIP .100,
 # bound to ceph1's lab address only). Otherwise the Pacific lab (haproxy on ceph1, all addresses).

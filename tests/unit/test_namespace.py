@@ -209,3 +209,18 @@ def test_s3admin_lists_namespaces_with_two_delimiter_listings(capsys, monkeypatc
     got = json.loads(capsys.readouterr().out)
     assert got == {"namespaces": ["kv/a/", "kv/b/"], "bucket_root": True, "truncated": False}
     assert all(c["Delimiter"] == "/" and c["MaxKeys"] == 1000 for c in calls)
+
+
+def test_the_group_grant_covers_every_namespace_of_the_group_and_no_other():
+    me = host()
+    grant = namespace.object_prefix(me)
+    assert grant == "kv/Qwen%2FQwen3-32B@tp2@pp1@"
+    # A roll onto another layout or chunk size keeps the old engines inside the grant.
+    for other in (host(kvceph_lmcache_chunk_size=512), host(kvceph_kv_dtype="fp8")):
+        assert namespace.prefix(other).startswith(grant)
+    for group in (host(kvceph_tensor_parallel_size=1, **pp(2)), host(kvceph_model="Qwen/Qwen3-8B")):
+        assert not namespace.prefix(group).startswith(grant)
+    # The probe writes under the current namespace, inside the grant.
+    from deploys.probe.controller import group_prefix
+
+    assert group_prefix(me) == namespace.prefix(me)
