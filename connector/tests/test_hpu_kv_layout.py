@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 # vllm-gaudi v0.26.0, recorded from its code (paths in docs/design.md "Gaudi's pair"):
 # - attention/ops/hpu_paged_attn.py 72-78: get_kv_cache_shape -> (blocks * block_size, kv
 #   heads, head size);
-# - v1/worker/hpu_model_runner.py 6811-6842: key_cache and value_cache of that shape, with one
+# - v1/worker/hpu_model_runner.py 6810-6843: key_cache and value_cache of that shape, with one
 #   pad block (num_blocks + 1), kv_caches[layer] = (key, value, None, None) (bf16: no scales);
 # - hpu_model_runner.py 6890-6891 registers get_kv_caches_4D(kv_caches), 6958-6978: each
 #   cache viewed (-1, block_size, heads, head size), the pad block dropped, TensorTuple((K, V)).

@@ -51,7 +51,7 @@ STOCK_GAP = (
 #   packed in the last axis (copied with half the row width: LMCache #4463);
 # - gaudi (vllm-gaudi): a (K, V) tuple per layer, each [blocks, block size, kv heads, head size]
 #   (vllm_gaudi/v1/worker/hpu_model_runner.py get_kv_caches_4D), copied by LMCache 0.5.6
-#   VLLMPagedMemHPUConnectorV2 row by row (tests/unit/test_hpu_kv_layout.py).
+#   VLLMPagedMemHPUConnectorV2 row by row (connector/tests/test_hpu_kv_layout.py).
 SPLIT, PACKED, HPU_TUPLE = "kv-split", "kv-packed", "hpu-kv-tuple"
 PACKED_SINCE = (0, 26)
 
