@@ -76,7 +76,7 @@ PLUGIN = "kvceph"
 
 
 class KvcephS3Connector(RemoteConnector):
-    """LMCache's RemoteConnector over kvceph's S3 core (the stock connector's names, in kvceph.namespace).
+    """LMCache's RemoteConnector over kvceph's S3 core (stock names, in kvceph.namespace).
 
     + loop: LMCache's event loop. + local_cpu_backend: allocates the MemoryObjs GETs fill.
     + s3: the S3Config. + min_hit_tokens: lookups below this hit length report 0.
