@@ -16,6 +16,8 @@ WHEELHOUSE := $(KVCEPH_LAB_DIR)/wheelhouse
 # CPU: CPU torch 2.13.0 (the file on this machine's disk; a plain `torch` would pull a CUDA build),
 # lmcache --no-deps and the pinned import-time deps (connector/tests/requirements-cpu.txt).
 CONNECTOR_VENV := $(VENV)/connector
+# The unit test of the rendered MP server command line parses it with LMCache's own parser there.
+export KVCEPH_CONNECTOR_PYTHON ?= $(CURDIR)/$(CONNECTOR_VENV)/bin/python
 # uv, pinned, in a venv of its own: `make locks` compiles the shipped engine locks with it.
 UV_VENV := $(VENV)/uv
 UV_VERSION := 0.13.9
@@ -39,7 +41,12 @@ STEP := lab/step.sh
 # A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
 # instance's claim while it runs, what it starts (sub-makes, pytest, lab.sh) passes; a second
 # run on a busy instance stops at once in one line. Nested calls just run the target.
-CLAIM = $(PY) lab/claim.py run "make $@" -- $(MAKE) --no-print-directory
+# A busy instance stops the target in that one line as make's own $(error) (expanded when the
+# recipe runs), not as a failed command: make would add `Error 75`; make exits 2, having done
+# nothing (lab/claim.py and lab/lab.sh exit 75). A run that wins a race past the check still
+# stops in claim.py, with make's line after it.
+BUSY = $(eval _busy := $(shell $(PY) lab/claim.py busy))$(if $(_busy),$(error $(_busy)))
+CLAIM = $(BUSY)$(PY) lab/claim.py run "make $@" -- $(MAKE) --no-print-directory
 
 help:
 	@echo "make lab       bring up the local lab, deploy, verify (README quick start)"
@@ -152,7 +159,7 @@ PACIFIC_LOG := $(KVCEPH_LAB_DIR)/test-pacific.log
 CEPHADM_LOG := $(CEPHADM_LAB_DIR)/test-cephadm.log
 
 test:
-	@$(CLAIM) _test
+	@$(CEPHADM_FREE)$(CLAIM) _test
 # Installs at once what does not wait on another (apt, the venvs, the Pacific lab's images and
 # wheelhouse; the images need apt's mmdebstrap), then the three sessions side by side: on 2
 # cores the labs' sessions mostly wait (boots, bootstrap, orchestrator polls, restarts) while
@@ -177,11 +184,13 @@ _test: _cephadm-lab-free
 	    -- $(BIN)/pytest $(SESSION_ARGS) $(CEPHADM_TESTS)"
 
 # The cephadm session's instance must be free before the install starts, not 5 min into it.
+_CEPHADM_BUSY = [lab] ERROR: lab instance $(CEPHADM_LAB_INSTANCE) ($(CEPHADM_LAB_DIR)), where \
+  `make test` runs its cephadm session, is in use by $(_claim); pick another with \
+  CEPHADM_LAB_INSTANCE=M, or end that run and `KVCEPH_LAB_INSTANCE=$(CEPHADM_LAB_INSTANCE) make lab-down`
+CEPHADM_FREE = $(eval _claim := $(shell $(CEPHADM_ENV) $(PY) lab/claim.py show))$(if \
+  $(findstring : live,$(_claim)),$(error $(_CEPHADM_BUSY)))
 _cephadm-lab-free:
-	@if claim=$$($(CEPHADM_ENV) $(PY) lab/claim.py show) && [[ $$claim == *": live" ]]; then \
-	  echo "[lab] ERROR: lab instance $(CEPHADM_LAB_INSTANCE) ($(CEPHADM_LAB_DIR)), where \`make test\` runs" \
-	    "its cephadm session, is in use by $$claim; pick another with CEPHADM_LAB_INSTANCE=M, or" \
-	    "end that run and \`KVCEPH_LAB_INSTANCE=$(CEPHADM_LAB_INSTANCE) make lab-down\`" >&2; exit 75; fi
+	@$(CEPHADM_FREE)true
 
 # Both labs of `make test` down (what .ci/run does on exit); `make lab-down` is one instance's.
 test-down:
@@ -195,7 +204,8 @@ lab:
 _lab: deps
 	@KVCEPH_LAB_CEPH=$${KVCEPH_LAB_CEPH:-cephadm} $(MAKE) --no-print-directory -j3 venv images wheelhouse
 	KVCEPH_LAB_CEPH=$${KVCEPH_LAB_CEPH:-cephadm} $(MAKE) -s lab-up deploy verify
-	@echo "lab is up: reports in reports/, stop it with: make lab-down"
+	@n=$(filter-out 0,$(KVCEPH_LAB_INSTANCE)); echo "lab is up: reports in reports/$${n:+lab$$n/}," \
+	  "stop it with: $${n:+KVCEPH_LAB_INSTANCE=$$n }make lab-down"
 
 # The lab's root filesystems (and the cephadm lab's container images), built once, cached.
 images: deps
@@ -253,21 +263,28 @@ lab-down:
 lab-purge:
 	lab/lab.sh purge
 
+# A target that needs the lab stops in one line when none of its hosts runs (deploys/lab.py)
+# instead of one paramiko traceback per host. Expanded when the recipe runs (in `make lab`, after
+# lab-up); $(error), not a failing command, so make adds no `Error N` line of its own.
+NEED_LAB = $(eval _down := $(shell $(PY) -m deploys.lab $(KVCEPH_LAB_DIR) "$(KVCEPH_LAB_INSTANCE)"))$(if \
+  $(_down),$(error $(_down)))
+
+# deploy and verify: a line when they start, one with their seconds when they end (lab/step.sh).
 deploy: venv
-	$(BIN)/pyinfra -y inventories/lab.py deploy.py
+	@$(NEED_LAB)$(STEP) deploy "pyinfra deploy.py on the lab" $(BIN)/pyinfra -y inventories/lab.py deploy.py
 
 dry: venv
-	$(BIN)/pyinfra --dry inventories/lab.py deploy.py
+	$(NEED_LAB)$(BIN)/pyinfra --dry inventories/lab.py deploy.py
 
 verify: venv
-	$(BIN)/pyinfra -y inventories/lab.py verify.py
+	@$(NEED_LAB)$(STEP) verify "pyinfra verify.py on the lab" $(BIN)/pyinfra -y inventories/lab.py verify.py
 
 probe: venv
-	$(BIN)/pyinfra -y inventories/lab.py probe.py
+	$(NEED_LAB)$(BIN)/pyinfra -y inventories/lab.py probe.py
 
 # Read-only fleet status (docs/status.md): table, reports/status-<run>.json and .png.
 status: venv
-	$(BIN)/pyinfra -y inventories/lab.py status.py
+	$(NEED_LAB)$(BIN)/pyinfra -y inventories/lab.py status.py
 
 # Provisioning benchmark (bench/README.md): never part of `make test`. BENCH_HOSTS="2 4 8 16".
 BENCH_HOSTS ?= 2 4 8 16
@@ -284,11 +301,11 @@ $(VENV)/ansible/.installed:
 # S3 key rotation (docs/security.md): with the NEW keys configured, rotate-add, then deploy,
 # then rotate-retire OLD=<old access key>.
 rotate-add: venv
-	$(BIN)/pyinfra -y inventories/lab.py rotate.py --data kvceph_rotation=add
+	$(NEED_LAB)$(BIN)/pyinfra -y inventories/lab.py rotate.py --data kvceph_rotation=add
 
 rotate-retire: venv
 	@test -n "$(OLD)" || { echo "usage: make rotate-retire OLD=<old access key>" >&2; exit 2; }
-	$(BIN)/pyinfra -y inventories/lab.py rotate.py --data kvceph_rotation=retire \
+	$(NEED_LAB)$(BIN)/pyinfra -y inventories/lab.py rotate.py --data kvceph_rotation=retire \
 	  --data kvceph_retire_access_key=$(OLD)
 
 clean:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deploys import kv_sizing
+
 GIB = 1024**3
 DAY_S = 86400
 # The share of the data pool's MAX AVAIL a derived quota takes. MAX AVAIL is what every tenant
@@ -212,5 +214,29 @@ def plan(admin, hosts, user: dict | None, df: dict | None) -> tuple[Quota, str]:
         )
     except ValueError as exc:
         raise ValueError(f"{admin.host}: {exc}") from None
+    dram = fleet_dram(hosts)
+    if s3.quota_max_size_gb is not None and quota.max_size < dram:
+        # Every chunk is written to S3 behind the DRAM tier: a quota below the DRAM the fleet
+        # holds evicts what is still in the engines' buffers, and cross-node hits never come.
+        raise ValueError(
+            f"{admin.host}: kvceph_s3_quota_max_size_gb = {s3.quota_max_size_gb!r}: "
+            f"{size(quota.max_size)} is below the {size(dram)} the fleet's DRAM buffers hold "
+            "(kvceph_lmcache_max_local_cpu_size x workers x engines): the S3 tier would hold "
+            f"less than the caches in front of it; fix: give at least {dram / GIB:.1f} GiB"
+        )
     rate, engines = fleet(hosts)
     return quota, plan_line(quota, rate, engines, replicas, s3.expiration_days)
+
+
+def fleet_dram(hosts) -> int:
+    """Bytes of every inference host's DRAM buffers (per worker x workers x engines).
+
+    + hosts: HostSettings of the inventory, KV sizes resolved (preflight)
+    """
+    total = 0.0
+    for h in hosts:
+        if not h.is_inference or not h.lmcache.kv_bytes_per_token:
+            continue
+        per_worker = kv_sizing.limits(h).max_local_cpu_size * GIB
+        total += per_worker * h.engine.tensor_parallel_size * len(h.engine.engines)
+    return int(total)

@@ -34,6 +34,11 @@ HOST_DIR = paths.CONNECTOR_DIR
 PLUGIN_NAME = "kvceph"
 MODULE_PATH = f"{PACKAGE}.lmcache_plugin"
 CLASS_NAME = "KvcephConnectorAdapter"
+# MP mode: the native_plugin LMCache's server loads (--l2-adapter), and the vLLM unit's wait
+# for that server (ExecStartPre).
+MP_MODULE_PATH = f"{PACKAGE}.lmcache_mp"
+MP_CLASS_NAME = "KvcephMPConnector"
+MP_HEALTHCHECK_MODULE = f"{PACKAGE}.healthcheck"
 # 1980-01-01, the earliest time a zip entry holds: the same bytes on every build.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 

@@ -31,6 +31,9 @@ SECRETS_PATH = f"{CONFIG_DIR}/secrets.env"
 UNIT_NAME = "vllm.service"
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PATH = f"{UNIT_DIR}/{UNIT_NAME}"
+# MP mode (profile mode "mp"): LMCache's server, one per inference host, beside the engines.
+MP_UNIT_NAME = "lmcache-server.service"
+MP_UNIT_PATH = f"{UNIT_DIR}/{MP_UNIT_NAME}"
 WHEELHOUSE = "/var/cache/kvceph/wheelhouse"
 # The engine locks pip installs from, one per venv digest (deploys/engine_lock.py).
 ENGINE_LOCK_DIR = "/var/cache/kvceph/locks"

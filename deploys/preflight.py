@@ -44,7 +44,7 @@ from deploys.facts.model import MirroredModel
 from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
 from deploys.facts.resolver import Resolution
 from deploys.facts.rgw import RgwUser
-from deploys.settings import context_length, model_source
+from deploys.settings import context_length, group_data, model_source
 from deploys.settings.inventory import CacheGroup, check_inventory
 from deploys.settings.reader import SettingsError
 from deploys.settings.verification import check_canary_hosts
@@ -139,6 +139,8 @@ def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
                 ("vllm.env.j2", lambda engine=engine: render.env_file(me, "0" * 64, engine)),
                 ("vllm.service.j2", lambda engine=engine: render.unit(me, engine)),
             ]
+        if me.engine.profile.mp and me.lmcache.kv_bytes_per_token is not None:
+            calls.append(("lmcache-server.service.j2", lambda: render.mp_server_unit(me)))
         calls += [
             ("secrets.env.j2", lambda: render.secrets_env_file(creds)),
             ("aws_credentials.j2", lambda: render.aws_credentials(me, creds)),
@@ -208,6 +210,13 @@ def check_ingress_hosts(hosts: dict[str, settings.HostSettings], rgw_hosts: list
     of virtual IPs for ingress is greater than number of available hosts")."""
     for name, me in hosts.items():
         rgw = me.rgw
+        own = [v for v in rgw.ingress_virtual_ips if v.split("/")[0] in rgw_hosts]
+        if rgw.managed_by == "cephadm" and own:
+            # keepalived would move the host's own address to another host on failover.
+            raise SettingsError(
+                f"{name}: {rgw.ingress_key} = {own[0]!r}: is an rgw host's own address; "
+                "fix: use a free address of the rgw hosts' subnet as the VIP"
+            )
         if rgw.managed_by != "cephadm" or len(rgw.ingress_virtual_ips) <= 1:
             continue
         if len(rgw.ingress_virtual_ips) > len(rgw_hosts):
@@ -386,7 +395,8 @@ def check_mirror(hosts: dict[str, settings.HostSettings], creds, mirrored) -> No
         raise SettingsError(
             f"controller: {secrets.MODELS_ACCESS_ENV} / {secrets.MODELS_SECRET_ENV} missing: the "
             f"model mirror's read-only key, needed by kvceph_model_source mirror ({names}); "
-            f"fix: {secrets.MECHANISM}"
+            f"fix: export {secrets.MODELS_ACCESS_ENV} / {secrets.MODELS_SECRET_ENV} or put them "
+            "in secrets.env (0600; docs/security.md)"
         )
     if creds.access_key and str.__str__(creds.models_access_key) == str.__str__(creds.access_key):
         raise SettingsError(
@@ -592,6 +602,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
         check_engine_args(hosts)
         check_canary_hosts(hosts, groups)
         sudo.check_no_password(inventory)
+        group_data.refuse_committed_secrets()
         check_ingress_hosts(hosts, _rgw_addresses(inventory))
         hosts = s3_names.fill_rgw_group(hosts, _rgw_addresses(inventory))
         creds = secrets.load()

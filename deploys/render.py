@@ -128,7 +128,8 @@ def kvceph_extra_config(me: HostSettings) -> dict[str, Any]:
         # Only when set, so engines configured before the key existed keep their file.
         **({"kvceph.receive_dir": tier.receive_dir} if tier.receive_dir else {}),
         **({"kvceph.refresh_s": tier.refresh_s} if tier.refresh_s is not None else {}),
-        **({"kvceph.verify_crc32c": True} if tier.verify_crc32c else {}),
+        # On is the plugin's default (issue 50): only off is written, so files stay as they were.
+        **({"kvceph.verify_crc32c": False} if not tier.verify_crc32c else {}),
         **({"kvceph.skip_short_puts": True} if tier.skip_short_puts else {}),
         "save_chunk_meta": False,
     }
@@ -157,20 +158,194 @@ def lmcache_yaml(me: HostSettings) -> str:
     )
 
 
+# --- LMCache MP server (profile mode "mp"): one per host, every engine of the host its client ---
+
+# Loopback only: neither the ZMQ socket nor the HTTP admin API (/cache/clear, /metrics) has
+# authentication in LMCache 0.5.6. The HTTP port is not LMCache's default 8080 (often taken).
+MP_HOST = "127.0.0.1"
+MP_PORT = 5555
+MP_HTTP_PORT = 8090
+MP_HEALTH_URL = f"http://{MP_HOST}:{MP_HTTP_PORT}/healthcheck"
+# Seconds the vLLM unit's ExecStartPre waits for the server's /healthcheck.
+MP_HEALTH_WAIT_S = 300
+# Down longer than two of vLLM's heartbeats (10 s each) on every stop, so the engines notice a
+# restart and register their KV caches again (LMCache #4642: a shorter one goes unnoticed).
+MP_STOP_PAUSE_S = 25
+# A dead engine's KV pool stays mapped by the server until it is reaped: LMCache's 120 s and
+# 3600 s (one that died before its first heartbeat) keep the restarted engine's GPU memory
+# taken (LMCache #4014, #4631); the lowest values the server accepts with margin.
+MP_REAP_TIMEOUT_S = 60
+MP_REGISTRATION_GRACE_S = 300
+
+
+def _mp_refusal(me: HostSettings) -> None:
+    if not me.engine.profile.mp:
+        raise ValueError(f"{me.host}: the LMCache MP server is rendered for mode mp only")
+    if not _kvceph(me):
+        raise ValueError(
+            f"{me.host}: kvceph_lmcache_connector = "
+            f"{me.lmcache.tier.connector if me.lmcache and me.lmcache.tier else None!r} in MP "
+            "mode: only kvceph's S3 core is rendered as the server's L2 so far; fix: set "
+            "kvceph_lmcache_connector = kvceph"
+        )
+
+
+def mp_engine_flags(me: HostSettings) -> list[str]:
+    """The vLLM flags MP mode needs beside --kv-transfer-config (none in-process)."""
+    if not me.engine.profile.mp:
+        return []
+    flag = versions.MP_NO_EXTENSIBLE_KV.get(me.engine.profile.vllm_minor)
+    return [flag] if flag else []
+
+
+def mp_l1_size_gb(me: HostSettings) -> float:
+    """The server's L1 (GiB, pinned): the DRAM tier kvceph sizes today (deploys/kv_sizing.py,
+    per worker) for every worker of every engine on the host, since one server holds them all."""
+    e = me.engine
+    per_worker = kv_sizing.limits(me).max_local_cpu_size
+    return round(per_worker * e.tensor_parallel_size * len(e.engines), 3)
+
+
+def mp_prefix(me: HostSettings) -> str:
+    """kvceph's namespace before LMCache's MP key: what changes the bytes under one key (the
+    engine's KV layout with its vLLM minor, the KV dtype); model, TP and the blake3 hash are in
+    LMCache's key already (``<model>@<kv_rank>@<group>@<hash>``)."""
+    return f"kvceph-mp.vllm{me.engine.profile.vllm_minor}.{me.engine.kv_dtype}@"
+
+
+def mp_l2_adapter(me: HostSettings) -> dict[str, Any]:
+    """The server's --l2-adapter: kvceph's S3 core as a native plugin. No credentials: the
+    JSON is argv and LMCache logs it; the core reads them from AWS_PROFILE + HOME."""
+    _mp_refusal(me)
+    tier = me.lmcache.tier
+    params: dict[str, Any] = {
+        # Virtual-hosted like the in-process connector: <bucket>.<rgw_dns_name>:<port> as Host.
+        "endpoint": me.s3.remote_url.removeprefix("s3://"),
+        "region": me.s3.region,
+        "tls": not me.s3.disable_tls,
+        "connections": tier.connections,
+        "timeout_s": tier.timeout_s,
+        "verify_crc32c": tier.verify_crc32c,
+        "prefix": mp_prefix(me),
+        **({"receive_dir": tier.receive_dir} if tier.receive_dir else {}),
+        **({"refresh_s": tier.refresh_s} if tier.refresh_s is not None else {}),
+    }
+    return {
+        "type": "native_plugin",
+        "shared": True,
+        "module_path": connector_package.MP_MODULE_PATH,
+        "class_name": connector_package.MP_CLASS_NAME,
+        "adapter_params": params,
+    }
+
+
+def mp_server_exec_start(me: HostSettings) -> list[str]:
+    """``lmcache server``'s argv (docs/design.md "MP mode")."""
+    _mp_refusal(me)
+    e = me.engine
+    workers = e.tensor_parallel_size * len(e.engines)
+    return [
+        f"{e.venv}/bin/lmcache",
+        "server",
+        "--host",
+        MP_HOST,
+        "--port",
+        str(MP_PORT),
+        "--http-host",
+        MP_HOST,
+        "--http-port",
+        str(MP_HTTP_PORT),
+        "--chunk-size",
+        str(me.lmcache.chunk_size),
+        # blake3 hashes in the server, seeded by a constant: no PYTHONHASHSEED to agree on.
+        "--hash-algorithm",
+        "blake3",
+        "--l1-size-gb",
+        f"{mp_l1_size_gb(me):g}",
+        "--eviction-policy",
+        "LRU",
+        # One GPU worker per engine worker, so no engine's copies wait for another's.
+        "--max-gpu-workers",
+        str(workers),
+        "--worker-reap-timeout-seconds",
+        str(MP_REAP_TIMEOUT_S),
+        "--worker-registration-grace-seconds",
+        str(MP_REGISTRATION_GRACE_S),
+        "--l2-adapter",
+        json.dumps(mp_l2_adapter(me), separators=(",", ":"), sort_keys=True),
+    ]
+
+
+def mp_server_environment(me: HostSettings) -> list[tuple[str, str]]:
+    """The server's environment: no usage reports, the S3 credentials' profile, and the GPUs
+    of every engine (it runs the copy kernels on their memory)."""
+    e = me.engine
+    env = [
+        ("LMCACHE_TRACK_USAGE", "false"),
+        ("DO_NOT_TRACK", "1"),
+        ("AWS_PROFILE", me.s3.profile),
+        ("HOME", e.service_home),
+    ]
+    devices = [one.devices for one in e.engines]
+    if all(d is not None for d in devices):
+        union = sorted({d for one in devices for d in one})
+        env.append((DEVICE_VARIABLE[e.accelerator], ",".join(str(d) for d in union)))
+    return env
+
+
+def mp_server_unit(me: HostSettings) -> str:
+    """/etc/systemd/system/lmcache-server.service."""
+    e = me.engine
+    return _render(
+        "lmcache-server.service.j2",
+        description=f"LMCache {e.profile.lmcache_version} MP server (kvceph, {e.model})",
+        user=e.service_user,
+        group=e.service_user,
+        home=e.service_home,
+        environment=[systemd_quote(f"{k}={v}") for k, v in mp_server_environment(me)],
+        exec_start=" ".join(systemd_quote(a) for a in mp_server_exec_start(me)),
+        stop_pause=MP_STOP_PAUSE_S,
+        writable=writable_paths(me),
+    )
+
+
+def mp_wait_line(me: HostSettings, engine: Engine | None = None) -> str:
+    """The vLLM unit's ExecStartPre: wait for the server's /healthcheck (kvceph_connector),
+    from the venv its ExecStart runs."""
+    e = me.engine
+    venv = e.venv_link(_engine(me, engine).unit) if e.install else e.venv
+    argv = [
+        f"{venv}/bin/python",
+        "-m",
+        connector_package.MP_HEALTHCHECK_MODULE,
+        MP_HEALTH_URL,
+        str(MP_HEALTH_WAIT_S),
+    ]
+    return " ".join(systemd_quote(a) for a in argv)
+
+
 # --- vLLM command line -------------------------------------------------------------------------
 
 
-def kv_transfer_config(me: HostSettings) -> dict[str, str]:
+def kv_transfer_config(me: HostSettings) -> dict[str, Any]:
     """--kv-transfer-config fields, only those the profile's vLLM version accepts."""
     vkey = versions.vllm_key(me.engine.profile.vllm_version)
     if vkey is None:
         raise ValueError(f"{me.host}: vLLM {me.engine.profile.vllm_version} unsupported")
     # Never kv_parallel_size: a P2P-era field 0.33 rejects and LMCache never read.
-    config = {
+    config: dict[str, Any] = {
         "kv_connector": versions.KV_CONNECTOR,
         "kv_role": me.engine.kv_role,
         "kv_load_failure_policy": me.engine.kv_load_failure_policy,
     }
+    if me.engine.profile.mp:
+        # Never kv_connector_module_path: on vLLM 0.34 it turns the extensible (VMM) KV cache
+        # on, which LMCache 0.5.6 cannot share over CUDA IPC (vLLM's factory.py).
+        config["kv_connector"] = versions.MP_CONNECTOR
+        config["kv_connector_extra_config"] = {
+            "lmcache.mp.host": f"tcp://{MP_HOST}",
+            "lmcache.mp.port": MP_PORT,
+        }
     extra = set(config) - versions.KV_TRANSFER_FIELDS[vkey]
     if extra:
         raise ValueError(f"{me.host}: vLLM {vkey} does not accept {sorted(extra)}")
@@ -206,6 +381,7 @@ def exec_start(me: HostSettings, engine: Engine | None = None) -> list[str]:
         e.kv_dtype,
         "--kv-transfer-config",
         kv_transfer_json(me),
+        *mp_engine_flags(me),
         # vLLM's own key check leaves /invocations, /tokenize, /metrics, ... open: the gate
         # closes them (it passes everything while no API key is set).
         *(["--middleware", f"{paths.GUARD_MODULE}.Guard"] if me.security.guard else []),
@@ -275,7 +451,8 @@ def environment(
     e = me.engine
     devices = _engine(me, engine).devices
     env: dict[str, str] = {
-        "LMCACHE_CONFIG_FILE": paths.LMCACHE_PATH,
+        # MP mode: the server has its configuration on its command line; nothing reads the file.
+        **({} if e.profile.mp else {"LMCACHE_CONFIG_FILE": paths.LMCACHE_PATH}),
         "PYTHONHASHSEED": str(e.python_hash_seed),
         "AWS_PROFILE": me.s3.profile,
         # awscrt finds ~/.aws/credentials through HOME: explicit, so it never depends on how
@@ -285,7 +462,7 @@ def environment(
         "HF_HOME": e.hf_home,
         # What the process starts with, read back from it before an upgrade (deploys/upgrade.py).
         upgrade.VERSIONS_VAR: upgrade.versions_value(
-            e.profile.vllm_version, e.profile.lmcache_version
+            e.profile.vllm_version, e.profile.lmcache_version, e.profile.mode
         ),
     }
     if devices is not None:
@@ -357,6 +534,8 @@ def unit(me: HostSettings, engine: Engine | None = None) -> str:
         start_limit_burst=START_LIMIT_BURST,
         start_limit_interval=start_limit_interval(e.health_timeout, e.restart_delay),
         writable=writable_paths(me),
+        mp_server=paths.MP_UNIT_NAME if e.profile.mp else None,
+        exec_start_pre=mp_wait_line(me, one) if e.profile.mp else None,
     )
 
 

@@ -184,7 +184,10 @@ def load(environ: dict[str, str] | None = None, cwd: str | None = None) -> Secre
     optional = {name: env.get(name) or (from_file or {}).get(name) or None for name in OPTIONAL}
     seed = optional[HASH_SEED_ENV]
     if seed is not None and not (seed.isdigit() and int(seed) <= 4294967295):
-        raise SecretsError(f"controller: {HASH_SEED_ENV} must be an integer 0..4294967295")
+        raise SecretsError(
+            f"controller: {HASH_SEED_ENV} = '***': must be an integer 0..4294967295; fix: set "
+            "it to the fleet's seed, digits only (or unset it: kvceph_python_hash_seed)"
+        )
     named = [(ACCESS_ENV, access), (SECRET_ENV, secret), *optional.items()]
     named += [(group_access_env(g), a) for g, a, _ in groups]
     named += [(group_secret_env(g), s) for g, _, s in groups]

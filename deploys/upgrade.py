@@ -40,9 +40,16 @@ RETIRED_WHY = (
 SEED_BITS = 32
 
 
-def versions_value(vllm: str, lmcache: str) -> str:
-    """The ``KVCEPH_ENGINE_VERSIONS`` value: ``vllm=0.33.0 lmcache=0.5.6``."""
-    return f"vllm={vllm} lmcache={lmcache}"
+def versions_value(vllm: str, lmcache: str, mode: str = "inprocess") -> str:
+    """The ``KVCEPH_ENGINE_VERSIONS`` value: ``vllm=0.33.0 lmcache=0.5.6`` (`` mode=mp`` added
+    in MP mode only, so in-process engines keep the value they run with)."""
+    return f"vllm={vllm} lmcache={lmcache}" + (" mode=mp" if mode == "mp" else "")
+
+
+def parse_mode(label: str) -> str:
+    """The engine mode of a ``KVCEPH_ENGINE_VERSIONS`` value: ``mp`` or ``inprocess``."""
+    words = dict(w.split("=", 1) for w in str(label or "").split() if "=" in w)
+    return "mp" if words.get("mode") == "mp" else "inprocess"
 
 
 def parse_versions(label: str) -> tuple[str, str] | None:
@@ -162,24 +169,47 @@ class Upgrade:
 
     running: tuple[str, str]
     desired: tuple[str, str]
+    # LMCache in vLLM (inprocess) or its MP server (mp): each names its objects its own way.
+    running_mode: str = "inprocess"
+    desired_mode: str = "inprocess"
 
     @property
     def changes(self) -> bool:
-        return self.running != self.desired
+        return self.running != self.desired or self.running_mode != self.desired_mode
 
     @property
     def keeps_keys(self) -> bool:
+        if self.running_mode != self.desired_mode:
+            return False
         old, new = versions.key_scheme(*self.running), versions.key_scheme(*self.desired)
         return old is not None and old == new
 
     def what(self) -> str:
         (ov, ol), (nv, nl) = self.running, self.desired
         lmcache = f"LMCache {ol}" if ol == nl else f"LMCache {ol} -> {nl}"
-        return f"vLLM {ov} -> {nv}, {lmcache}"
+        modes = {"inprocess": "in-process", "mp": "MP"}
+        mode = (
+            f", {modes[self.running_mode]} -> {modes[self.desired_mode]}"
+            if self.running_mode != self.desired_mode
+            else ""
+        )
+        return f"vLLM {ov} -> {nv}, {lmcache}{mode}"
 
 
 def plan_line(upgrade: Upgrade, bucket: str = "", expiration_days: int | None = None) -> str:
     """What the plan says about the keys before anything restarts."""
+    where = f" in bucket {bucket}" if bucket else ""
+    age = f" ({expiration_days} days)" if expiration_days else ""
+    if upgrade.running_mode != upgrade.desired_mode or upgrade.desired_mode == "mp":
+        if upgrade.keeps_keys:
+            return f"{upgrade.what()}: the object names stay (MP names them by its own hash)"
+        return (
+            f"{upgrade.what()}: the object names change (LMCache's MP server names objects "
+            "<prefix><model>@<kv_rank>@<group>@<blake3 hash>, in-process engines "
+            "<model>@<world size>@<worker>@<hash>@<dtype>, and kvceph's MP prefix carries the "
+            "vLLM minor): the group rolls in its batches; the new engines start with an empty "
+            f"tier, the old objects{where} age out through the lifecycle rule{age}"
+        )
     if upgrade.keeps_keys:
         return (
             f"{upgrade.what()}: the object keys stay valid (same key format and chunk hash, "
@@ -192,8 +222,6 @@ def plan_line(upgrade: Upgrade, bucket: str = "", expiration_days: int | None = 
         if old and new and old.key_format == new.key_format
         else "key format differs"
     )
-    where = f" in bucket {bucket}" if bucket else ""
-    age = f" ({expiration_days} days)" if expiration_days else ""
     return (
         f"{upgrade.what()}: the object keys change ({why}): the new engines hash with key "
         f"scheme {versions.scheme_name(*upgrade.desired)}'s own seed, old and new names cannot "

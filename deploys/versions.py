@@ -13,9 +13,9 @@ from dataclasses import dataclass
 # fleet legitimately runs two vLLM versions; all pair with LMCache 0.5.6. 0.25 is the last vLLM
 # before the packed K|V cache layout (vLLM PR #44455, 0.26.0) that LMCache 0.5.6's in-process
 # GPU connector copies wrongly (LMCache issue #4463; KV_LOAD_DEFECTS below).
-SUPPORTED_VLLM = ("0.25", "0.26", "0.33")
+SUPPORTED_VLLM = ("0.25", "0.26", "0.33", "0.34")
 SUPPORTED_LMCACHE = ("0.5.6",)
-SUPPORTED_PAIRS = {("0.25", "0.5.6"), ("0.26", "0.5.6"), ("0.33", "0.5.6")}
+SUPPORTED_PAIRS = {("0.25", "0.5.6"), ("0.26", "0.5.6"), ("0.33", "0.5.6"), ("0.34", "0.5.6")}
 
 # vLLM KVTransferConfig fields per minor version.
 _KV_FIELDS_033 = frozenset(
@@ -37,11 +37,27 @@ KV_TRANSFER_FIELDS = {
     "0.26": _KV_FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_size"},
     # 0.25.1's vllm/config/kv_transfer.py has the same fields as 0.26.0's (read in both wheels).
     "0.25": _KV_FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_size"},
+    # 0.34.0: the fields kvceph renders (kv_connector, kv_role, kv_load_failure_policy,
+    # kv_connector_extra_config) are there as in 0.33 (issue 51's reading of the wheels);
+    # the rest of its field list was not re-read.
+    "0.34": _KV_FIELDS_033,
 }
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")
 # The connector name changed across releases; both supported vLLMs know only the V1 name.
 KV_CONNECTOR = "LMCacheConnectorV1"
+
+# --- LMCache multi-process (MP) mode: ``lmcache server`` + vLLM's LMCacheMPConnector ----------
+# (read in the released wheels for issue 51; docs/design.md "MP mode")
+ENGINE_MODES = ("inprocess", "mp")
+MP_CONNECTOR = "LMCacheMPConnector"
+# The vLLM minors whose LMCacheMPConnector was read (factory.py registers it in both), with
+# LMCache 0.5.6. Gaudi has no MP path (HPU has no CUDA IPC): in-process only.
+MP_PAIRS = {("0.25", "0.5.6"), ("0.34", "0.5.6")}
+# vLLM >= 0.34 reserves the KV cache with CUDA VMM unless told not to; LMCache 0.5.6's legacy
+# CUDA IPC cannot share that memory. vLLM's factory turns it off only without
+# kv_connector_module_path (never rendered): the flag says so explicitly.
+MP_NO_EXTENSIBLE_KV = {"0.34": "--no-enable-extensible-kv-cache"}
 
 # LMCache 0.5.6: extra_config keys the S3 connector reads. Anything else is ignored silently.
 LMCACHE_S3_EXTRA_KEYS = {
@@ -90,9 +106,12 @@ HASH_ALGORITHMS = ("builtin", "sha256", "sha256_cbor", "sha256_cbor_64bit", "xxh
 # not with vLLM 0.25.1 (loan 8, hw/h200/results/2026-12-04-v025/). Objects, hits and timings all
 # look right: only the answers are wrong. Not Gaudi: there LMCache runs VLLMPagedMemHPUConnectorV2
 # over vllm-gaudi's (K, V) tuples, whole rows (docs/design.md "Gaudi's pair").
+# MP mode copies whole blocks with other code (mp_mem_kernels.py) and is not affected
+# (#4463's own statement; the H200 proof of issue 51 is to show it).
 KV_LOAD_DEFECTS = {
     ("0.26", "0.5.6"): "LMCache issue #4463",
     ("0.33", "0.5.6"): "LMCache issue #4463",
+    ("0.34", "0.5.6"): "LMCache issue #4463",
 }
 
 

@@ -14,6 +14,8 @@ Standard library only: lab.sh and the Makefile run it with the system python3, b
 
 usage: claim.py run WHAT -- COMMAND...   hold the claim while COMMAND runs (nested: just run it)
        claim.py show                       the current claim, if any (exit 1 when free)
+       claim.py busy                       the busy line and exit 75 when another live run
+                                           holds it (the Makefile stops with it, no make noise)
 """
 
 from __future__ import annotations
@@ -110,6 +112,16 @@ def busy_message(claim: Claim, n: int, lab: Path) -> str:
     )
 
 
+def busy_line(lab: Path | None = None) -> str | None:
+    """The one line of :func:`busy_message` when a live run that is not ours holds the
+    instance, else None (free, ours, or stale: ``run`` takes a stale claim over)."""
+    lab = lab or lab_dir()
+    current = read(lab / "claim")
+    if current is None or current.token == os.environ.get(ENV) or current.stale_reason():
+        return None
+    return busy_message(current, instance(), lab)
+
+
 class Busy(Exception):
     """The instance is claimed by a live run that is not ours."""
 
@@ -194,6 +206,12 @@ def main(args: list[str]) -> int:
         state = current.stale_reason() or "live"
         print(f"{current.what} (pid {current.pid}, since {current.since}): {state}")
         return 0
+    if args == ["busy"]:
+        line = busy_line()
+        if line is None:
+            return 0
+        print(line)
+        return BUSY_RC
     print(__doc__.split("usage: ", 1)[1].rstrip(), file=sys.stderr)
     return 2
 

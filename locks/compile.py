@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from deploys import engine_lock
-from deploys.settings.engine import BUILTIN_LOCKS, DEFAULT_PROFILES, ROOT
+from deploys.settings.engine import BUILTIN_LOCKS, DEFAULT_PROFILES, PRESETS, ROOT
 
 # The CPython minors of the hosts: Debian 12 (3.11), Ubuntu 24.04 (3.12), Debian 13 (3.13); a
 # host with another minor is refused at preflight (deploys/prerequisites.py), naming the fix.
@@ -39,17 +39,39 @@ NOTES = (
 )
 
 
-def _compile(uv: str, packages, pythons, platform: str, prefer: str | None) -> dict[str, str]:
-    """minor -> ``uv pip compile`` output, each compile preferring the one before."""
+# Requirements uv resolves instead of what a package's metadata says (``--override``), per
+# built-in lock; they matter only here: hosts install the lock with --no-deps. vllm-0.34-mp:
+# vLLM 0.34.0 pins flashinfer-python==0.7.3, which PyPI does not have (0.7.2.post1, 0.7.4), and
+# needs opentelemetry-api>=1.45.1, above LMCache 0.5.6's <=1.40.0 (and its exporter's
+# <=0.61b0): LMCache's MP observability then runs on the newer OpenTelemetry (unproven until
+# the H200 run of issue 51 imports and serves it).
+OVERRIDES = {
+    "vllm-0.34-mp": (
+        "flashinfer-python==0.7.4",
+        "opentelemetry-api>=1.45.1",
+        "opentelemetry-exporter-prometheus>=0.62b0",
+    ),
+}
+
+
+def _compile(
+    uv: str, packages, pythons, platform: str, prefer: str | None, overrides=()
+) -> dict[str, str]:
+    """minor -> ``uv pip compile`` output, each compile preferring the one before.
+
+    + overrides: requirements that replace the metadata's (uv ``--override``)."""
     out: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="kvceph-lock-") as tmp:
         req, lock = Path(tmp, "profile.in"), Path(tmp, "lock.txt")
         req.write_text("".join(f"{p}\n" for p in packages))
+        override = Path(tmp, "overrides.txt")
+        override.write_text("".join(f"{o}\n" for o in overrides))
         if prefer:
             lock.write_text(prefer)  # uv prefers the versions of its output file
         for minor in pythons:
             subprocess.run(
                 [uv, "pip", "compile", str(req), "-o", str(lock), "--generate-hashes",
+                 *(["--override", str(override)] if overrides else []),
                  "--python-version", minor, "--python-platform", platform,
                  # Wheels only: a version without a wheel for this minor and platform would
                  # be built on every host (and need its compilers there).
@@ -78,11 +100,18 @@ def _check(uv: str, text: str, pythons, platform: str) -> None:
 
 
 def build(
-    uv: str, packages, pythons, platform: str, what: str, how: str, prefer: str | None
+    uv: str,
+    packages,
+    pythons,
+    platform: str,
+    what: str,
+    how: str,
+    prefer: str | None,
+    overrides=(),
 ) -> str:
     """The lock's text for ``packages``; ValueError when one tree cannot serve every minor or
-    it lacks a pin."""
-    compiled = _compile(uv, packages, pythons, platform, prefer)
+    it lacks a pin. + overrides: as _compile's."""
+    compiled = _compile(uv, packages, pythons, platform, prefer, overrides)
     lock = engine_lock.merge(compiled)
     pins = engine_lock.pins(packages)
     missing = engine_lock.missing_from_lock(pins, lock)
@@ -96,6 +125,8 @@ def build(
                 "the profile" if n.startswith("-r ") else n for n in names
             )
     fields = {"profile": " ".join(packages), "python": " ".join(pythons), "platform": platform}
+    if overrides:
+        fields["overrides"] = " ".join(overrides)
     text = engine_lock.render_shipped(
         lock,
         fields,
@@ -121,19 +152,21 @@ def main(argv=None) -> int:
         if not args.output:
             ap.error("--packages needs --output")
         how = "`python -m locks.compile --packages ...` (locks/compile.py)"
-        jobs = [("the profile in its header", how, list(args.packages), Path(args.output))]
+        jobs = [("the profile in its header", how, list(args.packages), Path(args.output), ())]
     else:
         # Gaudi has no shipped lock: vllm-gaudi is not on the public index.
+        # A lock per accelerator default, and per preset (kvceph_engine_preset) that has one.
         jobs = [
             (
-                f"the built-in {acc} profile (deploys/settings/engine.py)",
+                f"the built-in {name} profile (deploys/settings/engine.py)",
                 "`make locks` (locks/compile.py)",
-                list(DEFAULT_PROFILES[acc]["packages"]),
+                list({**DEFAULT_PROFILES, **PRESETS}[name]["packages"]),
                 ROOT / rel,
+                OVERRIDES.get(name, ()),
             )
-            for acc, rel in sorted(BUILTIN_LOCKS.items())
+            for name, rel in sorted(BUILTIN_LOCKS.items())
         ]
-    for what, how, packages, path in jobs:
+    for what, how, packages, path, overrides in jobs:
         for spec in packages:
             if not engine_lock.pins([spec]):
                 raise SystemExit(f"locks/compile.py: {spec!r} is not pinned as name==version")
@@ -141,7 +174,14 @@ def main(argv=None) -> int:
         old = path.read_text() if path.is_file() else None
         try:
             text = build(
-                args.uv, packages, pythons, args.platform, what, how, None if args.upgrade else old
+                args.uv,
+                packages,
+                pythons,
+                args.platform,
+                what,
+                how,
+                None if args.upgrade else old,
+                overrides,
             )
         except (ValueError, subprocess.CalledProcessError) as exc:
             raise SystemExit(f"locks/compile.py: {path}: {exc}") from None

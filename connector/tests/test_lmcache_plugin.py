@@ -169,7 +169,7 @@ def test_lmcache_loads_the_plugin_and_round_trips(tmp_path, s3, loop, caplog, ca
             o.ref_count_down()
     finally:
         s3.faults.pop(name)
-    assert "1 of 3 misses (checksum)" in logged(caplog, capfd)
+    assert "kvceph: crc32c since start: refused 1 GET bodies of" in logged(caplog, capfd)
     remote.close()
 
 
@@ -399,8 +399,8 @@ def test_bad_kvceph_keys_are_one_line_errors():
     assert skip_short is False
     assert settings_from_extra({**base, "kvceph.skip_short_puts": "true"}).skip_short_puts
     assert config.refresh_s == 60.0
-    assert config.verify_crc32c is False  # opt-in: hw/h200/results/2026-12-04-loan10
-    assert settings_from_extra({**base, "kvceph.verify_crc32c": "true"})[0].verify_crc32c
+    assert config.verify_crc32c is True  # the default since issue 50 item 2
+    assert not settings_from_extra({**base, "kvceph.verify_crc32c": "false"})[0].verify_crc32c
     assert settings_from_extra({**base, "kvceph.refresh_s": 15})[0].refresh_s == 15.0
     for extra, text in [
         ({**base, "kvceph.conections": 4}, "unknown extra_config key kvceph.conections"),

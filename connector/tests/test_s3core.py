@@ -41,7 +41,7 @@ def core(s3, request, tmp_path):
     receive = str(tmp_path / "recv") if request.param == "receive_dir" else None
     if receive:
         os.mkdir(receive)
-    # Every check on (the crc32c one is opt-in; test_the_crc32c_check_is_opt_in covers off).
+    # Every check on (the crc32c one is the default; test_the_crc32c_check_can_be_off: off).
     c = S3Core(
         S3Config(
             endpoint=s3.endpoint,
@@ -138,11 +138,12 @@ def test_lookups_are_concurrent_and_misses_are_not_cached(core, s3):
     assert core.lookup(keys)[5] == 200
 
 
-def test_the_crc32c_check_is_opt_in(s3):
-    # Off (the default): a body of the right size whose bytes went bad is handed over, one
-    # that is short is not; every put still stores the crc32c, so the check can be turned on.
+def test_the_crc32c_check_can_be_off(s3):
+    # Off: a body of the right size whose bytes went bad is handed over, one that is short is
+    # not; every put still stores the crc32c, so the check can be turned on again.
     data = os.urandom(1 << 20)
-    plain = S3Core(S3Config(endpoint=s3.endpoint, tls=False, timeout_s=0.8))
+    assert S3Config(endpoint=s3.endpoint).verify_crc32c  # the default
+    plain = S3Core(S3Config(endpoint=s3.endpoint, tls=False, timeout_s=0.8, verify_crc32c=False))
     try:
         assert plain.put(KEY, data)
         assert s3.objects[s3.name(KEY)][1][CRC_HEADER] == str(crc32c(data))
@@ -167,7 +168,7 @@ def test_stock_written_object_is_accepted_on_size(core, s3):
 @pytest.mark.parametrize(
     "fault, kind",
     [
-        ("corrupt", "checksum"),
+        ("corrupt", "crc32c"),
         ("short", "size"),
         ("stall", "timeout"),
         ("slow", "timeout"),
@@ -191,7 +192,11 @@ def test_every_get_fault_is_a_miss_with_one_line(core, s3, caplog, fault, kind):
     assert time.monotonic() - started < 3.0
     lines = warnings(caplog)
     assert len(lines) == 1, lines
-    assert f"1 of 1 misses ({kind}), first {KEY}" in lines[0]
+    if kind == "crc32c":  # the running count of refusals (test_s3core_release.py: its rate)
+        assert lines[0].startswith("kvceph: crc32c since start: refused 1 GET bodies of 1 ")
+        assert f"last {KEY}: crc32c " in lines[0] and " != stored " in lines[0]
+    else:
+        assert f"1 of 1 misses ({kind}), first {KEY}" in lines[0]
 
 
 def test_a_slow_transfer_is_no_timeout_while_the_core_moves(core, s3, caplog):

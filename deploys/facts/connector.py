@@ -222,3 +222,44 @@ class PutsSkipped(FactBase):
             "skipped": int(found.group(1)),
             "stored": int(found.group(2)),
         }
+
+
+#: kvceph's connector's running count of GET bodies refused on their crc32c
+#: (kvceph_connector/s3core.py ``REFUSED_LINE``), logged at most once a minute while it refuses.
+CRC32C_REFUSED = "kvceph: crc32c since start: refused"
+_CRC32C = re.compile(r"crc32c since start: refused (\d+) GET bodies of (\d+) checked")
+
+
+class Crc32cRefused(FactBase):
+    """
+    The latest count kvceph's connector logged of GET bodies it refused on their crc32c (each a
+    miss: ``kvceph.verify_crc32c``, the default) in the unit's current start (systemd's
+    ``InvocationID``): the lab engine logs one count for all workers, vLLM one per worker
+    process (the last one read).
+
+    + unit: the engine's systemd unit
+
+    Returns ``{"started": True, "at": "2026-12-07T05:21:40.512000+0000", "refused": 3,
+    "checked": 9}``; ``at``, ``refused`` and ``checked`` None when none was refused yet;
+    ``started`` False when the unit runs no process (nothing to read).
+    """
+
+    def default(self):
+        return {"started": False, "at": None, "refused": None, "checked": None}
+
+    def command(self, unit: str = "vllm.service"):
+        return _this_start_journal(unit, "grep -F", QuoteString(CRC32C_REFUSED), "| tail -n 1;")
+
+    def process(self, output):
+        lines = _started_lines(output)
+        if lines is None:
+            return self.default()
+        found = _CRC32C.search(lines[-1]) if lines else None
+        if found is None:
+            return {"started": True, "at": None, "refused": None, "checked": None}
+        return {
+            "started": True,
+            "at": lines[-1].strip().partition(" ")[0],
+            "refused": int(found.group(1)),
+            "checked": int(found.group(2)),
+        }

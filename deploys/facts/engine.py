@@ -292,13 +292,15 @@ class ServiceDrift(ServiceState):
 
 class EngineUnits(FactBase):
     """
-    The engine units kvceph wrote on the host: ``vllm.service`` and ``vllm-<name>.service`` in
-    /etc/systemd/system whose first line is kvceph's marker (a unit of the operator's own is
-    never listed). Returns ``["vllm-engine-a.service", "vllm.service"]``, sorted.
+    The engine units kvceph wrote on the host: ``vllm.service``, ``vllm-<name>.service`` and
+    MP mode's ``lmcache-server.service`` in /etc/systemd/system whose first line is kvceph's
+    marker (a unit of the operator's own is never listed). Returns
+    ``["vllm-engine-a.service", "vllm.service"]``, sorted.
     """
 
     command = (
-        "for f in /etc/systemd/system/vllm.service /etc/systemd/system/vllm-*.service; do "
+        "for f in /etc/systemd/system/vllm.service /etc/systemd/system/vllm-*.service "
+        "/etc/systemd/system/lmcache-server.service; do "
         '[ -f "$f" ] && head -n 1 "$f" | grep -q "^# Managed by kvceph" && echo "${f##*/}"; '
         "done; true"
     )

@@ -18,11 +18,14 @@ USED = f"{NAMESPACE}_bucket_used_bytes"
 QUOTA = f"{NAMESPACE}_bucket_quota_bytes"
 OBJECTS = f"{NAMESPACE}_bucket_objects"
 READ_AT = f"{NAMESPACE}_status_read_timestamp_seconds"
+CRC32C_REFUSED = f"{NAMESPACE}_connector_crc32c_refused"
 _HELP = {
     USED: "Bytes in the bucket (radosgw-admin bucket stats), as status.py read them.",
     QUOTA: "The bucket's quota in bytes (its own, else its owner's per-bucket quota).",
     OBJECTS: "Objects in the bucket.",
     READ_AT: "When status.py read the bucket (Unix time).",
+    CRC32C_REFUSED: "GET bodies kvceph's connector refused on their crc32c (each a miss) since "
+    "the engine started, as it last logged (at most once a minute).",
 }
 
 
@@ -51,7 +54,20 @@ def exposition(doc: dict) -> str:
         stamp = datetime.fromisoformat(doc["time"]).timestamp()
         out += [f"# HELP {READ_AT} {_HELP[READ_AT]}", f"# TYPE {READ_AT} gauge"]
         out.append(f'{READ_AT}{{bucket="{_esc(bucket)}"}} {stamp!r}')
+    out += _crc32c(doc)
     return "\n".join(out) + "\n" if out else ""
+
+
+def _crc32c(doc: dict) -> list[str]:
+    """The refused-body count of every engine status.py read it for (0 while none)."""
+    rows = [r for r in doc.get("engines") or () if r.get("reachable") and r.get("crc32c_refused")]
+    if not rows:
+        return []
+    out = [f"# HELP {CRC32C_REFUSED} {_HELP[CRC32C_REFUSED]}", f"# TYPE {CRC32C_REFUSED} gauge"]
+    for r in rows:
+        labels = f'host="{_esc(r["host"])}",unit="{_esc(r["unit"])}"'
+        out.append(f"{CRC32C_REFUSED}{{{labels}}} {float(r['crc32c_refused']['refused'])!r}")
+    return out
 
 
 def write(doc: dict, path: str | Path) -> Path:

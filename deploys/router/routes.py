@@ -9,6 +9,7 @@ groups are listed for the operator (status.py), since S3 sharing stops at a grou
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -64,6 +65,13 @@ def routes(
         me = hosts[name]
         if not me.is_inference:
             continue
+        bind = me.security.vllm_bind
+        if name != router and ipaddress.ip_address(bind).is_loopback:
+            raise SettingsError(
+                f"{name}: kvceph_vllm_bind = {bind!r}: its engines listen on loopback only, and "
+                f"the router on {router} cannot reach them; fix: bind them to an address "
+                f"{router} reaches (or 0.0.0.0), or run the router on {name}"
+            )
         for engine in me.engine.engines:
             by_model.setdefault(me.engine.model, []).append(
                 Worker(
@@ -82,8 +90,26 @@ def routes(
                 f"{', '.join(missing)}; fix: give each model its own port, e.g. "
                 f"kvceph_router_ports = {{{missing[0]!r}: {r.port}}}"
             )
+        unserved = sorted(set(ports) - set(by_model))
+        if unserved:
+            raise SettingsError(
+                f"{router}: kvceph_router_ports = {{{unserved[0]!r}: {ports[unserved[0]]}}}: no "
+                "engine of the inventory serves that model (the route would have no worker); "
+                "fix: remove it, or name the model as kvceph_model spells it"
+            )
     else:
         ports = dict.fromkeys(by_model, r.port)
+    for model, workers in by_model.items():
+        seen: dict[str, Worker] = {}
+        for w in workers:
+            if w.url in seen:
+                raise SettingsError(
+                    f"{w.host}: worker {w.url} of route {model!r} is also {seen[w.url].host}'s "
+                    f"engine {seen[w.url].engine}: two inventory entries reach one engine (the "
+                    "router would count it twice); fix: give each host its own address and "
+                    "each engine its own port"
+                )
+            seen[w.url] = w
     return [Route(m, ports[m], tuple(by_model[m])) for m in sorted(by_model)]
 
 

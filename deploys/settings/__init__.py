@@ -21,6 +21,7 @@ from deploys.settings import (
     file_formats,
     keys,
     monitoring,
+    ports,
     router,
     run_control,
     security,
@@ -79,11 +80,21 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     if len(inference) > 1:
         raise r.fail("groups", list(groups), "host is in both gpu and gaudi", "put it in one group")
     rgw = rgw_settings(r)
-    s3 = s3_settings(r, rgw)
+    s3 = s3_settings(r, rgw, sets_quota="ceph_admin" in groups)
     engine = lmcache = None
     if inference:
         engine = engine_settings(r, ACCELERATOR_OF_GROUP[inference[0]])
         lmcache = lmcache_settings(r, engine)
+        tier = lmcache.tier.connector if lmcache.tier else None
+        if engine.profile.mp and tier != "kvceph":
+            # The stock s3 adapter in MP is virtual-hosted only, unchecked, and turns itself
+            # off for good after 3 errors: not rendered (docs/design.md "MP mode").
+            raise r.fail(
+                "kvceph_lmcache_connector",
+                tier,
+                "MP mode renders only kvceph's S3 core as the LMCache server's L2",
+                "set kvceph_lmcache_connector = kvceph, or use an in-process profile",
+            )
     secure = security.load(r)
     if engine is not None:
         engine_env.check(r, engine, secure.guard)
@@ -114,5 +125,6 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
         monitoring=monitoring.load(r) if monitoring.GROUP in groups else None,
         router=router.load(r) if router.GROUP in groups else None,
     )
+    ports.check(settings)
     given = tuple((k, repr(r.peek(k))) for k in keys.data_keys(data) if k.startswith(keys.PREFIX))
     return dataclasses.replace(settings, given=given, read_keys=frozenset(r.read))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deploys.secrets import Secret
-from deploys.settings import security
+from deploys.settings import kinds, security
 from deploys.settings.reader import Reader
 
 # --- Ceph ------------------------------------------------------------------------------------
@@ -183,7 +183,7 @@ def ingress_virtual_ips(r: Reader) -> tuple[str, ...]:
     if many is None:
         if one is None:
             return ()
-        return (r.ip("kvceph_rgw_ingress_virtual_ip", one, "10.67.67.100/24", prefix=True),)
+        return (_vip(r, "kvceph_rgw_ingress_virtual_ip", one, "10.67.67.100/24"),)
     key, example = "kvceph_rgw_ingress_virtual_ips", "['10.67.67.100/24', '10.67.67.101/24']"
     many = r.list(key)
     if not many:
@@ -191,13 +191,27 @@ def ingress_virtual_ips(r: Reader) -> tuple[str, ...]:
     for vip in many:
         if not isinstance(vip, str):
             raise r.fail(key, vip, "is not a string", f"use {example}")
-        r.ip(key, vip, example, prefix=True)
+        _vip(r, key, vip, example)
     bare = [str(ipaddress.ip_interface(v).ip) for v in many]
     if len(set(bare)) != len(bare):
         raise r.fail(key, many, "lists an address twice", "list each VIP once")
     if len({ipaddress.ip_interface(v).version for v in many}) > 1:
         raise r.fail(key, many, "mixes IPv4 and IPv6", "list VIPs of one family")
+    if len({ipaddress.ip_interface(v).network.prefixlen for v in many}) > 1:
+        raise r.fail(
+            key, many, "mixes prefixes (each VIP's subnet picks its interface)",
+            "give every VIP its subnet's prefix, e.g. /24",
+        )  # fmt: skip
     return tuple(many)
+
+
+def _vip(r: Reader, key: str, vip: str, example: str) -> str:
+    """One VIP: an IP/prefix (reader.ip) keepalived can hold (kinds.vip_problem)."""
+    r.ip(key, vip, example, prefix=True)
+    problem = kinds.vip_problem(vip)
+    if problem:
+        raise r.fail(key, vip, problem, f"use e.g. {example}")
+    return vip
 
 
 def rgw_settings(r: Reader) -> RgwSettings:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploys import engine_lock, upgrade, versions
-from deploys.settings import engine_list, kv_flags, model_source, security
+from deploys.settings import engine_list, kinds, kv_flags, model_source, security
 from deploys.settings.reader import Reader
 
 # --- Engine (software + service) ---------------------------------------------------------------
@@ -26,6 +26,7 @@ DEFAULT_PROFILES = {
         "lmcache_version": "0.5.6",
         "extra_args": [],
         "env": {},
+        "mode": "inprocess",
     },
     # vllm-gaudi validates vLLM 0.26 only; the operator provides the wheelhouse (Habana index).
     "gaudi": {
@@ -36,6 +37,26 @@ DEFAULT_PROFILES = {
         "lmcache_version": "0.5.6",
         "extra_args": [],
         "env": {},
+        "mode": "inprocess",
+    },
+}
+
+# Built-in profiles an operator selects by name (kvceph_engine_preset) instead of the
+# accelerator's default; kvceph_engine_profile's keys still apply on top. Not defaults yet.
+# vllm-0.34-mp: the newest vLLM through LMCache's multi-process server (``lmcache server`` per
+# host, vLLM's LMCacheMPConnector, kvceph's S3 core as the server's L2: docs/design.md "MP
+# mode"); becomes the NVIDIA default once the H200 proof of issue 51 has passed.
+PRESETS = {
+    "vllm-0.34-mp": {
+        "accelerator": "nvidia",
+        "name": "vllm",
+        "packages": ["vllm==0.34.0", "lmcache==0.5.6"],
+        "executable": "vllm",
+        "vllm_version": "0.34.0",
+        "lmcache_version": "0.5.6",
+        "extra_args": [],
+        "env": {},
+        "mode": "mp",
     },
 }
 
@@ -43,7 +64,7 @@ DEFAULT_PROFILES = {
 # compiles them from DEFAULT_PROFILES (locks/compile.py), and a profile whose packages are the
 # built-in ones installs from it (``_lock``). Gaudi has none: vllm-gaudi is not on the public
 # index, so its tree comes from the operator's wheelhouse, whose lock kvceph renders.
-BUILTIN_LOCKS = {"nvidia": "locks/nvidia.txt"}
+BUILTIN_LOCKS = {"nvidia": "locks/nvidia.txt", "vllm-0.34-mp": "locks/vllm-0.34-mp.txt"}
 ROOT = Path(__file__).resolve().parents[2]
 
 # Gaudi env: PT_HPU_GPU_MIGRATION=1 is required by LMCache on HPU (vllm_gaudi/__init__.py).
@@ -62,10 +83,18 @@ class EngineProfile:
     lmcache_version: str
     extra_args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    # inprocess: LMCache inside vLLM (lmcache.yaml); mp: LMCache's server beside it
+    mode: str = "inprocess"
+    # the kvceph_engine_preset it came from ("" = the accelerator's default)
+    preset: str = ""
 
     @property
     def vllm_minor(self) -> str:
         return versions.minor(self.vllm_version)
+
+    @property
+    def mp(self) -> bool:
+        return self.mode == "mp"
 
 
 @dataclass(frozen=True)
@@ -132,12 +161,46 @@ class EngineSettings:
         return versions.KV_BLOCK_SIZE[self.accelerator]
 
 
+def _base_profile(r: Reader, accelerator: str) -> tuple[str, dict]:
+    """(preset name or "", the profile kvceph_engine_profile's keys apply to)."""
+    preset = r.opt_str("kvceph_engine_preset") or ""
+    if not preset:
+        return "", dict(DEFAULT_PROFILES[accelerator])
+    if preset not in PRESETS:
+        raise r.fail(
+            "kvceph_engine_preset",
+            preset,
+            "no such built-in profile",
+            f"use one of {sorted(PRESETS)}",
+        )
+    base = dict(PRESETS[preset])
+    if base.pop("accelerator") != accelerator:
+        raise r.fail(
+            "kvceph_engine_preset",
+            preset,
+            f"is not a profile for {accelerator} hosts",
+            "leave it unset for this host's group",
+        )
+    return preset, base
+
+
 def _profile(r: Reader, accelerator: str) -> EngineProfile:
-    raw = {**DEFAULT_PROFILES[accelerator], **r.dict("kvceph_engine_profile", {})}
+    preset, base = _base_profile(r, accelerator)
+    raw = {**base, **r.dict("kvceph_engine_profile", {})}
     key = "kvceph_engine_profile"
     unknown = set(raw) - set(DEFAULT_PROFILES["nvidia"])
     if unknown:
         raise r.fail(key, sorted(unknown), "unknown profile keys", "remove them")
+    mode = raw["mode"]
+    if mode not in versions.ENGINE_MODES:
+        raise r.fail(f"{key}.mode", mode, "unknown engine mode", "use inprocess or mp")
+    if mode == "mp" and accelerator != "nvidia":
+        raise r.fail(
+            f"{key}.mode",
+            mode,
+            f"LMCache's MP server has no path for {accelerator} (no CUDA IPC)",
+            "use mode inprocess on these hosts",
+        )
     for field, known, supported, what in (
         ("vllm_version", versions.vllm_key, versions.SUPPORTED_VLLM, "vLLM"),
         ("lmcache_version", versions.lmcache_key, versions.SUPPORTED_LMCACHE, "LMCache"),
@@ -180,9 +243,28 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
             "must be a list of pip requirements",
             "one list item per package, e.g. ['vllm==0.33.0', 'lmcache==0.5.6']",
         )
+    _check_packages(r, raw)
+    if not isinstance(raw["name"], str) or not re.fullmatch(kinds.PATH_WORD, raw["name"]):
+        raise r.fail(
+            f"{key}.name",
+            raw["name"],
+            "is not a name kvceph can put into a label or path (letters, digits, '_', '.', "
+            "'-'; a letter or digit first)",
+            "use e.g. vllm",
+        )
     extra_args = tuple(str(a) for a in raw["extra_args"])
     security.refuse_secret_args(r, f"{key}.extra_args", extra_args)
-    _refuse_kv_load_defect(r, accelerator, raw)
+    if mode == "mp" and (versions.minor(raw["vllm_version"]), raw["lmcache_version"]) not in (
+        versions.MP_PAIRS
+    ):
+        raise r.fail(
+            key,
+            f"vLLM {raw['vllm_version']} + LMCache {raw['lmcache_version']} in mode mp",
+            "MP mode not read for this pair",
+            "use a pair from deploys/versions.py MP_PAIRS, or mode inprocess",
+        )
+    if mode != "mp":  # MP copies KV with other code (versions.KV_LOAD_DEFECTS)
+        _refuse_kv_load_defect(r, accelerator, raw)
     return EngineProfile(
         name=str(raw["name"]),
         packages=tuple(str(p) for p in raw["packages"]),
@@ -191,7 +273,34 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
         lmcache_version=str(raw["lmcache_version"]),
         extra_args=extra_args,
         env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
+        mode=mode,
+        preset=preset,
     )
+
+
+def _check_packages(r: Reader, raw: dict) -> None:
+    """Every ``packages`` entry is a ``name==version`` pin (kinds.package_problem), and a vllm
+    or lmcache pin is the profile's ``vllm_version`` / ``lmcache_version``: the KV-defect check
+    and the engine's flags read the label, pip installs the pin."""
+    key = "kvceph_engine_profile.packages"
+    for spec in raw["packages"]:
+        problem = kinds.package_problem(spec)
+        if problem:
+            raise r.fail(
+                key, spec, problem, "list name==version pins only; an index goes in "
+                "kvceph_engine_index_url, local wheels in kvceph_engine_wheelhouse",
+            )  # fmt: skip
+    pins = engine_lock.pins(raw["packages"])
+    for name in ("vllm", "lmcache"):
+        pinned, label = pins.get(name), str(raw[f"{name}_version"])
+        if pinned is not None and pinned != label:
+            raise r.fail(
+                key,
+                f"{name}=={pinned}",
+                f"differs from the profile's {name}_version {label!r} (the checks before the "
+                "deploy read the label, pip would install the pin)",
+                f"set {name}_version {pinned!r}, or pin {name}=={label}",
+            )
 
 
 def _refuse_kv_load_defect(r: Reader, accelerator: str, raw: dict) -> None:
@@ -257,9 +366,10 @@ def builtin_lock(profile: EngineProfile, accelerator: str) -> str | None:
     """The shipped lock (repository-relative path) of a profile whose packages are the
     built-in ones of its accelerator, else None (the lock locks the packages: another
     ``extra_args`` or ``env`` keeps it)."""
-    if profile.packages != tuple(DEFAULT_PROFILES[accelerator]["packages"]):
+    base = PRESETS[profile.preset] if profile.preset else DEFAULT_PROFILES[accelerator]
+    if profile.packages != tuple(base["packages"]):
         return None
-    return BUILTIN_LOCKS.get(accelerator)
+    return BUILTIN_LOCKS.get(profile.preset or accelerator)
 
 
 def _lock(r: Reader, profile: EngineProfile, accelerator: str, wheelhouse: str | None):
@@ -358,6 +468,9 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
             "add 'PT_HPU_GPU_MIGRATION': '1'",
         )
     user = r.str("kvceph_service_user", "vllm", pattern=r"[a-z_][a-z0-9_-]{0,31}")
+    problem = kinds.service_user_problem(user, r.peek("ssh_user", None))
+    if problem:
+        raise r.fail("kvceph_service_user", user, *problem)
     max_len = r.int("kvceph_max_model_len", 40960, lo=256)
     port = r.port("kvceph_vllm_port", 8000)
     source = model_source.load(r, model)
@@ -386,7 +499,7 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
         venv_base=base,
         lock_text=lock_text,
         lock_source=lock_source,
-        index_url=r.opt_str("kvceph_engine_index_url"),
+        index_url=r.url("kvceph_engine_index_url"),
         wheelhouse=wheelhouse,
         model=model,
         tensor_parallel_size=tp,

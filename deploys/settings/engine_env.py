@@ -24,6 +24,14 @@ ALWAYS = (
     "KVCEPH_DIGEST",
     "KVCEPH_ENGINE_VERSIONS",
 )
+# LMCache reads LMCACHE_<FIELD> over its config file: one of the fields kvceph renders into
+# lmcache.yaml (render.lmcache_config; tests/unit/test_value_kinds.py keeps the two in step)
+# would change the tier behind the rendered, sized and checked file.
+LMCACHE_RENDERED = (
+    "chunk_size", "local_cpu", "max_local_cpu_size", "remote_url", "remote_storage_plugins",
+    "save_unfull_chunk", "enable_async_loading", "lookup_timeout_ms", "remote_serde",
+    "blocking_timeout_secs", "pre_caching_hash_algorithm", "extra_config",
+)  # fmt: skip
 # ... and with the gate (kvceph_vllm_guard): where it is imported from, who reaches /health.
 GUARD = ("PYTHONPATH", "KVCEPH_OPEN_NETWORKS")
 
@@ -58,7 +66,8 @@ def check(r, engine, guard: bool) -> None:
 
     + r: the host's settings reader (deploys/settings.py ``_Reader``)
 
-    Refused: a variable kvceph sets itself, a variable set by both settings (a value the file
+    Refused: a variable kvceph sets itself, ``LMCACHE_<FIELD>`` of a field kvceph renders into
+    lmcache.yaml, a variable set by both settings (a value the file
     cannot carry is refused earlier, by deploys/settings/file_formats.py).
     """
     kvceph = managed(engine, guard)
@@ -70,6 +79,16 @@ def check(r, engine, guard: bool) -> None:
         for name, _value in env:
             if name in kvceph:
                 raise r.fail(key, name, *kvceph[name])
+            field = name.removeprefix("LMCACHE_").lower()
+            if name.startswith("LMCACHE_") and field in LMCACHE_RENDERED:
+                raise r.fail(
+                    key,
+                    name,
+                    f"overrides {field} of the lmcache.yaml kvceph renders and sizes (LMCache "
+                    "reads LMCACHE_<FIELD> over the file)",
+                    "remove it; set the field through its kvceph_lmcache_* setting "
+                    "(docs/settings.md)",
+                )
             if key == "kvceph_extra_env" and name in profile:
                 raise r.fail(
                     key, name, "is also set by kvceph_engine_profile.env", "set it in one of them"

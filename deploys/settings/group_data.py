@@ -8,12 +8,14 @@ would get.
 
 from __future__ import annotations
 
+import ast
 import os
 import runpy
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from deploys import paths
+from deploys.settings.reader import SettingsError
 
 ROOT = paths.TEMPLATES.parent / "group_data"
 
@@ -56,3 +58,27 @@ def read(
         os.environ.clear()
         os.environ.update(saved)
     return data
+
+
+# pyinfra's own keys that carry a secret: fine from the environment (os.environ[...]), never
+# as a literal in a committed file.
+PYINFRA_SECRETS = ("ssh_password", "ssh_key_password", "_sudo_password", "_su_password")
+
+
+def refuse_committed_secrets(root: Path = ROOT) -> None:
+    """One line when a ``group_data/*.py`` file assigns one of :data:`PYINFRA_SECRETS` a
+    string literal: group_data is committed, so the password would be in the repository.
+
+    + root: the group_data directory
+    """
+    for path in sorted(root.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Constant):
+                continue
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id in PYINFRA_SECRETS:
+                    raise SettingsError(
+                        f"group_data/{path.name}: {target.id} = '***': a password in a "
+                        "committed file; fix: remove it; use SSH keys (an agent), or read it "
+                        "from the environment (os.environ[...]) in the inventory"
+                    )

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from deploys.settings import cache_key, engine_list, namespace, placement
+from deploys.settings import cache_key, engine_list, kinds, namespace, placement
 from deploys.settings.reader import SettingsError
 
 if TYPE_CHECKING:
@@ -39,6 +39,12 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
             "inventory: gpu + gaudi = []: no inference hosts; fix: add hosts to gpu or gaudi"
         )
     placement.check(hosts)
+    _agree(
+        hosts,
+        [("kvceph_rgw_ingress_virtual_ips", lambda h: h.rgw.ingress_virtual_ips)],
+        ": the cluster has one ingress (its spec on the admin host, the engines' addresses); "
+        "fix: set the VIPs once, in group_data/all.py",
+    )
     groups: dict[tuple[str, int], list[HostSettings]] = {}
     for h in inference:
         groups.setdefault(group_key(h), []).append(h)
@@ -51,6 +57,7 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
         )
     _check_roll(inference, groups)
     _check_names(groups)
+    check_rgw_identities(hosts, groups)
     return [
         CacheGroup(model, tp, tuple(h.host for h in members), members[0].engine.cache_group, pp)
         for (model, tp, pp), members in groups.items()
@@ -87,6 +94,48 @@ def _check_names(groups) -> None:
 
 def _pp(pp: int) -> str:
     return f" PP={pp}" if pp != 1 else ""
+
+
+def _identities(h: HostSettings, groups) -> list[tuple[str, str, str]]:
+    """(uid, the key that makes it, its role) of every RGW user this host's settings name."""
+    s3 = h.s3
+    found = [
+        (s3.admin_user, "kvceph_s3_admin_user", "the admin (bucket owner)"),
+        (s3.user, "kvceph_s3_user", "the legacy engine user"),
+    ]
+    if h.is_inference:
+        group = h.engine.cache_group
+        found.append((
+            f"{s3.user}-{group}",
+            "kvceph_s3_user + kvceph_cache_group",
+            f"cache group {group}'s user",
+        ))  # fmt: skip
+        if h.engine.source.source == "mirror":
+            src = h.engine.source
+            found += [
+                (src.mirror_owner, "kvceph_model_mirror_owner", "the model mirror's owner"),
+                (src.mirror_reader, "kvceph_model_mirror_reader", "the model mirror's reader"),
+            ]
+    return found
+
+
+def check_rgw_identities(hosts: list[HostSettings], groups=None) -> None:
+    """Every RGW identity kvceph creates or uses is a valid uid (composed ones included) and
+    names one role only: the admin's key stays on the controller, each group's user holds its
+    own prefix, the mirror's reader only reads. One user in two roles undoes that split."""
+    roles: dict[str, tuple[str, str, str]] = {}
+    for h in hosts:
+        for uid, key, role in _identities(h, groups):
+            problem = kinds.rgw_uid_problem(uid)
+            if problem:
+                raise SettingsError(f"{h.host}: {key} = {uid!r}: {problem[0]}; fix: {problem[1]}")
+            seen = roles.setdefault(uid, (h.host, key, role))
+            if seen[2] != role:
+                raise SettingsError(
+                    f"{h.host}: {key} = {uid!r}: is also {seen[2]} on {seen[0]} ({seen[1]}), "
+                    f"here {role}: one RGW user in two roles holds both keys and undoes the "
+                    "least-privilege split; fix: give each RGW identity its own uid"
+                )
 
 
 def _agree(hosts: list[HostSettings], settings, why: str) -> None:

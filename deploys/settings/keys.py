@@ -63,33 +63,39 @@ def closest(key: str) -> str | None:
     return tails[match[0]] if match else None
 
 
-def refuse_unknown(r) -> None:
-    """Refuse a secret-looking or an unknown ``kvceph_*`` key of one host's data.
-
-    + r: the host's settings reader (deploys/settings/reader.py ``Reader``)
+def refusal(key: str) -> tuple[str, str] | None:
+    """(why, fix) when a group_data / inventory key is refused, else None: a secret-looking key
+    or an unknown ``kvceph_*`` key.
 
     pyinfra's own keys (``ssh_*``, ``_sudo*``, ``_su_*``) and names whose secret word is only a
     unit (``LAB_KV_BYTES_PER_TOKEN``) pass; other keys without the prefix are the operator's.
     """
-    names = known()
+    if key in known():
+        return None
+    if secret_names.looks_secret_key(key):
+        return (
+            "looks like a secret (KEY/TOKEN/SECRET/PASSWORD/CREDENTIALS in its name), and "
+            "group_data and the inventory are committed",
+            f"remove it; {MECHANISM}",
+        )
+    if key.lower().startswith(PREFIX):
+        match = closest(key)
+        return (
+            "is not a kvceph setting (it would be ignored and the default deployed)",
+            f"did you mean {match}?"
+            if match
+            else "remove it, or use a key of the group_data reference",
+        )
+    return None
+
+
+def refuse_unknown(r) -> None:
+    """Refuse a secret-looking or an unknown ``kvceph_*`` key of one host's data (:func:`refusal`).
+
+    + r: the host's settings reader (deploys/settings/reader.py ``Reader``)
+    """
     for key in data_keys(r.data):
-        if key in names:
-            continue
-        if secret_names.looks_secret_key(key):
-            raise r.fail(
-                key,
-                "***",
-                "looks like a secret (KEY/TOKEN/SECRET/PASSWORD/CREDENTIALS in its name), and "
-                "group_data and the inventory are committed",
-                f"remove it; {MECHANISM}",
-            )
-        if key.lower().startswith(PREFIX):
-            match = closest(key)
-            raise r.fail(
-                key,
-                r.raw(key),
-                "is not a kvceph setting (it would be ignored and the default deployed)",
-                f"did you mean {match}?"
-                if match
-                else "remove it, or use a key of the group_data reference",
-            )
+        refused = refusal(key)
+        if refused is not None:
+            value = "***" if secret_names.looks_secret_key(key) else r.raw(key)
+            raise r.fail(key, value, *refused)

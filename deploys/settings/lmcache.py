@@ -36,13 +36,12 @@ class LMCacheSettings:
     tier: tier_settings.TierSettings | None = None  # None only when built by hand in tests
 
 
-def _positive(r: Reader, key: str, default: Any, example: str) -> float | None:
-    value = r.raw(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise r.fail(key, value, "must be a number > 0", f"use e.g. {example}")
-    return float(value)
+def _positive(r: Reader, key: str, default: Any, example: str, unit: str) -> float | None:
+    # 1/1024 up: a smaller buffer or rate rounds to nothing (kv_sizing works in 1/1000 GiB);
+    # 64 TiB: above any host's RAM, and finite.
+    return r.size(
+        key, default, lo=1 / 1024, hi=(65536, "above any host's RAM"), example=example, unit=unit
+    )
 
 
 def _kv_size(r: Reader, engine: EngineSettings) -> tuple[int | None, str]:
@@ -136,7 +135,7 @@ def lmcache_settings(r: Reader, engine: EngineSettings) -> LMCacheSettings:
             "the tier stores nothing",
             f"use a multiple of {block} of at most {engine.max_model_len}, e.g. 256",
         )
-    cpu = _positive(r, "kvceph_lmcache_max_local_cpu_size", None, "6.25 (GiB), or None")
+    cpu = _positive(r, "kvceph_lmcache_max_local_cpu_size", None, "6.25 (GiB), or None", "GiB")
     kv_bytes, kv_source = _kv_size(r, engine)
     tier = tier_settings.load(r, engine.accelerator)
     if tier.min_hit_tokens is not None and tier.min_hit_tokens > engine.max_model_len:
@@ -212,7 +211,7 @@ def lmcache_settings(r: Reader, engine: EngineSettings) -> LMCacheSettings:
         kv_bytes_per_token=kv_bytes,
         kv_source=kv_source,
         load_gb_per_s=_positive(
-            r, "kvceph_kv_load_gb_per_s", kv_sizing.DEFAULT_LOAD_GB_PER_S, "0.7 (GB/s)"
+            r, "kvceph_kv_load_gb_per_s", kv_sizing.DEFAULT_LOAD_GB_PER_S, "0.7", "GB/s"
         ),
         prefill_tokens_per_s=crossover.fit_rates(tier.prefill_points).rate(engine.max_model_len),
         tier=tier,

@@ -141,8 +141,8 @@ def load(r, name: str) -> ModelSource:
             "set the commit hash the mirror holds",
         )  # fmt: skip
     root = r.path("kvceph_model_dir", DEFAULT_ROOT)
-    owner = r.str("kvceph_model_mirror_owner", DEFAULT_OWNER, pattern=r"[A-Za-z0-9_.\-]+")
-    reader = r.str("kvceph_model_mirror_reader", DEFAULT_READER, pattern=r"[A-Za-z0-9_.\-]+")
+    owner = r.uid("kvceph_model_mirror_owner", DEFAULT_OWNER)
+    reader = r.uid("kvceph_model_mirror_reader", DEFAULT_READER)
     if owner == reader:
         raise r.fail(
             "kvceph_model_mirror_reader", reader, "equals kvceph_model_mirror_owner",

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 GROUP = "monitoring"
 HOSTPORT = r"[A-Za-z0-9_.\-]+:[0-9]{1,5}|\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}"
-DURATION = r"[0-9]+(ms|s|m|h)"
 
 
 @dataclass(frozen=True)
@@ -29,6 +28,10 @@ def load(r) -> MonitoringSettings:
             raise r.fail(
                 "kvceph_ceph_mgr_exporters", e, "is not host:port", "use e.g. 'ceph1:9283'"
             )
+        if not 1 <= int(e.rsplit(":", 1)[1]) <= 65535:
+            raise r.fail(
+                "kvceph_ceph_mgr_exporters", e, "has no port 1..65535", "use e.g. 'ceph1:9283'"
+            )
     service = r.raw("kvceph_prometheus_service", "prometheus")
     grafana = r.raw("kvceph_grafana_dashboards_dir", "/var/lib/grafana/dashboards/kvceph")
     interval = r.raw("kvceph_prometheus_scrape_interval", None)
@@ -42,7 +45,6 @@ def load(r) -> MonitoringSettings:
         else r.str("kvceph_prometheus_service", service, pattern=r"[A-Za-z0-9@_.\-]+"),
         grafana_dir=None if grafana is None else r.path("kvceph_grafana_dashboards_dir", grafana),
         ceph_exporters=exporters,
-        scrape_interval=None
-        if interval is None
-        else r.str("kvceph_prometheus_scrape_interval", interval, pattern=DURATION),
+        # At least 1s: a shorter one scrapes the mgr and the engines in a loop.
+        scrape_interval=r.duration("kvceph_prometheus_scrape_interval", interval, 1000, "30s"),
     )

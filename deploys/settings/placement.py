@@ -13,6 +13,9 @@ no place to name, and refusing it would fire on group_data shared by every host.
 
 from __future__ import annotations
 
+import re
+from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deploys.settings.reader import SettingsError
@@ -39,6 +42,7 @@ def check(hosts: list[HostSettings]) -> None:
     for key, values in sorted(given.items()):
         readers = [h for h in hosts if key in h.read_keys]
         if not readers:
+            _refuse_without_group(hosts, key, values)
             continue
         acting = {values.get(h.host) for h in readers}
         ignored = [
@@ -56,3 +60,31 @@ def check(hosts: list[HostSettings]) -> None:
             "it would be ignored and never checked; fix: set it in the group_data of the hosts "
             "it acts on (or all.py)"
         )
+
+
+# The subjects read on the hosts of one group only (settings/monitoring.py, settings/router.py):
+# their keys are the kvceph_* literals of the module.
+GROUP_MODULES = {"monitoring": "monitoring.py", "router": "router.py"}
+
+
+@cache
+def group_keys() -> dict[str, frozenset[str]]:
+    """group -> the keys only that group's hosts read."""
+    here = Path(__file__).resolve().parent
+    return {
+        group: frozenset(re.findall(r"[\"'](kvceph_[a-z0-9_]+)[\"']", (here / name).read_text()))
+        for group, name in GROUP_MODULES.items()
+    }
+
+
+def _refuse_without_group(hosts: list[HostSettings], key: str, values: dict[str, str]) -> None:
+    """A key of a group-only subject set while the inventory has no host of that group: no
+    host reads it (the general rule above needs a reader to name)."""
+    for group, keys in group_keys().items():
+        if key in keys and not any(group in h.groups for h in hosts):
+            set_on = ", ".join(sorted(values)[:3]) + (" ..." if len(values) > 3 else "")
+            raise SettingsError(
+                f"{set_on}: {key} is set but the inventory has no {group} host, the only hosts "
+                f"that read it: it would be ignored and never checked; fix: add the {group} "
+                "host to the inventory, or remove the key"
+            )

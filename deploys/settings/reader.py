@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from deploys.settings import kinds
+
 INFERENCE_GROUPS = ("gpu", "gaudi")
 ACCELERATOR_OF_GROUP = {"gpu": "nvidia", "gaudi": "gaudi"}
 _MISSING = object()
@@ -60,6 +62,11 @@ class Reader:
         if value != value.strip():
             # Stray whitespace is the seed's "API returns 401" failure mode.
             raise self.fail(key, value, "has leading/trailing whitespace", "remove the spaces")
+        if re.search(r"[\x00-\x1f\x7f]", value):
+            # A uid, a rule id, a display name: each lands in one argv word or one line.
+            raise self.fail(
+                key, value, "holds a control character (a newline?)", "write it on one line"
+            )
         if pattern and not re.fullmatch(pattern, value):
             raise self.fail(key, value, f"does not match {pattern}", "use an allowed value")
         return value
@@ -142,11 +149,60 @@ class Reader:
         return networks
 
     def path(self, key: str, default: Any = _MISSING) -> str:
-        """An absolute path on the hosts (letters, digits, ``_ . / -``), no ``..`` in it."""
+        """An absolute path on the hosts (letters, digits, ``_ . / -``), no ``..`` in it, and
+        no place kvceph's use of it (``kinds.PATH_USE``: every path key is listed there) makes
+        a system directory of the engine's."""
+        if key not in kinds.PATH_USE:
+            raise KeyError(f"{key}: a path setting missing from deploys/settings/kinds.py PATH_USE")
         value = self.str(key, default, pattern=ABSOLUTE_PATH)
         if ".." in value.split("/"):
             # /dev/shm/../../etc/kvceph: the directory is not where the setting says.
             raise self.fail(key, value, "has a '..' part", "give the directory without '..'")
+        problem = kinds.path_problem(key, value)
+        if problem:
+            raise self.fail(key, value, *problem)
+        return value
+
+    def uid(self, key: str, default: Any = _MISSING) -> str:
+        """An RGW uid kvceph creates or uses (``kinds.RGW_UID``); distinctness across the
+        fleet is settings/inventory.py's."""
+        value = self.str(key, default)
+        problem = kinds.rgw_uid_problem(value)
+        if problem:
+            raise self.fail(key, value, *problem)
+        return value
+
+    def size(
+        self, key: str, default: Any, lo: float, hi: tuple[float, str], example: str,
+        unit: str = "GiB",
+    ) -> float | None:  # fmt: skip
+        """A size in ``unit`` (finite, in [lo, hi[0]]: hi[1] says why), or None where the
+        value is None."""
+        value = self.raw(key, default)
+        if value is None:
+            return None
+        problem = kinds.size_problem(value, lo, hi[0], unit, hi[1])
+        if problem:
+            raise self.fail(key, value, problem, f"use e.g. {example}")
+        return float(value)
+
+    def duration(self, key: str, default: Any, lo_ms: int, example: str) -> str | None:
+        """A Prometheus duration of at least ``lo_ms`` and within promtool's range, or None."""
+        value = self.raw(key, default)
+        if value is None:
+            return None
+        value = self.str(key, default)
+        problem = kinds.duration_problem(value, lo_ms)
+        if problem:
+            raise self.fail(key, value, problem, f"use e.g. {example}")
+        return value
+
+    def url(self, key: str) -> str | None:
+        """An http(s) URL given as one argument (a package index), or None when unset."""
+        value = self.opt_str(key)
+        problem = None if value is None else kinds.url_problem(value)
+        if problem:
+            raise self.fail(key, value, problem, "use e.g. https://pypi.org/simple")
         return value
 
 

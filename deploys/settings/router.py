@@ -38,6 +38,12 @@ def load(r) -> RouterSettings:
             "is not a mapping of served model to port",
             "use e.g. {'Qwen/Qwen3-32B': 8100, 'Qwen/Qwen3-8B': 8101}",
         )
+    for model in ports:
+        if not model.strip() or any(ord(c) < 32 or c == "\x7f" for c in model):
+            raise r.fail(
+                "kvceph_router_ports", model, "is not a served model's name (one line)",
+                "use the model name the engines serve, e.g. 'Qwen/Qwen3-32B'",
+            )  # fmt: skip
     if len(set(ports.values())) != len(ports):
         raise r.fail("kvceph_router_ports", ports, "gives two models one port", "use one port each")
     policy = r.str("kvceph_router_policy", "cache_aware")
@@ -51,10 +57,12 @@ def load(r) -> RouterSettings:
     return RouterSettings(
         port=r.int("kvceph_router_port", 8100, lo=1024, hi=64535),
         ports=tuple(sorted(ports.items())),
-        bind=r.str("kvceph_router_bind", "0.0.0.0", pattern=r"[0-9A-Fa-f:.]+"),
+        bind=r.ip(
+            "kvceph_router_bind", r.str("kvceph_router_bind", "0.0.0.0"), "e.g. 0.0.0.0 or ::"
+        ),
         policy=policy,
         wheelhouse=r.opt_str("kvceph_router_wheelhouse"),
-        index_url=r.opt_str("kvceph_router_index_url"),
+        index_url=r.url("kvceph_router_index_url"),
         venv=r.path("kvceph_router_venv", "/opt/kvceph/router"),
         health_interval=r.int("kvceph_router_health_interval", 1, lo=1, hi=60),
         health_failures=r.int("kvceph_router_health_failures", 2, lo=1, hi=10),

@@ -51,6 +51,7 @@ PATHS = ("status_json", "status_png")
 ROTATION_PHASES = ("add", "retire")
 # RGW access keys are letters and digits; anything else is a typo (or a secret pasted).
 ACCESS_KEY = re.compile(r"[A-Za-z0-9]{1,128}")
+SECRET_KEY_LEN = 40
 
 
 def key(name: str) -> str:
@@ -114,6 +115,14 @@ def _rotation(r: Reader) -> tuple[str | None, str | None]:
             key("retire_access_key"),
             "***",
             "is not an access key (letters and digits)",
+            f"pass --data {key('retire_access_key')}=<old access key> (never its secret)",
+        )
+    if old is not None and len(old) == SECRET_KEY_LEN:
+        # RGW (and AWS) make 20-character access keys and 40-character secret keys.
+        raise r.fail(
+            key("retire_access_key"),
+            "***",
+            f"has the length of a secret key ({SECRET_KEY_LEN}), not of an access key (20)",
             f"pass --data {key('retire_access_key')}=<old access key> (never its secret)",
         )
     return phase, old

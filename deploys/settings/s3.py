@@ -9,7 +9,10 @@ from urllib.parse import urlsplit
 
 from deploys import capacity
 from deploys.settings.ceph import RgwSettings
+from deploys.settings.kinds import GIB, RGW_MAX_BYTES
 from deploys.settings.reader import Reader
+
+RGW_MAX_GIB = RGW_MAX_BYTES // GIB
 
 # --- S3 --------------------------------------------------------------------------------------
 
@@ -71,7 +74,9 @@ def endpoint_parts(r: Reader, key: str, value: str) -> tuple[str, str, int]:
     return parts.scheme, parts.hostname, port
 
 
-def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
+def s3_settings(r: Reader, rgw: RgwSettings, sets_quota: bool = True) -> S3Settings:
+    """One host's S3 settings; the quota keys are read on the Ceph admin host only (``sets_quota``),
+    the one that sets the quota: given elsewhere only, settings/placement.py refuses them."""
     endpoint = r.str("kvceph_s3_endpoint", f"http://{rgw.dns_name}:80")
     scheme, host, port = endpoint_parts(r, "kvceph_s3_endpoint", endpoint)
     admin = r.str("kvceph_s3_admin_endpoint", endpoint)
@@ -96,14 +101,19 @@ def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
         )
     wildcard = r.bool("kvceph_s3_wildcard_dns", False)
     ips, source = endpoint_ips(r, rgw, wildcard)
-    quota = r.raw("kvceph_s3_quota_max_size_gb", None)
-    if quota is not None and (
-        isinstance(quota, bool) or not isinstance(quota, (int, float)) or quota <= 0
-    ):
-        raise r.fail(
-            "kvceph_s3_quota_max_size_gb", quota, "must be a size in GiB > 0", "use e.g. 2048"
+    # At least 1 MiB (a smaller one rounds to a quota that refuses every put), at most what
+    # radosgw-admin --max-size takes (bytes, int64); the fleet's DRAM buffers: capacity.plan.
+    quota, unbounded, fraction = None, False, capacity.DEFAULT_FRACTION
+    if sets_quota:
+        quota = r.size(
+            "kvceph_s3_quota_max_size_gb",
+            None,
+            lo=1 / 1024,
+            hi=(RGW_MAX_GIB, "more than radosgw-admin --max-size takes (int64 bytes)"),
+            example="2048",
         )
-    unbounded = r.bool("kvceph_s3_quota_unbounded", False)
+        unbounded = r.bool("kvceph_s3_quota_unbounded", False)
+        fraction = r.float("kvceph_s3_quota_fraction", capacity.DEFAULT_FRACTION)
     if unbounded and quota is not None:
         raise r.fail(
             "kvceph_s3_quota_unbounded", True, "is set together with kvceph_s3_quota_max_size_gb",
@@ -117,7 +127,7 @@ def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
         endpoint_port=port,
         bucket=bucket,
         region=r.str("kvceph_s3_region", "default"),
-        user=r.str("kvceph_s3_user", "lmcache", pattern=r"[A-Za-z0-9_.\-]+"),
+        user=r.uid("kvceph_s3_user", "lmcache"),
         user_display_name=r.str("kvceph_s3_user_display_name", "LMCache KV cache"),
         profile=r.str("kvceph_s3_profile", "lmcache", pattern=r"[A-Za-z0-9_.\-]+"),
         wildcard_dns=wildcard,
@@ -127,9 +137,9 @@ def s3_settings(r: Reader, rgw: RgwSettings) -> S3Settings:
         abort_multipart_days=r.int("kvceph_s3_abort_multipart_days", 1, lo=1),
         lifecycle_rule_id=_rule_id(r),
         quota_max_size_gb=quota,
-        quota_fraction=r.float("kvceph_s3_quota_fraction", capacity.DEFAULT_FRACTION),
+        quota_fraction=fraction,
         quota_unbounded=unbounded,
-        admin_user=r.str("kvceph_s3_admin_user", "kvceph-s3-admin", pattern=r"[A-Za-z0-9_.\-]+"),
+        admin_user=r.uid("kvceph_s3_admin_user", "kvceph-s3-admin"),
     )
 
 

@@ -106,13 +106,17 @@ def python_minor_error(me: HostSettings, checked, get_python) -> str | None:
     return python_minor_mismatch(group, "builtin", pythons)
 
 
-def wheels(directory: str) -> list[Path]:
-    """The controller's wheelhouse files, sorted; raises DeployError when there are none."""
+def wheels(directory: str, key: str = "kvceph_engine_wheelhouse") -> list[Path]:
+    """The controller's wheelhouse files, sorted; raises DeployError when there are none.
+
+    + directory: the wheelhouse on the controller
+    + key: the setting that names it (the router has its own)
+    """
     path = Path(directory)
     found = sorted(path.glob("*.whl")) if path.is_dir() else []
     if not found:
         raise DeployError(
-            f"controller: kvceph_engine_wheelhouse = {directory!r}: no *.whl files there; "
+            f"controller: {key} = {directory!r}: no *.whl files there; "
             "fix: build the wheelhouse (pip wheel / pip download) or unset it"
         )
     return found

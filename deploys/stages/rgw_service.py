@@ -66,6 +66,13 @@ def _release(versions: dict | None) -> str:
     return f"Ceph {versions['oldest']} ({versions['release']}{hint})"
 
 
+def _plain_release(versions: dict | None) -> str:
+    """The cluster's release without the concentrator hint: "Ceph 20.2.4 (tentacle)"."""
+    if not versions:
+        return "this Ceph (version unknown)"
+    return f"Ceph {versions['oldest']} ({versions['release']})"
+
+
 # The orchestrator's possible answers to the concentrator dry run (``CephSpecProbe``): every
 # service the stage could apply, whatever the cluster answers (status.py reads them all).
 PROBE_ANSWERS = (
@@ -120,9 +127,13 @@ def plan_specs(
             f"or kvceph_rgw_concentrator = None (or --data {ALLOW_UNPROBED_KEY}=true to apply "
             "it anyway)"
         )
+    # A normal run on such a cluster (the cephadm lab's every deploy): what kvceph does instead,
+    # in words; the orchestrator's own refusal text is for the stop above, not this line.
     notice = (
-        f"kvceph: the orchestrator of {release} refuses the RGW concentrator ({said}): RGW "
-        f"gets an ingress service on {rgw.ingress_shown} port {rgw.ingress_frontend_port}"
+        f"kvceph: RGW service: {_plain_release(versions)} takes no RGW concentrator (its "
+        "orchestrator's dry run refuses the spec), so kvceph fronts RGW with cephadm's ingress "
+        f"instead (haproxy + keepalived): an ingress service on {rgw.ingress_shown} port "
+        f"{rgw.ingress_frontend_port}"
     )
     return [plain, ingress], notice
 
@@ -268,7 +279,7 @@ def apply(me: HostSettings, checked):
         return
     wanted, notice = _plan(me, t)
     if notice:
-        logger.warning(notice)
+        logger.info(notice)
 
     if rgw.exit_timeout_secs is not None:
         # Before any daemon (re)starts, so even this run's restarts drain within the bound:

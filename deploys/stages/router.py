@@ -107,7 +107,7 @@ def _package(r):
         find_links = f"{paths.WHEELHOUSE}-router"
         if installed.get("vllm-router") != VERSION:
             files.directory(name="Router wheelhouse", path=find_links, mode="0755")
-            for wheel in wheels(r.wheelhouse):
+            for wheel in wheels(r.wheelhouse, "kvceph_router_wheelhouse"):
                 pyfiles.put(
                     name=f"Wheel {wheel.name}",
                     src=str(wheel),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import DeployError, deploy
+from pyinfra.operations import systemd
 
 from deploys import engine_lock, paths, render, upgrade
 from deploys.facts import memo
@@ -79,10 +80,21 @@ def apply(me: HostSettings, checked) -> None:
             )
     for engine in e.engines:
         _engine_files(me, checked, engine)
+    if e.profile.mp:
+        _mp_server(me)
     # Engines the inventory no longer lists: stopped before any engine (re)starts, so the
     # devices and port they held are free (a host leaving today's single vllm.service too).
-    wanted = {engine.unit for engine in e.engines}
+    wanted = {engine.unit for engine in e.engines} | (
+        {paths.MP_UNIT_NAME} if e.profile.mp else set()
+    )
     for unit in sorted(set(memo.read(host, EngineUnits)) - wanted):
+        if unit == paths.MP_UNIT_NAME:  # back in process: the engines' restarts need no server
+            service.removed(
+                name=f"Remove {unit} (the engine profile is not in MP mode)",
+                unit=unit,
+                files=[paths.MP_UNIT_PATH],
+            )
+            continue
         service.removed(
             name=f"Remove engine {unit} (no longer in kvceph_engines)",
             unit=unit,
@@ -126,8 +138,10 @@ def upgrades(me: HostSettings, checked, shared: dict[str, str]) -> list[tuple]:
         # The venv (read before this run installs anything) only for engines kvceph did not
         # label with their versions.
         running = upgrade.running_pair(current, lambda u=engine: _running_packages(e, u))
-        if running is not None and running != desired:
-            found.append((engine, upgrade.Upgrade(running, desired)))
+        mode = upgrade.parse_mode((current.get("env") or {}).get(upgrade.VERSIONS_VAR, ""))
+        move = upgrade.Upgrade(running, desired, mode, e.profile.mode) if running else None
+        if move is not None and move.changes:
+            found.append((engine, move))
     return found
 
 
@@ -216,6 +230,27 @@ def _engine_files(me: HostSettings, checked, engine: Engine) -> None:
     # A run interrupted between the unit write and the reload leaves systemd stale.
     service.daemon_reload_if_stale(name="systemd daemon-reload (stale)", unit=engine.unit)
     service.enabled(name=f"Enable {engine.unit}", unit=engine.unit)
+
+
+def _mp_server(me: HostSettings) -> None:
+    """MP mode: LMCache's server unit, enabled and running before any engine restarts (their
+    ExecStartPre waits for it); a changed unit restarts a running server (L1 is dropped, S3
+    keeps the objects; the engines serve degraded meanwhile and register again)."""
+    unit = paths.MP_UNIT_NAME
+    files.atomic_file(
+        name=f"Unit {paths.MP_UNIT_PATH}",
+        path=paths.MP_UNIT_PATH,
+        content=render.mp_server_unit(me),
+        user="root",
+        group="root",
+        mode="0644",
+        on_change=(
+            f"timeout 120 systemctl daemon-reload && timeout 300 systemctl try-restart {unit}"
+        ),
+    )
+    service.daemon_reload_if_stale(name="systemd daemon-reload (stale)", unit=unit)
+    service.enabled(name=f"Enable {unit}", unit=unit)
+    systemd.service(name=f"Start {unit}", service=unit, running=True)
 
 
 def running_state(me: HostSettings, checked, engine: Engine, shared: dict[str, str]) -> dict:

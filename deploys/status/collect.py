@@ -15,7 +15,7 @@ from deploys import ceph_cli, engine_address, paths, render
 from deploys.facts import memo
 from deploys.facts.capacity import RgwUserStats
 from deploys.facts.ceph import CephOrchStatus, CephReachable
-from deploys.facts.connector import PutsSkipped, S3Disabled
+from deploys.facts.connector import Crc32cRefused, PutsSkipped, S3Disabled
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
 from deploys.facts.rgw import RgwLifecycle, RgwReachable, RgwUser
 from deploys.facts.status import BucketUsage, EngineAnswers, KvNamespaces, RgwDaemons, UnitTimes
@@ -109,6 +109,11 @@ def read_engines(host, me, checked) -> dict:
                 # kvceph's connector's own count, only where kvceph_skip_short_puts is on.
                 "puts_skipped": memo.read(host, PutsSkipped, unit=engine.unit)
                 if me.lmcache.tier.connector == "kvceph" and me.lmcache.tier.skip_short_puts
+                else None,
+                # kvceph's connector's count of GET bodies refused on their crc32c (each a miss),
+                # where its check is on (kvceph_connector_verify_crc32c, the default).
+                "crc32c_refused": memo.read(host, Crc32cRefused, unit=engine.unit)
+                if me.lmcache.tier.connector == "kvceph" and me.lmcache.tier.verify_crc32c
                 else None,
                 "desired_digest": digest,
                 "reasons": reasons,

@@ -8,6 +8,8 @@ batch per host for its state facts plus one request batch per engine.
 
 from __future__ import annotations
 
+import logging
+import re
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -131,8 +133,30 @@ def _routers(inventory, checked) -> list[dict]:
     return rows
 
 
+# pyinfra's results table of a run without operations (status.py never makes one): a header,
+# then `Grand total - - - -`, after the status itself (issue 53 item 8).
+_EMPTY_RESULTS = re.compile(
+    r"--> Results:|Operation\s+Hosts\s+Success\s+Error\s+No Change|Grand total(\s+-){4}"
+)
+
+
+class EmptyResults(logging.Filter):
+    """Drops pyinfra's empty results table (the ``--> Results:`` line, its header and an
+    all-dash ``Grand total``); every other line passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _EMPTY_RESULTS.fullmatch(record.getMessage().strip())
+
+
+def hide_empty_results(log: logging.Logger = logger) -> None:
+    """Install :class:`EmptyResults` on pyinfra's logger once (status.py's run only)."""
+    if not any(isinstance(f, EmptyResults) for f in log.filters):
+        log.addFilter(EmptyResults())
+
+
 def run(state, inventory, checked) -> dict:
     """Once per run: build, print, write; then StatusPartial when something was not read."""
+    hide_empty_results()
     with _ONCE:
         doc = getattr(state, _DONE_ATTR, None)
         if doc is not None:

@@ -81,6 +81,8 @@ def engine_rows(name: str, me, read: dict | None, probe: dict | None, error: str
                 "s3_disabled_at": remote_tier.s3_off_at(item.get("s3_off")),
                 # kvceph_skip_short_puts: the connector's latest logged count (None: off).
                 "puts_skipped": _puts_skipped(item.get("puts_skipped")),
+                # kvceph_connector_verify_crc32c: the connector's latest logged count (None: off).
+                "crc32c_refused": _crc32c_refused(item.get("crc32c_refused")),
                 "drift": drifted,
                 "drift_reasons": item["reasons"],
                 # Only meaningful with drift: the host's files may already be the desired ones
@@ -268,6 +270,18 @@ def summary_line(doc: dict) -> str:
         f"GPU prefill saved {t['saved_gpu_seconds']:.1f} s; last verify: {v['verdict']}"
         + (f" {age(v['age_s'])} ago" if v.get("age_s") is not None else "")
     )
+
+
+def _crc32c_refused(fact: dict | None) -> dict | None:
+    """{"refused", "checked", "at"} from the Crc32cRefused fact; zeros and no time while none
+    was refused in this start; None where it was not read (the check off, or not read)."""
+    if not fact or not fact.get("started"):
+        return None
+    return {
+        "refused": fact.get("refused") or 0,
+        "checked": fact.get("checked") or 0,
+        "at": fact.get("at"),
+    }
 
 
 def _puts_skipped(fact: dict | None) -> dict | None:

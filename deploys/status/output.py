@@ -216,6 +216,22 @@ def puts_skipped_lines(doc: dict) -> list[str]:
     return out
 
 
+def crc32c_lines(doc: dict) -> list[str]:
+    """One line per engine whose connector refused GET bodies on their crc32c in this start."""
+    out = []
+    for r in doc["engines"]:
+        c = r.get("crc32c_refused")
+        if not r["reachable"] or not c or not c["refused"]:
+            continue
+        out.append(
+            f"CRC32C REFUSED {r['host']} {r['unit']}: {c['refused']} GET bodies did not match "
+            f"the crc32c stored with them (each a miss, recomputed; {c['checked']} checked; the "
+            f"connector's count at {remote_tier.shown_time(c['at'])}, logged at most once a "
+            "minute): find what alters objects between RGW and the engine"
+        )
+    return out
+
+
 def tier_lines(doc: dict) -> list[str]:
     """Hits per tier, one line per engine read (deploys/status/tiers.py)."""
     out = []
@@ -243,7 +259,7 @@ def namespace_lines(doc: dict) -> list[str]:
 
 def table(doc: dict) -> str:
     lines = engine_table(doc) + crash_lines(doc) + s3_off_lines(doc) + tier_lines(doc)
-    lines += puts_skipped_lines(doc)
+    lines += puts_skipped_lines(doc) + crc32c_lines(doc)
     lines += [""] + cluster_lines(doc)
     for split in doc["cache_group_splits"]:
         values = ", ".join(f"{h}={v}" for h, v in split["values"].items())

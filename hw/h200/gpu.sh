@@ -307,6 +307,24 @@ real() { local id=$1 v=$2 n=$3 d=/opt/models/SmolLM2-135M-Instruct
   M clear "$id" >/dev/null; gc
 }
 
+# ---- LMCache's multi-process mode (issue 51, plan051.txt): `lmcache server` + vLLM's
+# LMCacheMPConnector, kvceph's S3 core (or the stock adapter) as the server's L2 (mp.py); the
+# in-process engine and the pair stopped first: mp.py starts its own servers and engines
+real_model() { local d=/opt/models/SmolLM2-135M-Instruct
+  [ -f "$d/config.json" ] && return 0
+  (cd "$STAGE/model" 2>/dev/null && sha256sum -c --quiet model-sums.txt) || { log "CONTINUE: real model parts missing or corrupt"; finish 3; }
+  mkdir -p /opt/models; cat "$STAGE"/model/model.[0-9]* | tar -xf - -C /opt/models || { log "real model: tar failed"; finish 1; }
+}
+mp() { local id=$1 model=$2 l2=$3 n=${4:-3000} rc
+  engine stop; pair_stop
+  case "$model" in dummy:*) ;; *) real_model ;; esac
+  log "mp $id: $model, L2 $l2, $n tokens"
+  py "$HERE/mp.py" "$S/mp-$id" "$R" "$(( $(left) - 15 ))" "$model" "$l2" "$n" 2>&1 | tee -a "$S/mp.log" | grep '^\[mp\]' | cut -c1-700
+  rc=${PIPESTATUS[0]}
+  [ "$rc" = 3 ] && { log "CONTINUE: $id"; finish 3; }
+  log "mp $id: rc $rc"
+}
+
 # ---- 7 the plan (plan.txt), skipping what an earlier loan did (meta/done-before.txt)
 # (the set-up and the layout's ceiling always run: every loan measures its own)
 if [ -f "$SHIP/meta/done-before.txt" ] && ! done_ before; then

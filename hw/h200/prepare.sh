@@ -28,10 +28,10 @@ grep -v -E '^\s*(#|$)' "$WHEELS" | while read -r req; do
     --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_5_x86_64 \
     --platform manylinux1_x86_64 --platform any -d "$B/whl" "$req"
 done
-# vLLM 0.33's and 0.25's FA2 module (124 of 321 / ~80 of 239 MiB): vLLM picks FA3 on sm90, and
+# vLLM 0.34's, 0.33's and 0.25's FA2 module (124 of 321 / ~80 of 239 MiB): vLLM picks FA3 on sm90, and
 # its flash_attn_interface imports FA2 inside try/except (FA2_AVAILABLE False). Deleted without
 # recompressing (zip -d).
-for w in "$B"/whl/vllm-0.33.*.whl "$B"/whl/vllm-0.25.*.whl; do [ -f "$w" ] || continue
+for w in "$B"/whl/vllm-0.3[34].*.whl "$B"/whl/vllm-0.25.*.whl; do [ -f "$w" ] || continue
   unzip -l "$w" vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so >/dev/null 2>&1 || continue
   say "dropping vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so from $(basename "$w")"
   zip -q -d "$w" vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so

@@ -7,6 +7,7 @@ import json
 import pytest
 import yaml
 from conftest import (
+    CEPHADM,
     GPU_KEY_PREFIX,
     HOSTS,
     INFERENCE,
@@ -28,6 +29,17 @@ def test_converge_from_empty_succeeds(lab, converged):
         pytest.skip("KVCEPH_KEEP_LAB reused a running lab: nothing was empty")
     changed_hosts = {h for _, h in converged.changed()}
     assert changed_hosts == set(HOSTS), converged.changed()
+
+
+@pytest.mark.skipif(not CEPHADM, reason="the cephadm lab's RGW line and health")
+def test_a_fresh_cephadm_lab_deploys_without_alarming_lines(lab, converged):
+    # issue 53: what kvceph does instead of the refused concentrator, in words, not the
+    # orchestrator's Python error; and no "stray daemon" warning from cephadm's bootstrap
+    # check (lab.sh up clears it)
+    assert "takes no RGW concentrator" in converged.output
+    assert "unexpected keyword argument" not in converged.output
+    health = ssh("ceph1", "ceph health detail").stdout
+    assert "CEPHADM_STRAY" not in health, health
 
 
 def test_second_run_reports_no_change(converged):

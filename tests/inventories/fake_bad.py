@@ -15,6 +15,11 @@
 #   region_ini    a newline in kvceph_s3_region (it would add a line to the S3 INI files)
 #   dtype_arg     --kv-cache-dtype=fp8 in extra_args (kvceph renders the flag itself)
 #   pools_in_gpu  kvceph_ceph_pools on an inference host only (only ceph_admin reads it)
+#   service_root  kvceph_service_user root (issue 49: one check per kind of value)
+#   home_etc      kvceph_service_home /etc (chowned to the engine's user)
+#   uid_collapse  an admin user that is a cache group's user
+#   pip_option    a pip option among the profile's packages
+#   quota_nan     kvceph_s3_quota_max_size_gb NaN on the Ceph admin host
 import os
 import sys
 from pathlib import Path
@@ -71,6 +76,19 @@ _BAD = {
     "dtype_arg": {"kvceph_engine_profile": {**_profile, "extra_args": ["--kv-cache-dtype=fp8"]}},
     "pools_in_gpu": {"kvceph_ceph_pools": [{"name": "p", "pg_num": 8}]},
     "region_ini": {"kvceph_s3_region": "default\nendpoint_url = http://203.0.113.9"},
+    "service_root": {"kvceph_service_user": "root"},
+    "home_etc": {"kvceph_service_home": "/etc"},
+    "uid_collapse": {"kvceph_s3_admin_user": "lmcache-gpu"},
+    "pip_option": {
+        "kvceph_engine_profile": {
+            **_profile,
+            "packages": ["--extra-index-url=http://203.0.113.9/simple", *_profile["packages"]],
+        }
+    },
 }
 if _bad in _BAD:
     gpu = _gpu1(**_BAD[_bad])
+if _bad == "quota_nan":  # ceph1 is in ceph_admin and rgw: its data in both
+    _nan = {"kvceph_s3_quota_max_size_gb": float("nan")}
+    ceph_admin = [(n, {**d, **_nan}) for n, d in ceph_admin]
+    rgw = [(n, {**d, **_nan}) if n == ceph_admin[0][0] else (n, d) for n, d in rgw]

@@ -219,5 +219,9 @@ def test_the_fleet_seed_from_the_secrets_wins_and_is_never_shown():
 
 
 def test_a_seed_that_is_no_integer_is_refused():
-    with pytest.raises(secrets.SecretsError, match="KVCEPH_PYTHON_HASH_SEED must be an integer"):
+    with pytest.raises(secrets.SecretsError) as caught:
         _creds(KVCEPH_PYTHON_HASH_SEED="sixty-seven")
+    assert str(caught.value) == (
+        "controller: KVCEPH_PYTHON_HASH_SEED = '***': must be an integer 0..4294967295; fix: "
+        "set it to the fleet's seed, digits only (or unset it: kvceph_python_hash_seed)"
+    )

@@ -75,14 +75,15 @@ def test_plan_line_says_full_in_n_days_with_the_raw_figure():
 
 
 def test_fleet_rate_counts_every_engine_at_its_prefill_rate():
-    ceph1 = s.load({**BASE, "kvceph_s3_quota_max_size_gb": 1}, "ceph1", ("ceph_admin",))
+    # 32 GiB: above the two engines' 2 x 2 x 6.25 GiB DRAM buffers (a smaller quota is refused)
+    ceph1 = s.load({**BASE, "kvceph_s3_quota_max_size_gb": 32}, "ceph1", ("ceph_admin",))
     gpu = s.load({**BASE, "kvceph_prefill_tokens_per_s": 4000}, "gpu1", ("gpu",))
     rate, engines = capacity.fleet([ceph1, gpu, gpu])
     per_token = gpu.lmcache.kv_bytes_per_token * gpu.engine.tensor_parallel_size
     assert engines == 2 and rate == pytest.approx(2 * 4000 * per_token)
     assert per_token == 256 * 1024  # Qwen3-32B, bf16 KV
     quota, line = capacity.plan(ceph1, [ceph1, gpu, gpu], None, None)
-    assert quota.max_size == GIB and "2 engine(s)" in line and "full in 1 min" in line
+    assert quota.max_size == 32 * GIB and "2 engine(s)" in line and "full in 1 min" in line
     assert capacity.duration(2.5) == "2.5 days" and capacity.duration(0.125) == "3.0 hours"
 
 

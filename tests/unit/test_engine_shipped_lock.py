@@ -48,7 +48,9 @@ def engine(groups=("gpu",), **data):
 @pytest.mark.parametrize("accelerator", sorted(engine_settings.BUILTIN_LOCKS))
 def test_the_shipped_lock_is_compiled_from_the_builtin_profile(accelerator):
     """Fails when DEFAULT_PROFILES changes without `make locks`."""
-    packages = engine_settings.DEFAULT_PROFILES[accelerator]["packages"]
+    packages = {**engine_settings.DEFAULT_PROFILES, **engine_settings.PRESETS}[accelerator][
+        "packages"
+    ]
     path = ROOT / engine_settings.BUILTIN_LOCKS[accelerator]
     text = path.read_text()
     lock = engine_lock.parse(text, str(path))
@@ -94,7 +96,7 @@ def test_the_opt_out_installs_unlocked_like_before():
 
 
 def test_a_changed_profile_gets_no_shipped_lock():
-    e = engine(kvceph_engine_profile={"packages": ["vllm==0.33.0", "lmcache==0.5.6", "x==1"]})
+    e = engine(kvceph_engine_profile={"packages": ["vllm==0.25.1", "lmcache==0.5.6", "x==1"]})
     assert e.lock_text is None
 
 
@@ -144,13 +146,14 @@ def test_a_bad_lock_setting_is_one_line(value, why):
 
 
 def test_a_profile_changed_without_make_locks_is_refused_in_one_line(monkeypatch):
-    nvidia = dict(engine_settings.DEFAULT_PROFILES["nvidia"], packages=["vllm==0.33.1"])
+    packages = ["vllm==0.25.1", "lmcache==0.5.6", "x==1"]
+    nvidia = dict(engine_settings.DEFAULT_PROFILES["nvidia"], packages=packages)
     monkeypatch.setitem(engine_settings.DEFAULT_PROFILES, "nvidia", nvidia)
     with pytest.raises(SettingsError) as caught:
         engine()
     assert str(caught.value) == (
         "gpu1: kvceph_engine_profile = 'locks/nvidia.txt': does not lock the profile's "
-        "vllm==0.33.1; fix: run `make locks`"
+        "x==1; fix: run `make locks`"
     )
     monkeypatch.setitem(engine_settings.BUILTIN_LOCKS, "nvidia", "locks/absent.txt")
     monkeypatch.setitem(engine_settings.DEFAULT_PROFILES, "nvidia", nvidia)

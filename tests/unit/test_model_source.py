@@ -209,8 +209,12 @@ def test_preflight_mirror_checks_are_one_line_before_any_host(tmp_path):
     assert asked == [("kvceph-models", f"models/Qwen/Qwen3-32B@{REV}/")]  # once per model
     preflight.check_mirror(hosts, _creds(), lambda b, p: True)
     preflight.check_mirror(hosts, _creds(), lambda b, p: preflight.OUTSIDE_RUN)
-    with pytest.raises(SettingsError, match="^controller: KVCEPH_MODELS_ACCESS_KEY / "):
+    with pytest.raises(SettingsError) as caught:
         preflight.check_mirror(hosts, _creds(models=False), mirrored)
+    assert str(caught.value).endswith(
+        "fix: export KVCEPH_MODELS_ACCESS_KEY / KVCEPH_MODELS_SECRET_KEY or put them in "
+        "secrets.env (0600; docs/security.md)"
+    )
     with pytest.raises(SettingsError, match="the KV key would write the model mirror"):
         preflight.check_mirror(hosts, _creds(same=True), mirrored)
     # Uploaded from the controller: its directory must be a model.

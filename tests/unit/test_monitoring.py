@@ -441,6 +441,22 @@ def test_status_metrics_carry_what_status_read_and_nothing_else():
     assert status_metrics.exposition({"time": doc["time"], "cluster": {"bucket": "b"}}) == ""
 
 
+def test_status_metrics_export_each_engines_refused_crc32c_count():
+    refused = {"refused": 3, "checked": 9, "at": "2026-12-07T05:21:40.512000+0000"}
+    engines = [
+        {"host": "gpu1", "unit": "vllm.service", "reachable": True, "crc32c_refused": refused},
+        {"host": "gpu2", "unit": "vllm.service", "reachable": True, "crc32c_refused": None},
+        {"host": "gpu3", "unit": "vllm.service", "reachable": False},
+    ]
+    text = status_metrics.exposition({**STATUS_DOC, "engines": engines})
+    name = status_metrics.CRC32C_REFUSED
+    assert [x for x in text.splitlines() if x.startswith(name)] == [
+        f'{name}{{host="gpu1",unit="vllm.service"}} 3.0'
+    ]
+    assert f"# TYPE {name} gauge" in text
+    assert name not in status_metrics.exposition(STATUS_DOC)
+
+
 def test_monitoring_settings_defaults_and_one_line_errors():
     data = group_data.read(("all", "lab"), LAB_ENV)
     data.pop("kvceph_s3_ca_bundle", None)

@@ -172,6 +172,38 @@ def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, 
             "http://203.0.113.9': holds a newline, which ~/.aws/config and the admin host's S3 "
             "INI (INI) cannot carry in a value; fix: write the value on one line, without it",
         ),
+        # Issue 49: one check per kind of value, before any host is touched.
+        (
+            "service_root",
+            "kvceph: @fake/gpu1: kvceph_service_user = 'root': the engines would run as root, and "
+            "the stage sets root's home and a nologin shell; fix: use an account of the engine's "
+            "own, e.g. vllm",
+        ),
+        (
+            "home_etc",
+            "kvceph: @fake/gpu1: kvceph_service_home = '/etc': is a system directory, and kvceph "
+            "chowns it to the engine's user and makes it writable in the unit; fix: use a "
+            "directory of kvceph's own below it, e.g. /var/lib/vllm",
+        ),
+        (
+            "uid_collapse",
+            "kvceph: @fake/gpu1: kvceph_s3_user + kvceph_cache_group = 'lmcache-gpu': is also the "
+            "admin (bucket owner) on @fake/gpu1 (kvceph_s3_admin_user), here cache group gpu's "
+            "user: one RGW user in two roles holds both keys and undoes the least-privilege "
+            "split; fix: give each RGW identity its own uid",
+        ),
+        (
+            "pip_option",
+            "kvceph: @fake/gpu1: kvceph_engine_profile.packages = "
+            "'--extra-index-url=http://203.0.113.9/simple': is a pip option, not a package (pip "
+            "would take it as an argument); fix: list name==version pins only; an index goes in "
+            "kvceph_engine_index_url, local wheels in kvceph_engine_wheelhouse",
+        ),
+        (
+            "quota_nan",
+            "kvceph: @fake/ceph1: kvceph_s3_quota_max_size_gb = nan: is not a finite number: a "
+            "size in GiB > 0 is; fix: use e.g. 2048",
+        ),
     ],
 )
 def test_bad_inventory_is_refused_before_any_host_is_touched(bad, line, monkeypatch):

@@ -40,7 +40,7 @@ def host(accelerator="nvidia", vllm="0.33.0", **data):
     return s.load(data, f"{GROUP[accelerator]}1", (GROUP[accelerator],))
 
 
-MATRIX = [(a, v) for a in ("nvidia", "gaudi") for v in ("0.25.1", "0.26.0", "0.33.0")]
+MATRIX = [(a, v) for a in ("nvidia", "gaudi") for v in ("0.25.1", "0.26.0", "0.33.0", "0.34.0")]
 IDS = [f"{a}-vllm{v}" for a, v in MATRIX]
 
 
@@ -533,18 +533,18 @@ def test_refresh_is_rendered_only_when_set():
         assert [x for x in got.splitlines() if "refresh_s" not in x] == plain.splitlines()
 
 
-def test_crc32c_check_is_rendered_only_when_on():
-    """kvceph_connector_verify_crc32c: true reaches the plugin as kvceph.verify_crc32c; off (the
-    default, the plugin's own too) leaves the file as it was before the key existed."""
+def test_crc32c_check_is_rendered_only_when_off():
+    """kvceph_connector_verify_crc32c: false reaches the plugin as kvceph.verify_crc32c: false;
+    on (the default, the plugin's own too since issue 50) leaves the file as it was."""
     acc, v = MATRIX[0]
     plain = render.lmcache_yaml(host(acc, v, kvceph_lmcache_connector="kvceph"))
     assert "verify_crc32c" not in plain
-    off = host(acc, v, kvceph_lmcache_connector="kvceph", kvceph_connector_verify_crc32c=False)
-    assert render.lmcache_yaml(off) == plain
+    on = host(acc, v, kvceph_lmcache_connector="kvceph", kvceph_connector_verify_crc32c=True)
+    assert render.lmcache_yaml(on) == plain
     got = render.lmcache_yaml(
-        host(acc, v, kvceph_lmcache_connector="kvceph", kvceph_connector_verify_crc32c=True)
+        host(acc, v, kvceph_lmcache_connector="kvceph", kvceph_connector_verify_crc32c=False)
     )
-    assert yaml.safe_load(got)["extra_config"]["kvceph.verify_crc32c"] is True
+    assert yaml.safe_load(got)["extra_config"]["kvceph.verify_crc32c"] is False
     assert [x for x in got.splitlines() if "verify_crc32c" not in x] == plain.splitlines()
 
 

@@ -134,3 +134,53 @@ def test_the_launcher_takes_the_key_from_systemds_credentials_only():
 def test_settings_refuse(key, value, problem):
     with pytest.raises(SettingsError, match=problem):
         hosts(**{key: value})
+
+
+# --- issue 49: routes that reach no engine, or one engine twice ------------------------------
+
+
+def test_a_route_for_a_model_no_engine_serves_is_refused():
+    h = hosts()
+    model = h["gpu1"].engine.model
+    h["ceph1"] = hosts(kvceph_router_ports={model: 8100, "Qwen/Qwen3-8B": 8101})["ceph1"]
+    with pytest.raises(SettingsError) as caught:
+        routing.routes(h, IPS, h["ceph1"].router, "ceph1")
+    assert str(caught.value) == (
+        "ceph1: kvceph_router_ports = {'Qwen/Qwen3-8B': 8101}: no engine of the inventory serves "
+        "that model (the route would have no worker); fix: remove it, or name the model as "
+        "kvceph_model spells it"
+    )
+
+
+def test_a_worker_listed_twice_is_refused():
+    h = hosts()
+    with pytest.raises(SettingsError) as caught:
+        routing.routes(h, {**IPS, "gpu2": IPS["gpu1"]}, h["ceph1"].router, "ceph1")
+    assert str(caught.value) == (
+        "gpu2: worker http://10.213.7.21:8000 of route 'Qwen/Qwen3-32B' is also gpu1's engine "
+        "vllm: two inventory entries reach one engine (the router would count it twice); fix: "
+        "give each host its own address and each engine its own port"
+    )
+
+
+def test_engines_on_loopback_behind_a_router_on_another_host_are_refused():
+    h = hosts()
+    h["gpu1"] = hosts(kvceph_vllm_bind="127.0.0.1")["gpu1"]
+    with pytest.raises(SettingsError) as caught:
+        routing.routes(h, IPS, h["ceph1"].router, "ceph1")
+    assert str(caught.value) == (
+        "gpu1: kvceph_vllm_bind = '127.0.0.1': its engines listen on loopback only, and the "
+        "router on ceph1 cannot reach them; fix: bind them to an address ceph1 reaches (or "
+        "0.0.0.0), or run the router on gpu1"
+    )
+    # The router on the engine's own host reaches loopback.
+    assert routing.routes(h, IPS, h["ceph1"].router, "gpu1")
+
+
+def test_a_missing_router_wheelhouse_names_the_routers_setting(tmp_path):
+    from pyinfra.api.exceptions import DeployError
+
+    from deploys.stages.engine_software import wheels
+
+    with pytest.raises(DeployError, match=r"^controller: kvceph_router_wheelhouse = "):
+        wheels(str(tmp_path), "kvceph_router_wheelhouse")

@@ -506,3 +506,60 @@ def test_engine_software_reads_pythons_only_for_builtin_hash(plan):
     me = lab_host(kvceph_lmcache_hash_algorithm="builtin")
     facts = {"EngineVersions": {"python": "3.11.2", "packages": {}}}
     assert "engine.venv_packages" in names(plan(engine_software, me, facts))
+
+
+# --- MP mode (kvceph_engine_preset vllm-0.34-mp): the server unit beside the engines ----------
+
+
+def mp_host(**data):
+    base = {
+        "kvceph_s3_endpoint_ip": "10.0.0.5",
+        "kvceph_accelerator_check": False,
+        "kvceph_engine_preset": "vllm-0.34-mp",
+    }
+    return s.load({**base, **data}, "gpu1", ("gpu",))
+
+
+def test_mp_writes_and_starts_the_server_before_the_engines_roll(plan):
+    me = mp_host()
+    calls = roll_ops(plan(vllm_service, me, {**STOPPED, "EngineUnits": ["vllm.service"]}, CHECKED))
+    order = names(calls)
+    server = next(kw for n, kw in calls if kw.get("path") == paths.MP_UNIT_PATH)
+    assert server["content"] == render.mp_server_unit(me)
+    assert (server["user"], server["group"], server["mode"]) == ("root", "root", "0644")
+    assert server["on_change"].endswith(f"systemctl try-restart {paths.MP_UNIT_NAME}")
+    start = next(i for i, (n, kw) in enumerate(calls) if n == "systemd.service")
+    assert calls[start][1]["service"] == paths.MP_UNIT_NAME and calls[start][1]["running"]
+    assert start < order.index("service.rolling_restart")
+    assert not any(n == "service.removed" for n in order)
+
+
+def test_back_in_process_the_server_unit_goes(plan):
+    me = lab_host()
+    units = ["lmcache-server.service", "vllm.service"]
+    calls = roll_ops(plan(vllm_service, me, {**STOPPED, "EngineUnits": units}, CHECKED))
+    removed = [kw for n, kw in calls if n == "service.removed"]
+    assert [(r["unit"], r["files"]) for r in removed] == [
+        (paths.MP_UNIT_NAME, [paths.MP_UNIT_PATH])
+    ]
+    assert not any(kw.get("path") == paths.MP_UNIT_PATH for _, kw in calls)
+
+
+def test_moving_to_mp_says_the_group_starts_cold_even_on_the_same_vllm(plan, caplog):
+    # 0.25.1 in process -> 0.25.1 in MP: same versions, other object names.
+    me = mp_host(kvceph_engine_profile={"vllm_version": "0.25.1", "packages": ["vllm==0.25.1"]})
+    facts = {**_running("vllm=0.25.1 lmcache=0.5.6"), "EngineUnits": ["vllm.service"]}
+    with caplog.at_level("INFO"):
+        plan(vllm_service, me, facts, CHECKED)
+    assert (
+        "gpu1 vllm.service: vLLM 0.25.1 -> 0.25.1, LMCache 0.5.6, in-process -> MP: the object "
+        "names change"
+    ) in caplog.text
+    assert "the new engines start with an empty tier" in caplog.text
+    # the MP engine says which mode it runs: a later plan sees no move
+    env = dict(render.environment(me))
+    assert env["KVCEPH_ENGINE_VERSIONS"] == "vllm=0.25.1 lmcache=0.5.6 mode=mp"
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        plan(vllm_service, me, {**facts, **_running(env["KVCEPH_ENGINE_VERSIONS"])}, CHECKED)
+    assert "in-process -> MP" not in caplog.text

@@ -448,6 +448,28 @@ def test_s3_turned_off_is_one_line_with_its_time_and_what_happens_next(tmp_path)
         assert "S3 OFF" not in output.table(_doc([row], None, tmp_path))
 
 
+def test_crc32c_refused_is_the_connectors_own_count_with_its_time(tmp_path):
+    me = host(kvceph_lmcache_connector="kvceph")  # the check is on by default
+    read = _engine_read(me)
+    fixture = json.loads((ROOT / "tests/facts/connector.Crc32cRefused/refused.json").read_text())
+    read["engines"][0]["crc32c_refused"] = fixture["fact"]
+    (row,) = document.engine_rows("gpu1", me, read, None, None)
+    assert row["crc32c_refused"] == {"refused": 3, "checked": 9, "at": fixture["fact"]["at"]}
+    (line,) = [x for x in output.table(_doc([row], None, tmp_path)).splitlines() if "CRC" in x]
+    assert line == (
+        "CRC32C REFUSED gpu1 vllm.service: 3 GET bodies did not match the crc32c stored with "
+        "them (each a miss, recomputed; 9 checked; the connector's count at "
+        f"{remote_tier.shown_time(fixture['fact']['at'])}, logged at most once a minute): find "
+        "what alters objects between RGW and the engine"
+    )
+    # None refused, or not read (the check off): no line.
+    for fact in ({"started": True, "at": None, "refused": None, "checked": None}, None):
+        read["engines"][0]["crc32c_refused"] = fact
+        (row,) = document.engine_rows("gpu1", me, read, None, None)
+        assert "CRC32C" not in output.table(_doc([row], None, tmp_path))
+    assert row["crc32c_refused"] is None
+
+
 def test_puts_skipped_is_the_connectors_own_count_with_its_time(tmp_path):
     me = host(kvceph_lmcache_connector="kvceph", kvceph_skip_short_puts=True)
     read = _engine_read(me)

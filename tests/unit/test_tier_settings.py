@@ -22,6 +22,7 @@ def test_defaults():
         assert tier.connector == "kvceph"  # issue 37 item 2; Gaudi3 proven on the lab
         assert (tier.connections, tier.timeout_s, tier.min_hit_tokens) == (16, 5.0, None)
         assert tier.skip_short_puts is False
+        assert tier.verify_crc32c is True  # issue 50 item 2
         assert tier.measured_dir == str(CHECKOUT / "measured") and tier.prefill_source == "default"
     assert load().lmcache.tier.prefill_points == crossover.DEFAULT_PREFILL["nvidia"]
 
@@ -56,6 +57,11 @@ BAD = [
         {"kvceph_skip_short_puts": True, "kvceph_lmcache_connector": "lmcache"},
         "kvceph_skip_short_puts",
         "needs kvceph's connector",
+    ),
+    (
+        {"kvceph_connector_verify_crc32c": False, "kvceph_lmcache_connector": "lmcache"},
+        "kvceph_connector_verify_crc32c",
+        "is a setting of kvceph's connector, not 'lmcache'",
     ),
     (
         {"kvceph_lmcache_connector": "kvceph", "kvceph_skip_short_puts": "yes"},
@@ -113,3 +119,16 @@ def test_mixing_connectors_does_not_hide_a_key_difference():
         check_inventory(
             _fleet({"kvceph_lmcache_connector": "kvceph"}, {"kvceph_lmcache_chunk_size": 512})
         )
+
+
+def test_crc32c_check_with_the_stock_connector_is_refused_in_one_line():
+    # issue 49 item 8: it had no effect there and was accepted; unset, the stock connector is fine.
+    with pytest.raises(SettingsError) as err:
+        load(kvceph_lmcache_connector="lmcache", kvceph_connector_verify_crc32c=True)
+    assert str(err.value) == (
+        "gpu1: kvceph_connector_verify_crc32c = True: is a setting of kvceph's connector, not "
+        "'lmcache' (the stock one checks no GET body: the setting would do nothing); fix: set "
+        "kvceph_lmcache_connector: kvceph, or drop kvceph_connector_verify_crc32c"
+    )
+    assert load(kvceph_lmcache_connector="lmcache").lmcache.tier.connector == "lmcache"
+    assert not load(kvceph_connector_verify_crc32c=False).lmcache.tier.verify_crc32c

@@ -27,7 +27,7 @@ def test_every_supported_pair_has_a_key_scheme_with_its_sources():
         assert scheme and scheme.key_format and scheme.chunk_hash
         assert any("CacheEngineKey.to_string" in s for s in scheme.sources)
         assert any("token_database.py" in s for s in scheme.sources)
-    assert versions.key_scheme("0.34.0", "0.5.6") is None
+    assert versions.key_scheme("0.35.0", "0.5.6") is None
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ lmcache.yaml loads it (never together with remote_url)::
       kvceph.connections: 16
       kvceph.timeout_s: 5.0
       kvceph.min_hit_tokens: 0
-      kvceph.verify_crc32c: false             # optional: check each GET's crc32c
+      kvceph.verify_crc32c: true              # the default: check each GET's crc32c
       kvceph.skip_short_puts: false            # opt-in: see "store" below
       kvceph.namespace: "kv/<fields>/"         # the names' folder (deploys/settings/namespace.py)
       save_chunk_meta: false
@@ -24,9 +24,9 @@ What LMCache calls (RemoteBackend, storage_manager, 0.5.6), and what each does h
   skips a tier that reports 0 (storage_manager: ``if num_hit_chunks == 0: continue``), so no
   GET is sent; ``exists`` / ``exists_sync`` answer one key.
 - load: ``batched_get_non_blocking`` (async) and ``batched_get`` (sync) with every GET in flight,
-  the body copied straight into the MemoryObj LocalCPUBackend allocated, its size (and with
-  ``kvceph.verify_crc32c`` its crc32c) checked before the object is returned; a failed chunk
-  is released, never handed over.
+  the body copied straight into the MemoryObj LocalCPUBackend allocated, its size and (with
+  ``kvceph.verify_crc32c``, the default) its crc32c checked before the object is returned; a
+  failed chunk is released, never handed over, and a refused crc32c counted (s3core).
 - store: ``put`` (one per chunk: RemoteBackend submits each); partial chunks are skipped as
   LMCache's own S3 connector does. InstrumentedRemoteConnector releases the MemoryObj after it.
   With ``kvceph.skip_short_puts`` (opt-in, admission.py) a chunk whose key this process saw only

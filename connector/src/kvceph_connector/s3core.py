@@ -8,15 +8,19 @@ Blocking API for callers, concurrent inside (awscrt's S3 client, as LMCache's st
 - ``get_into(key, buffer, size)`` / ``get_many_into`` stream the body straight into the caller's
   memory (``on_body`` + ``ctypes.memmove``, the shape measured fastest into pinned memory) and
   hand it over only after every byte of the expected size arrived (so no buffer is handed over
-  that was not written whole); with ``verify_crc32c`` also after the crc32c in
-  ``x-amz-meta-kvceph-crc32c`` matched (an object without that header, written by LMCache's
-  stock connector, is accepted on size).
+  that was not written whole) and the crc32c in ``x-amz-meta-kvceph-crc32c`` matched
+  (``verify_crc32c``, on by default; an object without that header, written by LMCache's stock
+  connector, is accepted on size). The checksum runs on the core's own check threads, never on
+  awscrt's event-loop threads, and without the GIL (awscrt's crc32c releases it).
 - ``put(key, data)`` is one PutObject carrying the checksum and size as metadata: RGW shows the
   object only once the whole body arrived, so a broken upload never becomes a hit.
 - Every fault (403, 404, 5xx, timeout, truncated body, wrong size, bad checksum, connection
   refused) is a miss or a failed put with one log line per batch and kind, never an exception.
   After connection-level faults (no HTTP answer, or 5xx) requests fail fast for a short back-off
   (0.5 s, doubling to 8 s), then go out again by themselves: no breaker stays open.
+- Nothing outlives its use: a finished request lets go of awscrt's request object (whose native
+  callbacks point back at it, a cycle Python's collector cannot see), and a client replaced by
+  the refresh goes, event loops and resolver with it, once its last request ended.
 
 The ``*_future`` forms return a concurrent.futures.Future of the same result, for asyncio callers
 (``asyncio.wrap_future``); they never raise either.
@@ -32,8 +36,8 @@ import os
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from urllib.parse import quote
 
 log = logging.getLogger("kvceph_connector.s3core")
@@ -55,6 +59,14 @@ _NETWORK_WORDS = ("CONNECTION", "SOCKET", "DNS", "TLS", "HOST", "NETWORK", "BROK
 # awscrt errors that stand for a 5xx answer whose status it does not pass on.
 _SERVER_WORDS = ("S3_INTERNAL_ERROR", "S3_SLOW_DOWN", "SERVICE_UNAVAILABLE")
 _PRIORITY = {"HEAD": 0, "DELETE": 0, "GET": 1, "PUT": 2}
+# Threads of the crc32c check of GET bodies (verify_crc32c). awscrt's crc32c runs 13-18 GiB/s
+# on one core and releases the GIL, so two keep up with any link; on awscrt's event-loop
+# threads the check delayed every other request's callbacks (the H200's warm-time loss, loan 10).
+CHECK_THREADS = 2
+#: At most one line with the running count of refused bodies this often (seconds), per core.
+REPORT_EVERY_S = 60.0
+#: The start of that line (deploys/facts/connector.py reads it from the engine's journal).
+REFUSED_LINE = "kvceph: crc32c since start: refused"
 
 
 @dataclass(frozen=True)
@@ -81,11 +93,16 @@ class S3Config:
       connections); a directory (a tmpfs: /dev/shm) = CRT writes the body to a file there on
       its own threads and the core reads it into the buffer when it is done (os.preadv, no
       GIL), then deletes it. Needs room there for `connections` objects at once.
+    + path_bucket: None = virtual-hosted addressing (the bucket is the endpoint's first label);
+      a bucket name = path-style: the endpoint is the RGW host itself and every request's path
+      starts with ``/<path_bucket>`` (no wildcard DNS or per-bucket /etc/hosts name needed).
     + verify_crc32c: check each GET's body against the crc32c its PUT stored (puts always store
-      it). Off by default: on the H200 the check cost more than the stock connector's whole lead
-      (32k tokens warm: 2.74 s without it, 3.47 s with it in an earlier run, the stock connector
-      2.98 s; hw/h200/results/2026-12-04-loan10). The size check stays on either way; Ceph
-      checksums what it stores (BlueStore crc32c on every read), TLS (when on) what it sends.
+      it); a body that fails is a miss, counted (``crc32c_refused``). On by default: the check
+      runs on the core's own threads without the GIL (bench/crc_cost.py). Run on awscrt's
+      event-loop threads, as before, it cost the H200 32k warm 2.74 -> 3.47 s
+      (hw/h200/results/2026-12-04-loan10). The size check stays on either way.
+
+    repr() and str() leave the secret key out.
     """
 
     endpoint: str
@@ -94,12 +111,13 @@ class S3Config:
     connections: int = 16
     timeout_s: float = 5.0
     access_key_id: str | None = None
-    secret_access_key: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
     ca_file: str | None = None
     namespace: str = ""
     receive_dir: str | None = None
     refresh_s: float = 60.0
-    verify_crc32c: bool = False
+    verify_crc32c: bool = True
+    path_bucket: str | None = None
 
     def __post_init__(self):
         if not self.endpoint or "/" in self.endpoint or "://" in self.endpoint:
@@ -119,10 +137,14 @@ class S3Config:
             )
         if self.receive_dir is not None and not os.path.isdir(self.receive_dir):
             raise ValueError(f"S3 receive_dir {self.receive_dir!r} is not a directory")
+        if self.path_bucket is not None and (not self.path_bucket or "/" in self.path_bucket):
+            raise ValueError(f"S3 path_bucket {self.path_bucket!r} must be a bucket name")
 
     @property
     def bucket(self) -> str:
-        """The bucket: the endpoint's first DNS label."""
+        """The bucket: path_bucket, else the endpoint's first DNS label."""
+        if self.path_bucket:
+            return self.path_bucket
         return self.endpoint.split(":", 1)[0].split(".", 1)[0]
 
 
@@ -237,6 +259,8 @@ class _Op:
         "backoff",
         "finished",
         "path",
+        "crt_done",
+        "__weakref__",  # tests check that a finished request is freed
     )
 
     def __init__(self, kind: str, key: str, addr: int = 0, size: int = 0, data=None, keep=None):
@@ -257,6 +281,7 @@ class _Op:
         self.backoff = 0.0  # > 0: this request's fault began a back-off of that many seconds
         self.finished = False
         self.path: str | None = None  # receive_dir mode: the file CRT writes the body to
+        self.crt_done = False  # CRT called on_done: its request object is let go
 
 
 def _address_of(buffer, size: int) -> tuple[int, object]:
@@ -287,20 +312,23 @@ class S3Core:
         self._connections = int(config.connections)
         self._timeout = float(config.timeout_s)
         self._io = io
-        bootstrap = self._bootstrap()
         if config.access_key_id:
             self._creds = auth.AwsCredentialsProvider.new_static(
                 config.access_key_id, config.secret_access_key
             )
         else:
-            self._creds = auth.AwsCredentialsProvider.new_default_chain(bootstrap)
+            # On an event loop of its own: the provider lives as long as the core, and on the
+            # first client's it would keep that client's event loops when the refresh replaces it.
+            elg = io.EventLoopGroup(1)
+            own = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
+            self._creds = auth.AwsCredentialsProvider.new_default_chain(own)
         tls_options = None
         if config.tls and config.ca_file:
             ctx_opts = io.TlsContextOptions()
             ctx_opts.override_default_trust_store_from_path(ca_filepath=config.ca_file)
             tls_options = io.TlsConnectionOptions(io.ClientTlsContext(ctx_opts))
         self._tls_options = tls_options
-        self._client = self._new_client(bootstrap)
+        self._client = self._new_client(self._bootstrap())
         self._client_born = time.monotonic()
         self._refresh_s = float(config.refresh_s)
 
@@ -313,17 +341,32 @@ class S3Core:
         self._backoff_since = 0.0
         self._last_progress = 0.0  # any request's last sign of life (monotonic)
         self._wake = threading.Event()
+        # Replaced clients still finishing requests: their shutdown events (awscrt sets one
+        # when the client's requests, event loops and resolver are gone).
+        self._retired: list[threading.Event] = []
+        # The crc32c check of GET bodies, off awscrt's event-loop threads (threads start lazily).
+        self._checks = (
+            ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="kvceph-s3-crc32c")
+            if config.verify_crc32c
+            else None
+        )
+        self.crc32c_checked = 0  # GET bodies whose crc32c was checked since start
+        self.crc32c_refused = 0  # ... and refused (each a miss)
+        self._refused_reported = 0  # crc32c_refused as of the last line
+        self._refused_last = ""  # the latest refusal: key and checksums
+        self._next_report = 0.0
         self._watchdog = threading.Thread(
             target=self._watch, name="kvceph-s3-watchdog", daemon=True
         )
         self._watchdog.start()
         log.info(
-            "kvceph S3 core: Host=%s bucket=%s %s, %d connections, timeout %.1f s",
+            "kvceph S3 core: Host=%s bucket=%s %s, %d connections, timeout %.1f s, crc32c check %s",
             config.endpoint,
             config.bucket,
             "https" if config.tls else "http",
             self._connections,
             self._timeout,
+            "on" if config.verify_crc32c else "off",
         )
 
     def _bootstrap(self):
@@ -366,11 +409,23 @@ class S3Core:
         awscrt's resolver keeps an address whose connect failed out of use while another
         address answers, for the life of the client: without this, an RGW that was down and
         came back would take no load until the engine restarts. Requests in flight finish on
-        the old client (each holds it); it goes when the last one does.
+        the old client (awscrt's native request holds it); once the last one has let go of its
+        request object (_on_done), the client shuts down with its event loops and resolver.
         """
         client = self._new_client(self._bootstrap())
         with self._lock:
-            self._client, self._client_born = client, time.monotonic()
+            if self._closed:
+                return  # close() let go of the client: the new one goes unused
+            old, self._client, self._client_born = self._client, client, time.monotonic()
+            if old is not None:
+                self._retired.append(old.shutdown_event)
+        del old  # this core's last reference: nothing here keeps it, or its threads, alive
+
+    def clients_alive(self) -> int:
+        """Clients not yet shut down: the current one and replaced ones still finishing."""
+        with self._lock:
+            self._retired = [e for e in self._retired if not e.is_set()]
+            return len(self._retired) + (self._client is not None)
 
     # -- public blocking API ---------------------------------------------------------------
     def lookup(self, keys: list[str], size: int = 0) -> list[int | None]:
@@ -407,18 +462,27 @@ class S3Core:
 
     def delete(self, keys: list[str]) -> list[bool]:
         """Delete objects (a missing one counts as deleted); one bool per key."""
-        return self._batch([_Op("DELETE", k) for k in keys], "delete").result()
+        return self.delete_future(keys).result()
 
     def close(self) -> None:
-        """Stop the watchdog; queued requests fail as misses. In-flight ones finish."""
+        """Stop the watchdog; queued requests fail as misses. In-flight ones finish (checked),
+        then the client goes with its event loops, resolver and check threads."""
         with self._lock:
             self._closed = True
             queued = [op for q in self._queues for op in q]
             for q in self._queues:
                 q.clear()
+            # awscrt's native requests hold the native client until they end: dropping the
+            # Python side now is safe, and lets it shut down when they have.
+            client, self._client, self._creds = self._client, None, None
+            if client is not None:
+                self._retired.append(client.shutdown_event)
+        del client
         for op in queued:
             self._fail(op, "closed", "S3 core closed")
             self._complete(op)
+        if self._checks is not None:
+            self._checks.shutdown(wait=False)  # bodies already handed to it are still checked
         self._wake.set()
 
     # -- public future API (for asyncio callers) -------------------------------------------
@@ -443,6 +507,10 @@ class S3Core:
     def put_many_future(self, items: list[tuple[str, object]]) -> Future:
         """put_many() as a Future of the list of bools."""
         return self._batch([_Op("PUT", k, data=d) for k, d in items], "put")
+
+    def delete_future(self, keys: list[str]) -> Future:
+        """delete() as a Future of the list of bools."""
+        return self._batch([_Op("DELETE", k) for k in keys], "delete")
 
     # -- batching and logging --------------------------------------------------------------
     def abandon(self, batch: Future) -> None:
@@ -496,8 +564,10 @@ class S3Core:
                 kinds.setdefault(op.kind_of_fault or "error", []).append(op)
         for kind, bad in kinds.items():
             level = logging.DEBUG if (kind in ("404", "backoff") and what == "lookup") else None
-            if kind == "backoff":
-                level = logging.DEBUG  # the back-off itself was logged once when it began
+            if kind in ("backoff", "crc32c"):
+                # The back-off was logged once when it began; refused bodies have their own
+                # running count, at most once a minute (_report_refused).
+                level = logging.DEBUG
             verdict = "misses" if what in ("lookup", "get") else "failed"
             backoff = max(op.backoff for op in bad)
             then = (
@@ -579,9 +649,10 @@ class S3Core:
             headers.add("Content-Type", "application/octet-stream")
             headers.add(CRC_HEADER, str(crc32c(body.mv)))
             headers.add(SIZE_HEADER, str(n))
-        request = HttpRequest(
-            op.kind, object_path(op.key, self.config.namespace), headers, body_stream=body
-        )
+        path = object_path(op.key, self.config.namespace)
+        if self.config.path_bucket:
+            path = "/" + quote(self.config.path_bucket, safe="") + path
+        request = HttpRequest(op.kind, path, headers, body_stream=body)
         rtype = {
             "GET": s3.S3RequestType.GET_OBJECT,
             "PUT": s3.S3RequestType.PUT_OBJECT,
@@ -600,7 +671,7 @@ class S3Core:
         op.started = time.monotonic()
         op.deadline = op.started + self._timeout
         try:
-            op.req = s3.S3Request(
+            req = s3.S3Request(
                 client=self._client,
                 type=rtype,
                 request=request,
@@ -615,6 +686,10 @@ class S3Core:
             self._fail(op, "client", f"request not sent: {exc}")
             self._finish(op)
             return
+        with op.lock:
+            if not op.crt_done:  # a request can end before S3Request() returns
+                op.req = req
+        del req
         self._wake.set()
 
     # -- CRT callbacks (CRT threads, with the GIL) -----------------------------------------
@@ -698,6 +773,10 @@ class S3Core:
         except Exception as exc:
             self._fail(op, "client", str(exc))
         finally:
+            # The request object's native side holds these callbacks, and they hold op: op
+            # must let go of it, or neither (nor the client behind it) is ever freed.
+            with op.lock:
+                op.crt_done, op.req = True, None
             self._finish(op)
 
     def _fault_from(self, op: _Op, error) -> None:
@@ -740,8 +819,10 @@ class S3Core:
                 os.unlink(op.path)
             except OSError:
                 pass  # never created (no body), or CRT removed it after a failure
+        check = False
         if op.kind == "GET" and op.fault is None:
             self._check_body(op)
+            check = op.fault is None and self._checks is not None and CRC_HEADER in op.headers
         elif op.kind == "HEAD" and op.size and op.fault is None and _ok_status(op):
             # The GET's rule on what HEAD returned: a hit the GET would refuse is a miss now,
             # before the engine plans to load it.
@@ -755,7 +836,15 @@ class S3Core:
             self._unreachable(op)
         with self._lock:
             self._in_flight.discard(op)
-        self._complete(op)
+        if check:
+            # The connection is free already: the next request starts while this body is
+            # checked (and delivered) on a check thread.
+            try:
+                self._checks.submit(self._check_then_complete, op)
+            except RuntimeError:  # closed: the check threads are gone
+                self._check_then_complete(op)
+        else:
+            self._complete(op)
         self._next()
 
     def _check_body(self, op: _Op) -> None:
@@ -764,12 +853,53 @@ class S3Core:
             self._fail(op, *refused)
         elif op.received != op.size:
             self._fail(op, "truncated", f"body ended after {op.received} of {op.size} bytes")
-        elif self.config.verify_crc32c and CRC_HEADER in op.headers:
-            got = crc32c((ctypes.c_char * op.size).from_address(op.addr))
-            if str(got) != op.headers[CRC_HEADER].strip():
-                self._fail(
-                    op, "checksum", f"crc32c {got} != stored {op.headers[CRC_HEADER].strip()}"
-                )
+
+    def _check_then_complete(self, op: _Op) -> None:
+        """The crc32c check of a GET body that arrived whole, then its delivery (check thread).
+
+        Under op.lock, so abandon() returns only once the buffer is no longer read either.
+        """
+        try:
+            with op.lock:
+                if op.fault is not None:
+                    return  # abandoned meanwhile: a miss already, and the buffer is the caller's
+                got = crc32c((ctypes.c_char * op.size).from_address(op.addr))
+            stored = op.headers[CRC_HEADER].strip()
+            if str(got) != stored:
+                self._fail(op, "crc32c", f"crc32c {got} != stored {stored}")
+            self._counted(op, refused=str(got) != stored)
+        except Exception as exc:  # never leave the caller without an answer
+            self._fail(op, "client", f"crc32c check failed: {exc}")
+        finally:
+            self._complete(op)
+
+    def _counted(self, op: _Op, refused: bool) -> None:
+        """Count a checked body; the running count of refusals is logged at most once a
+        REPORT_EVERY_S (the first one at once, a later count by the watchdog within that)."""
+        with self._lock:
+            self.crc32c_checked += 1
+            if refused:
+                self.crc32c_refused += 1
+                self._refused_last = f"{op.key}: {op.fault}"
+        if refused:
+            self._report_refused()
+
+    def _report_refused(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            refused, checked, last = self.crc32c_refused, self.crc32c_checked, self._refused_last
+            if now < self._next_report or refused == self._refused_reported:
+                return
+            self._next_report = now + REPORT_EVERY_S
+            self._refused_reported = refused
+        log.warning(
+            "%s %d GET bodies of %d checked at %s (each a miss: not handed over), last %s",
+            REFUSED_LINE,
+            refused,
+            checked,
+            self.config.endpoint,
+            last,
+        )
 
     def _complete(self, op: _Op) -> None:
         if not op.future.done():
@@ -828,6 +958,8 @@ class S3Core:
             self._wake.wait(tick)
             self._wake.clear()
             now = time.monotonic()
+            if now >= self._next_report:
+                self._report_refused()  # a count that changed since the last line
             if self._refresh_s > 0 and now - self._client_born >= self._refresh_s:
                 try:
                     self._refresh_client()

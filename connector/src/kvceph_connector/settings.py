@@ -20,7 +20,7 @@ KEYS = {
     "skip_short_puts": False,
     "receive_dir": None,
     "refresh_s": 60.0,
-    "verify_crc32c": False,
+    "verify_crc32c": True,
     "namespace": "",  # "kv/<fields>/": the names' folder (deploys/settings/namespace.py)
 }
 
@@ -47,6 +47,8 @@ def _number(name: str, value, kind, minimum):
 
 
 class PluginSettings(NamedTuple):
+    """What the plugin reads from extra_config; its repr (S3Config's) holds no secret key."""
+
     s3: S3Config
     min_hit_tokens: int  # lookups whose hit is shorter report 0 (the crossover)
     skip_short_puts: bool  # no PUT for chunks seen only in lookups below it (admission.py)

@@ -45,10 +45,16 @@ def test_the_core_serves_lookups_loads_and_the_crossover(s3, caplog):
     store = kvceph_store.create({**EXTRA, "kvceph.endpoint": s3.endpoint}, chunk_size=16)
     log = lines(caplog)
     assert "kvceph connector ready for plugin://kvceph" in log
+    assert "min_hit_tokens 0, crc32c check on" in log  # the default since issue 50
     assert "Created remote backend for plugin: kvceph" in log
     assert store.put_many([("a", b"1" * 64), ("b", b"2" * 64), ("c", b"3" * 64)]) == [True] * 3
     assert store.prefix_hits([["a"], ["b"], ["x"], ["c"]], [64] * 4) == 2
     assert store.get_many(["a", "x"], [64, 64]) == [b"1" * 64, None]
+    # A body altered in the bucket (same size, the stored crc32c kept) is a miss, counted.
+    s3.objects[s3.name("b")] = (b"X" * 64, s3.objects[s3.name("b")][1])
+    assert store.get_many(["a", "b"], [64, 64]) == [b"1" * 64, None]
+    assert (store.core.crc32c_checked, store.core.crc32c_refused) == (3, 1)
+    assert "kvceph: crc32c since start: refused 1 GET bodies of " in lines(caplog)
     crossover = kvceph_store.create(
         {**EXTRA, "kvceph.endpoint": s3.endpoint, "kvceph.min_hit_tokens": 48}, chunk_size=16
     )

@@ -9,7 +9,8 @@ this module only does what LMCache 0.5.6 + kvceph_connector.lmcache_plugin do ar
   ``connection = None``), while LMCache still logs "Created remote backend for plugin: kvceph";
 - lookups: every HEAD of the remaining chunks at once, the contiguous prefix, 0 below
   ``kvceph.min_hit_tokens`` (no GET then);
-- loads: GETs into buffers, size and crc32c checked by the core; puts: one PutObject each,
+- loads: GETs into buffers, size and crc32c checked by the core (a refused crc32c is a miss,
+  counted and logged by the core at most once a minute); puts: one PutObject each,
   none for a key seen only in lookups below the crossover when ``kvceph.skip_short_puts`` is on
   (the plugin's own PutAdmission; one for every TP worker: their key names differ by worker).
 """

@@ -1,0 +1,60 @@
+"""The ports one host listens on, from every subject's settings, each held by one key.
+
+An engine, a router route, a route's metrics and RGW (its frontends, the concentrator, the
+ingress) on one host that share a port fail only when the second one starts, on the host. The
+set is made from the settings of every role the host has, so a port key added to a subject is
+covered once it is listed in :func:`listening`. Pure: no pyinfra state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from deploys.settings.reader import SettingsError
+
+if TYPE_CHECKING:
+    from deploys.settings import HostSettings
+
+# The router serves each route's metrics beside it (deploys/router/routes.py).
+ROUTE_METRICS_OFFSET = 1000
+
+
+def listening(h: HostSettings) -> list[tuple[int, str]]:
+    """(port, what listens there, as the key that sets it) for every listener of ``h``."""
+    found: list[tuple[int, str]] = []
+    if h.engine is not None:
+        for e in h.engine.engines:
+            found.append((e.port, f"kvceph_engines {e.name}'s port"))
+    if h.router is not None:
+        routes = list(h.router.ports) or [("", h.router.port)]
+        for model, port in routes:
+            key = f"kvceph_router_ports {model!r}" if model else "kvceph_router_port"
+            found.append((port, key))
+            found.append((port + ROUTE_METRICS_OFFSET, f"{key}'s metrics (port + 1000)"))
+    rgw = h.rgw
+    if "rgw" in h.groups and rgw.managed_by == "cephadm":
+        for i in range(rgw.count_per_host):
+            found.append((rgw.frontend_port + i, "kvceph_rgw_frontend_port"))
+        # One front of the RGWs runs on the host: the ingress's haproxy where VIPs are given,
+        # else the concentrator (deploys/stages/rgw_service.py picks one).
+        if rgw.ingress_virtual_ips:
+            found.append((rgw.ingress_frontend_port, "kvceph_rgw_ingress_frontend_port"))
+        elif rgw.concentrator:
+            found.append((rgw.concentrator_port, "kvceph_rgw_concentrator_port"))
+    return found
+
+
+def check(h: HostSettings) -> None:
+    """Refuse two listeners of one host on one port (one line: host, both keys, the port)."""
+    held: dict[int, str] = {}
+    for port, what in listening(h):
+        if not 1 <= port <= 65535:
+            raise SettingsError(
+                f"{h.host}: {what} = {port}: is not a port (1..65535); fix: use a lower port"
+            )
+        if port in held and held[port] != what:
+            raise SettingsError(
+                f"{h.host}: {what} = {port}: is also {held[port]} on this host: the second "
+                "listener would fail to start; fix: give each listener of the host its own port"
+            )
+        held.setdefault(port, what)
