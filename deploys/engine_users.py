@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from deploys import bucket_policy, secrets
-from deploys.settings import kv_flags
+from deploys.settings import namespace
 from deploys.settings.reader import SettingsError
 
 # group_data/all.py's public seed: accepted (labs; fleets whose cache predates issue 36),
@@ -28,19 +28,14 @@ def group_users(hosts: dict, groups) -> list[bucket_policy.GroupUser]:
     users = []
     for g in groups:
         me = hosts[g.hosts[0]]
-        pp = int(dict(_kv_flags(me)).get("--pipeline-parallel-size", "1"))
         try:
-            prefix = bucket_policy.object_prefix(me.engine.serve_model, g.tensor_parallel_size * pp)
+            prefix = namespace.object_prefix(me)
         except bucket_policy.PolicyError as exc:
             raise SettingsError(f"{me.host}: cache group {g.name}: {exc}") from None
         users.append(
             bucket_policy.GroupUser(g.name, bucket_policy.group_uid(me.s3.user, g.name), prefix)
         )
     return users
-
-
-def _kv_flags(me):
-    return kv_flags.normalise(me.engine.profile.extra_args)
 
 
 def check_keys(groups, creds: secrets.Secrets) -> None:

@@ -16,7 +16,7 @@ import jinja2
 
 from deploys import connector_package, engine_address, kv_sizing, paths, upgrade, versions
 from deploys.secrets import Secret
-from deploys.settings import HostSettings, model_source
+from deploys.settings import HostSettings, model_source, namespace
 from deploys.settings.engine_list import DEVICE_VARIABLE, Engine
 
 # Paths from docs/design.md "Files on inference hosts".
@@ -123,6 +123,8 @@ def kvceph_extra_config(me: HostSettings) -> dict[str, Any]:
         "kvceph.connections": tier.connections,
         "kvceph.timeout_s": tier.timeout_s,
         "kvceph.min_hit_tokens": min_hit,
+        # One namespace per KV byte layout (deploys/settings/namespace.py).
+        "kvceph.namespace": namespace.prefix(me),
         # Only when set, so engines configured before the key existed keep their file.
         **({"kvceph.receive_dir": tier.receive_dir} if tier.receive_dir else {}),
         **({"kvceph.refresh_s": tier.refresh_s} if tier.refresh_s is not None else {}),

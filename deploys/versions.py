@@ -104,7 +104,8 @@ HASH_ALGORITHMS = ("builtin", "sha256", "sha256_cbor", "sha256_cbor_64bit", "xxh
 # row width (LMCache issue #4463, fix PR #4467 open). Seen on the H200 with real weights (loan 7,
 # hw/h200/results/2026-12-03-pair/: vLLM 0.33.0, warm greedy answers garbage, cold right) and
 # not with vLLM 0.25.1 (loan 8, hw/h200/results/2026-12-04-v025/). Objects, hits and timings all
-# look right: only the answers are wrong. Gaudi's plugin keeps its own cache layout (not checked).
+# look right: only the answers are wrong. Not Gaudi: there LMCache runs VLLMPagedMemHPUConnectorV2
+# over vllm-gaudi's (K, V) tuples, whole rows (docs/design.md "Gaudi's pair").
 # MP mode copies whole blocks with other code (mp_mem_kernels.py) and is not affected
 # (#4463's own statement; the H200 proof of issue 51 is to show it).
 KV_LOAD_DEFECTS = {

@@ -10,6 +10,7 @@ import ctypes
 import logging
 import os
 import time
+from urllib.parse import quote
 
 import pytest
 from fake_s3 import FakeS3
@@ -310,3 +311,31 @@ def test_a_sized_lookup_accepts_what_the_get_accepts(core, s3):
     assert core.lookup([KEY, KEY + "-stock"], 4096) == [4096, 4096]
     assert core.get_into(KEY, bytearray(4096), 4096)
     assert core.get_into(KEY + "-stock", bytearray(4096), 4096)
+
+
+NAMESPACE = "kv/Qwen%2FQwen3-32B@tp1@pp1@-@bfloat16@c256@kv-split@naive@none/"
+
+
+def test_a_namespace_is_a_folder_before_lmcaches_name(s3):
+    # deploys/settings/namespace.py: only the key's own slashes become underscores.
+    assert object_path(KEY, NAMESPACE) == "/" + quote(NAMESPACE) + object_path(KEY)[1:]
+    with pytest.raises(ValueError, match="must be '<folder>/'"):
+        S3Config(endpoint=s3.endpoint, namespace="kv/no-slash")
+    plain = S3Core(S3Config(endpoint=s3.endpoint, tls=False, timeout_s=2.0))
+    spaced = S3Core(S3Config(endpoint=s3.endpoint, tls=False, timeout_s=2.0, namespace=NAMESPACE))
+    try:
+        assert spaced.put_many([(KEY, b"x" * 64)]) == [True]
+        assert "/" + NAMESPACE + KEY.replace("/", "_") in s3.objects
+        assert plain.lookup([KEY]) == [None]  # another namespace: a miss, never its bytes
+        assert spaced.lookup([KEY]) == [64]
+    finally:
+        plain.close()
+        spaced.close()
+
+
+def test_the_plugin_settings_read_the_namespace():
+    from kvceph_connector.settings import settings_from_extra
+
+    extra = {"kvceph.endpoint": "lmcache.s3.kvlab:443", "kvceph.namespace": NAMESPACE}
+    assert settings_from_extra(extra).s3.namespace == NAMESPACE
+    assert settings_from_extra({"kvceph.endpoint": "b.s3:443"}).s3.namespace == ""

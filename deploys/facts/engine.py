@@ -414,6 +414,7 @@ class EngineReadiness(FactBase):
 # (deploys/settings/cache_key.py says which settings and where each is written.)
 _CACHE_KEY_LINES = (
     rf"^({'|'.join(cache_key.LMCACHE_YAML_KEYS)}):|^{cache_key.ENV_VARIABLE}=|^ExecStart="
+    rf"|^  ({'|'.join(k.replace('.', '[.]') for k in cache_key.LMCACHE_EXTRA_KEYS)}):"
 )
 _CACHE_KEY_FLAGS = cache_key.ARGV_FLAGS
 

@@ -294,3 +294,37 @@ class RouterAnswers(FactBase):
             except ValueError as exc:
                 found["workers"], found["error"] = None, str(exc)
         return found
+
+
+class KvNamespaces(FactBase):
+    """
+    The KV bucket's object namespaces (``kv/<fields>/`` folders, deploys/settings/namespace.py)
+    and whether objects sit at its root, read with the owner's keys on the Ceph admin host by
+    two delimiter listings (read-only, 1000 entries each). None when the key file is not there
+    or the listing failed.
+
+    + bucket: the KV bucket
+    + admin_script: s3admin.py on the host
+    + config: the owner's private INI
+
+    Returns ``{"namespaces": ["kv/Qwen%2FQwen3-32B@tp2@pp1@-@bfloat16@c256@kv-split@naive@none/"],
+    "bucket_root": False, "truncated": False}``.
+    """
+
+    def command(self, bucket: str, admin_script: str, config: str):
+        return StringCommand(
+            "if test -f", QuoteString(config), "; then python3", QuoteString(admin_script),
+            "--config", QuoteString(config), "list-namespaces", QuoteString(bucket),
+            "|| echo null; else echo null; fi",
+        )  # fmt: skip
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        try:
+            found = json.loads("\n".join(output) or "null")
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None

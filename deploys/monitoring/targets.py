@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from deploys.monitoring.rules import CEPH_JOB, ENGINES_JOB
 from deploys.settings import HostSettings
+from deploys.settings.inventory import group_key
 
 ENGINES_FILE = "engines.json"
 CEPH_FILE = "ceph-mgr.json"
@@ -20,8 +21,10 @@ API_KEY_FILE = "engine-api-key"
 
 
 def cache_group(me: HostSettings) -> str:
-    """A cache group's label: the served model and TP (what LMCache's object keys carry)."""
-    return f"{me.engine.model} tp{me.engine.tensor_parallel_size}"
+    """A cache group's label: the served model, TP and PP where not 1 (inventory.group_key:
+    the namespace's fields that tell groups apart, deploys/settings/namespace.py)."""
+    model, tp, pp = group_key(me)
+    return f"{model} tp{tp}" + (f" pp{pp}" if pp != 1 else "")
 
 
 def hostport(address: str, port: int) -> str:

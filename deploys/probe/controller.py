@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pyinfra import logger
 
-from deploys import bucket_policy, kv_sizing, render
+from deploys import kv_sizing, render
 from deploys.probe import report as reporting
 from deploys.probe import verdicts
-from deploys.settings import kv_flags
+from deploys.settings import namespace
 from deploys.verification import transport
 from deploys.verification.controller import SshControl
 
@@ -88,9 +88,8 @@ def probe_args(me, nonce: str) -> list[str]:
 
 def group_prefix(me) -> str:
     """The object-name prefix of this host's cache group (as preflight derives it)."""
-    pp = int(dict(kv_flags.normalise(me.engine.profile.extra_args)).get(
-        "--pipeline-parallel-size", "1"))  # fmt: skip
-    return bucket_policy.object_prefix(me.engine.serve_model, me.engine.tensor_parallel_size * pp)
+    # Under the group's current namespace: within its grant, and where its engines write.
+    return namespace.prefix(me) or namespace.object_prefix(me)
 
 
 def leftovers(me, nonce: str) -> str:

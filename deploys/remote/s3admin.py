@@ -22,6 +22,8 @@ Subcommands:
     get-read-policy NAME                  print the bucket's policy (JSON) or null
     put-read-policy NAME --reader UID     let RGW user UID read the bucket, nothing else
     put-policy NAME --policy-json JSON    replace the bucket's policy with this document
+    list-namespaces NAME                  print the bucket's object namespaces (kv/<fields>/)
+                                          and whether it holds objects at its root (JSON)
 
 Every error is one line on stderr and exit status 1 (2 for usage errors). Needs python3 and,
 for the bucket subcommands, python3-boto3 (Debian package); radosgw-admin for create-user.
@@ -191,6 +193,22 @@ def get_read_policy(config, name):
             return
         raise Failure(f"S3 tier: GetBucketPolicy {name}: {exc}") from None
     print(json.dumps(json.loads(policy), sort_keys=True))
+
+
+def list_namespaces(config, name):
+    """Two delimiter listings (1000 entries each, read-only): the folders under kv/ and
+    whether any object sits at the bucket root (LMCache's stock names, pre-namespace ones)."""
+    client = s3_client(config)
+    root = s3_call(config, f"ListObjectsV2 {name}", client.list_objects_v2,
+                   Bucket=name, Delimiter="/", MaxKeys=1000)  # fmt: skip
+    under = s3_call(config, f"ListObjectsV2 {name} kv/", client.list_objects_v2,
+                    Bucket=name, Prefix="kv/", Delimiter="/", MaxKeys=1000)  # fmt: skip
+    found = {
+        "namespaces": sorted(p["Prefix"] for p in under.get("CommonPrefixes", ())),
+        "bucket_root": bool(root.get("Contents")),
+        "truncated": bool(under.get("IsTruncated")),
+    }
+    print(json.dumps(found, sort_keys=True))
 
 
 def put_read_policy(config, name, reader):
@@ -393,6 +411,8 @@ def parse_args(argv):
     put_policy = sub.add_parser("put-read-policy", help="let one RGW user read a bucket")
     put_policy.add_argument("bucket")
     put_policy.add_argument("--reader", required=True)
+    namespaces = sub.add_parser("list-namespaces", help="print a bucket's object namespaces")
+    namespaces.add_argument("bucket")
     policy = sub.add_parser("put-policy", help="replace a bucket's policy")
     policy.add_argument("bucket")
     policy.add_argument("--policy-json", required=True)
@@ -413,6 +433,8 @@ def main(argv=None):
             create_owner(config, args.uid, args.display_name, args.config_out)
         elif args.command == "get-read-policy":
             get_read_policy(config, args.bucket)
+        elif args.command == "list-namespaces":
+            list_namespaces(config, args.bucket)
         elif args.command == "put-policy":
             put_policy(config, args.bucket, args.policy_json)
         elif args.command == "put-read-policy":

@@ -23,9 +23,10 @@ buffers with size + crc32c checked, single PUTs carrying the checksum. The engin
 kvceph-connector then (the engine-software stage installs it with that connector).
 
 Objects are named ``<prefix>kvceph-probe-<nonce>@<worker>@<index>`` (``--prefix``: the cache
-group's own names, the only ones its key may write); each is deleted at the end, also after a
-failure, where the key may delete (a group key may not: the controller deletes them then).
-Prints one JSON document on stdout; exit 1 with one line on stderr when
+group's own names, the only ones its key may write; a prefix ending in '/' is the group's
+namespace folder, kept where the rest of a name has its '/' turned into '_'); each is deleted at
+the end, also after a failure, where the key may delete (a group key may not: the controller
+deletes them then). Prints one JSON document on stdout; exit 1 with one line on stderr when
 nothing could be measured.
 
     python s3probe.py --endpoint BUCKET.DNS:PORT --region R --chunk-bytes B --chunks K
@@ -72,6 +73,16 @@ class MemoryViewStream:
         return len(self.mv)
 
 
+def _namespace(prefix: str) -> str:
+    """The namespace folder of ``--prefix`` ("kv/<fields>/"), "" for a bucket-root prefix."""
+    return prefix if prefix.endswith("/") else ""
+
+
+def _key_prefix(prefix: str) -> str:
+    """What goes before each probe key's own part once the namespace is split off."""
+    return "" if prefix.endswith("/") else prefix
+
+
 class Worker:
     """One TP worker's S3 client, built as S3Connector.__init__ builds it."""
 
@@ -82,6 +93,7 @@ class Worker:
         self.s3 = s3
         self.endpoint = args.endpoint
         self.region = args.region
+        self.namespace = _namespace(args.prefix)
         elg = io.EventLoopGroup(args.io_threads)
         bootstrap = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
         self.credentials = auth.AwsCredentialsProvider.new_default_chain(bootstrap)
@@ -117,7 +129,9 @@ class Worker:
             stream = MemoryViewStream(body)
             headers.add("Content-Length", str(len(stream)))
             headers.add("Content-Type", "application/octet-stream")
-        req = HttpRequest(method, "/" + quote(key.replace("/", "_")), headers, body_stream=stream)
+        req = HttpRequest(
+            method, "/" + quote(self.namespace + key.replace("/", "_")), headers, body_stream=stream
+        )
         got = {"status": None, "error": None}
 
         def on_headers(status_code, headers, **kwargs):
@@ -159,6 +173,7 @@ class CoreWorker:
                 tls=not args.disable_tls,
                 connections=args.connections,
                 timeout_s=args.timeout_s,
+                namespace=_namespace(args.prefix),
             )
         )
 
@@ -286,7 +301,7 @@ def main(argv):
     )
     delete_fn = CoreWorker.delete_all if kvceph else delete_all
     keys = [
-        [f"{args.prefix}kvceph-probe-{args.nonce}@{w}@{i}" for i in range(args.chunks)]
+        [f"{_key_prefix(args.prefix)}kvceph-probe-{args.nonce}@{w}@{i}" for i in range(args.chunks)]
         for w in range(args.workers)
     ]
     # Filler, not KV: RGW stores bytes as given (no compression on this path).

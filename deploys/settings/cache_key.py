@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from deploys.settings import kv_flags
+from deploys.settings import kv_flags, namespace
 
 if TYPE_CHECKING:
     from deploys.settings import HostSettings
@@ -60,6 +60,11 @@ SETTINGS = (
     KeySetting("kvceph_model_source", lambda h: h.engine.source.source),
     KeySetting("kvceph_model_revision", lambda h: h.engine.source.revision),
     KeySetting("kvceph_model_path", lambda h: h.engine.serve_model),
+    # kvceph's connector names objects in the namespace folder, the stock one at the root.
+    KeySetting("kvceph_lmcache_connector", lambda h: h.lmcache.tier.connector),
+    # All of the above that change the bytes, as the connector reads it (namespace.py): a
+    # change is a new namespace, the group starts cold.
+    KeySetting("kvceph namespace", namespace.prefix, "kvceph.namespace"),
     KeySetting("kvceph_model", lambda h: h.engine.model, "model", names_group=True),
     KeySetting(
         "kvceph_tensor_parallel_size",
@@ -70,15 +75,15 @@ SETTINGS = (
 )
 
 #: What must agree inside a cache group, or keys differ and nodes never reuse each other's cache.
-# Not kvceph_lmcache_connector: kvceph's connector names objects exactly as LMCache's stock one
-# (CacheEngineKey.to_string() at the bucket root) and reads stock-written objects (accepted on
-# size alone), so a group may mix the two and move between them without losing its cache.
+# kvceph_lmcache_connector too: kvceph's connector names objects in its namespace folder, the
+# stock one at the bucket root, so a group of both would never share its cache.
 GROUP_INVARIANTS = tuple(s for s in SETTINGS if not s.names_group)
 #: (name in the engine's files, group_data key) of every setting the engine's files carry.
 IN_FILES = tuple((s.in_files, s.key) for s in SETTINGS if s.in_files)
 
 # Where CacheKeyInUse finds each one: lmcache.yaml keys, the env file's variable, the argv.
 LMCACHE_YAML_KEYS = ("chunk_size", "pre_caching_hash_algorithm")
+LMCACHE_EXTRA_KEYS = ("kvceph.namespace",)  # under extra_config (two spaces in)
 ENV_VARIABLE = "PYTHONHASHSEED"
 ARGV_FLAGS = {"--tensor-parallel-size": "tensor_parallel_size", "--kv-cache-dtype": "kv_dtype"}
 ARGV_MODEL = "model"  # the word after ``serve``

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploys import engine_lock, upgrade, versions
-from deploys.settings import engine_list, kinds, model_source, security
+from deploys.settings import engine_list, kinds, kv_flags, model_source, security
 from deploys.settings.reader import Reader
 
 # --- Engine (software + service) ---------------------------------------------------------------
@@ -530,7 +530,9 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
         engines=engine_list.load(r, port, tp, count),
         restart_batch=engine_list.restart_batch(r),
         restart_whole_group=r.bool(engine_list.WHOLE_GROUP_OPT_IN, False),
-        cache_group=r.str("kvceph_cache_group", default_cache_group(model, tp), pattern=GROUP_NAME),
+        cache_group=r.str(
+            "kvceph_cache_group", default_cache_group(model, tp, _pp(profile)), pattern=GROUP_NAME
+        ),
     )
 
 
@@ -538,7 +540,14 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
 GROUP_NAME = r"[a-z0-9][a-z0-9-]{0,30}"
 
 
-def default_cache_group(model: str, tp: int) -> str:
-    """``<model's last path part>-tp<N>``, lowercase, e.g. ``qwen3-32b-tp2``."""
+def default_cache_group(model: str, tp: int, pp: int = 1) -> str:
+    """``<model's last path part>-tp<N>[-pp<M>]``, lowercase, e.g. ``qwen3-32b-tp2``: groups
+    that differ in PP only are two groups (two namespaces), so they get two users."""
     slug = re.sub(r"[^a-z0-9]+", "-", model.rstrip("/").rsplit("/", 1)[-1].lower()).strip("-")
-    return f"{slug[:24].strip('-') or 'model'}-tp{tp}"
+    return f"{slug[:24].strip('-') or 'model'}-tp{tp}" + (f"-pp{pp}" if pp != 1 else "")
+
+
+def _pp(profile: EngineProfile) -> int:
+    """The profile's ``--pipeline-parallel-size`` (1 when unset or not a number)."""
+    value = dict(kv_flags.normalise(profile.extra_args)).get("--pipeline-parallel-size", "1")
+    return int(value) if str(value).isdigit() else 1

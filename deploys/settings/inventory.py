@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from deploys.settings import cache_key, engine_list, kinds, placement
+from deploys.settings import cache_key, engine_list, kinds, namespace, placement
 from deploys.settings.reader import SettingsError
 
 if TYPE_CHECKING:
@@ -15,12 +15,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CacheGroup:
-    """Hosts whose object keys coincide (same model string and TP)."""
+    """Hosts whose object names coincide: same model, TP and PP (the namespace's fields that
+    name a group; its other fields must agree inside one, GROUP_INVARIANTS)."""
 
     model: str
     tensor_parallel_size: int
     hosts: tuple[str, ...]
     name: str = ""  # kvceph_cache_group: its RGW user and keys (deploys/bucket_policy.py)
+    pipeline_parallel_size: int = 1
 
 
 def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
@@ -45,8 +47,8 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
     )
     groups: dict[tuple[str, int], list[HostSettings]] = {}
     for h in inference:
-        groups.setdefault((h.engine.model, h.engine.tensor_parallel_size), []).append(h)
-    for (model, tp), members in groups.items():
+        groups.setdefault(group_key(h), []).append(h)
+    for (model, tp, _pp), members in groups.items():
         _agree(
             members,
             [(s.key, s.get) for s in cache_key.GROUP_INVARIANTS],
@@ -57,20 +59,25 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
     _check_names(groups)
     check_rgw_identities(hosts, groups)
     return [
-        CacheGroup(model, tp, tuple(h.host for h in members), members[0].engine.cache_group)
-        for (model, tp), members in groups.items()
+        CacheGroup(model, tp, tuple(h.host for h in members), members[0].engine.cache_group, pp)
+        for (model, tp, pp), members in groups.items()
     ]
+
+
+def group_key(h: HostSettings) -> tuple[str, int, int]:
+    """(model, TP, PP): what tells one cache group from another (monitoring's label too)."""
+    return (h.engine.model, h.engine.tensor_parallel_size, namespace.pipeline_parallel_size(h))
 
 
 def _check_names(groups) -> None:
     """One ``kvceph_cache_group`` per cache group, and a different one for each: the name picks
     the RGW user whose policy allows only that group's object names."""
     owner: dict[str, tuple[str, int, str]] = {}
-    for (model, tp), members in groups.items():
+    for (model, tp, pp), members in groups.items():
         _agree(
             members,
             [("kvceph_cache_group", lambda h: h.engine.cache_group)],
-            f": one cache group ({model} TP={tp}) runs as one RGW user; "
+            f": one cache group ({model} TP={tp}{_pp(pp)}) runs as one RGW user; "
             "fix: give its hosts one kvceph_cache_group",
         )
         name, first = members[0].engine.cache_group, members[0].host
@@ -78,10 +85,15 @@ def _check_names(groups) -> None:
             m, t, h = owner[name]
             raise SettingsError(
                 f"{first}: kvceph_cache_group = {name!r} also names {h}'s cache group {m} TP={t}, "
-                f"not {model} TP={tp}: each group's user may touch only its own object names; "
+                f"not {model} TP={tp}{_pp(pp)}: each group's user may touch only its own object "
+                "names; "
                 "fix: give each cache group its own kvceph_cache_group"
             )
-        owner[name] = (model, tp, first)
+        owner[name] = (model, f"{tp}{_pp(pp)}", first)
+
+
+def _pp(pp: int) -> str:
+    return f" PP={pp}" if pp != 1 else ""
 
 
 def _identities(h: HostSettings, groups) -> list[tuple[str, str, str]]:
@@ -155,8 +167,8 @@ def _check_roll(inference: list[HostSettings], groups) -> None:
         first.engine.restart_batch,
         first.engine.restart_whole_group,
         {
-            f"{model} TP={tp}": sum(len(h.engine.engines) for h in members)
-            for (model, tp), members in groups.items()
+            f"{model} TP={tp}{_pp(pp)}": sum(len(h.engine.engines) for h in members)
+            for (model, tp, pp), members in groups.items()
         },
     )
     if refusal:

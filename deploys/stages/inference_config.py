@@ -15,7 +15,7 @@ from deploys.facts import memo
 from deploys.facts.engine import CacheKeyInUse, cache_key_from_argv
 from deploys.operations import files, tls
 from deploys.secrets import Secret
-from deploys.settings import HostSettings, cache_key
+from deploys.settings import HostSettings, cache_key, namespace
 
 # Seconds for the TLS check's connection and handshake.
 TLS_TIMEOUT = 10
@@ -43,6 +43,7 @@ def desired_cache_key(me: HostSettings) -> dict[str, str]:
         "pre_caching_hash_algorithm": str(config["pre_caching_hash_algorithm"]),
         "PYTHONHASHSEED": dict(render.environment(me))["PYTHONHASHSEED"],
         **cache_key_from_argv(render.exec_start(me)),
+        "kvceph.namespace": namespace.prefix(me),
     }
 
 
@@ -62,7 +63,12 @@ def cache_key_changes(current: dict | None, me: HostSettings) -> list[str]:
     warnings = []
     for name, key in cache_key.IN_FILES:
         old, new = current.get(name), wanted.get(name)
+        if name in cache_key.LMCACHE_EXTRA_KEYS and old is None:
+            old = ""  # written before namespaces, or by the stock connector: the bucket root
         if old is None or new is None or old == new:
+            continue
+        if name in cache_key.LMCACHE_EXTRA_KEYS:
+            warnings.append(namespace_change(me, group, old, new))
             continue
         if name == cache_key.ENV_VARIABLE:  # the fleet's hash seed is a secret
             old, new = "(set)", "(set, differs)"
@@ -73,6 +79,17 @@ def cache_key_changes(current: dict | None, me: HostSettings) -> list[str]:
             f"(its objects age out via the lifecycle rule, {me.s3.expiration_days} days)"
         )
     return warnings
+
+
+def namespace_change(me: HostSettings, group: str, old: str, new: str) -> str:
+    """The plan's line for a new namespace (deploys/settings/namespace.py): a cold start."""
+    return (
+        f"kvceph: {me.host}: the object namespace changes {old or 'the bucket root'} -> "
+        f"{new or 'the bucket root'}: cache "
+        f"group {group} starts cold (every prompt a miss until written once); the old "
+        f"namespace's objects in bucket {me.s3.bucket} stay unread (status.py lists them) until "
+        f"the lifecycle rule removes them ({me.s3.expiration_days} days)"
+    )
 
 
 @deploy("Inference config")

@@ -18,7 +18,7 @@ from deploys.facts.ceph import CephOrchStatus, CephReachable
 from deploys.facts.connector import Crc32cRefused, PutsSkipped, S3Disabled
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
 from deploys.facts.rgw import RgwLifecycle, RgwReachable, RgwUser
-from deploys.facts.status import BucketUsage, EngineAnswers, RgwDaemons, UnitTimes
+from deploys.facts.status import BucketUsage, EngineAnswers, KvNamespaces, RgwDaemons, UnitTimes
 from deploys.operations import service
 from deploys.orch_readback import _host_run, read_service
 from deploys.stages import rgw_service, vllm_service
@@ -144,6 +144,11 @@ def read_cluster(host, me) -> dict:
         out["user_stats"] = memo.read(host, RgwUserStats, uid=me.s3.admin_user, timeout=timeout)
     out["lifecycle"] = memo.read(host, RgwLifecycle, bucket=me.s3.bucket, timeout=timeout)
     out["bucket"] = memo.read(host, BucketUsage, bucket=me.s3.bucket, timeout=timeout)
+    # Which namespaces hold objects (settings/namespace.py): an old one stays until it expires.
+    out["namespaces"] = memo.read(
+        host, KvNamespaces, bucket=me.s3.bucket, admin_script=paths.ADMIN_SCRIPT,
+        config=paths.ADMIN_CONFIG,
+    )  # fmt: skip
     out["daemons"] = memo.read(host, RgwDaemons, **t)
     if me.rgw.managed_by == "cephadm":
         out["orchestrator"] = memo.read(host, CephOrchStatus, **t)

@@ -78,7 +78,7 @@ def build(state, inventory, checked) -> dict:
     first = next(h for h in checked.hosts.values() if h.is_inference)
     report_dir = first.verify.report_dir
     probes = reports.last_probes(report_dir, now)
-    rows, cluster, in_use = [], None, {}
+    rows, cluster, in_use, found = [], None, {}, None
     for name, me in checked.hosts.items():
         engines, cluster_read, error = results.get(name) or (None, None, errors.get(name))
         if me.is_inference:
@@ -87,6 +87,7 @@ def build(state, inventory, checked) -> dict:
                 in_use[name] = engines["cache_key"]
         if me.is_ceph_admin:
             cluster = document.cluster_row(name, me, cluster_read, error)
+            found = (cluster_read or {}).get("namespaces")
     figure_note = rows and next(
         (r["prefill_source"] for r in rows if r.get("prefill_source")), None
     )
@@ -96,6 +97,7 @@ def build(state, inventory, checked) -> dict:
         "engines": rows,
         "cluster": cluster,
         "cache_group_splits": drift.group_splits(in_use, checked.cache_groups),
+        "namespaces": document.namespace_rows(found, checked.hosts),
         "inference_hosts": [n for n, me in checked.hosts.items() if me.is_inference],
         "verify": reports.last_verify(report_dir, now),
         "probes": probes,

@@ -8,6 +8,8 @@ is a row that says so; ``partial`` is True when any host or read is missing.
 from __future__ import annotations
 
 from deploys import capacity, remote_tier
+from deploys.monitoring.targets import cache_group
+from deploys.settings import namespace
 from deploys.status import counters, savings, tiers
 from deploys.status.reports import age
 
@@ -188,6 +190,29 @@ def cluster_row(name: str, me, read: dict | None, error: str | None) -> dict:
             }
         row["services"] = services
     return row
+
+
+def namespace_rows(found: dict | None, hosts: dict) -> list[dict]:
+    """Each namespace the bucket holds, with the cache groups that write it now; a row
+    without groups is an old namespace its lifecycle rule has yet to empty.
+
+    + found: the KvNamespaces fact (None: not read). + hosts: name -> HostSettings
+    """
+    if not found:
+        return []
+    writers: dict[str, set[str]] = {}
+    for me in hosts.values():
+        if me.is_inference:
+            writers.setdefault(namespace.prefix(me), set()).add(cache_group(me))
+    rows = [
+        {"namespace": ns, "groups": sorted(writers.get(ns, ())), "current": ns in writers}
+        for ns in found.get("namespaces") or ()
+    ]
+    if found.get("bucket_root"):  # LMCache's own names (stock connector, pre-namespace)
+        rows.append(
+            {"namespace": "", "groups": sorted(writers.get("", ())), "current": "" in writers}
+        )
+    return rows
 
 
 def problems(doc: dict) -> list[str]:

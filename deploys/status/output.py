@@ -243,6 +243,20 @@ def tier_lines(doc: dict) -> list[str]:
     return out
 
 
+def namespace_lines(doc: dict) -> list[str]:
+    """One line per namespace in the bucket: who writes it, or that it waits for the lifecycle."""
+    out = []
+    for row in doc.get("namespaces") or ():
+        where = row["namespace"] or "bucket root (LMCache's own names)"
+        who = (
+            f"written by {', '.join(row['groups'])}"
+            if row["current"]
+            else "no group writes it: old objects, unread, until the lifecycle rule removes them"
+        )
+        out.append(f"namespace {where}: {who}")
+    return out
+
+
 def table(doc: dict) -> str:
     lines = engine_table(doc) + crash_lines(doc) + s3_off_lines(doc) + tier_lines(doc)
     lines += puts_skipped_lines(doc) + crc32c_lines(doc)
@@ -253,6 +267,7 @@ def table(doc: dict) -> str:
             f"CACHE GROUP SPLIT {split['group']}: {split['field']} differs ({values}; "
             f"{split['setting']}): these engines do not reuse each other's chunks"
         )
+    lines += namespace_lines(doc)
     lines += report_lines(doc)
     by_source: dict[str, list[str]] = {}
     for r in doc["engines"]:

@@ -1,7 +1,8 @@
 """How many objects and hit tokens a document should give, and the run's objects per worker.
 
-LMCache names objects ``model@world_size@worker_id@hash@dtype`` at the bucket root (the model's
-'/' becomes '_'). Which names are the run's own is object_names.py's: the runner finds and
+LMCache names objects ``model@world_size@worker_id@hash@dtype`` (the model's '/' becomes '_'),
+kvceph's connector in its group's namespace folder (deploys/settings/namespace.py), the stock
+one at the bucket root. Which names are the run's own is object_names.py's: the runner finds and
 deletes those names only.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+
+from deploys.settings import namespace as namespaces
 
 
 @dataclass(frozen=True)
@@ -18,9 +21,10 @@ class ObjectInfo:
     last_modified: datetime  # timezone-aware
 
 
-def object_prefix(model: str, tensor_parallel_size: int) -> str:
-    """Key prefix shared by one cache group's objects."""
-    return f"{model.replace('/', '_')}@{tensor_parallel_size}@"
+def object_prefix(model: str, tensor_parallel_size: int, namespace: str = "") -> str:
+    """Key prefix shared by one cache group's objects: its namespace folder where it has one
+    (kvceph's connector), else LMCache's ``<model>@<world size>@`` at the bucket root."""
+    return namespace or f"{model.replace('/', '_')}@{tensor_parallel_size}@"
 
 
 def stored_tokens(prompt_tokens: int, chunk_size: int, save_unfull_chunk: bool) -> int:
@@ -50,7 +54,7 @@ def worker_counts(keys) -> dict[str, int]:
     """Objects per TP worker id (third '@' field); malformed keys count under '?'."""
     out: dict[str, int] = {}
     for key in keys:
-        parts = key.split("@")
+        parts = namespaces.split(key)[1].split("@")
         worker = parts[2] if len(parts) >= 5 else "?"
         out[worker] = out.get(worker, 0) + 1
     return out

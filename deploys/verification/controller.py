@@ -13,6 +13,7 @@ from pyinfra.api.command import StringCommand
 from deploys import crossover, drain, engine_address, measured, sudo, tier_preflight
 from deploys.facts.connector import RemoteTierLog
 from deploys.router import routes as routing
+from deploys.settings import namespace
 from deploys.verification import report as reporting
 from deploys.verification import routed, runner, targets, transport
 
@@ -128,6 +129,7 @@ def target_for(h, settings, vs, engine=None) -> targets.Target:
         hash_algorithm=settings.lmcache.hash_algorithm,
         hash_seed=settings.engine.python_hash_seed,
         kv_dtype=settings.engine.kv_dtype,
+        namespace=namespace.prefix(settings),
     )
 
 

@@ -14,6 +14,9 @@ The dtype field is LMCache's name for the engine's KV torch dtype, which the con
 not see (vLLM stores an fp8 KV cache as uint8); :func:`stem`, the name up to that field, is
 what the bucket is asked for: the chunk hash already makes it the run's.
 
+kvceph's connector writes every name under its group's namespace folder (``kv/<fields>/``,
+deploys/settings/namespace.py); ``namespace`` puts it in front, :func:`stem` keeps it.
+
 With ``pre_caching_hash_algorithm: builtin`` the hash is Python's ``hash()`` in the engine's
 process (its Python build and PYTHONHASHSEED): no name can be computed, :func:`refusal` says so.
 """
@@ -23,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvceph_lab_engine.hashing import VLLM_HASH_FNS, ChunkHasher, object_name
+
+from deploys.settings import namespace as namespaces
 
 SETTING = "kvceph_lmcache_hash_algorithm"
 FIX = "sha256_cbor"
@@ -53,6 +58,7 @@ def names(
     algorithm: str,
     seed: int | str,
     kv_dtype: str = "bfloat16",
+    namespace: str = "",
 ) -> list[str]:
     """Every object name the prompt ``tokens`` give, chunk by chunk, worker 0..world_size-1.
 
@@ -60,6 +66,7 @@ def names(
     + algorithm: ``pre_caching_hash_algorithm`` (:func:`refusal` must be None for it)
     + seed: the engine's PYTHONHASHSEED (kvceph_python_hash_seed or the secret seed)
     + kv_dtype: kvceph_kv_dtype (the dtype field; :func:`stem` leaves it out)
+    + namespace: the connector's ``kvceph.namespace`` ("" for LMCache's stock connector)
     """
     why = refusal(algorithm)
     if why:
@@ -79,7 +86,7 @@ def names(
         seed=str(seed),
     )
     return [
-        object_name(hasher.key_string(h, worker))
+        namespace + object_name(hasher.key_string(h, worker))
         for h in hasher.chunk_hashes(tokens)
         for worker in range(world_size)
     ]
@@ -87,7 +94,8 @@ def names(
 
 def stem(name: str) -> str:
     """The name up to and with the '@' before its dtype field (see the module's docstring)."""
+    folder, name = namespaces.split(name)
     parts = name.split("@")
     if len(parts) < 5:
         raise ValueError(f"{name!r} is not an LMCache object name")
-    return "@".join(parts[:4]) + "@"
+    return folder + "@".join(parts[:4]) + "@"

@@ -163,6 +163,7 @@ class Runner:
                 algorithm=t.hash_algorithm,
                 seed=t.hash_seed,
                 kv_dtype=t.kv_dtype,
+                namespace=t.namespace,
             )
         except ValueError as exc:
             raise CheckFailed(str(exc)) from None

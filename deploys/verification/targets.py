@@ -35,6 +35,8 @@ class Target:
     hash_algorithm: str = "sha256_cbor"
     hash_seed: int | None = field(default=None, repr=False)
     kv_dtype: str = "bfloat16"
+    # kvceph.namespace: the folder kvceph's connector names its objects in ("": bucket root).
+    namespace: str = ""
 
     @property
     def key_model(self) -> str:
@@ -43,7 +45,7 @@ class Target:
 
     @property
     def prefix(self) -> str:
-        return bookkeeping.object_prefix(self.key_model, self.tensor_parallel_size)
+        return bookkeeping.object_prefix(self.key_model, self.tensor_parallel_size, self.namespace)
 
     @property
     def host(self) -> str:

@@ -45,6 +45,33 @@ LAB_MODEL_REVISION = group_data.read(["lab"], keep=lambda k: k == "LAB_MODEL_REV
     "LAB_MODEL_REVISION"
 ]
 MODEL_ARGUMENT = f"/var/lib/kvceph/models/Qwen/Qwen3-32B/{LAB_MODEL_REVISION}"
+
+
+def _group_prefixes() -> dict[str, tuple[str, str]]:
+    """Each lab cache group's (grant, namespace): what the bucket policy lets its user touch
+    and the folder its engines write now (deploys/settings/namespace.py)."""
+    from deploys import settings
+    from deploys.settings import namespace
+
+    spec = importlib.util.spec_from_file_location("_lab_inventory", REPO / "inventories/lab.py")
+    inventory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(inventory)
+    out = {}
+    for group, name in (("gpu", "gpu1"), ("gaudi", "gaudi1")):
+        data = {**group_data.read(("all", group, "lab")), **dict(getattr(inventory, group))[name]}
+        data.pop("kvceph_s3_ca_bundle", None)  # not needed to name objects
+        me = settings.load(data, name, (group, "lab"))
+        out[group] = (namespace.object_prefix(me), namespace.prefix(me))
+    return out
+
+
+_PREFIXES = _group_prefixes()
+#: group -> the prefix every object of its cache group starts with (its user's grant)
+GROUP_PREFIX = {group: grant for group, (grant, _) in _PREFIXES.items()}
+#: group -> the namespace folder its engines write in now
+GROUP_NAMESPACE = {group: ns for group, (_, ns) in _PREFIXES.items()}
+#: a GPU-group chunk's name: its namespace, then LMCache's own name of the chunk
+GPU_KEY_PREFIX = GROUP_NAMESPACE["gpu"] + MODEL_ARGUMENT.replace("/", "_") + "@2@"
 LAB_MODEL_DIR = LAB_DIR / "model"
 # KVCEPH_LAB_CEPH=cephadm: the cephadm lab (Ceph 20.2.4; RGW behind cephadm's ingress VIP .100,
 # bound to ceph1's lab address only). Otherwise the Pacific lab (haproxy on ceph1, all addresses).

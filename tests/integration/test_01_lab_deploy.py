@@ -8,9 +8,9 @@ import pytest
 import yaml
 from conftest import (
     CEPHADM,
+    GPU_KEY_PREFIX,
     HOSTS,
     INFERENCE,
-    MODEL_ARGUMENT,
     S3_PORT,
     S3_SCHEME,
     pyinfra,
@@ -171,8 +171,9 @@ def test_cache_survives_restart_and_crosses_nodes(converged):
     after = {o["Key"] for o in s3.list_objects_v2(Bucket="lmcache").get("Contents", [])}
     new = after - before
     assert len(new) == 8 * 2, sorted(new)  # TP=2: one object per worker and chunk
-    # LMCache keys name the `vllm serve` argument: the staged directory (mirror source)
-    assert all(k.startswith(f"{MODEL_ARGUMENT.replace('/', '_')}@2@") for k in new)
+    # In the group's namespace folder, LMCache keys name the `vllm serve` argument: the staged
+    # directory (mirror source)
+    assert all(k.startswith(GPU_KEY_PREFIX) for k in new), sorted(new)
 
     ssh("gpu1", "systemctl restart vllm.service")
     wait_health(HOSTS["gpu1"])

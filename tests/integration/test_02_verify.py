@@ -11,8 +11,8 @@ import threading
 
 import pytest
 from conftest import (
+    GPU_KEY_PREFIX,
     HOSTS,
-    MODEL_ARGUMENT,
     REPORTS,
     S3_URL,
     pyinfra,
@@ -25,7 +25,7 @@ from conftest import (
 from lab_client import wait_health
 
 BUCKET = "lmcache"
-MODEL_PREFIX = MODEL_ARGUMENT.replace("/", "_") + "@2@"  # the GPU cache group's (TP=2) keys
+MODEL_PREFIX = GPU_KEY_PREFIX  # the GPU cache group's (TP=2) keys, in its namespace
 
 
 def verify(*args: str):

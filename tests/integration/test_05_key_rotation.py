@@ -21,9 +21,9 @@ import threading
 import time
 
 from conftest import (
+    GPU_KEY_PREFIX,
     HOSTS,
     INFERENCE,
-    MODEL_ARGUMENT,
     S3_ADMIN_URL,
     SECRETS,
     path_style_client,
@@ -36,7 +36,7 @@ from lmcache_log import PREFILTER, trouble
 
 BUCKET = "lmcache"
 # The gpu group's own names (deploys/bucket_policy.py): the serve argument, / -> _, TP 2.
-MODEL_PREFIX = MODEL_ARGUMENT.replace("/", "_") + "@2@"
+MODEL_PREFIX = GPU_KEY_PREFIX
 CREDENTIALS = "/var/lib/vllm/.aws/credentials"
 
 

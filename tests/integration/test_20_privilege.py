@@ -12,7 +12,7 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 from conftest import (
-    MODEL_ARGUMENT,
+    GROUP_PREFIX,
     S3_ADMIN_URL,
     path_style_client,
     pyinfra,
@@ -22,11 +22,8 @@ from conftest import (
 )
 
 BUCKET = "lmcache"
-# deploys/bucket_policy.py: the serve argument with / -> _, then the world size (TP).
-PREFIX = {
-    "gpu": MODEL_ARGUMENT.replace("/", "_") + "@2@",
-    "gaudi": MODEL_ARGUMENT.replace("/", "_") + "@1@",
-}
+# deploys/bucket_policy.py: each group's grant is its namespace folder (settings/namespace.py).
+PREFIX = GROUP_PREFIX
 
 
 def group_client(group: str):

@@ -578,7 +578,9 @@ def test_kvceph_connector_yaml_loads_with_lmcache_own_loader(tmp_path):
             "kvceph.connections",
             "kvceph.timeout_s",
             "kvceph.min_hit_tokens",
+            "kvceph.namespace",
         }
+        assert extra["kvceph.namespace"].startswith("kv/") and extra["kvceph.namespace"][-1] == "/"
         assert extra["kvceph.endpoint"] == "lmcache.s3.cephlab.com:80"
         assert extra["kvceph.tls"] is False and extra["kvceph.connections"] == 16
         assert extra["kvceph.timeout_s"] == 5.0 and extra["kvceph.min_hit_tokens"] == 0

@@ -22,7 +22,12 @@ def fleet(tmp_path, **gpu):
     hosts = {
         "admin": s.load(BASE, "admin", ("ceph_admin",)),
         "gpu1": s.load(data, "gpu1", ("gpu",)),
-        "gpu2": s.load({**data, "kvceph_lmcache_connector": "lmcache"}, "gpu2", ("gpu",)),
+        # A group of its own: the stock connector names objects outside kvceph's namespaces.
+        "gpu2": s.load(
+            {**data, "kvceph_lmcache_connector": "lmcache", "kvceph_tensor_parallel_size": 1},
+            "gpu2",
+            ("gpu",),
+        ),
     }
     return hosts, check_inventory(list(hosts.values()))
 
@@ -50,7 +55,7 @@ def test_first_deploy_renders_zero_and_the_plan_says_why(tmp_path):
     hosts, groups = fleet(tmp_path)
     hosts = tier_preflight.resolve(hosts)
     assert hosts["gpu1"].lmcache.tier.crossover.min_hit_tokens == 0
-    (line,) = tier_preflight.plan_lines(hosts, groups)
+    line = tier_preflight.plan_lines(hosts, groups)[0]
     assert "0 tokens (not measured yet" in line and "Qwen--Qwen3-32B-tp2.json" in line
     assert "kvceph.min_hit_tokens on gpu1" in line
 

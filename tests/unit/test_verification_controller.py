@@ -54,7 +54,9 @@ def test_target_uses_inventory_address_port_and_scheme():
     t = controller.target_for(FakeHost("gpu1", {"ssh_hostname": "10.213.7.21"}), hs, hs.verify)
     assert t.base_url == "https://10.213.7.21:8001"
     assert (t.model, t.tensor_parallel_size, t.chunk_size) == ("Qwen/Qwen3-32B", 2, 256)
-    assert t.prefix == "Qwen_Qwen3-32B@2@"
+    # kvceph's connector: the group's namespace folder (deploys/settings/namespace.py)
+    ns = "kv/Qwen%2FQwen3-32B@tp2@pp1@-@bfloat16@c256@kv-split@naive@none/"
+    assert t.prefix == t.namespace == ns
     v6 = controller.target_for(FakeHost("gpu1", {"ssh_hostname": "fd00::21"}), hs, hs.verify)
     assert v6.base_url == "https://[fd00::21]:8001"
     named = controller.target_for(FakeHost("gpu1.lab", {}), hs, hs.verify)

@@ -14,6 +14,7 @@ lmcache.yaml loads it (never together with remote_url)::
       kvceph.min_hit_tokens: 0
       kvceph.verify_crc32c: true              # the default: check each GET's crc32c
       kvceph.skip_short_puts: false            # opt-in: see "store" below
+      kvceph.namespace: "kv/<fields>/"         # the names' folder (deploys/settings/namespace.py)
       save_chunk_meta: false
 
 What LMCache calls (RemoteBackend, storage_manager, 0.5.6), and what each does here:
@@ -75,7 +76,7 @@ PLUGIN = "kvceph"
 
 
 class KvcephS3Connector(RemoteConnector):
-    """LMCache's RemoteConnector over kvceph's S3 core (names exactly as the stock connector).
+    """LMCache's RemoteConnector over kvceph's S3 core (stock names, in kvceph.namespace).
 
     + loop: LMCache's event loop. + local_cpu_backend: allocates the MemoryObjs GETs fill.
     + s3: the S3Config. + min_hit_tokens: lookups below this hit length report 0.

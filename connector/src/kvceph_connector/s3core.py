@@ -85,6 +85,8 @@ class S3Config:
     + access_key_id / secret_access_key: static keys; both unset = awscrt's default chain
       (AWS_ACCESS_KEY_ID..., AWS_PROFILE + ~/.aws/credentials).
     + ca_file: a PEM bundle to trust instead of the system's (tests, the lab CA).
+    + namespace: put before every object name ("kv/<fields>/", deploys/settings/namespace.py:
+      one namespace per KV byte layout); "" = LMCache's names at the bucket root.
     + refresh_s: the CRT client and its resolver are built anew this often (0: never), so an
       address of the endpoint that failed and came back is used again (see _refresh_client).
     + receive_dir: None = a GET's body comes through awscrt's on_body callback (CRT hands
@@ -112,6 +114,7 @@ class S3Config:
     access_key_id: str | None = None
     secret_access_key: str | None = field(default=None, repr=False)
     ca_file: str | None = None
+    namespace: str = ""
     receive_dir: str | None = None
     refresh_s: float = 60.0
     verify_crc32c: bool = True
@@ -129,6 +132,10 @@ class S3Config:
             raise ValueError(f"S3 timeout_s must be > 0, not {self.timeout_s}")
         if bool(self.access_key_id) != bool(self.secret_access_key):
             raise ValueError("S3 static keys need both access_key_id and secret_access_key")
+        if self.namespace and (self.namespace.startswith("/") or not self.namespace.endswith("/")):
+            raise ValueError(
+                f"S3 namespace {self.namespace!r} must be '<folder>/', not start with /"
+            )
         if self.receive_dir is not None and not os.path.isdir(self.receive_dir):
             raise ValueError(f"S3 receive_dir {self.receive_dir!r} is not a directory")
         if self.path_bucket is not None and (not self.path_bucket or "/" in self.path_bucket):
@@ -142,14 +149,15 @@ class S3Config:
         return self.endpoint.split(":", 1)[0].split(".", 1)[0]
 
 
-def object_path(key: str) -> str:
-    """The HTTP path of a chunk object, exactly as LMCache 0.5.6's S3Connector builds it.
+def object_path(key: str, namespace: str = "") -> str:
+    """The HTTP path of a chunk object: LMCache 0.5.6's S3Connector's, under ``namespace``.
 
-    Slashes (the model path is part of the key) become underscores, the rest is URL-quoted,
-    and the object sits at the bucket root.
+    Slashes of the key (the model path is part of it) become underscores, the rest is
+    URL-quoted; the object sits in the namespace's folder (the bucket root for "").
     + key: CacheEngineKey.to_string(), e.g. "model@1@0@abc123@bfloat16".
+    + namespace: S3Config.namespace ("kv/<fields>/" or "").
     """
-    return "/" + quote(key.replace("/", "_"))
+    return "/" + quote(namespace + key.replace("/", "_"))
 
 
 def crc32c(data) -> int:
@@ -644,7 +652,7 @@ class S3Core:
             headers.add("Content-Type", "application/octet-stream")
             headers.add(CRC_HEADER, str(crc32c(body.mv)))
             headers.add(SIZE_HEADER, str(n))
-        path = object_path(op.key)
+        path = object_path(op.key, self.config.namespace)
         if self.config.path_bucket:
             path = "/" + quote(self.config.path_bucket, safe="") + path
         request = HttpRequest(op.kind, path, headers, body_stream=body)

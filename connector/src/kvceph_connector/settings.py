@@ -21,6 +21,7 @@ KEYS = {
     "receive_dir": None,
     "refresh_s": 60.0,
     "verify_crc32c": True,
+    "namespace": "",  # "kv/<fields>/": the names' folder (deploys/settings/namespace.py)
 }
 
 
@@ -80,6 +81,7 @@ def settings_from_extra(extra: dict | None) -> PluginSettings:
         receive_dir=str(got["receive_dir"]) if got["receive_dir"] else None,
         refresh_s=_number("refresh_s", got["refresh_s"], float, 0),
         verify_crc32c=_bool("verify_crc32c", got["verify_crc32c"]),
+        namespace=str(got["namespace"] or ""),
     )
     return PluginSettings(
         config,
