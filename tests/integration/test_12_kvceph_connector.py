@@ -17,9 +17,9 @@ import threading
 import pytest
 import yaml
 from conftest import (
+    GPU_KEY_PREFIX,
     HOSTS,
     INFERENCE,
-    MODEL_ARGUMENT,
     REPORTS,
     S3_ADMIN_URL,
     path_style_client,
@@ -97,7 +97,7 @@ def test_engine_without_its_plugin_fails_readiness_naming_the_cause(kvceph_on):
     assert healed.changed() == [], json.dumps(healed.changed())
 
 
-GPU_PREFIX = MODEL_ARGUMENT.replace("/", "_") + "@2@"  # the GPU cache group's (TP 2) objects
+GPU_PREFIX = GPU_KEY_PREFIX  # the GPU cache group's (TP 2) objects, in its namespace
 LMCACHE_YAML = "/etc/kvceph/lmcache.yaml"
 
 
