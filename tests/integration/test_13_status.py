@@ -208,6 +208,8 @@ def drift_run(converged, tmp_path_factory):
 
             _lab = _runpy.run_path({str(REPO / "inventories" / "lab.py")!r})
             ceph_admin, rgw, gaudi = _lab["ceph_admin"], _lab["rgw"], _lab["gaudi"]
+            # every group of the lab's (its group_data's router keys need their router host)
+            router = _lab["router"]
             gpu = [_lab["gpu"][0]]
             gpu.append((_lab["gpu"][1][0], {{**_lab["gpu"][1][1],
                         "kvceph_gpu_memory_utilization": 0.5}}))
