@@ -44,7 +44,11 @@ def cold_requests(n: int) -> None:
 
 def test_a_full_quota_keeps_engines_serving_and_status_says_so(converged, request, lab, tmp_path):
     objects, used = bucket()
-    quota = used + 2 * PER_PROMPT + PER_PROMPT // 2  # room for two and a half cold prompts
+    # room for two and a half cold prompts, and at least the 1 MiB kvceph takes (a smaller
+    # quota holds nothing: refused); a run on a fresh bucket starts below it
+    quota = max(used + 2 * PER_PROMPT + PER_PROMPT // 2, (1 << 20) + PER_PROMPT // 2)
+    # each gateway admits up to the quota (below): enough prompts to fill both views
+    prompts = max(8, 2 * (quota - used) // PER_PROMPT + 3)
     gib = quota / 1024**3
     run = pyinfra("--limit", "ceph1", "--data", f"kvceph_s3_quota_max_size_gb={gib!r}")
     try:
@@ -53,8 +57,8 @@ def test_a_full_quota_keeps_engines_serving_and_status_says_so(converged, reques
         assert "full in" in run.output or "never full" in run.output
         # RGW checks a quota on each gateway's cached bucket stats (plus its own writes since;
         # rgw_bucket_quota_ttl 600 s): each of the lab's two gateways admits up to the quota
-        # before its view is full, so the bucket holds at most twice it. 8 prompts offer more.
-        cold_requests(8)  # fills it: every request still answers
+        # before its view is full, so the bucket holds at most twice it; `prompts` offer more.
+        cold_requests(prompts)  # fills it: every request still answers
         full_objects, full_bytes = bucket()
         gateways = 2
         assert objects < full_objects, (objects, full_objects)
