@@ -49,6 +49,7 @@ from collections import deque
 from typing import NamedTuple
 
 from kvceph_connector.s3core import S3Config, S3Core
+from kvceph_connector.settings import boolean, number
 
 log = logging.getLogger("kvceph_connector.lmcache_mp")
 
@@ -83,26 +84,11 @@ class MPSettings(NamedTuple):
 
 
 def _bool(name: str, value) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ValueError(f"kvceph MP adapter_params.{name} must be true or false, not {value!r}")
+    return boolean(f"kvceph MP adapter_params.{name}", value)
 
 
 def _number(name: str, value, kind, minimum):
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"kvceph MP adapter_params.{name} must be a number, not {value!r}"
-        ) from None
-    if number < minimum:
-        raise ValueError(f"kvceph MP adapter_params.{name} must be >= {minimum}, not {value!r}")
-    return number
+    return number(f"kvceph MP adapter_params.{name}", value, kind, minimum)
 
 
 def mp_settings(params: dict) -> MPSettings:

@@ -25,7 +25,11 @@ KEYS = {
 }
 
 
-def _bool(name: str, value) -> bool:
+def boolean(label: str, value) -> bool:
+    """A bool from YAML or JSON (true/false, 1/0, yes/no, any case); ValueError naming ``label``.
+
+    + label: the setting as the operator wrote it (``kvceph.tls``, ``... adapter_params.tls``)
+    """
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -33,17 +37,26 @@ def _bool(name: str, value) -> bool:
         return True
     if text in ("false", "0", "no"):
         return False
-    raise ValueError(f"kvceph.{name} must be true or false, not {value!r}")
+    raise ValueError(f"{label} must be true or false, not {value!r}")
+
+
+def number(label: str, value, kind, minimum):
+    """``kind(value)``, at least ``minimum``; ValueError naming ``label`` otherwise."""
+    try:
+        got = kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{label} must be a number, not {value!r}") from None
+    if got < minimum:
+        raise ValueError(f"{label} must be >= {minimum}, not {value!r}")
+    return got
+
+
+def _bool(name: str, value) -> bool:
+    return boolean(f"kvceph.{name}", value)
 
 
 def _number(name: str, value, kind, minimum):
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"kvceph.{name} must be a number, not {value!r}") from None
-    if number < minimum:
-        raise ValueError(f"kvceph.{name} must be >= {minimum}, not {value!r}")
-    return number
+    return number(f"kvceph.{name}", value, kind, minimum)
 
 
 class PluginSettings(NamedTuple):
