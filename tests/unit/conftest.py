@@ -10,6 +10,8 @@ directory (group_data/lab.py reads its measured figures from there, which verify
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +41,16 @@ def _secret_name(name: str) -> bool:
         and name.endswith("_KEY")
         or (name.startswith(("KVCEPH_S3_ACCESS_KEY_", "KVCEPH_S3_SECRET_KEY_")))
     )
+
+
+@pytest.fixture(scope="module")
+def systemd_root(tmp_path_factory):
+    """A root with systemd's own units (targets the unit depends on) for
+    `systemd-analyze verify --root` (test_render.py, test_render_mp.py)."""
+    root = tmp_path_factory.mktemp("root")
+    for lib in ("/usr/lib/systemd/system", "/lib/systemd/system"):
+        if Path(lib).is_dir():
+            shutil.copytree(lib, root / "usr/lib/systemd/system", symlinks=True)
+            break
+    (root / "etc/systemd/system").mkdir(parents=True)
+    return root

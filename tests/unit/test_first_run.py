@@ -36,6 +36,18 @@ def _env(tmp_path: Path, instance: str = "97") -> dict[str, str]:
     return env | {"KVCEPH_LAB_INSTANCE": instance, "KVCEPH_LAB_DIR": str(tmp_path)}
 
 
+def _make(tmp_path: Path, target: str) -> subprocess.CompletedProcess:
+    """``make TARGET`` as an operator runs it, on the lab instance of :func:`_env`."""
+    return subprocess.run(
+        ["make", "--no-print-directory", target],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_a_lab_without_running_hosts_is_down_in_one_line(tmp_path):
     (tmp_path / "hosts" / "gpu1").mkdir(parents=True)
     # a pid that is no nspawn launcher (this test's own): not a running lab host
@@ -72,14 +84,7 @@ def test_pyinfra_by_hand_on_a_down_lab_says_so_without_tracebacks(tmp_path):
 
 @pytest.mark.parametrize("target", ["verify", "deploy", "status", "dry", "probe", "rotate-add"])
 def test_a_make_target_on_a_down_lab_prints_one_line(tmp_path, target):
-    run = subprocess.run(
-        ["make", "--no-print-directory", target],
-        cwd=ROOT,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = _make(tmp_path, target)
     assert run.returncode == 2, run.stderr
     lines = run.stderr.splitlines()
     assert len(lines) == 1 and "lab instance 97" in lines[0] and "is not up" in lines[0], lines
@@ -94,14 +99,7 @@ def test_make_lab_on_a_busy_instance_is_one_line_without_make_noise(tmp_path):
     token = claim.token_of(os.getpid())
     (tmp_path / "claim").write_text(f"token={token}\nwhat=make lab\nsince=now\n")
     for target in ("lab", "lab-up"):
-        run = subprocess.run(
-            ["make", "--no-print-directory", target],
-            cwd=ROOT,
-            env=_env(tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        run = _make(tmp_path, target)
         # make's own status for a run stopped before it did anything (README: 2)
         assert run.returncode == 2, run.stderr
         lines = run.stderr.splitlines()

@@ -276,18 +276,6 @@ def test_newline_in_an_argument_is_refused():
 _SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 
 
-@pytest.fixture(scope="module")
-def systemd_root(tmp_path_factory):
-    """A root with systemd's own units (targets the unit depends on) for `verify --root`."""
-    root = tmp_path_factory.mktemp("root")
-    for lib in ("/usr/lib/systemd/system", "/lib/systemd/system"):
-        if Path(lib).is_dir():
-            shutil.copytree(lib, root / "usr/lib/systemd/system", symlinks=True)
-            break
-    (root / "etc/systemd/system").mkdir(parents=True)
-    return root
-
-
 def _verify(root: Path, me) -> subprocess.CompletedProcess:
     unit = root / "etc/systemd/system/vllm.service"
     unit.write_text(render.unit(me))

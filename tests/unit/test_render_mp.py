@@ -209,17 +209,6 @@ def test_in_process_034_stays_refused_for_the_kv_defect():
 # --- systemd-analyze verify ---------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def systemd_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("root")
-    for lib in ("/usr/lib/systemd/system", "/lib/systemd/system"):
-        if Path(lib).is_dir():
-            shutil.copytree(lib, root / "usr/lib/systemd/system", symlinks=True)
-            break
-    (root / "etc/systemd/system").mkdir(parents=True)
-    return root
-
-
 def _stub(root: Path, exe: str) -> None:
     path = root / exe.lstrip("/")
     path.parent.mkdir(parents=True, exist_ok=True)
