@@ -29,14 +29,31 @@ SOURCES = [
     "csrc/cuda/completion_recorder.cpp",
 ]  # fmt: skip
 
+# lmcache_native too, from the same sources and toolchain: cuda_ops takes lmcache_native's
+# pybind11 types (PageBufferShapeDesc, KernelGroupSpec), which pybind11 shares between modules
+# only when both were built with the same pybind11 internals (compiler, headers). Loan 12: the
+# rebuilt cuda_ops beside the wheel's lmcache_native refused every store
+# (`DirectCopyGroupSpec.__init__(): incompatible constructor arguments`): nothing reached L1.
+NATIVE = [
+    "csrc/lmcache_native/bitmap.cpp", "csrc/lmcache_native/fold.cpp",
+    "csrc/lmcache_native/periodic_event_notifier.cpp", "csrc/lmcache_native/pybind.cpp",
+    "csrc/lmcache_native/ttl_lock.cpp", "csrc/lmcache_native/utils.cpp",
+]  # fmt: skip
+
 SETUP = """
 from setuptools import setup
 from torch.utils import cpp_extension
 setup(
     name="lmcache-cuda-ops",
-    ext_modules=[cpp_extension.CUDAExtension(
-        "lmcache.cuda_ops", sources={sources!r}, include_dirs=[{csrc!r}],
-        extra_compile_args={{"cxx": ["-O3"], "nvcc": ["-O3"]}})],
+    ext_modules=[
+        cpp_extension.CppExtension(
+            "lmcache.lmcache_native", sources={native!r},
+            include_dirs=[{csrc!r} + "/lmcache_native", {csrc!r}],
+            extra_compile_args={{"cxx": ["-O3"]}}),
+        cpp_extension.CUDAExtension(
+            "lmcache.cuda_ops", sources={sources!r}, include_dirs=[{csrc!r}],
+            extra_compile_args={{"cxx": ["-O3"], "nvcc": ["-O3"]}}),
+    ],
     cmdclass={{"build_ext": cpp_extension.BuildExtension}},
 )
 """
@@ -49,15 +66,16 @@ def main(tgz: str, work: str) -> int:
         t.extractall(w, filter="data")
     # absolute: nvcc runs in the build directory, where "csrc" finds nothing (the H200 run of
     # 2026-12-01: kv_transfer_types.h not found)
-    (w / "setup_ops.py").write_text(SETUP.format(sources=SOURCES, csrc=str(w.resolve() / "csrc")))
+    csrc = str(w.resolve() / "csrc")
+    (w / "setup_ops.py").write_text(SETUP.format(sources=SOURCES, native=NATIVE, csrc=csrc))
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST="9.0", MAX_JOBS=str(os.cpu_count() or 8))
     t0 = time.time()
     with open(w / "build.log", "w") as log:
         rc = subprocess.call([sys.executable, "setup_ops.py", "build_ext", "--inplace"],
                              cwd=w, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    built = sorted(str(p) for p in (w / "lmcache").glob("cuda_ops*.so"))
+    built = sorted(str(p) for p in (w / "lmcache").glob("*.so"))
     (w / "result.txt").write_text(f"rc {rc} in {time.time() - t0:.0f}s: {' '.join(built)}\n")
-    (w / "rc").write_text(f"{rc if built else rc or 1}\n")
+    (w / "rc").write_text(f"{rc if len(built) == 2 else rc or 1}\n")
     return rc
 
 

@@ -173,15 +173,20 @@ if ! done_ ops; then
     while [ ! -f "$OPS/rc" ] && [ $(( $(date +%s) - $(cat "$OPS/started") )) -lt "$OPS_WAIT" ] && [ "$(left)" -gt 30 ]; do sleep 2; done
     [ -f "$OPS/rc" ] || [ $(( $(date +%s) - $(cat "$OPS/started") )) -ge "$OPS_WAIT" ] || { log "CONTINUE: ops build still running"; finish 3; }
   fi
-  so=$(ls "$OPS"/lmcache/cuda_ops*.so 2>/dev/null | head -1)
-  if [ -n "$so" ] && [ "$(cat "$OPS/rc" 2>/dev/null)" = 0 ]; then
-    dst="$SITE/lmcache/$(basename "$so")"; [ -f "$dst" ] && [ ! -f "$dst.wheel" ] && mv "$dst" "$dst.wheel"
-    cp "$so" "$dst"
-    if py -c 'import torch, lmcache.cuda_ops as o; print(len([n for n in dir(o) if not n.startswith("_")]), "ops")' > "$S/ops.txt" 2>&1; then
+  # cuda_ops and lmcache_native, built together (buildops.py: they share pybind11 types)
+  sos=$(ls "$OPS"/lmcache/cuda_ops*.so "$OPS"/lmcache/lmcache_native*.so 2>/dev/null)
+  if [ "$(echo "$sos" | grep -c .)" = 2 ] && [ "$(cat "$OPS/rc" 2>/dev/null)" = 0 ]; then
+    for so in $sos; do dst="$SITE/lmcache/$(basename "$so")"
+      [ -f "$dst" ] && [ ! -f "$dst.wheel" ] && mv "$dst" "$dst.wheel"; cp "$so" "$dst"; done
+    # the call a store makes: cuda_ops' spec built from lmcache_native's shape descriptor
+    if py -c 'import torch, lmcache.lmcache_native as n, lmcache.cuda_ops as o
+o.DirectCopyGroupSpec([0], n.PageBufferShapeDesc(), 0, 1, 0, [0])
+print(len([n for n in dir(o) if not n.startswith("_")]), "ops, shared types")' > "$S/ops.txt" 2>&1; then
       echo "compiled: $(cat "$OPS/result.txt" 2>/dev/null | tr -d '\n'); $(tail -1 "$S/ops.txt")" > "$R/ops.txt"
     else
-      { echo "fallback: the build's module does not load: $(tail -1 "$S/ops.txt")"; } > "$R/ops.txt"
-      rm -f "$dst"; [ -f "$dst.wheel" ] && mv "$dst.wheel" "$dst"
+      { echo "fallback: the build's modules do not load or share types: $(tail -1 "$S/ops.txt")"; } > "$R/ops.txt"
+      for so in $sos; do dst="$SITE/lmcache/$(basename "$so")"
+        rm -f "$dst"; [ -f "$dst.wheel" ] && mv "$dst.wheel" "$dst"; done
     fi
   elif [ -f "$OPS/started" ]; then
     echo "fallback: build $( [ -f "$OPS/rc" ] && echo "failed (rc $(cat "$OPS/rc"))" || echo "not done after ${OPS_WAIT}s" ); $(grep -E 'error|Error' "$OPS/build.log" 2>/dev/null | head -3 | cut -c1-300 | tr '\n' ' ')" > "$R/ops.txt"

@@ -45,6 +45,8 @@ S3 = os.environ.get("S3_ADDR", "127.0.0.1:7480")
 DNS = os.environ.get("DNS_NAME", "s3.lab")
 BUCKET = "lmcache"
 ANSWER_TOKENS = 32
+# the tier each step's KV must come from (the server's lookup_hit_<tier>_tokens counter must grow)
+LOADS_FROM = {"l1": "l1", "l2": "l2", "cross": "l2"}
 PARAGRAPH = (
     "The harbour town kept its lighthouse lit through every winter storm. Fishermen counted "
     "the beams from the water and steered home by them; the keeper wrote each night's weather "
@@ -75,7 +77,10 @@ def env() -> dict:
     e = dict(os.environ)
     nccl = f"{SITE}/nvidia/nccl/lib"
     e |= {
-        "PYTHONPATH": f"{SITE}" + (f":{e['PYTHONPATH']}" if e.get("PYTHONPATH") else ""),
+        # nvidia-cutlass-dsl puts `cutlass` on sys.path from a .pth file, which Python reads in
+        # site directories only, not in PYTHONPATH's (loan 12: `No module named 'cutlass'` again)
+        "PYTHONPATH": f"{SITE}:{SITE}/nvidia_cutlass_dsl/dsl_packages"
+        + (f":{e['PYTHONPATH']}" if e.get("PYTHONPATH") else ""),
         "HOME": "/var/lib/vllm",
         "AWS_PROFILE": "lmcache",
         "AWS_SHARED_CREDENTIALS_FILE": "/var/lib/vllm/.aws/credentials",
@@ -371,16 +376,44 @@ class Run:
         first = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
         if first is None and not same:
             first = min(len(answer["tokens"]), len(theirs))  # one answer is a prefix of the other
+        # equal answers prove nothing unless the KV came from the tier the step names: loan 12's
+        # steps all answered right while the server stored nothing (0 hit tokens: recompute)
+        counters = self.counters(host)
+        tier = LOADS_FROM.get(step)
+        hits = (
+            sum(
+                v
+                for k, v in counters.items()
+                if k.startswith(f"lmcache_mp_lookup_hit_{tier}_tokens")
+            )
+            if tier
+            else 0
+        )
+        before = self.state(f"hits-{host}-{tier}") or 0 if tier else 0
+        if tier:
+            self.state(f"hits-{host}-{tier}", hits)
+        loaded = hits - before
+        verdict = (
+            "PASS"
+            if same and (tier is None or loaded > 0)
+            else (
+                f"FAIL: equal, but 0 tokens from {tier} (recomputed)"
+                if same
+                else f"FAIL: differs at token {first}"
+            )
+        )
         self.record(
             step,
             host=host,
+            verdict=verdict,
+            loaded_tokens=loaded if tier else None,
             equal=same,
             first_difference=first,
             ttft_s=answer["ttft_s"],
             cold_ttft_s=(cold or {}).get("ttft_s"),
             prompt_tokens=answer["prompt_tokens"],
             answer=answer["text"][:80],
-            server=self.counters(host),
+            server=counters,
             **extra,
         )
 
