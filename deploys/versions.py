@@ -54,6 +54,16 @@ MP_CONNECTOR = "LMCacheMPConnector"
 # The vLLM minors whose LMCacheMPConnector was read (factory.py registers it in both), with
 # LMCache 0.5.6. Gaudi has no MP path (HPU has no CUDA IPC): in-process only.
 MP_PAIRS = {("0.25", "0.5.6"), ("0.34", "0.5.6")}
+# MP pairs whose real engine cannot serve (hw/h200 loan 12): refused for a real vLLM unless
+# kvceph_accept_mp_serve_defect (an operator's own patched LMCache). LMCache 0.5.6's
+# LMCacheMPConnector reads ``CachedRequestData.resumed_req_ids``, which vLLM 0.34 removed: the
+# engine core dies on its first scheduled request; vLLM 0.34's built-in copy of the connector
+# needs a newer LMCache (``server_url``) and does not start.
+MP_SERVE_DEFECTS = {
+    ("0.34", "0.5.6"): "LMCache 0.5.6's LMCacheMPConnector reads CachedRequestData."
+    "resumed_req_ids, which vLLM 0.34 removed: the engine dies on its first request "
+    "(hw/h200/results/2026-12-07-loan12)",
+}
 # vLLM >= 0.34 reserves the KV cache with CUDA VMM unless told not to; LMCache 0.5.6's legacy
 # CUDA IPC cannot share that memory. vLLM's factory turns it off only without
 # kv_connector_module_path (never rendered): the flag says so explicitly.

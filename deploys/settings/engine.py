@@ -265,6 +265,8 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
         )
     if mode != "mp":  # MP copies KV with other code (versions.KV_LOAD_DEFECTS)
         _refuse_kv_load_defect(r, accelerator, raw)
+    else:
+        _refuse_mp_serve_defect(r, raw, preset)
     return EngineProfile(
         name=str(raw["name"]),
         packages=tuple(str(p) for p in raw["packages"]),
@@ -303,14 +305,37 @@ def _check_packages(r: Reader, raw: dict) -> None:
             )
 
 
+def _real_vllm(raw: dict) -> bool:
+    """Whether the profile installs vLLM itself (the lab engine's profile does not)."""
+    return any(
+        re.split(r"[=<>!~ \[]", str(p), maxsplit=1)[0].lower() == "vllm" for p in raw["packages"]
+    )
+
+
+def _refuse_mp_serve_defect(r: Reader, raw: dict, preset: str) -> None:
+    """A real vLLM in MP mode whose pair cannot serve (versions.MP_SERVE_DEFECTS) would lose
+    every engine it restarts at its first request: refused unless
+    ``kvceph_accept_mp_serve_defect`` (a patched LMCache in the operator's wheelhouse)."""
+    key = (versions.minor(raw["vllm_version"]), raw["lmcache_version"])
+    defect = versions.MP_SERVE_DEFECTS.get(key)
+    if not defect or not _real_vllm(raw) or r.bool("kvceph_accept_mp_serve_defect", False):
+        return
+    raise r.fail(
+        "kvceph_engine_preset" if preset else "kvceph_engine_profile",
+        f"{preset + ': ' if preset else ''}vLLM {raw['vllm_version']} + LMCache "
+        f"{raw['lmcache_version']} in mode mp",
+        defect,
+        "keep the default in-process profile (vLLM "
+        f"{DEFAULT_PROFILES['nvidia']['vllm_version']}), or set kvceph_accept_mp_serve_defect"
+        " = True for an LMCache patched for this vLLM",
+    )
+
+
 def _refuse_kv_load_defect(r: Reader, accelerator: str, raw: dict) -> None:
     """A real vLLM on NVIDIA whose pair loads wrong KV (versions.KV_LOAD_DEFECTS) serves wrong
     answers from every cache hit, silently: refused unless ``kvceph_accept_kv_load_defect``."""
     defect = versions.kv_load_defect(raw["vllm_version"], raw["lmcache_version"])
-    real = any(
-        re.split(r"[=<>!~ \[]", str(p), maxsplit=1)[0].lower() == "vllm" for p in raw["packages"]
-    )
-    if accelerator != "nvidia" or not defect or not real:
+    if accelerator != "nvidia" or not defect or not _real_vllm(raw):
         return
     if r.bool("kvceph_accept_kv_load_defect", False):
         return

@@ -19,7 +19,8 @@ from deploys.settings.reader import SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
-MP = {**BASE, "kvceph_engine_preset": "vllm-0.34-mp"}
+# the preset's real pair cannot serve (MP_SERVE_DEFECTS, loan 12): what it renders is still tested
+MP = {**BASE, "kvceph_engine_preset": "vllm-0.34-mp", "kvceph_accept_mp_serve_defect": True}
 _SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 
 
@@ -192,6 +193,21 @@ def test_mp_refusals_are_one_line(data, groups, words):
     with pytest.raises(SettingsError) as err:
         s.load(merged, "h1", groups)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_034_preset_is_refused_while_its_pair_cannot_serve():
+    data = {k: v for k, v in MP.items() if k != "kvceph_accept_mp_serve_defect"}
+    with pytest.raises(SettingsError) as err:
+        s.load(data, "gpu1", ("gpu",))
+    line = str(err.value)
+    assert "\n" not in line and "kvceph_engine_preset" in line and "resumed_req_ids" in line
+    assert "loan12" in line and "kvceph_accept_mp_serve_defect = True" in line
+    # the lab engine's profile (no real vLLM package) models the pair and is not refused
+    lab = {"packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"], "executable": "x"}
+    assert s.load({**data, "kvceph_engine_profile": lab}, "gpu1", ("gpu",)).engine.profile.mp
+    # 0.25 in MP has no known serve defect
+    v025 = {"vllm_version": "0.25.1", "packages": ["vllm==0.25.1"]}
+    assert s.load({**data, "kvceph_engine_profile": v025}, "gpu1", ("gpu",)).engine.profile.mp
 
 
 def test_in_process_034_stays_refused_for_the_kv_defect():

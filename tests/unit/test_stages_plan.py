@@ -516,6 +516,7 @@ def mp_host(**data):
         "kvceph_s3_endpoint_ip": "10.0.0.5",
         "kvceph_accelerator_check": False,
         "kvceph_engine_preset": "vllm-0.34-mp",
+        "kvceph_accept_mp_serve_defect": True,  # its real pair cannot serve yet (loan 12)
     }
     return s.load({**base, **data}, "gpu1", ("gpu",))
 
