@@ -264,9 +264,9 @@ def server_lines(
         )
     if desired_mode != "mp" and server_present:
         lines.append(
-            f"{host}: {unit} stays while the host's engines {roll} back in process (an MP "
-            "engine needs it until its turn), then it is removed; the MP objects (kvceph-mp.* "
-            "names) are not read again and age out through the lifecycle rule"
+            f"{host}: {unit} stays until the host's engines are back in process (they {roll}; "
+            "an MP engine needs the server until its turn), then it is removed; the MP objects "
+            "(kvceph-mp.* names) are not read again and age out through the lifecycle rule"
         )
     if crossing:
         mp_names = f" ({namespace}...)" if namespace else " (kvceph-mp.* names)"

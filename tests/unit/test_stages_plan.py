@@ -623,11 +623,11 @@ def test_the_rollback_removes_the_server_after_the_engines_rolled_and_says_so(pl
         in (lines[0])
     )
     assert lines[1] == (
-        "kvceph: gpu1: lmcache-server.service stays while the host's engines restart 1 at a "
-        "time in the run's roll, each drained first (kvceph_restart_batch, "
-        "kvceph_drain_timeout) back in process (an MP engine needs it until its turn), then it "
-        "is removed; the MP objects (kvceph-mp.* names) are not read again and age out through "
-        "the lifecycle rule"
+        "kvceph: gpu1: lmcache-server.service stays until the host's engines are back in "
+        "process (they restart 1 at a time in the run's roll, each drained first "
+        "(kvceph_restart_batch, kvceph_drain_timeout); an MP engine needs the server until its "
+        "turn), then it is removed; the MP objects (kvceph-mp.* names) are not read again and "
+        "age out through the lifecycle rule"
     )
     assert "both namespaces are live" in lines[2]
 
