@@ -396,3 +396,22 @@ def test_the_heartbeat_the_pause_is_sized_for_is_lmcaches_own(tmp_path):
     # kvceph sets no heartbeat of its own, so LMCache's default is the one engines run
     extra = render.kv_transfer_config(host())["kv_connector_extra_config"]
     assert "lmcache.mp.heartbeat_interval" not in extra
+
+
+def test_a_cache_group_asked_half_in_mp_is_refused_in_one_line():
+    # Same vLLM minor, other names: the hosts would never share a cache. During a roll the
+    # group is mixed in what runs (the plan says both namespaces are live), never in what the
+    # inventory asks.
+    from deploys.settings.inventory import check_inventory
+
+    v025 = {"vllm_version": "0.25.1", "packages": ["vllm==0.25.1"]}
+    admin = s.load(BASE, "admin", ("ceph_admin",))
+    mp = host(kvceph_engine_profile=v025)
+    plain = s.load({**BASE, "kvceph_engine_profile": v025}, "gpu2", ("gpu",))
+    with pytest.raises(SettingsError) as err:
+        check_inventory([admin, mp, plain])
+    message = str(err.value)
+    assert message.startswith("gpu2: kvceph_engine_profile.mode = 'inprocess' differs from gpu1's")
+    assert "their cache keys would differ" in message and "\n" not in message
+    both = s.load({**MP, "kvceph_engine_profile": v025}, "gpu2", ("gpu",))
+    check_inventory([admin, mp, both])
