@@ -166,16 +166,22 @@ MP_HOST = "127.0.0.1"
 MP_PORT = 5555
 MP_HTTP_PORT = 8090
 MP_HEALTH_URL = f"http://{MP_HOST}:{MP_HTTP_PORT}/healthcheck"
-# Seconds the vLLM unit's ExecStartPre waits for the server's /healthcheck.
-MP_HEALTH_WAIT_S = 300
 # Down longer than two of vLLM's heartbeats (10 s each) on every stop, so the engines notice a
 # restart and register their KV caches again (LMCache #4642: a shorter one goes unnoticed).
+# With the unit's RestartSec=5 a crashed server is away >= 30 s too (ExecStopPost runs then).
 MP_STOP_PAUSE_S = 25
+MP_RESTART_SEC = 5
+# vLLM's heartbeat (LMCache 0.5.6 ExtraConfigDefault.heartbeat_interval; kvceph sets none).
+MP_HEARTBEAT_S = 10
 # A dead engine's KV pool stays mapped by the server until it is reaped: LMCache's 120 s and
 # 3600 s (one that died before its first heartbeat) keep the restarted engine's GPU memory
 # taken (LMCache #4014, #4631); the lowest values the server accepts with margin.
 MP_REAP_TIMEOUT_S = 60
 MP_REGISTRATION_GRACE_S = 300
+# Seconds the vLLM unit's ExecStartPre waits for the server's /healthcheck and for its dead
+# workers to be dropped: the reaper scans every reap/4 s, so a worker that never pinged is gone
+# by grace + reap/4; a whole reap timeout on top for the server's own start.
+MP_HEALTH_WAIT_S = MP_REGISTRATION_GRACE_S + MP_REAP_TIMEOUT_S
 
 
 def _mp_refusal(me: HostSettings) -> None:
@@ -305,13 +311,22 @@ def mp_server_unit(me: HostSettings) -> str:
         environment=[systemd_quote(f"{k}={v}") for k, v in mp_server_environment(me)],
         exec_start=" ".join(systemd_quote(a) for a in mp_server_exec_start(me)),
         stop_pause=MP_STOP_PAUSE_S,
+        restart_sec=MP_RESTART_SEC,
         writable=writable_paths(me),
     )
 
 
+def mp_others_workers(me: HostSettings) -> int:
+    """The GPU workers the host's other engines may hold on the server while one engine is
+    down: any registration beyond them is a dead one of its own (TP x (engines - 1))."""
+    e = me.engine
+    return e.tensor_parallel_size * (len(e.engines) - 1)
+
+
 def mp_wait_line(me: HostSettings, engine: Engine | None = None) -> str:
-    """The vLLM unit's ExecStartPre: wait for the server's /healthcheck (kvceph_connector),
-    from the venv its ExecStart runs."""
+    """The vLLM unit's ExecStartPre (kvceph_connector.healthcheck, from the venv its ExecStart
+    runs): wait for the server's /healthcheck and until it holds no dead worker of this engine
+    (a crashed engine's KV pool stays mapped until reaped: LMCache #4014, #4631)."""
     e = me.engine
     venv = e.venv_link(_engine(me, engine).unit) if e.install else e.venv
     argv = [
@@ -320,6 +335,7 @@ def mp_wait_line(me: HostSettings, engine: Engine | None = None) -> str:
         connector_package.MP_HEALTHCHECK_MODULE,
         MP_HEALTH_URL,
         str(MP_HEALTH_WAIT_S),
+        str(mp_others_workers(me)),
     ]
     return " ".join(systemd_quote(a) for a in argv)
 
@@ -529,14 +545,21 @@ def unit(me: HostSettings, engine: Engine | None = None) -> str:
         home=e.service_home,
         exec_start=exec_start_line(me, one),
         # Loading a 32B model and warming up takes minutes; match the readiness budget.
-        timeout_start=e.health_timeout,
+        timeout_start=timeout_start(me),
         restart_delay=e.restart_delay,
         start_limit_burst=START_LIMIT_BURST,
-        start_limit_interval=start_limit_interval(e.health_timeout, e.restart_delay),
+        start_limit_interval=start_limit_interval(timeout_start(me), e.restart_delay),
         writable=writable_paths(me),
         mp_server=paths.MP_UNIT_NAME if e.profile.mp else None,
         exec_start_pre=mp_wait_line(me, one) if e.profile.mp else None,
     )
+
+
+def timeout_start(me: HostSettings) -> int:
+    """TimeoutStartSec: the readiness budget, in MP mode at least the ExecStartPre's whole wait
+    for the server (a kill mid-wait would count as a failed start)."""
+    e = me.engine
+    return max(e.health_timeout, MP_HEALTH_WAIT_S + 30) if e.profile.mp else e.health_timeout
 
 
 # Starts in a row that end in a crash before the unit stays failed (start-limit-hit).

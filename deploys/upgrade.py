@@ -229,3 +229,51 @@ def plan_line(upgrade: Upgrade, bucket: str = "", expiration_days: int | None = 
         f"(misses until its engines wrote each prefix once), the old objects{where} age out "
         f"through the lifecycle rule{age}"
     )
+
+
+# --- A move between in-process and MP: LMCache's server on the host (docs/design.md "MP mode") -
+
+
+def server_lines(
+    host: str,
+    unit: str,
+    desired_mode: str,
+    server_present: bool,
+    moves: list[Upgrade],
+    batch: int,
+    namespace: str = "",
+) -> list[str]:
+    """What the plan says, per host and before anything restarts, about LMCache's MP server
+    when the host moves between in-process and MP (nothing when it stays in its mode).
+
+    + host: the host's name. + unit: the server's unit (``lmcache-server.service``).
+    + desired_mode: the profile's mode. + server_present: the unit is on the host now.
+    + moves: the host's engine moves (``Upgrade``) this run makes. + batch: engines per batch.
+    + namespace: the MP engines' object-name prefix (``render.mp_prefix``), in MP mode.
+    """
+    crossing = [m for m in moves if m.running_mode != m.desired_mode]
+    roll = (
+        f"restart {batch} at a time in the run's roll, each drained first "
+        "(kvceph_restart_batch, kvceph_drain_timeout)"
+    )
+    lines = []
+    if desired_mode == "mp" and not server_present:
+        lines.append(
+            f"{host}: {unit} is written and started before any engine restarts; its engines "
+            f"then {roll}; an engine not yet restarted keeps serving in process meanwhile"
+        )
+    if desired_mode != "mp" and server_present:
+        lines.append(
+            f"{host}: {unit} stays until the host's engines are back in process (they {roll}; "
+            "an MP engine needs the server until its turn), then it is removed; the MP objects "
+            "(kvceph-mp.* names) are not read again and age out through the lifecycle rule"
+        )
+    if crossing:
+        mp_names = f" ({namespace}...)" if namespace else " (kvceph-mp.* names)"
+        lines.append(
+            f"{host}: until the cache group's last engine rolled, in-process and MP engines "
+            f"serve side by side: both namespaces are live, the in-process names and the MP "
+            f"names{mp_names}; neither side reads the other's objects, so each starts a "
+            "prompt cold the first time it sees it"
+        )
+    return lines

@@ -460,7 +460,9 @@ def removed(unit: str, files: list[str]):
 
     The deploy calls it only for units kvceph wrote that ``kvceph_engines`` no longer names,
     before any engine restarts: the devices and port it held are free when the new engines
-    start. The one destructive change made without an opt-in: the inventory asked for it.
+    start; and for LMCache's MP server once the host's engines rolled back in process (the MP
+    engines waiting for their turn use it). The one destructive change made without an
+    opt-in: the inventory asked for it.
     """
     yield StringCommand("timeout 300 systemctl disable --now", QuoteString(unit))
     yield StringCommand("rm -f", *(QuoteString(f) for f in files))

@@ -51,6 +51,8 @@ SETTINGS = (
     KeySetting("kvceph_s3_bucket", lambda h: h.s3.bucket),
     KeySetting("kvceph_s3_endpoint", lambda h: h.s3.endpoint),
     KeySetting("kvceph_engine_profile.vllm_version", lambda h: h.engine.profile.vllm_minor),
+    # In process LMCache names objects its way, its MP server another (docs/design.md "MP mode").
+    KeySetting("kvceph_engine_profile.mode", lambda h: h.engine.profile.mode),
     # Not in the key, yet they change what its KV means (quantization, dtype, PP, LoRA ...).
     KeySetting(
         "kvceph_engine_profile.extra_args (KV-affecting flags)",

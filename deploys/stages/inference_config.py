@@ -68,7 +68,10 @@ def cache_key_changes(current: dict | None, me: HostSettings) -> list[str]:
         if old is None or new is None or old == new:
             continue
         if name in cache_key.LMCACHE_EXTRA_KEYS:
-            warnings.append(namespace_change(me, group, old, new))
+            # In MP mode the server's prefix (render.mp_prefix) names the objects, not
+            # lmcache.yaml: the vLLM stage's plan says when those names change.
+            if not me.engine.profile.mp:
+                warnings.append(namespace_change(me, group, old, new))
             continue
         if name == cache_key.ENV_VARIABLE:  # the fleet's hash seed is a secret
             old, new = "(set)", "(set, differs)"

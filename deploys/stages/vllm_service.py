@@ -80,21 +80,15 @@ def apply(me: HostSettings, checked) -> None:
             )
     for engine in e.engines:
         _engine_files(me, checked, engine)
+    units = set(memo.read(host, EngineUnits))
     if e.profile.mp:
         _mp_server(me)
     # Engines the inventory no longer lists: stopped before any engine (re)starts, so the
     # devices and port they held are free (a host leaving today's single vllm.service too).
-    wanted = {engine.unit for engine in e.engines} | (
-        {paths.MP_UNIT_NAME} if e.profile.mp else set()
-    )
-    for unit in sorted(set(memo.read(host, EngineUnits)) - wanted):
-        if unit == paths.MP_UNIT_NAME:  # back in process: the engines' restarts need no server
-            service.removed(
-                name=f"Remove {unit} (the engine profile is not in MP mode)",
-                unit=unit,
-                files=[paths.MP_UNIT_PATH],
-            )
-            continue
+    # LMCache's MP server stays until the engines rolled: back in process, the MP engines
+    # still waiting for their turn run through it (removed below).
+    wanted = {engine.unit for engine in e.engines} | {paths.MP_UNIT_NAME}
+    for unit in sorted(units - wanted):
         service.removed(
             name=f"Remove engine {unit} (no longer in kvceph_engines)",
             unit=unit,
@@ -105,10 +99,18 @@ def apply(me: HostSettings, checked) -> None:
                 *([e.venv_link(unit)] if e.install else []),
             ],
         )
-    _upgrade(me, checked, shared)
     batch = engine_list.batch_size(e.restart_batch, checked.engine_count)
+    _upgrade(me, checked, shared, paths.MP_UNIT_NAME in units, batch)
     for engine in e.engines:
         _restart(me, checked, engine, shared, batch)
+    if paths.MP_UNIT_NAME in units and not e.profile.mp:
+        # After the roll: a failed restart stops the host before this, and the MP engines
+        # left keep their server.
+        service.removed(
+            name=f"Remove {paths.MP_UNIT_NAME} (the engines rolled back in process)",
+            unit=paths.MP_UNIT_NAME,
+            files=[paths.MP_UNIT_PATH],
+        )
     if e.install:
         # After the host's roll (a failed restart stops the host before this): one venv
         # besides the profile's stays for a rollback.
@@ -155,15 +157,29 @@ def _running_packages(e, engine: Engine) -> dict[str, str]:
     return {}
 
 
-def _upgrade(me: HostSettings, checked, shared: dict[str, str]) -> None:
+def _upgrade(me: HostSettings, checked, shared: dict[str, str], server: bool, batch: int):
     """Say, before anything restarts, whether the new versions keep the group's object keys.
     Either way the engines roll in their batches: a new key scheme hashes with its own seed
-    (preflight, deploys/upgrade.py ``group_seed``), so old and new names cannot collide."""
-    for engine, move in upgrades(me, checked, shared):
+    (preflight, deploys/upgrade.py ``group_seed``), so old and new names cannot collide.
+    A move between in-process and MP also says what happens to LMCache's server on the host
+    (``server``: its unit is there now) and that both namespaces are live during the roll."""
+    moves = upgrades(me, checked, shared)
+    for engine, move in moves:
         line = upgrade.plan_line(move, me.s3.bucket, me.s3.expiration_days)
         (logger.info if move.keeps_keys else logger.warning)(
             "kvceph: %s %s: %s", me.host, engine.unit, line
         )
+    e = me.engine
+    for line in upgrade.server_lines(
+        me.host,
+        paths.MP_UNIT_NAME,
+        e.profile.mode,
+        server,
+        [move for _, move in moves],
+        batch,
+        render.mp_prefix(me) if e.profile.mp else "",
+    ):
+        logger.warning("kvceph: %s", line)
 
 
 def shared_files_desired(me: HostSettings, checked) -> dict[str, str]:

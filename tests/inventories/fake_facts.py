@@ -81,6 +81,14 @@ LAB_PROFILE = {
     "extra_args": ["--vllm-version", _LAB_PROFILE["vllm_version"]],
 }
 
+# The lab profile in LMCache's MP mode on vLLM 0.34 (issue 51): what a fleet rolls to and from.
+MP_LAB_PROFILE = {
+    **LAB_PROFILE,
+    "mode": "mp",
+    "vllm_version": "0.34.0",
+    "extra_args": ["--vllm-version", "0.34.0"],
+}
+
 # Settings like group_data/lab.py, as host data (host data outranks the repo's group_data,
 # which pyinfra also loads when run from the repo root). Wildcard DNS off: /etc/hosts entry.
 COMMON = {
@@ -203,6 +211,11 @@ class Layout:
     # Hosts whose engine was written and started with vLLM 0.26.0 on the fleet's seed: the
     # profile's 0.33 is another key scheme (deploys/upgrade.py).
     old_scheme: tuple[str, ...] = ()
+    # Hosts the inventory puts in MP mode (MP_LAB_PROFILE, kvceph's connector), and hosts whose
+    # engines were written and started in MP mode (their lmcache-server.service too): one
+    # without the other is a roll between in-process and MP, either way.
+    mp: tuple[str, ...] = ()
+    ran_mp: tuple[str, ...] = ()
 
     @property
     def groups(self) -> dict[str, list[str]]:
@@ -229,7 +242,25 @@ class Layout:
         for group in FAKE_GROUP_KEYS:
             if host in GROUPS.get(group, ()):
                 data["kvceph_cache_group"] = group
+        if host in self.mp:
+            data["kvceph_engine_profile"] = MP_LAB_PROFILE
+            data["kvceph_lmcache_connector"] = "kvceph"
+        elif self.mp and host not in GROUPS["gpu"] + GROUPS["gaudi"]:
+            # Read on inference hosts only: the placement check refuses a value none of them has.
+            data.pop("kvceph_engine_profile")
         return data
+
+    def running_settings(self, host: str) -> settings.HostSettings:
+        """The settings the host's engines were written and started with (``ran_mp``: MP)."""
+        data = self.merged_data(host)
+        if host in self.ran_mp:
+            data["kvceph_engine_profile"] = MP_LAB_PROFILE
+            data["kvceph_lmcache_connector"] = "kvceph"
+        elif host in self.mp:
+            data["kvceph_engine_profile"] = {**COMMON, **PER_HOST.get(host, {})}[
+                "kvceph_engine_profile"
+            ]
+        return settings.load(data, host, self.host_groups(host))
 
     def merged_data(self, host: str) -> dict:
         """What pyinfra merges: all.py, each group's file in the host's group order, host data."""
@@ -573,6 +604,8 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
     creds = credentials().engine(me.engine.cache_group)
     if me.host in layout.old_scheme:
         me = _on_vllm(me, "0.26.0")
+    if (me.host in layout.mp) != (me.host in layout.ran_mp):
+        me = layout.running_settings(me.host)
     e = me.engine
     user = e.service_user
     r: dict = {
@@ -600,7 +633,11 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
             *ACCELERATOR_TOOL[e.accelerator],
         ],
         # engine.EngineUnits: today's single engine where the host is converged.
-        "for f in /etc/systemd/system/vllm.service": ["vllm.service"] if converged else [],
+        "for f in /etc/systemd/system/vllm.service": (
+            (["lmcache-server.service"] if me.engine.profile.mp else []) + ["vllm.service"]
+            if converged
+            else []
+        ),
     }
     # engine.ServiceAccount: the service user and its group, where the host is converged.
     account = ["group=no"]
@@ -754,6 +791,9 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         )
         r.update(_directory(paths.SCRIPT_DIR, "root", "root", "0755"))
         r.update(_file(paths.GUARD_PATH, engine_files[paths.GUARD_PATH], "root", "root", "0644"))
+        if e.profile.mp:
+            server = render.mp_server_unit(me)
+            r.update(_file(paths.MP_UNIT_PATH, server, "root", "root", "0644"))
     return r
 
 

@@ -156,7 +156,8 @@ def test_vllm_unit_uses_the_mp_connector_after_the_server():
         "-m",
         "kvceph_connector.healthcheck",
         "http://127.0.0.1:8090/healthcheck",
-        "300",
+        "360",
+        "0",  # the host's only engine: while it is down, any registration is a dead one of its
     ]
     assert wait[0].rsplit("/bin/", 1)[0] == argv[0].rsplit("/bin/", 1)[0]  # ExecStart's venv
     # the server reads no lmcache.yaml: nothing points the engine at one
@@ -220,6 +221,53 @@ def test_in_process_034_stays_refused_for_the_kv_defect():
             "gpu1",
             ("gpu",),
         )
+
+
+# --- Recovery without an operator (issue 51 item 1) ---------------------------------------------
+
+
+def _directive(unit_text: str, name: str) -> str:
+    return next(x for x in unit_text.splitlines() if x.startswith(f"{name}=")).split("=", 1)[1]
+
+
+def test_a_crashed_engine_waits_until_the_server_dropped_its_dead_workers():
+    # LMCache's reaper scans every reap/4 s: a worker that never pinged (died in warm-up) is
+    # gone by grace + reap/4; the wait covers that, and the start timeout covers the wait.
+    me = host()
+    unit = render.unit(me)
+    wait_s = float(argv_of(unit, "ExecStartPre")[4])
+    assert wait_s >= render.MP_REGISTRATION_GRACE_S + render.MP_REAP_TIMEOUT_S / 4
+    assert int(_directive(unit, "TimeoutStartSec")) > wait_s
+    assert _directive(unit, "Restart") == "always"
+    # an in-process engine keeps its own budget
+    plain = s.load({**BASE, "kvceph_health_timeout": 60}, "gpu1", ("gpu",))
+    assert _directive(render.unit(plain), "TimeoutStartSec") == "60"
+    short = host(kvceph_health_timeout=60)
+    assert int(_directive(render.unit(short), "TimeoutStartSec")) > wait_s
+
+
+def test_with_two_engines_each_allows_the_others_workers():
+    engines = [
+        {"name": "a", "devices": [0, 1], "port": 8000},
+        {"name": "b", "devices": [2, 3], "port": 8001},
+    ]
+    me = host(kvceph_engines=engines, kvceph_accelerator_count=4)
+    for one in me.engine.engines:
+        assert argv_of(render.unit(me, one), "ExecStartPre")[-1] == "2"  # TP 2 x 1 other
+
+
+def test_a_restarted_server_is_away_long_enough_for_every_engine_to_notice():
+    # LMCache #4642: a restart shorter than a heartbeat is never noticed, so the engines do
+    # not register again. ExecStopPost runs after a crash as well as a stop.
+    unit = render.mp_server_unit(host())
+    pause = float(argv_of(unit, "ExecStopPost")[1])
+    away = pause + float(_directive(unit, "RestartSec"))
+    assert away > 2 * render.MP_HEARTBEAT_S
+    # ... and within systemd's stop budget, which ExecStopPost runs under
+    assert pause < float(_directive(unit, "TimeoutStopSec"))
+    # the engines are not bound to it: a server crash does not take them down
+    engine = render.unit(host()).splitlines()
+    assert not any(x.startswith(("BindsTo=", "PartOf=", "Requires=")) for x in engine)
 
 
 # --- systemd-analyze verify ---------------------------------------------------------------------
@@ -339,3 +387,47 @@ def test_lmcache_server_parses_the_rendered_command_line(tmp_path):
         "endpoint": me.s3.remote_url.removeprefix("s3://"),
         "crc": me.lmcache.tier.verify_crc32c,
     }
+
+
+_DEFAULTS = r"""
+import ast, json, pathlib, lmcache
+src = pathlib.Path(lmcache.__file__).parent / "integration/vllm/vllm_multi_process_adapter.py"
+cls = next(n for n in ast.walk(ast.parse(src.read_text()))
+           if isinstance(n, ast.ClassDef) and n.name == "ExtraConfigDefault")
+print(json.dumps({t.id: ast.literal_eval(n.value) for n in cls.body if isinstance(n, ast.Assign)
+                  for t in n.targets if isinstance(t, ast.Name)}))
+"""
+
+
+def test_the_heartbeat_the_pause_is_sized_for_is_lmcaches_own(tmp_path):
+    python = _connector_python()
+    if python is None:
+        pytest.skip("no connector venv (make connector-venv)")
+    done = subprocess.run(
+        [python, "-c", _DEFAULTS], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    defaults = json.loads(done.stdout)
+    assert defaults["heartbeat_interval"] == render.MP_HEARTBEAT_S
+    # kvceph sets no heartbeat of its own, so LMCache's default is the one engines run
+    extra = render.kv_transfer_config(host())["kv_connector_extra_config"]
+    assert "lmcache.mp.heartbeat_interval" not in extra
+
+
+def test_a_cache_group_asked_half_in_mp_is_refused_in_one_line():
+    # Same vLLM minor, other names: the hosts would never share a cache. During a roll the
+    # group is mixed in what runs (the plan says both namespaces are live), never in what the
+    # inventory asks.
+    from deploys.settings.inventory import check_inventory
+
+    v025 = {"vllm_version": "0.25.1", "packages": ["vllm==0.25.1"]}
+    admin = s.load(BASE, "admin", ("ceph_admin",))
+    mp = host(kvceph_engine_profile=v025)
+    plain = s.load({**BASE, "kvceph_engine_profile": v025}, "gpu2", ("gpu",))
+    with pytest.raises(SettingsError) as err:
+        check_inventory([admin, mp, plain])
+    message = str(err.value)
+    assert message.startswith("gpu2: kvceph_engine_profile.mode = 'inprocess' differs from gpu1's")
+    assert "their cache keys would differ" in message and "\n" not in message
+    both = s.load({**MP, "kvceph_engine_profile": v025}, "gpu2", ("gpu",))
+    check_inventory([admin, mp, both])

@@ -564,3 +564,96 @@ def test_moving_to_mp_says_the_group_starts_cold_even_on_the_same_vllm(plan, cap
     with caplog.at_level("INFO"):
         plan(vllm_service, me, {**facts, **_running(env["KVCEPH_ENGINE_VERSIONS"])}, CHECKED)
     assert "in-process -> MP" not in caplog.text
+
+
+# --- The roll between in-process and MP (issue 51 item 2) --------------------------------------
+
+IN_PROCESS_0251 = "vllm=0.25.1 lmcache=0.5.6"
+
+
+def _plan_lines(caplog) -> list[str]:
+    said = [r.getMessage() for r in caplog.records]
+    return [x for x in said if x.startswith("kvceph: ") and "accelerator check" not in x]
+
+
+def test_the_roll_to_mp_writes_the_server_first_and_says_both_namespaces_are_live(plan, caplog):
+    me = mp_host()
+    facts = {**_running(IN_PROCESS_0251), "EngineUnits": ["vllm.service"]}
+    with caplog.at_level("INFO"):
+        calls = roll_ops(plan(vllm_service, me, facts, CHECKED))
+    order = names(calls)
+    assert order.index("systemd.service") < order.index("service.rolling_restart")
+    assert "service.removed" not in order
+    roll = next(kw for n, kw in calls if n == "service.rolling_restart")
+    assert roll["batch"] == 1 and roll["drain_timeout"] == me.engine.drain_timeout
+    assert _plan_lines(caplog) == [
+        "kvceph: gpu1 vllm.service: vLLM 0.25.1 -> 0.34.0, LMCache 0.5.6, in-process -> MP: "
+        "the object names change (LMCache's MP server names objects <prefix><model>@<kv_rank>"
+        "@<group>@<blake3 hash>, in-process engines <model>@<world size>@<worker>@<hash>@"
+        "<dtype>, and kvceph's MP prefix carries the vLLM minor): the group rolls in its "
+        "batches; the new engines start with an empty tier, the old objects in bucket lmcache "
+        "age out through the lifecycle rule (7 days)",
+        "kvceph: gpu1: lmcache-server.service is written and started before any engine "
+        "restarts; its engines then restart 1 at a time in the run's roll, each drained first "
+        "(kvceph_restart_batch, kvceph_drain_timeout); an engine not yet restarted keeps "
+        "serving in process meanwhile",
+        "kvceph: gpu1: until the cache group's last engine rolled, in-process and MP engines "
+        "serve side by side: both namespaces are live, the in-process names and the MP names "
+        "(kvceph-mp.vllm0.34.bfloat16@...); neither side reads the other's objects, so each "
+        "starts a prompt cold the first time it sees it",
+    ]
+
+
+def test_the_rollback_removes_the_server_after_the_engines_rolled_and_says_so(plan, caplog):
+    me = s.load(
+        {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_accelerator_check": False}, "gpu1", ("gpu",)
+    )
+    units = [paths.MP_UNIT_NAME, "vllm.service"]
+    facts = {**_running("vllm=0.34.0 lmcache=0.5.6 mode=mp"), "EngineUnits": units}
+    with caplog.at_level("INFO"):
+        calls = roll_ops(plan(vllm_service, me, facts, CHECKED))
+    order = names(calls)
+    removed = order.index("service.removed")
+    assert order.index("service.rolling_restart") < removed == len(order) - 1
+    assert calls[removed][1]["unit"] == paths.MP_UNIT_NAME
+    assert calls[removed][1]["files"] == [paths.MP_UNIT_PATH]
+    assert not any(kw.get("path") == paths.MP_UNIT_PATH for _, kw in calls)  # not rewritten
+    lines = _plan_lines(caplog)
+    assert (
+        "vLLM 0.34.0 -> 0.25.1, LMCache 0.5.6, MP -> in-process: the object names change"
+        in (lines[0])
+    )
+    assert lines[1] == (
+        "kvceph: gpu1: lmcache-server.service stays until the host's engines are back in "
+        "process (they restart 1 at a time in the run's roll, each drained first "
+        "(kvceph_restart_batch, kvceph_drain_timeout); an MP engine needs the server until its "
+        "turn), then it is removed; the MP objects (kvceph-mp.* names) are not read again and "
+        "age out through the lifecycle rule"
+    )
+    assert "both namespaces are live" in lines[2]
+
+
+def test_two_engines_roll_to_mp_one_batch_at_a_time_after_one_server(plan, caplog):
+    me = mp_host(**TWO_ENGINES)
+    units = ["vllm-engine-a.service", "vllm-engine-b.service"]
+    facts = {**_running(IN_PROCESS_0251), "EngineUnits": units}
+    with caplog.at_level("INFO"):
+        calls = roll_ops(plan(vllm_service, me, facts, CHECKED))
+    order = names(calls)
+    starts = [i for i, n in enumerate(order) if n == "systemd.service"]
+    rolls = [i for i, n in enumerate(order) if n == "service.rolling_restart"]
+    assert len(starts) == 1 and len(rolls) == 2 and starts[0] < rolls[0]
+    assert {calls[i][1]["batch"] for i in rolls} == {2}  # 67% of the run's 3 engines
+    lines = _plan_lines(caplog)
+    assert sum("in-process -> MP" in x for x in lines) == 2  # one per engine
+    assert sum("is written and started before any engine restarts" in x for x in lines) == 1
+
+
+def test_a_converged_mp_host_says_nothing_of_a_roll(plan, caplog):
+    me = mp_host()
+    env = dict(render.environment(me))["KVCEPH_ENGINE_VERSIONS"]
+    facts = {**_running(env), "EngineUnits": [paths.MP_UNIT_NAME, "vllm.service"]}
+    with caplog.at_level("INFO"):
+        calls = roll_ops(plan(vllm_service, me, facts, CHECKED))
+    assert _plan_lines(caplog) == []
+    assert "service.removed" not in names(calls)

@@ -1,0 +1,14 @@
+# The whole deploy against pyinfra's @fake connector: a converged cluster whose gpu cache group
+# runs in LMCache's MP mode on vLLM 0.34 while the inventory puts it back in process (issue 51):
+# the rollback (the engines in their batches, then lmcache-server.service removed).
+#   pyinfra --dry tests/inventories/fake_mp_rollback.py deploy.py
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fake_facts  # noqa: E402
+
+_GPU = ("@fake/gpu1", "@fake/gpu2")
+_LAYOUT = fake_facts.Layout("fake_mp_rollback", converged=True, kvceph_connector=_GPU, ran_mp=_GPU)
+_groups = fake_facts.groups(_LAYOUT)
+globals().update(_groups)  # ceph_admin, rgw, gpu, gaudi
