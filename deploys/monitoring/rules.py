@@ -3,7 +3,7 @@
 Recording rules carry figures' definitions per cache group (``promql.py``); the prefill curve
 of each group (``deploys/status/savings.prefill_curve``, the one status.py reads) and its KV
 bytes per token enter as constants. Every alert has a ``promtool test rules`` case
-(tests/unit/test_monitoring_rules.py).
+(tests/unit/test_monitoring.py).
 """
 
 from __future__ import annotations
@@ -160,8 +160,8 @@ def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = ENGINE_DOWN_
             engine_down_for,
             "critical",
             "engine {{ $labels.engine }} on {{ $labels.host }} does not answer /metrics",
-            "systemctl status / journalctl -u the engine's unit on the host (its unit "
-            "restarts it always: a unit that stays down failed to start or was stopped)",
+            "systemctl status / journalctl -u the engine's unit on the host (Restart=always: "
+            "a unit that stays down fails its load, hit systemd's start limit or was stopped)",
         ),
         _alert(
             "KvcephEngineRestarting",
