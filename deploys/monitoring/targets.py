@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from deploys import engine_address
 from deploys.monitoring.rules import CEPH_JOB, ENGINES_JOB, HAPROXY_JOB, ROUTER_JOB
 from deploys.settings import HostSettings
 from deploys.settings.inventory import group_key
@@ -73,10 +74,12 @@ def router_targets(hosts: Iterable[tuple[HostSettings, str]]) -> list[dict]:
     """
     out = []
     for me, address in sorted(hosts, key=lambda h: h[0].host):
+        # the metrics listen where the route does: a named bind address, else every address
+        reach = engine_address.remote(me.router.bind) or address
         for port in sorted({p for _, p in me.router.ports} or {me.router.port}):
             out.append(
                 {
-                    "targets": [hostport(address, metrics_port(port))],
+                    "targets": [hostport(reach, metrics_port(port))],
                     "labels": {"host": me.host, "route": str(port)},
                 }
             )

@@ -649,6 +649,8 @@ def test_router_targets_one_per_route_on_its_metrics_port_and_every_job_scraped(
     many = settings.load(
         {**data, "kvceph_router_ports": {"a": 8200, "b": 8100}}, "r2", ("router", "lab")
     )
+    bound = settings.load({**data, "kvceph_router_bind": "10.9.0.3"}, "r3", ("router", "lab"))
+    assert targets.router_targets([(bound, "10.0.0.3")])[0]["targets"] == ["10.9.0.3:9100"]
     assert targets.router_targets([(many, "10.0.0.2"), (me, "10.0.0.1")]) == [
         {"targets": ["10.0.0.1:9100"], "labels": {"host": "ceph1", "route": "8100"}},
         {"targets": ["10.0.0.2:9100"], "labels": {"host": "r2", "route": "8100"}},
