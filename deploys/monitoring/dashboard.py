@@ -1,11 +1,12 @@
 """The Grafana dashboard (JSON model, schemaVersion 39) over the rules' recorded figures.
 
 Panels read the recording rules (``rules.py``) where a figure is kvceph's (hit ratio per tier,
-saved GPU time, KV bytes loaded), vLLM's TTFT histogram, the Ceph mgr exporter's pool figures
-and status.py's bucket figures (``status_metrics``). vLLM does not label a request cold or
-warm, so the TTFT panel shows every request's p50/p99 beside the cold estimate (the prefill
-curve at the mean prompt): warm requests are the ones under it. The datasource is a variable,
-so the file imports into any Grafana.
+saved GPU time, KV bytes loaded, LMCache's tokens per tier and S3 bytes), vLLM's TTFT
+histogram, the Ceph mgr exporter's pool figures and status.py's bucket figures
+(``status_metrics``). vLLM does not label a request cold or warm, so the TTFT panel shows every
+request's p50/p99 beside the cold estimate (the prefill curve at the mean prompt): warm
+requests are the ones under it. The datasource is a variable, so the file imports into any
+Grafana.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def dashboard(data_pool: str) -> dict:
         ),
         _panel(
             3,
-            "KV loaded from the remote tier",
+            "KV loaded from LMCache (DRAM and S3, every TP worker)",
             "Bps",
             [("kvceph:kv_bytes_loaded:rate5m", "{{cache_group}}")],
             0,
@@ -102,6 +103,25 @@ def dashboard(data_pool: str) -> dict:
             ],
             0,
             24,
+        ),
+        _panel(
+            8,
+            "LMCache tokens hit per tier (LMCache's counters)",
+            "short",
+            [("kvceph:lmcache_tier_tokens:rate5m", "{{cache_group}} {{tier}}")],
+            12,
+            24,
+        ),
+        _panel(
+            9,
+            "S3 traffic of LMCache's remote connector",
+            "Bps",
+            [
+                ("kvceph:s3_read_bytes:rate5m", "{{cache_group}} read"),
+                ("kvceph:s3_write_bytes:rate5m", "{{cache_group}} written"),
+            ],
+            0,
+            32,
         ),
         _panel(
             6,

@@ -27,7 +27,10 @@ def group_figures(hosts: Mapping[str, HostSettings]) -> list[rules.GroupFigures]
         name = targets.cache_group(me)
         if name not in seen:
             curve, _, _ = savings.prefill_curve(me)
-            seen[name] = rules.GroupFigures(name, curve.a, curve.b, me.lmcache.kv_bytes_per_token)
+            per_worker = me.lmcache.kv_bytes_per_token
+            # the settings' figure is one TP worker's; a loaded token moves every worker's
+            whole = per_worker * me.engine.tensor_parallel_size if per_worker else None
+            seen[name] = rules.GroupFigures(name, curve.a, curve.b, whole)
     return list(seen.values())
 
 
@@ -61,14 +64,18 @@ def rendered(
     addresses: Mapping[str, str],
     options: targets.ScrapeOptions,
     ceph_exporters: tuple[str, ...] = (),
-    engine_down_for: str = "1m",
+    engine_down_for: str = rules.ENGINE_DOWN_FOR,
+    haproxy_exporters: tuple[str, ...] = (),
 ) -> dict[str, str]:
     """{path under the Prometheus directory: text}; the API key file is not among them.
 
     + hosts: every host's settings; + addresses: host name -> the address Prometheus uses
     + ceph_exporters: host:port of the mgr exporters (empty: the Ceph admin host's :9283)
+    + engine_down_for: KvcephEngineDown's ``for``
+    + haproxy_exporters: host:port of haproxy's Prometheus endpoints (empty: none scraped)
     """
     inference = [(h, addresses[h.host]) for h in hosts.values() if h.is_inference]
+    routers = [(h, addresses[h.host]) for h in hosts.values() if h.router and h.host in addresses]
     if not ceph_exporters:
         admin = [h.host for h in hosts.values() if h.is_ceph_admin]
         ceph_exporters = tuple(
@@ -77,6 +84,8 @@ def rendered(
     return {
         targets.ENGINES_FILE: _json(targets.engine_targets(inference)),
         targets.CEPH_FILE: _json(targets.ceph_targets(ceph_exporters)),
+        targets.ROUTER_FILE: _json(targets.router_targets(routers)),
+        targets.HAPROXY_FILE: _json(targets.haproxy_targets(haproxy_exporters)),
         "rules/kvceph-figures.yml": _yaml(
             {"groups": [rules.recording_rules(group_figures(hosts))]}
         ),

@@ -25,6 +25,14 @@ TTFT = "vllm:time_to_first_token_seconds"
 # The process start every vLLM /metrics carries: prometheus_client's _created of a counter.
 STARTED = f"{counters.PROMPT_TOKENS}_created"
 
+# LMCache 0.5.6's own counters (lmcache/observability.py), one series per TP worker, in vLLM's
+# /metrics through prometheus_client's multiprocess directory.
+LMCACHE_HIT_TOKENS = "lmcache:num_hit_tokens_total"  # any tier: DRAM and S3
+LMCACHE_STORED = "lmcache:num_stored_tokens_total"
+LMCACHE_REMOTE_WRITES = "lmcache:num_remote_write_requests_total"  # PUTs that succeeded
+REMOTE_READ_BYTES = "lmcache:num_remote_read_bytes_total"
+REMOTE_WRITE_BYTES = "lmcache:num_remote_write_bytes_total"
+
 ENGINE = "instance, host, engine, cache_group"  # one engine's series
 GROUP = "cache_group"
 
@@ -46,6 +54,12 @@ def gpu_hit_ratio(window: str, by: str) -> str:
 def reused(window: str, by: str) -> str:
     """figures.reused_tokens: the by-source counter where the engine has it, else its hits."""
     return f"({rate(LOADED, window, by)} or {rate(HITS, window, by)})"
+
+
+def lmcache_hit_tokens(window: str) -> str:
+    """LMCache's hit tokens per cache group: one worker's count per engine (every TP worker
+    counts the same tokens)."""
+    return f"sum by ({GROUP}) (max by ({ENGINE}) (rate({LMCACHE_HIT_TOKENS}[{window}])))"
 
 
 def mean_prompt(window: str, by: str) -> str:

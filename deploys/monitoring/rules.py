@@ -3,7 +3,7 @@
 Recording rules carry figures' definitions per cache group (``promql.py``); the prefill curve
 of each group (``deploys/status/savings.prefill_curve``, the one status.py reads) and its KV
 bytes per token enter as constants. Every alert has a ``promtool test rules`` case
-(tests/unit/test_monitoring_rules.py).
+(tests/unit/test_monitoring.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,14 @@ from deploys.monitoring.promql import ENGINE, GROUP
 
 ENGINES_JOB = "kvceph-engines"
 CEPH_JOB = "kvceph-ceph-mgr"
+ROUTER_JOB = "kvceph-router"
+HAPROXY_JOB = "kvceph-haproxy"
+# Engines take 75-252 s to load (issue 52, measured first starts): a drained restart of a
+# deploy's roll is down that long and must not page (kvceph_alert_engine_down_for).
+ENGINE_DOWN_FOR = "5m"
+# Every mgr answers /metrics; only the active one carries the cluster's figures (a standby
+# answers an empty 200), so "no Ceph metrics" is this series missing, not a target down.
+CEPH_HEALTH = "ceph_health_status"
 # A collapse is judged against the mean of these hours, ending this long ago (the collapse
 # itself must not pull its own baseline down).
 BASELINE = "6h"
@@ -25,14 +33,20 @@ COLLAPSE_FACTOR = 0.5  # below half its recent level
 COLLAPSE_MIN_LEVEL = 0.1  # a group that hardly hit cannot collapse
 QUOTA_LEVELS = {"warning": 0.80, "critical": 0.95}
 # A deploy's roll restarts an engine once, verify.py twice (warm, fallback): a deploy and two
-# verify runs in an hour are 5 starts, so a loop is 6 or more.
+# verify runs in an hour are 5 starts, so a loop is 6 or more. A loop that never reaches
+# /metrics has no start time to count: its target's up flips instead (2 changes a restart).
 RESTARTS_PER_HOUR = 6
+# S3 down with the DRAM tier on: hits go on, from DRAM; what stops is LMCache's remote writes
+# (counted only once a PUT succeeded: InstrumentedRemoteConnector) while it still stores.
+STORED = promql.LMCACHE_STORED
+REMOTE_WRITES = promql.LMCACHE_REMOTE_WRITES
 
 
 @dataclass(frozen=True)
 class GroupFigures:
     """One cache group's constants: its name (the targets' ``cache_group`` label), the
-    prefill curve ``a n + b n^2`` (seconds) and the KV bytes per token, when known."""
+    prefill curve ``a n + b n^2`` (seconds) and the KV bytes per token of the whole model
+    (every TP worker's share together: what a loaded token moves), when known."""
 
     name: str
     a: float
@@ -83,6 +97,28 @@ def recording_rules(groups: Iterable[GroupFigures]) -> dict:
             "record": "kvceph:kv_bytes_loaded:rate5m",
             "expr": f"{promql.rate(promql.LOADED, '5m', GROUP)} * kvceph:kv_bytes_per_token",
         },
+        # LMCache's per-tier counters: its hit tokens (any tier; each TP worker counts the same
+        # tokens, so one worker's), the bytes its remote connector moved (every worker's).
+        {"record": "kvceph:lmcache_hit_tokens:rate5m", "expr": promql.lmcache_hit_tokens("5m")},
+        {
+            "record": "kvceph:s3_read_bytes:rate5m",
+            "expr": promql.rate(promql.REMOTE_READ_BYTES, "5m", GROUP),
+        },
+        {
+            "record": "kvceph:s3_write_bytes:rate5m",
+            "expr": promql.rate(promql.REMOTE_WRITE_BYTES, "5m", GROUP),
+        },
+        {
+            "record": "kvceph:lmcache_tier_tokens:rate5m",
+            "expr": "kvceph:s3_read_bytes:rate5m / on (cache_group) kvceph:kv_bytes_per_token",
+            "labels": {"tier": "s3"},
+        },
+        {
+            "record": "kvceph:lmcache_tier_tokens:rate5m",
+            "expr": "clamp_min(kvceph:lmcache_hit_tokens:rate5m - on (cache_group)"
+            " (kvceph:s3_read_bytes:rate5m / on (cache_group) kvceph:kv_bytes_per_token), 0)",
+            "labels": {"tier": "dram"},
+        },
         # figures.ttft_vs_cold: TTFT spent over (computed + reused) x seconds per token
         {
             "record": "kvceph:ttft_vs_cold:rate30m",
@@ -108,12 +144,13 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, fix: st
     return rule
 
 
-def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = "1m") -> dict:
+def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = ENGINE_DOWN_FOR) -> dict:
     """The ``kvceph-alerts`` group.
 
     + rgw: (cephadm's RGW service id, the daemons it should run); None: no RGW count alert
       (RGW run outside cephadm: kvceph does not know its daemons)
-    + engine_down_for: how long a target is down before "engine down" fires
+    + engine_down_for: how long a target is down before "engine down" fires (longer than an
+      engine's load, so a drained restart does not page; a loop pages as KvcephEngineRestarting)
     """
     collapse_base = f"avg_over_time(kvceph:hit_ratio:rate15m[{BASELINE}] offset {BASELINE_END})"
     rules = [
@@ -123,17 +160,30 @@ def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = "1m") -> dic
             engine_down_for,
             "critical",
             "engine {{ $labels.engine }} on {{ $labels.host }} does not answer /metrics",
-            "systemctl status / journalctl -u the engine's unit on the host; vLLM exits 0 "
-            "after an engine-core death, which Restart=on-failure does not restart",
+            "systemctl status / journalctl -u the engine's unit on the host (Restart=always: "
+            "a unit that stays down fails its load, hit systemd's start limit or was stopped)",
         ),
         _alert(
             "KvcephEngineRestarting",
-            f"changes({promql.STARTED}[1h]) >= {RESTARTS_PER_HOUR}",
+            f"max by ({ENGINE}) (changes({promql.STARTED}[1h])) >= {RESTARTS_PER_HOUR}"
+            f' or max by ({ENGINE}) (changes(up{{job="{ENGINES_JOB}"}}[1h]))'
+            f" >= {2 * RESTARTS_PER_HOUR}",
             "0m",
-            "warning",
-            "engine {{ $labels.engine }} on {{ $labels.host }} started "
-            f"{RESTARTS_PER_HOUR} times or more in an hour",
+            "critical",
+            "engine {{ $labels.engine }} on {{ $labels.host }} restarted "
+            f"{RESTARTS_PER_HOUR} times or more in an hour (a crash loop)",
             "journalctl -u the engine's unit: it dies and systemd restarts it",
+        ),
+        _alert(
+            "KvcephS3Down",
+            f"{promql.rate(STORED, '10m', ENGINE)} > 0"
+            f" unless on (instance) {promql.rate(REMOTE_WRITES, '10m', ENGINE)} > 0",
+            "10m",
+            "critical",
+            "engine {{ $labels.engine }} on {{ $labels.host }} stores KV but none reaches S3: "
+            "the remote tier is down (DRAM hits hide it from the hit alerts)",
+            "the engine's journal (LMCache's S3 errors), probe.py for the S3 path, "
+            "ceph orch ps --daemon_type rgw",
         ),
         _alert(
             "KvcephRemoteTierFailing",
@@ -188,6 +238,36 @@ def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = "1m") -> dic
             "alerts are blind",
             "ceph mgr module enable prometheus; ceph mgr services",
         ),
+        _alert(
+            "KvcephCephMetricsMissing",
+            f'absent({CEPH_HEALTH}{{job="{CEPH_JOB}"}})',
+            "5m",
+            "critical",
+            "no Ceph mgr exporter reports the cluster (no target, or only standby mgrs): "
+            "every Ceph and RGW alert is blind",
+            "ceph mgr services (the active mgr's URL); list every mgr host in "
+            "kvceph_ceph_mgr_exporters",
+        ),
+        _alert(
+            "KvcephRouterDown",
+            f'up{{job="{ROUTER_JOB}"}} == 0',
+            "2m",
+            "critical",
+            "router {{ $labels.route }} on {{ $labels.host }} does not answer /metrics",
+            "systemctl status kvceph-router@{{ $labels.route }} on the host; docs/router.md "
+            "(the engines' own ports are the fallback)",
+        ),
+        _alert(
+            "KvcephHaproxyBackendDown",
+            f'up{{job="{HAPROXY_JOB}"}} == 0 or haproxy_backend_active_servers'
+            f'{{job="{HAPROXY_JOB}"}} == 0',
+            "2m",
+            "critical",
+            "haproxy {{ $labels.instance }} does not answer, or its backend "
+            "{{ $labels.proxy }} has no server up",
+            "systemctl status haproxy; echo 'show servers state' | socat stdio "
+            "/run/haproxy/admin.sock",
+        ),
     ]
     used, quota = status_metrics.USED, status_metrics.QUOTA
     for severity, level in QUOTA_LEVELS.items():
@@ -207,11 +287,14 @@ def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = "1m") -> dic
     rules.append(
         _alert(
             "KvcephStatusStale",
-            f"time() - {status_metrics.READ_AT} > 3 * 3600",
-            "0m",
+            # absent_over_time: the timer was never installed (no series to age); for: the
+            # first textfile scrape of a new Prometheus
+            f"time() - {status_metrics.READ_AT} > 3 * 3600"
+            f" or absent_over_time({status_metrics.READ_AT}[3h])",
+            "10m",
             "warning",
-            "status.py has not read bucket {{ $labels.bucket }} for 3 hours: the quota alerts "
-            "are blind",
+            "status.py's bucket figures ({{ $labels.bucket }}) are 3 hours old or missing: the "
+            "quota alerts are blind",
             "the timer that runs status.py with --data kvceph_status_metrics=...",
         )
     )
@@ -219,10 +302,13 @@ def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = "1m") -> dic
         service_id, daemons = rgw
         # cephadm names its daemons rgw.<service_id>.<host>.<suffix>; other RGWs are not ours
         ours = f'ceph_rgw_metadata{{ceph_daemon=~"rgw\\\\.{re.escape(service_id)}\\\\..+"}}'
+        # or vector(0): every daemon gone leaves no series to count; the cluster's health
+        # series says the exporter is the active mgr's (else KvcephCephMetricsMissing fires)
         rules.append(
             _alert(
                 "KvcephRgwDaemonDown",
-                f"count({ours}) < {daemons}",
+                f"(count({ours}) or vector(0)) < {daemons}"
+                f' and on () count({CEPH_HEALTH}{{job="{CEPH_JOB}"}}) > 0',
                 "2m",
                 "critical",
                 f"fewer than {daemons} daemons of RGW service rgw.{service_id} report to the "

@@ -11,12 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from deploys.monitoring.rules import CEPH_JOB, ENGINES_JOB
+from deploys import engine_address
+from deploys.monitoring.rules import CEPH_JOB, ENGINES_JOB, HAPROXY_JOB, ROUTER_JOB
 from deploys.settings import HostSettings
 from deploys.settings.inventory import group_key
+from deploys.settings.router import metrics_port
 
 ENGINES_FILE = "engines.json"
 CEPH_FILE = "ceph-mgr.json"
+ROUTER_FILE = "router.json"
+HAPROXY_FILE = "haproxy.json"
 API_KEY_FILE = "engine-api-key"
 
 
@@ -58,9 +62,33 @@ def engine_targets(hosts: Iterable[tuple[HostSettings, str]]) -> list[dict]:
 
 
 def ceph_targets(exporters: Iterable[str]) -> list[dict]:
-    """The Ceph mgr exporter(s), ``host:port`` (every mgr host: only the active one answers)."""
+    """The Ceph mgr exporter(s), ``host:port`` (every mgr host: only the active one reports)."""
     exporters = list(exporters)
     return [{"targets": exporters, "labels": {}}] if exporters else []
+
+
+def router_targets(hosts: Iterable[tuple[HostSettings, str]]) -> list[dict]:
+    """file_sd target groups, one per route of every router host (its metrics port).
+
+    + hosts: (settings, the address Prometheus reaches the host at) of every router host
+    """
+    out = []
+    for me, address in sorted(hosts, key=lambda h: h[0].host):
+        # the metrics listen where the route does: a named bind address, else every address
+        reach = engine_address.remote(me.router.bind) or address
+        for port in sorted({p for _, p in me.router.ports} or {me.router.port}):
+            out.append(
+                {
+                    "targets": [hostport(reach, metrics_port(port))],
+                    "labels": {"host": me.host, "route": str(port)},
+                }
+            )
+    return out
+
+
+def haproxy_targets(exporters: Iterable[str]) -> list[dict]:
+    """haproxy's Prometheus endpoint(s), ``host:port`` (``kvceph_haproxy_exporters``)."""
+    return ceph_targets(exporters)
 
 
 @dataclass(frozen=True)
@@ -86,7 +114,14 @@ def scrape_configs(o: ScrapeOptions) -> list[dict]:
     if o.interval:
         ceph["scrape_interval"] = o.interval
     ceph["file_sd_configs"] = [{"files": [f"{o.directory}/{CEPH_FILE}"]}]
-    return [engines, ceph]
+    out = [engines, ceph]
+    for job, file in ((ROUTER_JOB, ROUTER_FILE), (HAPROXY_JOB, HAPROXY_FILE)):
+        extra: dict = {"job_name": job, "metrics_path": "/metrics"}
+        if o.interval:
+            extra["scrape_interval"] = o.interval
+        extra["file_sd_configs"] = [{"files": [f"{o.directory}/{file}"]}]
+        out.append(extra)
+    return out
 
 
 def rule_files(directory: str) -> list[str]:

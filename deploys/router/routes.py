@@ -17,7 +17,7 @@ from deploys import engine_address
 from deploys.monitoring.targets import cache_group
 from deploys.settings import HostSettings
 from deploys.settings.reader import SettingsError
-from deploys.settings.router import RouterSettings
+from deploys.settings.router import RouterSettings, metrics_port
 
 
 @dataclass(frozen=True)
@@ -162,9 +162,10 @@ def config(route: Route, r: RouterSettings) -> dict:
         # as long as the deploy waits for an engine (the health checks bring in the rest).
         "worker_startup_timeout_secs": 600,
         "worker_startup_check_interval": 1,
-        # Metrics of each route on its own port beside it (port + 1000), loopback only.
-        "prometheus_host": "127.0.0.1",
-        "prometheus_port": route.port + 1000,
+        # Metrics of each route on its own port beside it, where the route listens: the
+        # operator's Prometheus scrapes them (deploys/monitoring/targets.py).
+        "prometheus_host": r.bind,
+        "prometheus_port": metrics_port(route.port),
     }
 
 

@@ -14,6 +14,14 @@ POLICIES = ("cache_aware", "consistent_hash", "round_robin")
 VERSION = "0.1.17"
 
 
+METRICS_OFFSET = 1000  # a route's metrics port is its port + this (kvceph_router_port < 64536)
+
+
+def metrics_port(port: int) -> int:
+    """Where the route on ``port`` serves its Prometheus metrics."""
+    return port + METRICS_OFFSET
+
+
 @dataclass(frozen=True)
 class RouterSettings:
     port: int  # the route of the only served model; more models: ``ports``

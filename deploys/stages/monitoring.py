@@ -45,7 +45,12 @@ def apply(me: HostSettings, checked) -> None:
     m = me.monitoring
     o = options(me, checked)
     texts = rendering.rendered(
-        checked.hosts, addresses(checked.hosts), o, ceph_exporters=m.ceph_exporters
+        checked.hosts,
+        addresses(checked.hosts),
+        o,
+        ceph_exporters=m.ceph_exporters,
+        engine_down_for=m.engine_down_for,
+        haproxy_exporters=m.haproxy_exporters,
     )
     reload = f"systemctl try-reload-or-restart {m.prometheus_service}"
     files.directory(name=f"Prometheus files {m.prometheus_dir}", path=m.prometheus_dir, mode="0755")

@@ -81,7 +81,8 @@ def prometheus(converged, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prometheus")
     key = api_key()
     o = targets.ScrapeOptions(directory=str(tmp), api_key=key is not None)
-    for rel, text in files.rendered(lab_settings(), HOSTS, o).items():
+    # The lab engine loads in seconds: its "engine down" may fire after a minute (fleets: 5m)
+    for rel, text in files.rendered(lab_settings(), HOSTS, o, engine_down_for="1m").items():
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp / rel).write_text(text)
     if key:

@@ -812,7 +812,14 @@ def monitoring_responses(me: settings.HostSettings, layout: Layout) -> dict:
     options = stage.options(me, checked)
     addresses = {h: str(layout.host_data(h).get("ssh_hostname") or h) for h in layout.hosts}
     m = me.monitoring
-    texts = rendering.rendered(hosts, addresses, options, ceph_exporters=m.ceph_exporters)
+    texts = rendering.rendered(
+        hosts,
+        addresses,
+        options,
+        ceph_exporters=m.ceph_exporters,
+        engine_down_for=m.engine_down_for,
+        haproxy_exporters=m.haproxy_exporters,
+    )
     r = {**_directory(m.prometheus_dir, "root", "root", "0755")}
     r.update(_directory(f"{m.prometheus_dir}/rules", "root", "root", "0755"))
     for rel, text in texts.items():

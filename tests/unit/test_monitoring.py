@@ -125,7 +125,7 @@ def _expected(alert: str, labels: dict) -> dict:
     rule = next(r for r in rules.alert_rules(RGW)["rules"] if r["alert"] == alert)
 
     def expand(text: str) -> str:
-        return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
+        return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), text)
 
     return {
         "exp_labels": {**labels, **rule["labels"]},
@@ -141,17 +141,25 @@ def _case(alert, series, fires_at, labels, quiet_at=None, resolved_at=None, inte
     return {"name": alert, "interval": interval, "input_series": series, "alert_rule_test": checks}
 
 
+CEPH = {"job": rules.CEPH_JOB}
+HEALTH = rules.CEPH_HEALTH
+
+
 def alert_cases() -> list[dict]:
     g1, g2 = _engine("gpu1"), _engine("gpu2")
     engine_labels = {k: g1[k] for k in ("instance", "host", "engine", "cache_group")}
     return [
+        # gpu1 down 8 minutes (past the 5m for:); gpu2 down 4 (an engine's load, 252 s)
         _case(
             "KvcephEngineDown",
-            [_series("up", g1, "1 1 0 0 0 0 1 1 1"), _series("up", g2, "1x8")],
-            "4m",
+            [
+                _series("up", g1, "1 1 0 0 0 0 0 0 0 0 1 1 1"),
+                _series("up", g2, "1 1 0 0 0 0 1 1 1 1 1 1 1"),
+            ],
+            "8m",
             g1,
-            quiet_at="1m",
-            resolved_at="8m",
+            quiet_at="6m",
+            resolved_at="12m",
         ),
         _case(
             "KvcephEngineRestarting",
@@ -160,7 +168,23 @@ def alert_cases() -> list[dict]:
                 _series(promql.STARTED, g2, "7 8 9 10 11 12 12 12"),
             ],
             "7m",
-            g1,
+            engine_labels,
+            quiet_at="5m",
+        ),
+        # S3 down, DRAM on: gpu1 stores and hits (from DRAM) but no PUT succeeds; gpu2 writes
+        _case(
+            "KvcephS3Down",
+            [
+                _series(promql.LMCACHE_STORED, {**g1, "worker_id": "0"}, "0+256x40"),
+                _series(promql.LMCACHE_REMOTE_WRITES, {**g1, "worker_id": "0"}, "0x40"),
+                _series(promql.LMCACHE_HIT_TOKENS, {**g1, "worker_id": "0"}, "0+1000x40"),
+                _series(promql.HITS, g1, "0+1000x40"),
+                _series(promql.QUERIES, g1, "0+1200x40"),
+                _series(promql.LMCACHE_STORED, {**g2, "worker_id": "0"}, "0+256x40"),
+                _series(promql.LMCACHE_REMOTE_WRITES, {**g2, "worker_id": "0"}, "0+1x40"),
+            ],
+            "25m",
+            engine_labels,
             quiet_at="5m",
         ),
         _case(
@@ -211,6 +235,41 @@ def alert_cases() -> list[dict]:
             {"cache_group": "m tp1"},
             quiet_at="20m",
         ),
+        # A mgr failover: ceph1 was active, both mgrs still answer /metrics, ceph2 (the new
+        # active) is not a target: no Ceph figures at all, and no RGW alert from their absence
+        _case(
+            "KvcephCephMetricsMissing",
+            [
+                _series("up", {**CEPH, "instance": "ceph1:9283"}, "1x25"),
+                _series(HEALTH, {**CEPH, "instance": "ceph1:9283"}, "0x4 _x20"),
+            ],
+            "16m",
+            CEPH,
+            quiet_at="8m",
+        ),
+        _case(
+            "KvcephRouterDown",
+            [
+                _series("up", {"job": rules.ROUTER_JOB, **ROUTER}, "1 0 0 0 0 0"),
+                _series("up", {"job": rules.ROUTER_JOB, **ROUTER, "host": "r2"}, "1x5"),
+            ],
+            "4m",
+            {"job": rules.ROUTER_JOB, **ROUTER},
+            quiet_at="2m",
+        ),
+        _case(
+            "KvcephHaproxyBackendDown",
+            [
+                _series("up", HAPROXY, "1x6"),
+                _series(
+                    "haproxy_backend_active_servers", {**HAPROXY, "proxy": "rgw"}, "2 1 0 0 0 0 0"
+                ),
+                _series("haproxy_backend_active_servers", {**HAPROXY, "proxy": "stats"}, "1x6"),
+            ],
+            "5m",
+            {**HAPROXY, "proxy": "rgw"},
+            quiet_at="3m",
+        ),
         _case(
             "KvcephCephExporterDown",
             [_series("up", {"job": rules.CEPH_JOB, "instance": "ceph1:9283"}, "0x10")],
@@ -241,14 +300,15 @@ def alert_cases() -> list[dict]:
         _case(
             "KvcephStatusStale",
             [_series(status_metrics.READ_AT, {"bucket": "lmcache"}, "0x60")],
-            "190m",
+            "200m",
             {"bucket": "lmcache"},
-            quiet_at="170m",
+            quiet_at="185m",
             interval="5m",
         ),
         _case(
             "KvcephRgwDaemonDown",
             [
+                _series(HEALTH, CEPH, "0x15"),
                 _series("ceph_rgw_metadata", {"ceph_daemon": "rgw.standard.ceph1.aa"}, "1x15"),
                 _series("ceph_rgw_metadata", {"ceph_daemon": "rgw.standard.ceph2.bb"}, "1 1 1"),
                 _series("ceph_rgw_metadata", {"ceph_daemon": "rgw.other.ceph2.cc"}, "1x15"),
@@ -257,6 +317,78 @@ def alert_cases() -> list[dict]:
             {},
             quiet_at="3m",
         ),
+    ]
+
+
+ROUTER = {"instance": "r1:9100", "host": "r1", "route": "8100"}
+HAPROXY = {"job": rules.HAPROXY_JOB, "instance": "ceph1:8405"}
+
+
+def _quiet(name: str, series: list[dict], alerts: dict[str, list[str]], interval="1m") -> dict:
+    """A case where the named alerts stay silent at each of their eval times."""
+    checks = [
+        {"eval_time": t, "alertname": a, "exp_alerts": []}
+        for a, times in alerts.items()
+        for t in times
+    ]
+    return {"name": name, "interval": interval, "input_series": series, "alert_rule_test": checks}
+
+
+def extra_cases() -> list[dict]:
+    """What each alert must also do: fire on absence, stay quiet on a drained deploy."""
+    g1, g2 = _engine("gpu1"), _engine("gpu2")
+    started = lambda g, at: _series(promql.STARTED, g, at)  # noqa: E731
+    minutes = [f"{m}m" for m in range(0, 40, 2)]
+    # A deploy's roll: gpu1 drained and down 4.2 min (252 s, the longest measured load), then
+    # gpu2; verify.py restarts each twice more (warm, fallback): 3 starts each, no page.
+    return [
+        _quiet(
+            "a drained deploy does not page",
+            [
+                _series("up", g1, "1 1 0 0 0 0 1x6 0 0 0 0 1x6 0 0 0 0 1x10"),
+                _series("up", g2, "1x8 0 0 0 0 1x6 0 0 0 0 1x6 0 0 0 0 1x4"),
+                started(g1, "100x5 400x10 900x10 1500x10"),
+                started(g2, "200x12 700x10 1200x10 1800x3"),
+            ],
+            {"KvcephEngineDown": minutes, "KvcephEngineRestarting": minutes},
+        ),
+        # A crash loop that dies before any scrape sees its start time: up flips
+        _case(
+            "KvcephEngineRestarting",
+            [_series("up", g1, "1 0 1 0 1 0 1 0 1 0 1 0 1 0 1 0"), _series("up", g2, "1x15")],
+            "13m",
+            {k: g1[k] for k in ("instance", "host", "engine", "cache_group")},
+            quiet_at="10m",
+        )
+        | {"name": "a crash loop with no start time pages"},
+        _case(
+            "KvcephRgwDaemonDown",
+            [
+                _series(HEALTH, CEPH, "0x15"),
+                _series("ceph_rgw_metadata", {"ceph_daemon": "rgw.standard.ceph1.aa"}, "1 1 1"),
+                _series("ceph_rgw_metadata", {"ceph_daemon": "rgw.standard.ceph2.bb"}, "1 1 1"),
+            ],
+            "12m",
+            {},
+            quiet_at="3m",
+        )
+        | {"name": "every RGW daemon gone"},
+        _quiet(
+            "no Ceph figures: no RGW alert from their absence",
+            [
+                _series("up", {**CEPH, "instance": "ceph1:9283"}, "1x25"),
+                _series(HEALTH, {**CEPH, "instance": "ceph1:9283"}, "0x4 _x20"),
+            ],
+            {"KvcephRgwDaemonDown": ["16m", "24m"]},
+        ),
+        _case(
+            "KvcephStatusStale",
+            [_series("up", {"job": "node"}, "1x20")],
+            "15m",
+            {},
+            quiet_at="5m",
+        )
+        | {"name": "status timer never installed"},
     ]
 
 
@@ -287,6 +419,7 @@ def test_promtool_one_case_per_alert(tmp_path):
     assert sorted(c["name"] for c in cases) == sorted(
         r["alert"] for r in rules.alert_rules(RGW)["rules"]
     )
+    cases += extra_cases()
     # Hours of history are evaluated every 5 min, the rest every minute (promtool evaluates every
     # rule at every step up to the case's last eval_time).
     slow = [c for c in cases if c["interval"] == "5m"]
@@ -372,9 +505,17 @@ def test_rules_compute_status_figures_from_the_same_metrics(tmp_path):
 # (the lab engine and a recorded real vLLM 0.26) or Ceph's mgr module.
 _FUNCS = {
     "sum", "by", "on", "rate", "histogram_quantile", "group_left", "le", "and", "or", "offset",
-    "avg_over_time", "vector", "count", "changes", "up", "time",
+    "avg_over_time", "vector", "count", "changes", "up", "time", "absent", "absent_over_time",
+    "unless", "max", "clamp_min",
 }  # fmt: skip
 CEPH_MGR_MODULE = Path("/usr/share/ceph/mgr/prometheus/module.py")
+CEPH_NAMES = {
+    "ceph_pool_stored", "ceph_pool_max_avail", "ceph_pool_metadata", "ceph_rgw_metadata",
+    "ceph_health_status",
+}  # fmt: skip
+# haproxy's built-in exporter (USE_PROMEX, addons/promex: "backend_active_servers"); not
+# installed here, so not checked against its source.
+HAPROXY_NAMES = {"haproxy_backend_active_servers"}
 
 
 def _names(expr: str) -> set[str]:
@@ -391,7 +532,8 @@ def _exposed(text: str) -> set[str]:
 def exported_names() -> set[str]:
     from kvceph_lab_engine.metrics import Metrics
 
-    names = _exposed(Metrics("m").render() + _metrics_text("vllm-0.26-h200-warm-sync.json"))
+    lmcache = Metrics("m", lmcache={"model_name": "m", "served_model_name": "m"}).render()
+    names = _exposed(lmcache + _metrics_text("vllm-0.26-h200-warm-sync.json"))
     return names | {n.removesuffix("_bucket") for n in names if n.endswith("_bucket")}
 
 
@@ -401,22 +543,43 @@ def test_every_dashboard_and_rule_query_reads_known_names():
         recorded
         | exported_names()
         | _exposed(status_metrics.exposition(STATUS_DOC))
-        | {"ceph_pool_stored", "ceph_pool_max_avail", "ceph_pool_metadata", "ceph_rgw_metadata"}
+        | CEPH_NAMES
+        | HAPROXY_NAMES
     )
     board = dashboard.dashboard("default.rgw.buckets.data")
     queries = [t["expr"] for p in board["panels"] for t in p["targets"]]
     queries += [r["expr"] for r in rules.recording_rules([GROUP])["rules"]]
     queries += [r["expr"] for r in rules.alert_rules(RGW)["rules"]]
-    assert len(board["panels"]) == 7 and len({p["id"] for p in board["panels"]}) == 7
+    assert len(board["panels"]) == 9 and len({p["id"] for p in board["panels"]}) == 9
     unknown = {n for q in queries for n in _names(q)} - known
     assert not unknown, unknown
     assert "vllm:time_to_first_token_seconds_bucket" in exported_names()
 
 
+LMCACHE_OBSERVABILITY = next(
+    Path(__file__)
+    .resolve()
+    .parents[2]
+    .glob(".venv/lmcache/lib/python3*/site-packages/lmcache/observability.py"),
+    None,
+)
+
+
+@pytest.mark.skipif(LMCACHE_OBSERVABILITY is None, reason="make lmcache-venv not run")
+def test_lmcache_names_are_lmcache_0_5_6s_counters():
+    """The lab engine mimics them; LMCache itself creates each as a counter."""
+    source = LMCACHE_OBSERVABILITY.read_text()
+    read = {n for n in exported_names() if n.startswith("lmcache:")}
+    assert {promql.LMCACHE_STORED, promql.LMCACHE_REMOTE_WRITES, promql.REMOTE_WRITE_BYTES} <= read
+    for name in read:
+        i = source.index(f'name="{name.removesuffix("_total")}"')
+        assert "_create_counter(" in source[i - 120 : i], name
+
+
 @pytest.mark.skipif(not CEPH_MGR_MODULE.exists(), reason="ceph-mgr-modules-core not installed")
 def test_ceph_names_are_the_mgr_modules():
     source = CEPH_MGR_MODULE.read_text()
-    for metric in ("pool_metadata", "rgw_metadata"):
+    for metric in ("pool_metadata", "rgw_metadata", "health_status"):
         assert f"'{metric}'" in source
     for stat in ("stored", "max_avail"):
         assert f"'{stat}'" in source
@@ -477,3 +640,59 @@ def test_monitoring_settings_defaults_and_one_line_errors():
         assert str(e.value).startswith(f"prom1: {key} = ") and "\n" not in str(e.value)
     none = settings.load({**data, "kvceph_grafana_dashboards_dir": None}, "p", ("monitoring",))
     assert none.monitoring.grafana_dir is None
+
+
+def test_router_targets_one_per_route_on_its_metrics_port_and_every_job_scraped():
+    data = group_data.read(("all", "lab"), LAB_ENV)
+    data.pop("kvceph_s3_ca_bundle", None)
+    me = settings.load({**data, "kvceph_router_port": 8100}, "ceph1", ("router", "lab"))
+    many = settings.load(
+        {**data, "kvceph_router_ports": {"a": 8200, "b": 8100}}, "r2", ("router", "lab")
+    )
+    bound = settings.load({**data, "kvceph_router_bind": "10.9.0.3"}, "r3", ("router", "lab"))
+    assert targets.router_targets([(bound, "10.0.0.3")])[0]["targets"] == ["10.9.0.3:9100"]
+    assert targets.router_targets([(many, "10.0.0.2"), (me, "10.0.0.1")]) == [
+        {"targets": ["10.0.0.1:9100"], "labels": {"host": "ceph1", "route": "8100"}},
+        {"targets": ["10.0.0.2:9100"], "labels": {"host": "r2", "route": "8100"}},
+        {"targets": ["10.0.0.2:9200"], "labels": {"host": "r2", "route": "8200"}},
+    ]
+    # the router serves its metrics where it listens for clients (not loopback only)
+    from deploys.router import routes
+
+    config = routes.config(routes.Route("m", 8100, ()), me.router)
+    assert (config["prometheus_host"], config["prometheus_port"]) == (me.router.bind, 9100)
+    o = targets.ScrapeOptions(directory="/p", api_key=False, interval="15s")
+    jobs = {j["job_name"]: j for j in targets.scrape_configs(o)}
+    assert set(jobs) == {rules.ENGINES_JOB, rules.CEPH_JOB, rules.ROUTER_JOB, rules.HAPROXY_JOB}
+    assert jobs[rules.ROUTER_JOB]["file_sd_configs"] == [{"files": ["/p/router.json"]}]
+    assert targets.haproxy_targets(["ceph1:8405"]) == [{"targets": ["ceph1:8405"], "labels": {}}]
+    assert targets.haproxy_targets([]) == []
+
+
+def test_kv_bytes_per_token_is_the_whole_models_every_tp_worker_together():
+    """The settings' figure is one TP worker's; a token loaded moves every worker's share."""
+    hosts = lab_hosts()
+    for me in (h for h in hosts.values() if h.is_inference):
+        g = next(g for g in files.group_figures(hosts) if g.name == targets.cache_group(me))
+        tp = me.engine.tensor_parallel_size
+        assert g.kv_bytes_per_token == me.lmcache.kv_bytes_per_token * tp
+
+
+def test_engine_down_for_and_haproxy_exporters_settings():
+    data = group_data.read(("all", "lab"), LAB_ENV)
+    data.pop("kvceph_s3_ca_bundle", None)
+    m = settings.load(data, "prom1", ("monitoring", "lab")).monitoring
+    assert (m.engine_down_for, m.haproxy_exporters) == ("5m", ())
+    rendered = files.rendered(lab_hosts(), IPS, targets.ScrapeOptions("/x", False), **{
+        "engine_down_for": "7m", "haproxy_exporters": ("ceph1:8405",)
+    })  # fmt: skip
+    down = yaml.safe_load(rendered["rules/kvceph-alerts.yml"])["groups"][0]["rules"][0]
+    assert (down["alert"], down["for"]) == ("KvcephEngineDown", "7m")
+    assert json.loads(rendered[targets.HAPROXY_FILE])[0]["targets"] == ["ceph1:8405"]
+    for key, value in (
+        ("kvceph_alert_engine_down_for", "30s"),
+        ("kvceph_haproxy_exporters", ["x"]),
+    ):
+        with pytest.raises(settings.reader.SettingsError) as e:
+            settings.load({**data, key: value}, "prom1", ("monitoring", "lab"))
+        assert str(e.value).startswith(f"prom1: {key} = ") and "\n" not in str(e.value)

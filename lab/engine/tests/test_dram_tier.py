@@ -97,6 +97,37 @@ def test_lmcache_counters_split_dram_from_s3():
     assert "lmcache:" not in Metrics("m").render()  # no multiprocess dir: vLLM shows none
 
 
+class DownStore(MemoryStore):
+    """S3 down: every PUT fails (and the objects stored before stay unreadable)."""
+
+    def get_many(self, keys, sizes=None):
+        return [None] * len(keys)
+
+    def put_many(self, items):
+        return [False] * len(items)
+
+
+def test_s3_down_stores_keep_counting_remote_writes_stop_while_dram_hits():
+    """What KvcephS3Down reads (deploys/monitoring/rules.py): LMCache's stored tokens grow, its
+    remote writes (counted only after a PUT succeeded) do not, while DRAM still hits."""
+    labels = {"model_name": "m", "served_model_name": ""}
+    m = Metrics("m", lmcache=labels, workers=2)
+    up = engine(MemoryStore(), dram_bytes=1 << 22)
+    up.save("r", up.prefill("r", doc(4 * CHUNK + 1))[1], m)
+    w1 = 'model_name="m",role="worker",served_model_name="",worker_id="1"'
+    assert f"lmcache:num_stored_tokens_total{{{w1}}} {4.0 * CHUNK}" in m.render()
+    assert f"lmcache:num_remote_write_requests_total{{{w1}}} 4.0" in m.render()
+    assert f"lmcache:num_remote_write_bytes_total{{{w1}}} {4.0 * CHUNK * BYTES}" in m.render()
+    down = engine(DownStore(), dram_bytes=1 << 22)
+    tokens = doc(4 * CHUNK + 1)
+    _, chunks = down.prefill("r", tokens)
+    down.save("r", chunks, m)
+    assert down.prefill("r", tokens)[0].dram_loaded == 4 * CHUNK  # DRAM serves the repeat
+    text = m.render()
+    assert f"lmcache:num_stored_tokens_total{{{w1}}} {8.0 * CHUNK}" in text
+    assert f"lmcache:num_remote_write_requests_total{{{w1}}} 4.0" in text
+
+
 class CrossoverStore(MemoryStore):
     """kvceph's connector as the lookup sees it: the remote hits, 0 below min_hit_tokens."""
 

@@ -515,8 +515,10 @@ class KVEngine:
         return tuple(out)
 
     # -- store --------------------------------------------------------------------------------
-    def save(self, req_id: str, chunks: list) -> int:
-        """PUT the given chunks for every worker (all in flight); returns chunks stored."""
+    def save(self, req_id: str, chunks: list, metrics=None) -> int:
+        """PUT the given chunks for every worker (all in flight); returns chunks stored.
+        + metrics: a ``Metrics`` that counts the store (LMCache's stored / remote write
+        counters), None: not counted."""
         items: list[tuple[int, str, int]] = []
         ok = [True] * len(chunks)
         for i, (start, end, h) in enumerate(chunks):
@@ -537,10 +539,16 @@ class KVEngine:
                     ok[i] = False
                     continue
                 items.append((i, key, size))
+        puts = put_bytes = 0  # S3 PUTs that succeeded
         if self.store is not None and items:
             results = self.store.put_many([(k, object_payload(k, n)) for _, k, n in items])
             for (i, _, _), good in zip(items, results, strict=True):
                 ok[i] = ok[i] and good
+            puts = sum(bool(good) for good in results)
+            put_bytes = sum(n for (_, _, n), good in zip(items, results, strict=True) if good)
+        if metrics is not None and (self.store is not None or self.local_cpu is not None):
+            tokens = sum(end - start for start, end, _ in chunks)
+            metrics.record_store(tokens=tokens, remote_puts=puts, remote_bytes=put_bytes)
         if self.store is None and self.local_cpu is None:
             return 0
         return sum(ok)

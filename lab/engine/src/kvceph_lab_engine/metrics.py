@@ -39,11 +39,16 @@ COUNTERS = {
 # a retrieve loaded from any tier, num_remote_read_bytes what its remote connector read
 # (InstrumentedRemoteConnector wraps every remote connector, kvceph's plugin included:
 # connector/tests/test_lmcache_plugin.py). The DRAM tier's share is the difference.
+# num_stored_tokens counts what a store took (any tier), num_remote_write_requests the remote
+# PUTs that succeeded (the wrapper counts after the PUT returns; a failed one raises first).
 # They reach vLLM's /metrics only through prometheus_client's multiprocess directory
 # (PROMETHEUS_MULTIPROC_DIR shared by the API server and the workers), as here.
 LMCACHE_COUNTERS = {
     "lmcache:num_hit_tokens": "hit_tokens",
     "lmcache:num_remote_read_bytes": "remote_read_bytes",
+    "lmcache:num_stored_tokens": "stored_tokens",
+    "lmcache:num_remote_write_requests": "remote_write_requests",
+    "lmcache:num_remote_write_bytes": "remote_write_bytes",
 }
 
 
@@ -113,6 +118,14 @@ class Metrics:
             self.by_source["external_kv_transfer"] += loaded
             self.lmc["hit_tokens"] += loaded
             self.lmc["remote_read_bytes"] += remote_read_bytes / self.workers
+
+    def record_store(self, *, tokens: int, remote_puts: int, remote_bytes: int = 0) -> None:
+        """A store: ``tokens`` taken by each worker; ``remote_puts`` S3 PUTs that succeeded
+        and their ``remote_bytes`` (all workers')."""
+        with self._lock:
+            self.lmc["stored_tokens"] += tokens
+            self.lmc["remote_write_requests"] += remote_puts / self.workers
+            self.lmc["remote_write_bytes"] += remote_bytes / self.workers
 
     def record_ttft(self, seconds: float) -> None:
         with self._lock:

@@ -328,7 +328,7 @@ class Handler(BaseHTTPRequestHandler):
             )
             stored = {"n": 0}
             saver = threading.Thread(
-                target=lambda: stored.__setitem__("n", app.engine.save(rid, to_store)),
+                target=lambda: stored.__setitem__("n", app.engine.save(rid, to_store, app.metrics)),
                 name=f"save-{rid[:16]}",
                 daemon=True,
             )
