@@ -265,6 +265,7 @@ class _Restarting(dict):
 
 
 FAKE_CREATED = "2026-12-01T02:00:00.000000Z"
+FAKE_FSID = "5b6c1c2e-8f0a-11f0-9d3b-525400c0ffee"
 
 
 def _captured(fact_dir: str, case: str) -> list[str]:
@@ -387,9 +388,14 @@ def _markers(me: settings.HostSettings, specs: list[dict], uids=()) -> dict[str,
     section = me.rgw.config_section
     for k, v in _owned_options(me).items():
         marks[ownership.marker_key("config", ownership.option_name(section, k))] = v
+    # Users and the bucket as kvceph records them since issue 52 (fsid, the bucket's digest).
     for uid in (me.s3.admin_user, *uids):
-        marks[ownership.marker_key(ownership.S3_USER, uid)] = "created"
-    marks[ownership.marker_key(ownership.BUCKET, me.s3.bucket)] = "created"
+        marks[ownership.marker_key(ownership.S3_USER, uid)] = ownership.record(
+            "created", FAKE_FSID, None, FAKE_CREATED
+        )
+    marks[ownership.marker_key(ownership.BUCKET, me.s3.bucket)] = ownership.record(
+        "created", FAKE_FSID, s3_tier.spec_digest(me, ownership.BUCKET, me.s3.bucket), FAKE_CREATED
+    )
     return marks
 
 
@@ -444,6 +450,7 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
     }
     # CephReachable (its `|| echo` turns a failure into output)
     r[f"{ceph} health 2>&1"] = ["HEALTH_OK"]
+    r[f"{ceph} fsid"] = [json.dumps({"fsid": FAKE_FSID})]  # CephFsid (ownership markers)
     for wanted in specs:
         name = wanted["service_name"]
         key = f"{ceph} orch ls --service_name {name} --export"
