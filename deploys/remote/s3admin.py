@@ -211,6 +211,64 @@ def list_namespaces(config, name):
     print(json.dumps(found, sort_keys=True))
 
 
+# A group's share is trimmed from HIGH_WATER down to LOW_WATER of it (docs/capacity.md): one
+# trim frees a tenth of the share, so the timer deletes in batches, not one object per write.
+HIGH_WATER = 0.9
+LOW_WATER = 0.8
+DELETE_BATCH = 1000  # DeleteObjects' limit per call
+
+
+def trim_plan(objects, share, owner, high=HIGH_WATER, low=LOW_WATER):
+    """(keys to delete, oldest first; bytes the group holds): nothing until the group's
+    objects pass ``high`` x ``share``, then the oldest down to ``low`` x ``share``.
+
+    objects: ListObjectsV2 entries under the group's prefix (Key, Size, LastModified,
+    Owner.ID); share: the group's bytes; owner: the group's uid. An object another user
+    wrote is neither counted nor deleted, whatever its name (kvceph deletes only what its
+    group wrote)."""
+    mine = [o for o in objects if (o.get("Owner") or {}).get("ID") == owner]
+    used = sum(int(o["Size"]) for o in mine)
+    if share <= 0 or used <= high * share:
+        return [], used
+    doomed, left = [], used
+    for o in sorted(mine, key=lambda o: (o["LastModified"], o["Key"])):
+        if left <= low * share:
+            break
+        doomed.append(o["Key"])
+        left -= int(o["Size"])
+    return doomed, used
+
+
+def trim(config, name, prefix, owner, share, dry):
+    """List a cache group's objects (its prefix, written by its user), delete the oldest when
+    it nears its share, print one JSON line: used, share, deleted, freed bytes."""
+    client = s3_client(config)
+    objects, token = [], None
+    while True:
+        page = s3_call(config, f"ListObjectsV2 {name} {prefix}", client.list_objects_v2,
+                       Bucket=name, Prefix=prefix, FetchOwner=True,
+                       **({"ContinuationToken": token} if token else {}))  # fmt: skip
+        objects += page.get("Contents", ())
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated") or not token:
+            break
+    doomed, used = trim_plan(objects, share, owner)
+    sizes = {o["Key"]: int(o["Size"]) for o in objects}
+    for i in range(0, 0 if dry else len(doomed), DELETE_BATCH):
+        batch = [{"Key": k} for k in doomed[i : i + DELETE_BATCH]]
+        s3_call(config, f"DeleteObjects {name} {prefix}", client.delete_objects,
+                Bucket=name, Delete={"Objects": batch, "Quiet": True})  # fmt: skip
+    found = {
+        "prefix": prefix,
+        "used": used,
+        "share": share,
+        "deleted": 0 if dry else len(doomed),
+        "would_delete": len(doomed) if dry else 0,
+        "freed": sum(sizes[k] for k in doomed),
+    }
+    print(json.dumps(found, sort_keys=True))
+
+
 def put_read_policy(config, name, reader):
     client = s3_client(config)
     policy = json.dumps(read_policy(name, reader))
@@ -413,6 +471,12 @@ def parse_args(argv):
     put_policy.add_argument("--reader", required=True)
     namespaces = sub.add_parser("list-namespaces", help="print a bucket's object namespaces")
     namespaces.add_argument("bucket")
+    cut = sub.add_parser("trim", help="delete a cache group's oldest objects near its share")
+    cut.add_argument("bucket")
+    cut.add_argument("--prefix", required=True, help="the group's object-name prefix")
+    cut.add_argument("--owner", required=True, help="the group's RGW uid (objects it wrote)")
+    cut.add_argument("--share-bytes", required=True, type=int)
+    cut.add_argument("--dry", action="store_true", help="print what would go, delete nothing")
     policy = sub.add_parser("put-policy", help="replace a bucket's policy")
     policy.add_argument("bucket")
     policy.add_argument("--policy-json", required=True)
@@ -435,6 +499,8 @@ def main(argv=None):
             get_read_policy(config, args.bucket)
         elif args.command == "list-namespaces":
             list_namespaces(config, args.bucket)
+        elif args.command == "trim":
+            trim(config, args.bucket, args.prefix, args.owner, args.share_bytes, args.dry)
         elif args.command == "put-policy":
             put_policy(config, args.bucket, args.policy_json)
         elif args.command == "put-read-policy":
