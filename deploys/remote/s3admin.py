@@ -24,6 +24,9 @@ Subcommands:
     put-policy NAME --policy-json JSON    replace the bucket's policy with this document
     list-namespaces NAME                  print the bucket's object namespaces (kv/<fields>/)
                                           and whether it holds objects at its root (JSON)
+    trim NAME --prefix P --owner UID --share-bytes N [--state FILE] [--dry]
+                                          delete a cache group's oldest objects once it
+                                          nears its share; FILE keeps its fill rate
 
 Every error is one line on stderr and exit status 1 (2 for usage errors). Needs python3 and,
 for the bucket subcommands, python3-boto3 (Debian package); radosgw-admin for create-user.
@@ -35,6 +38,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 
 CONNECT_TIMEOUT = 10
 READ_TIMEOUT = 30
@@ -239,9 +244,43 @@ def trim_plan(objects, share, owner, high=HIGH_WATER, low=LOW_WATER):
     return doomed, used
 
 
-def trim(config, name, prefix, owner, share, dry):
+def fill_rate(previous, used, now):
+    """Bytes/s the group wrote since the last trim (its bytes then, after that trim's deletes,
+    against now); None on the first run, or when objects expired in between (negative)."""
+    if not previous or now <= previous.get("time", now):
+        return None
+    rate = (used - previous["left"]) / (now - previous["time"])
+    return rate if rate >= 0 else None
+
+
+def save_state(path, prefix, entry):
+    """Replace the group's entry of the state file atomically (status.py reads it)."""
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        state = {}
+    state[prefix] = entry
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".trim-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(state, f, sort_keys=True)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def load_state(path, prefix):
+    """The group's entry of the state file, or None."""
+    try:
+        with open(path) as f:
+            return json.load(f).get(prefix)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def trim(config, name, prefix, owner, share, dry, state=None):
     """List a cache group's objects (its prefix, written by its user), delete the oldest when
-    it nears its share, print one JSON line: used, share, deleted, freed bytes."""
+    it nears its share, print one JSON line: used, share, deleted, freed bytes, fill rate;
+    with ``state`` also keep it there for status.py (never under --dry)."""
     client = s3_client(config)
     objects, token = [], None
     while True:
@@ -266,6 +305,11 @@ def trim(config, name, prefix, owner, share, dry):
         "would_delete": len(doomed) if dry else 0,
         "freed": sum(sizes[k] for k in doomed),
     }
+    now = time.time()
+    found["rate"] = fill_rate(load_state(state, prefix) if state else None, used, now)
+    if state and not dry:
+        left = used - found["freed"]
+        save_state(state, prefix, {**found, "time": now, "left": left})
     print(json.dumps(found, sort_keys=True))
 
 
@@ -476,6 +520,7 @@ def parse_args(argv):
     cut.add_argument("--prefix", required=True, help="the group's object-name prefix")
     cut.add_argument("--owner", required=True, help="the group's RGW uid (objects it wrote)")
     cut.add_argument("--share-bytes", required=True, type=int)
+    cut.add_argument("--state", help="JSON file keeping each group's last trim (fill rate)")
     cut.add_argument("--dry", action="store_true", help="print what would go, delete nothing")
     policy = sub.add_parser("put-policy", help="replace a bucket's policy")
     policy.add_argument("bucket")
@@ -500,7 +545,8 @@ def main(argv=None):
         elif args.command == "list-namespaces":
             list_namespaces(config, args.bucket)
         elif args.command == "trim":
-            trim(config, args.bucket, args.prefix, args.owner, args.share_bytes, args.dry)
+            trim(config, args.bucket, args.prefix, args.owner, args.share_bytes, args.dry,
+                 args.state)  # fmt: skip
         elif args.command == "put-policy":
             put_policy(config, args.bucket, args.policy_json)
         elif args.command == "put-read-policy":

@@ -149,7 +149,7 @@ def test_trim_command_lists_every_page_and_deletes_in_one_batch(tmp_path, monkey
     assert s3admin.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == {"prefix": "p/", "used": 3 * MIB, "share": 3 * MIB, "deleted": 1,
-                   "would_delete": 0, "freed": MIB}  # fmt: skip
+                   "would_delete": 0, "freed": MIB, "rate": None}  # fmt: skip
     assert [c[0] for c in calls] == ["list", "list", "delete"]
     assert calls[0][1]["FetchOwner"] and calls[0][1]["Prefix"] == "p/"
     assert calls[2][1]["Delete"]["Objects"] == [{"Key": "p/a"}]
@@ -157,3 +157,15 @@ def test_trim_command_lists_every_page_and_deletes_in_one_batch(tmp_path, monkey
     assert s3admin.main([*argv, "--dry"]) == 0
     assert json.loads(capsys.readouterr().out)["would_delete"] == 1
     assert [c[0] for c in calls] == ["list", "list"]
+
+
+def test_trim_keeps_the_fill_rate_of_each_group(tmp_path):
+    state = str(tmp_path / "cache-trim.json")
+    assert s3admin.fill_rate(None, 5, 100.0) is None
+    s3admin.save_state(state, "p/", {"time": 100.0, "left": 8 * MIB, "used": 10 * MIB})
+    s3admin.save_state(state, "q/", {"time": 100.0, "left": 1, "used": 1})
+    before = s3admin.load_state(state, "p/")
+    assert s3admin.fill_rate(before, 9 * MIB, 200.0) == MIB / 100  # 1 MiB in 100 s
+    assert s3admin.fill_rate(before, 7 * MIB, 200.0) is None  # expired by the lifecycle
+    assert s3admin.load_state(state, "q/")["left"] == 1
+    assert s3admin.load_state(str(tmp_path / "none.json"), "p/") is None
