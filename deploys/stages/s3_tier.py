@@ -20,7 +20,7 @@ from deploys.operations import s3, s3_policy, s3_quota, tls
 from deploys.preflight import Preflight
 from deploys.secrets import Secret
 from deploys.settings import HostSettings
-from deploys.stages import rgw_service
+from deploys.stages import cache_trim, rgw_service
 
 # RGW reachability: seconds per HTTP try, tries, seconds between them (about 20 s at most).
 RGW_PROBE_TIMEOUT = 5
@@ -337,6 +337,7 @@ def apply(me: HostSettings, checked: Preflight):
         allow_removal=allow_removal,
         timeout=timeout,
     )
+    cache_trim.apply(me, checked)
 
 
 def engine_users(me: HostSettings, checked: Preflight, timeout: int, plans: dict) -> None:

@@ -34,6 +34,7 @@ if str(REPO) not in sys.path:
 
 from deploys import (  # noqa: E402
     bucket_policy,
+    cache_trim,  # noqa: E402
     connector_package,
     engine_users,
     ownership,
@@ -552,6 +553,20 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
             text = s3_tier.group_config(me, u.group, *creds.group(u.group))
             path = paths.GROUP_CONFIG.format(group=u.group)
             r.update(_file(path, text, "root", "root", "0600"))
+        # The cache trim timer (deploys/cache_trim.py): its units, the timer enabled and waiting.
+        size = int((quota or 100) * 1024**3)
+        service = cache_trim.service_text(me.s3.bucket, users, size)
+        r.update(_file(cache_trim.SERVICE_PATH, service, "root", "root", "0644"))
+        r.update(_file(cache_trim.TIMER_PATH, cache_trim.timer_text(), "root", "root", "0644"))
+    timer = f"{cache_trim.UNIT}.timer"  # systemd's answer for a unit it does not know: dead
+    r[f"--property SubState {timer}"] = [
+        f"Id={timer}",
+        f"SubState={'waiting' if converged else 'dead'}",
+    ]
+    r[f"--property UnitFileState {timer}"] = [
+        f"Id={timer}",
+        "UnitFileState=enabled" if converged else "UnitFileState=",
+    ]
     return r
 
 
