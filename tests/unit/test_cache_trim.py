@@ -64,3 +64,94 @@ def test_days_to_full_and_the_interval_warning():
     line = cache_trim.interval_line(2 * GIB, 2**20)
     assert line.startswith("kvceph: WARNING: the fleet may write 0.3 GiB in the trim's 5 min")
     assert "kvceph_s3_quota_max_size_gb" in line and "\n" not in line
+
+
+# --- status.py's group rows, their metrics and the alerts on them -------------------------------
+
+TRIM = {
+    "kv/Qwen_Qwen3-32B@2@1@": {"used": GIB, "share": 2 * GIB, "rate": GIB / 86400,
+                               "deleted": 3, "time": 1796000000.0, "left": GIB},
+    "Qwen_Qwen3-32B@1@": {"used": GIB, "share": 2 * GIB, "rate": None, "deleted": 0,
+                          "time": 1796000000.0, "left": GIB},
+}  # fmt: skip
+
+
+def test_status_shows_each_groups_share_fill_rate_and_days_to_full():
+    import json
+
+    from deploys.facts.capacity import CacheTrimState
+    from deploys.status import document, output
+
+    assert CacheTrimState().process([]) == {} and CacheTrimState().process(["x"]) == {}
+    assert CacheTrimState().process([json.dumps(TRIM)]) == TRIM
+    rows = document.trim_rows(TRIM)
+    assert [r["prefix"] for r in rows] == ["Qwen_Qwen3-32B@1@", "kv/Qwen_Qwen3-32B@2@1@"]
+    assert rows[1]["days_to_full"] == 1.0 and rows[1]["share_used"] == 0.5
+    lines = output.group_lines(rows)
+    assert "fill rate unmeasured (one trim so far)" in lines[0]
+    assert "full in 1.0 d without the trim; last trim deleted 3 objects" in lines[1]
+    assert lines[1].startswith("  group kv/Qwen_Qwen3-32B@2@1@: 1.0 GiB of its 2.0 GiB share (50%)")
+
+
+def test_group_metrics_and_alerts_fire_before_full(tmp_path):
+    import shutil
+    import subprocess
+
+    import pytest
+    import yaml
+
+    from deploys.monitoring import rules, status_metrics
+    from deploys.status import document
+
+    doc = {"time": "2026-12-07T10:00:00+00:00",
+           "cluster": {"bucket": "lmcache", "groups": document.trim_rows(TRIM)}}  # fmt: skip
+    text = status_metrics.exposition(doc)
+    gpu = 'bucket="lmcache",prefix="kv/Qwen_Qwen3-32B@2@1@"'
+    assert f"{status_metrics.GROUP_USED}{{{gpu}}} {float(GIB)!r}" in text
+    assert f"{status_metrics.GROUP_SHARE}{{{gpu}}} {float(2 * GIB)!r}" in text
+    assert f'{status_metrics.GROUP_RATE}{{bucket="lmcache",prefix="Qwen' not in text  # no rate
+    if not shutil.which("promtool"):
+        pytest.skip("promtool missing: make deps")
+    labels = {"bucket": "lmcache", "prefix": "p@1@"}
+    series = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    group = rules.cache_alerts()
+    by_name = {r["alert"]: r for r in group["rules"]}
+
+    def expected(alert):
+        rule = by_name[alert]
+        notes = {
+            k: v.replace("{{ $labels.prefix }}", "p@1@") for k, v in rule["annotations"].items()
+        }
+        return [{"exp_labels": {**labels, **rule["labels"]}, "exp_annotations": notes}]
+
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": f"{status_metrics.GROUP_USED}{{{series}}}", "values": "80 90 96 96"},
+                {"series": f"{status_metrics.GROUP_SHARE}{{{series}}}", "values": "100x3"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "1m", "alertname": "KvcephCacheGroupNearlyFull", "exp_alerts": []},
+                {"eval_time": "2m", "alertname": "KvcephCacheGroupNearlyFull",
+                 "exp_alerts": expected("KvcephCacheGroupNearlyFull")},
+            ],
+        },
+        {
+            "interval": "5m",
+            "input_series": [{"series": f"{status_metrics.TRIM_AT}{{{series}}}", "values": "0x10"}],
+            "alert_rule_test": [
+                {"eval_time": "25m", "alertname": "KvcephCacheTrimStale", "exp_alerts": []},
+                {"eval_time": "35m", "alertname": "KvcephCacheTrimStale",
+                 "exp_alerts": expected("KvcephCacheTrimStale")},
+            ],
+        },
+    ]  # fmt: skip
+    assert sorted(by_name) == ["KvcephCacheGroupNearlyFull", "KvcephCacheTrimStale"]
+    (tmp_path / "alerts.yml").write_text(yaml.safe_dump({"groups": [group]}))
+    (tmp_path / "test.yml").write_text(
+        yaml.safe_dump({"rule_files": ["alerts.yml"], "evaluation_interval": "1m", "tests": tests})
+    )
+    proc = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
