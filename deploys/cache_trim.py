@@ -34,13 +34,16 @@ def share(quota: int, groups: int) -> int:
     return quota // max(1, groups) // 2**20 * 2**20
 
 
-def service_text(bucket: str, users, quota: int, python: str = "/usr/bin/python3") -> str:
+def service_text(
+    bucket: str, users, quota: int, owner: str, python: str = "/usr/bin/python3"
+) -> str:
     """The oneshot unit that trims every group in turn (one ExecStart per group; a group that
     fails does not keep the next from being trimmed: ``-`` prefix).
 
     + bucket: the shared bucket
     + users: ``bucket_policy.GroupUser`` of every cache group
     + quota: the bucket owner's quota in bytes
+    + owner: the bucket owner's uid (its quota stats are synced after a delete)
     """
     each = share(quota, len(users))
     lines = [
@@ -56,7 +59,7 @@ def service_text(bucket: str, users, quota: int, python: str = "/usr/bin/python3
     for u in sorted(users, key=lambda u: u.group):  # one text whatever the order
         argv = [python, paths.ADMIN_SCRIPT, "--config", paths.ADMIN_CONFIG, "trim", bucket]
         argv += ["--prefix", u.prefix, "--owner", u.uid, "--share-bytes", str(each)]
-        argv += ["--state", STATE_PATH]
+        argv += ["--state", STATE_PATH, "--sync-uid", owner]
         # systemd expands % specifiers in ExecStart: a literal % is %%.
         lines.append("ExecStart=-" + shlex.join(argv).replace("%", "%%"))
     return "\n".join(lines) + "\n"

@@ -277,10 +277,12 @@ def load_state(path, prefix):
         return None
 
 
-def trim(config, name, prefix, owner, share, dry, state=None):
+def trim(config, name, prefix, owner, share, dry, state=None, sync_uid=None):
     """List a cache group's objects (its prefix, written by its user), delete the oldest when
     it nears its share, print one JSON line: used, share, deleted, freed bytes, fill rate;
-    with ``state`` also keep it there for status.py (never under --dry)."""
+    with ``state`` also keep it there for status.py (never under --dry). With ``sync_uid``
+    (the bucket's owner) its user stats are synced after a delete: RGW's user-scope quota
+    otherwise sees the freed room only at its next stats flush (180 s)."""
     client = s3_client(config)
     objects, token = [], None
     while True:
@@ -297,6 +299,10 @@ def trim(config, name, prefix, owner, share, dry, state=None):
         batch = [{"Key": k} for k in doomed[i : i + DELETE_BATCH]]
         s3_call(config, f"DeleteObjects {name} {prefix}", client.delete_objects,
                 Bucket=name, Delete={"Objects": batch, "Quiet": True})  # fmt: skip
+    if doomed and sync_uid and not dry:
+        rc, _, err = radosgw_admin(["user", "stats", f"--uid={sync_uid}", "--sync-stats"])
+        if rc != 0:
+            raise Failure(f"radosgw-admin user stats --sync-stats: {first_line(err, rc)}")
     found = {
         "prefix": prefix,
         "used": used,
@@ -521,6 +527,7 @@ def parse_args(argv):
     cut.add_argument("--owner", required=True, help="the group's RGW uid (objects it wrote)")
     cut.add_argument("--share-bytes", required=True, type=int)
     cut.add_argument("--state", help="JSON file keeping each group's last trim (fill rate)")
+    cut.add_argument("--sync-uid", help="the bucket owner: sync its quota stats after deletes")
     cut.add_argument("--dry", action="store_true", help="print what would go, delete nothing")
     policy = sub.add_parser("put-policy", help="replace a bucket's policy")
     policy.add_argument("bucket")
@@ -546,7 +553,7 @@ def main(argv=None):
             list_namespaces(config, args.bucket)
         elif args.command == "trim":
             trim(config, args.bucket, args.prefix, args.owner, args.share_bytes, args.dry,
-                 args.state)  # fmt: skip
+                 args.state, args.sync_uid)  # fmt: skip
         elif args.command == "put-policy":
             put_policy(config, args.bucket, args.policy_json)
         elif args.command == "put-read-policy":

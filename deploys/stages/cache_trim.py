@@ -28,7 +28,9 @@ def apply(me: HostSettings, checked: Preflight) -> None:
         name=f"Cache trim unit {cache_trim.SERVICE_PATH} ({len(checked.users)} group(s), "
         f"each {each / 2**30:.1f} GiB)",
         path=cache_trim.SERVICE_PATH,
-        content=cache_trim.service_text(me.s3.bucket, checked.users, quota.max_size),
+        content=cache_trim.service_text(
+            me.s3.bucket, checked.users, quota.max_size, me.s3.admin_user
+        ),
         on_change=reload,
     )
     kvfiles.atomic_file(

@@ -555,7 +555,7 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
             r.update(_file(path, text, "root", "root", "0600"))
         # The cache trim timer (deploys/cache_trim.py): its units, the timer enabled and waiting.
         size = int((quota or 100) * 1024**3)
-        service = cache_trim.service_text(me.s3.bucket, users, size)
+        service = cache_trim.service_text(me.s3.bucket, users, size, me.s3.admin_user)
         r.update(_file(cache_trim.SERVICE_PATH, service, "root", "root", "0644"))
         r.update(_file(cache_trim.TIMER_PATH, cache_trim.timer_text(), "root", "root", "0644"))
     timer = f"{cache_trim.UNIT}.timer"  # systemd's answer for a unit it does not know: dead

@@ -28,7 +28,7 @@ def test_each_group_gets_an_equal_share_in_whole_mib():
 
 
 def test_the_unit_trims_every_group_on_its_own_prefix_and_user():
-    text = cache_trim.service_text("lmcache", USERS, 4 * GIB)
+    text = cache_trim.service_text("lmcache", USERS, 4 * GIB, "kvceph-s3-admin")
     starts = [line for line in text.splitlines() if line.startswith("ExecStart=")]
     assert [s.startswith("ExecStart=-") for s in starts] == [True, True]  # one fails alone
     argvs = [shlex.split(s[len("ExecStart=-") :]) for s in starts]
@@ -39,14 +39,15 @@ def test_the_unit_trims_every_group_on_its_own_prefix_and_user():
     assert gpu[gpu.index("--prefix") + 1] == "kv/Qwen_Qwen3-32B@2@1@"
     assert gpu[gpu.index("--share-bytes") + 1] == str(2 * GIB)
     assert gpu[gpu.index("--state") + 1] == cache_trim.STATE_PATH
+    assert gpu[gpu.index("--sync-uid") + 1] == "kvceph-s3-admin"
     # The order of the groups does not change the text (converged plans stay empty).
-    assert cache_trim.service_text("lmcache", USERS[::-1], 4 * GIB) == text
+    assert cache_trim.service_text("lmcache", USERS[::-1], 4 * GIB, "kvceph-s3-admin") == text
     assert "OnUnitInactiveSec=5min" in cache_trim.timer_text()
 
 
 def test_the_unit_escapes_systemd_specifiers():
     odd = (bucket_policy.GroupUser("x", "u", "a%b@1@"),)
-    assert "a%%b@1@" in cache_trim.service_text("b", odd, GIB)
+    assert "a%%b@1@" in cache_trim.service_text("b", odd, GIB, "o")
 
 
 def test_the_trim_thresholds_are_the_helpers():

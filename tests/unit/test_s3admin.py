@@ -144,8 +144,11 @@ def test_trim_command_lists_every_page_and_deletes_in_one_batch(tmp_path, monkey
             return {}
 
     monkeypatch.setattr(s3admin, "s3_client", lambda config: Client())
+    synced = []
+    monkeypatch.setattr(s3admin, "radosgw_admin", lambda args: synced.append(args) or (0, "", ""))
     argv = ["--config", write_config(tmp_path), "trim", "lmcache", "--prefix", "p/",
-            "--owner", "lmcache-gpu", "--share-bytes", str(3 * MIB)]  # fmt: skip
+            "--owner", "lmcache-gpu", "--share-bytes", str(3 * MIB),
+            "--sync-uid", "adm"]  # fmt: skip
     assert s3admin.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == {"prefix": "p/", "used": 3 * MIB, "share": 3 * MIB, "deleted": 1,
@@ -153,10 +156,11 @@ def test_trim_command_lists_every_page_and_deletes_in_one_batch(tmp_path, monkey
     assert [c[0] for c in calls] == ["list", "list", "delete"]
     assert calls[0][1]["FetchOwner"] and calls[0][1]["Prefix"] == "p/"
     assert calls[2][1]["Delete"]["Objects"] == [{"Key": "p/a"}]
+    assert synced == [["user", "stats", "--uid=adm", "--sync-stats"]]
     calls.clear()
     assert s3admin.main([*argv, "--dry"]) == 0
     assert json.loads(capsys.readouterr().out)["would_delete"] == 1
-    assert [c[0] for c in calls] == ["list", "list"]
+    assert [c[0] for c in calls] == ["list", "list"] and len(synced) == 1
 
 
 def test_trim_keeps_the_fill_rate_of_each_group(tmp_path):
