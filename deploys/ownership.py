@@ -326,22 +326,29 @@ def plan_service(
     current: dict | None,
     markers: Mapping[str, str],
     adopt: tuple[str, ...] = (),
+    fsid: str | None = None,
 ) -> ServicePlan:
     """Create, update, adopt or refuse one orchestrator service.
 
     + wanted: kvceph's spec (``specs.rgw_spec`` ...)
     + current: the cluster's (``CephServiceSpec``), None when the service does not exist
     + markers / adopt: as in :func:`plan_option` (a marker is a record or a bare state)
+    + fsid: the cluster's fsid; a marker written on another cluster takes nothing over
+      (:func:`mismatch`; a spec's digest is recorded, not compared: kvceph changes specs)
 
     kvceph's own service (marker ``created``) gets kvceph's spec; an adopted one (marker
     ``adopted``, or named in kvceph_adopt) gets it merged in, keeping its zone, TLS and
     placement.
     """
     name = wanted["service_name"]
-    parsed = parse(markers.get(marker_key("service", name)))
+    key = marker_key("service", name)
+    parsed = parse(markers.get(key))
     mark = parsed.state if parsed else None
     if current is None:
         return ServicePlan(wanted, CREATED, [])
+    stale = parsed and mismatch(key, parsed, fsid, None, f"service {name}")
+    if stale:
+        return ServicePlan(None, refusal=stale.replace("<kind>/<name>", name))
     if mark == CREATED:
         # kvceph's own: its spec as before (keys it does not set are the orchestrator's).
         return ServicePlan(wanted, None, [])

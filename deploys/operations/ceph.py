@@ -15,6 +15,7 @@ from deploys.facts import memo
 from deploys.facts.ceph import (
     CephConfigDump,
     CephConfigValue,
+    CephFsid,
     CephOrchHosts,
     CephOsdStat,
     CephOwnershipMarkers,
@@ -353,7 +354,10 @@ def service_spec(
     markers = memo.read(host, CephOwnershipMarkers, **t)
     if markers is None:
         raise OperationError(f"service {service_name}: cannot read kvceph's markers")
-    plan = ownership.plan_service({**wanted, "service_name": service_name}, current, markers, adopt)
+    fsid = memo.read(host, CephFsid, **t)
+    plan = ownership.plan_service(
+        {**wanted, "service_name": service_name}, current, markers, adopt, fsid
+    )
     if plan.refusal:
         raise Refused(f"{plan.refusal}; fix: --data {ownership.ADOPT_KEY}={service_name}")
     applied = plan.spec
@@ -372,7 +376,7 @@ def service_spec(
         if not diffs:
             host.noop(f"service {service_name} already has this spec")
             if plan.marker:
-                yield _marker(service_name, plan.marker, t)
+                yield _marker(service_name, plan.marker, t, fsid, applied)
             return
     upload = copy.deepcopy(applied if plan.merged else spec)
     for key in secret_spec:
@@ -392,11 +396,14 @@ def service_spec(
         yield FileUploadCommand(StringIO(text), remote)
     yield orch_readback.apply_command(remote, service_name, applied, t, wait)
     if plan.marker:
-        yield _marker(service_name, plan.marker, t)
+        yield _marker(service_name, plan.marker, t, fsid, applied)
 
 
-def _marker(service_name: str, value: str, t: dict) -> StringCommand:
-    return marker_command("service", service_name, value, t)
+def _marker(service_name: str, value: str, t: dict, fsid: str | None, spec: dict) -> StringCommand:
+    """A service's marker as a record: its state, the cluster, the applied spec's digest."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    record = ownership.record(value, fsid, ownership.digest(spec), now)
+    return marker_command("service", service_name, record, t)
 
 
 def marker_command(kind: str, name: str, value: str, t: dict) -> StringCommand:

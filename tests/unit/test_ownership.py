@@ -297,3 +297,24 @@ def test_the_fsid_fact_reads_ceph_fsid():
     from deploys.facts.ceph import CephFsid
 
     assert CephFsid().process([json.dumps({"fsid": FSID})]) == FSID
+
+
+def test_a_service_marked_on_another_cluster_is_not_taken_over():
+    rec = ownership.record("created", FSID, ownership.digest({"x": 1}), "2026-12-01T02:00:00Z")
+    spec = specs.rgw_spec(RGW)
+    p = ownership.plan_service(spec, spec, {SERVICE_MARK: rec}, (), "0000-other")
+    assert p.spec is None and p.refusal.startswith("service rgw.standard: marker ")
+    assert f"was written on cluster {FSID}, this is 0000-other" in p.refusal
+    assert "--data kvceph_adopt=rgw.standard" in p.refusal
+    # Same cluster: kvceph's own, whatever spec digest it recorded (kvceph changes specs).
+    assert ownership.plan_service(spec, spec, {SERVICE_MARK: rec}, (), FSID).refusal is None
+
+
+def test_a_service_marker_is_written_as_a_record():
+    from deploys.operations import ceph as ceph_ops
+
+    spec = specs.rgw_spec(RGW)
+    cmd = str(ceph_ops._marker("rgw.standard", "created", {}, FSID, spec))
+    written = json.loads(cmd.split(SERVICE_MARK, 1)[1].strip().strip("'"))
+    assert written["state"] == "created" and written["fsid"] == FSID
+    assert written["digest"] == ownership.digest(spec)
