@@ -1,5 +1,6 @@
-"""A systemd timer enabled and started, each ``systemctl`` call bounded (pyinfra's
-``systemd.service`` runs them unbounded: a hung systemd would hang the deploy)."""
+"""A systemd timer enabled and started with one bounded ``systemctl`` call (pyinfra's
+``systemd.service`` runs its changes unbounded: a hung systemd would hang the deploy). The
+state is read with pyinfra's own facts."""
 
 from __future__ import annotations
 
