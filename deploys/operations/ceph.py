@@ -400,7 +400,10 @@ def service_spec(
 
 
 def _marker(service_name: str, value: str, t: dict, fsid: str | None, spec: dict) -> StringCommand:
-    """A service's marker as a record: its state, the cluster, the applied spec's digest."""
+    """A service's marker as a record: its state, the cluster, the applied spec's digest (the
+    bare state when the fsid could not be read)."""
+    if fsid is None:
+        return marker_command("service", service_name, value, t)
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     record = ownership.record(value, fsid, ownership.digest(spec), now)
     return marker_command("service", service_name, record, t)
@@ -448,6 +451,10 @@ def ownership_marker(
         host.noop(f"{kind} {object_name} is marked {current.state}")
         return
     state = current.state if current is not None else value
+    if fsid is None and spec_digest is None:
+        # Nothing to tell this object from a later one (the fsid unread): the bare state.
+        yield marker_command(kind, object_name, state, t)
+        return
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     yield marker_command(kind, object_name, ownership.record(state, fsid, spec_digest, now), t)
 
