@@ -30,8 +30,9 @@ TRIM_TIMEOUT_S = 1800
 
 
 def share(quota: int, groups: int) -> int:
-    """Each group's bytes: an equal part of the owner's quota, rounded down to whole MiB."""
-    return quota // max(1, groups) // 2**20 * 2**20
+    """Each group's bytes: an equal part of the owner's quota (in bytes, not rounded: a lab's
+    1 MiB quota over two groups must not round to a share of 0, which trims nothing)."""
+    return quota // max(1, groups)
 
 
 def service_text(
