@@ -20,6 +20,7 @@ zonegroup, SSL and placement are kept), never replaced.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ ADOPT_KEY = "kvceph_adopt"
 # operator handed it over with kvceph_adopt (its placement stays the operator's).
 CREATED = "created"
 ADOPTED = "adopted"
+STATES = (CREATED, ADOPTED)
 # Keys of an existing RGW/ingress spec that a merge keeps whatever kvceph wants: they decide
 # which zone the daemons serve, how clients reach them and where they run.
 KEPT_SPEC_KEYS = (
@@ -60,6 +62,72 @@ def option_name(section: str, option: str) -> str:
     return f"{section}/{option}"
 
 
+# --- what a marker records --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A marker's record: ``state`` (created/adopted), the cluster it was written on, the
+    digest of what kvceph asked for (:func:`digest`) and when (UTC, ISO 8601). A marker from
+    a kvceph before issue 52 holds the bare state: fsid, digest and time are None."""
+
+    state: str
+    fsid: str | None = None
+    digest: str | None = None
+    time: str | None = None
+
+
+def digest(what: Mapping[str, Any]) -> str:
+    """The first 16 hex digits of the SHA-256 of ``what`` as sorted JSON: the name and owner of
+    a bucket, the uid and display name of a user; equal only for the same spec."""
+    text = json.dumps(what, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def record(state: str, fsid: str | None, spec_digest: str | None, time: str) -> str:
+    """The value written to a marker: one line of JSON (``ceph config-key get`` shows it)."""
+    return json.dumps(
+        {"state": state, "fsid": fsid, "digest": spec_digest, "time": time}, sort_keys=True
+    )
+
+
+def parse(value: str | None) -> Marker | None:
+    """A marker's value as a :class:`Marker`; None when absent or not kvceph's format (a
+    config option's marker holds the value kvceph set, not a record)."""
+    if value in STATES:
+        return Marker(value)
+    try:
+        data = json.loads(value) if value else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("state") not in STATES:
+        return None
+    return Marker(data["state"], data.get("fsid"), data.get("digest"), data.get("time"))
+
+
+def mismatch(
+    key: str, marker: Marker, fsid: str | None, found_digest: str | None, what: str
+) -> str | None:
+    """One line when ``marker`` records another cluster or another object than the one found
+    (a marker restored from elsewhere, or left behind by an object removed by hand and then
+    created again by someone else), else None. A record kvceph did not write a field of
+    (an older marker; a digest not known for this kind) matches anything."""
+    if marker.fsid and fsid and marker.fsid != fsid:
+        why = f"was written on cluster {marker.fsid}, this is {fsid}"
+    elif marker.digest and found_digest and marker.digest != found_digest:
+        why = (
+            f"records digest {marker.digest} ({marker.state} {marker.time}), the {what} found "
+            f"reads {found_digest}: someone else made it after kvceph's was removed"
+        )
+    else:
+        return None
+    return (
+        f"{what}: marker {key} {why}; nothing was changed; fix: if the {what} is kvceph's, "
+        f"`ceph config-key rm {key}` and hand it over for one run with --data "
+        f"{ADOPT_KEY}=<kind>/<name>, else point kvceph at another name"
+    )
+
+
 # --- RGW users and buckets --------------------------------------------------------------------
 
 # Marker kinds of the S3 objects kvceph creates (``kvceph/owned/s3-user/lmcache``); kvceph_adopt
@@ -72,14 +140,21 @@ _OTHER_KEY = {S3_USER: "kvceph_s3_user", BUCKET: "kvceph_s3_bucket"}
 
 @dataclass(frozen=True)
 class ObjectPlan:
-    """The marker to write once the object exists (None: none), or a refusal."""
+    """The state the marker records once the object exists (None: the marker stands as it
+    is), or a refusal."""
 
     marker: str | None = None
     refusal: str | None = None
 
 
 def plan_object(
-    kind: str, name: str, exists: bool, markers: Mapping[str, str], adopt: tuple[str, ...] = ()
+    kind: str,
+    name: str,
+    exists: bool,
+    markers: Mapping[str, str],
+    adopt: tuple[str, ...] = (),
+    fsid: str | None = None,
+    found_digest: str | None = None,
 ) -> ObjectPlan:
     """Whether kvceph may change an RGW user or bucket it uses (quotas, keys, lifecycle,
     policies), and the marker that records it.
@@ -88,15 +163,25 @@ def plan_object(
     + name: the uid or bucket name
     + exists: the object exists now (``facts.rgw.RgwUser`` / ``RgwBucket`` is not None)
     + markers / adopt: as in :func:`plan_option`; ``adopt`` names ``<kind>/<name>``
+    + fsid: the cluster's fsid (``facts.ceph.CephFsid``)
+    + found_digest: :func:`digest` of the object found (None: not known)
 
     One that kvceph is about to create is marked ``created`` after it; one that exists without
     a marker is someone else's: refused, unless kvceph_adopt names it (then marked ``adopted``).
+    A marker of another cluster or another object (:func:`mismatch`) is refused the same way,
+    even with kvceph_adopt: the stale marker goes first (``operations.ceph.ownership_marker``
+    rewrites a bare marker of an older kvceph as a record).
     """
     if not exists:
         return ObjectPlan(CREATED)
-    if markers.get(marker_key(kind, name)) in (CREATED, ADOPTED):
-        return ObjectPlan()
+    key = marker_key(kind, name)
     handle = f"{kind}/{name}"
+    mark = parse(markers.get(key))
+    if mark is not None:
+        stale = mismatch(key, mark, fsid, found_digest, f"{_WHAT[kind]} {name}")
+        if stale:
+            return ObjectPlan(refusal="S3 tier: " + stale.replace("<kind>/<name>", handle))
+        return ObjectPlan()
     if handle in adopt:
         return ObjectPlan(ADOPTED)
     return ObjectPlan(
@@ -241,21 +326,29 @@ def plan_service(
     current: dict | None,
     markers: Mapping[str, str],
     adopt: tuple[str, ...] = (),
+    fsid: str | None = None,
 ) -> ServicePlan:
     """Create, update, adopt or refuse one orchestrator service.
 
     + wanted: kvceph's spec (``specs.rgw_spec`` ...)
     + current: the cluster's (``CephServiceSpec``), None when the service does not exist
-    + markers / adopt: as in :func:`plan_option`
+    + markers / adopt: as in :func:`plan_option` (a marker is a record or a bare state)
+    + fsid: the cluster's fsid; a marker written on another cluster takes nothing over
+      (:func:`mismatch`; a spec's digest is recorded, not compared: kvceph changes specs)
 
     kvceph's own service (marker ``created``) gets kvceph's spec; an adopted one (marker
     ``adopted``, or named in kvceph_adopt) gets it merged in, keeping its zone, TLS and
     placement.
     """
     name = wanted["service_name"]
-    mark = markers.get(marker_key("service", name))
+    key = marker_key("service", name)
+    parsed = parse(markers.get(key))
+    mark = parsed.state if parsed else None
     if current is None:
         return ServicePlan(wanted, CREATED, [])
+    stale = parsed and mismatch(key, parsed, fsid, None, f"service {name}")
+    if stale:
+        return ServicePlan(None, refusal=stale.replace("<kind>/<name>", name))
     if mark == CREATED:
         # kvceph's own: its spec as before (keys it does not set are the orchestrator's).
         return ServicePlan(wanted, None, [])

@@ -66,3 +66,25 @@ class RgwUserStats(FactBase):
             "objects": int(stats.get("num_objects", 0)),
             "last_stats_update": data.get("last_stats_update"),
         }
+
+
+class CacheTrimState(FactBase):
+    """
+    The trim timer's last reading of each cache group (``/var/lib/kvceph/cache-trim.json``,
+    written by ``s3admin.py trim``), keyed by the group's prefix; {} when it never ran.
+
+    .. code:: python
+
+        {"kv/Qwen_Qwen3-32B@2@1@": {"used": 1073741824, "share": 2147483648,
+                                    "rate": 1048576.0, "time": 1796000000.0, ...}}
+    """
+
+    def command(self, path: str):
+        return f"cat {path} 2>/dev/null || true"
+
+    def process(self, output):
+        try:
+            data = json.loads("\n".join(output) or "{}")
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}

@@ -141,6 +141,17 @@ class CephOwnershipMarkers(_CephFact):
         return _json(output) if "".join(output).strip() else {}
 
 
+class CephFsid(_CephFact):
+    """
+    The cluster's fsid (``ceph fsid -f json``), the identity ownership markers record.
+    """
+
+    ceph_args = ("fsid",)
+
+    def process(self, output):
+        return str(_json(output).get("fsid") or "") or None
+
+
 class CephConfigValue(FactBase):
     """
     One option as a daemon sees it (``ceph config get <who> <option>``), as a string.

@@ -90,7 +90,12 @@ def rendered(
             {"groups": [rules.recording_rules(group_figures(hosts))]}
         ),
         "rules/kvceph-alerts.yml": _yaml(
-            {"groups": [rules.alert_rules(rgw_service(hosts), engine_down_for)]}
+            {
+                "groups": [
+                    rules.alert_rules(rgw_service(hosts), engine_down_for),
+                    rules.cache_alerts(),
+                ]
+            }
         ),
         SCRAPE_FILE: _yaml({"scrape_configs": targets.scrape_configs(options)}),
     }

@@ -317,3 +317,42 @@ def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = ENGINE_DOWN_
             )
         )
     return {"name": "kvceph-alerts", "rules": rules}
+
+
+# A cache group's share is trimmed from 90 % down to 80 % every few minutes
+# (deploys/cache_trim.py): above 95 % the trim is not keeping up (or not running), and RGW's
+# quota refuses the group's writes at 100 %.
+GROUP_NEARLY_FULL = 0.95
+TRIM_STALE_S = 30 * 60  # six trim intervals
+
+
+def cache_alerts() -> dict:
+    """The ``kvceph-cache-alerts`` group: a cache group nearing its share, a trim that stopped
+    (its own group and function: the other alerts are ``alert_rules``')."""
+    used, share = status_metrics.GROUP_USED, status_metrics.GROUP_SHARE
+    return {
+        "name": "kvceph-cache-alerts",
+        "rules": [
+            _alert(
+                "KvcephCacheGroupNearlyFull",
+                f"{used} / ({share} > 0) > {GROUP_NEARLY_FULL}",
+                "0m",
+                "warning",
+                f"cache group {{{{ $labels.prefix }}}} is above {GROUP_NEARLY_FULL:.0%} of its "
+                "share of the quota: the trim does not keep up, and RGW refuses its writes at "
+                "100 %",
+                "systemctl status kvceph-cache-trim.service on the Ceph admin host; raise "
+                "kvceph_s3_quota_max_size_gb if the fleet outwrites one trim (the plan says)",
+            ),
+            _alert(
+                "KvcephCacheTrimStale",
+                f"time() - {status_metrics.TRIM_AT} > {TRIM_STALE_S}",
+                "0m",
+                "warning",
+                "the trim timer has not listed cache group {{ $labels.prefix }} for 30 min: "
+                "once its share is full the cache stores nothing new",
+                "systemctl list-timers kvceph-cache-trim.timer; journalctl -u "
+                "kvceph-cache-trim.service on the Ceph admin host",
+            ),
+        ],
+    }

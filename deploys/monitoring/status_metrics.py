@@ -19,6 +19,10 @@ QUOTA = f"{NAMESPACE}_bucket_quota_bytes"
 OBJECTS = f"{NAMESPACE}_bucket_objects"
 READ_AT = f"{NAMESPACE}_status_read_timestamp_seconds"
 CRC32C_REFUSED = f"{NAMESPACE}_connector_crc32c_refused"
+GROUP_USED = f"{NAMESPACE}_cache_group_used_bytes"
+GROUP_SHARE = f"{NAMESPACE}_cache_group_share_bytes"
+GROUP_RATE = f"{NAMESPACE}_cache_group_fill_rate_bytes_per_second"
+TRIM_AT = f"{NAMESPACE}_cache_trim_timestamp_seconds"
 _HELP = {
     USED: "Bytes in the bucket (radosgw-admin bucket stats), as status.py read them.",
     QUOTA: "The bucket's quota in bytes (its own, else its owner's per-bucket quota).",
@@ -26,6 +30,10 @@ _HELP = {
     READ_AT: "When status.py read the bucket (Unix time).",
     CRC32C_REFUSED: "GET bodies kvceph's connector refused on their crc32c (each a miss) since "
     "the engine started, as it last logged (at most once a minute).",
+    GROUP_USED: "Bytes a cache group's user wrote under its prefix, as the trim last listed.",
+    GROUP_SHARE: "The cache group's share of the bucket owner's quota (the trim's bound).",
+    GROUP_RATE: "Bytes/s the cache group wrote between its last two trims.",
+    TRIM_AT: "When the trim timer last listed the cache group (Unix time).",
 }
 
 
@@ -54,8 +62,25 @@ def exposition(doc: dict) -> str:
         stamp = datetime.fromisoformat(doc["time"]).timestamp()
         out += [f"# HELP {READ_AT} {_HELP[READ_AT]}", f"# TYPE {READ_AT} gauge"]
         out.append(f'{READ_AT}{{bucket="{_esc(bucket)}"}} {stamp!r}')
+    out += _groups(bucket, cluster.get("groups") or ())
     out += _crc32c(doc)
     return "\n".join(out) + "\n" if out else ""
+
+
+def _groups(bucket: str | None, groups) -> list[str]:
+    """Each cache group's bytes, share, fill rate and trim time (deploys/cache_trim.py)."""
+    fields = {GROUP_USED: "bytes", GROUP_SHARE: "share_bytes", GROUP_RATE: "fill_rate",
+              TRIM_AT: "read_at"}  # fmt: skip
+    out: list[str] = []
+    for name, field in fields.items():
+        rows = [g for g in groups if g.get(field) is not None]
+        if not bucket or not rows:
+            continue
+        out += [f"# HELP {name} {_HELP[name]}", f"# TYPE {name} gauge"]
+        for g in rows:
+            labels = f'bucket="{_esc(bucket)}",prefix="{_esc(g["prefix"])}"'
+            out.append(f"{name}{{{labels}}} {float(g[field])!r}")
+    return out
 
 
 def _crc32c(doc: dict) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from io import StringIO
 
 from pyinfra import host, logger
@@ -14,6 +15,7 @@ from deploys.facts import memo
 from deploys.facts.ceph import (
     CephConfigDump,
     CephConfigValue,
+    CephFsid,
     CephOrchHosts,
     CephOsdStat,
     CephOwnershipMarkers,
@@ -352,7 +354,10 @@ def service_spec(
     markers = memo.read(host, CephOwnershipMarkers, **t)
     if markers is None:
         raise OperationError(f"service {service_name}: cannot read kvceph's markers")
-    plan = ownership.plan_service({**wanted, "service_name": service_name}, current, markers, adopt)
+    fsid = memo.read(host, CephFsid, **t)
+    plan = ownership.plan_service(
+        {**wanted, "service_name": service_name}, current, markers, adopt, fsid
+    )
     if plan.refusal:
         raise Refused(f"{plan.refusal}; fix: --data {ownership.ADOPT_KEY}={service_name}")
     applied = plan.spec
@@ -371,7 +376,7 @@ def service_spec(
         if not diffs:
             host.noop(f"service {service_name} already has this spec")
             if plan.marker:
-                yield _marker(service_name, plan.marker, t)
+                yield _marker(service_name, plan.marker, t, fsid, applied)
             return
     upload = copy.deepcopy(applied if plan.merged else spec)
     for key in secret_spec:
@@ -391,11 +396,17 @@ def service_spec(
         yield FileUploadCommand(StringIO(text), remote)
     yield orch_readback.apply_command(remote, service_name, applied, t, wait)
     if plan.marker:
-        yield _marker(service_name, plan.marker, t)
+        yield _marker(service_name, plan.marker, t, fsid, applied)
 
 
-def _marker(service_name: str, value: str, t: dict) -> StringCommand:
-    return marker_command("service", service_name, value, t)
+def _marker(service_name: str, value: str, t: dict, fsid: str | None, spec: dict) -> StringCommand:
+    """A service's marker as a record: its state, the cluster, the applied spec's digest (the
+    bare state when the fsid could not be read)."""
+    if fsid is None:
+        return marker_command("service", service_name, value, t)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    record = ownership.record(value, fsid, ownership.digest(spec), now)
+    return marker_command("service", service_name, record, t)
 
 
 def marker_command(kind: str, name: str, value: str, t: dict) -> StringCommand:
@@ -408,16 +419,22 @@ def ownership_marker(
     kind: str,
     object_name: str,
     value: str,
+    fsid: str | None = None,
+    spec_digest: str | None = None,
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
 ):
     """
-    Record that kvceph owns an object it created (or the operator handed over); an object
-    already marked keeps its marker.
+    Record that kvceph owns an object it created (or the operator handed over): the state,
+    the cluster's fsid, the digest of what kvceph asked for, and the time. A marker that
+    already records this state, fsid and digest stands; a bare one (before issue 52) is
+    rewritten as a record.
 
     + kind: the marker's kind (``ownership.S3_USER``, ``ownership.BUCKET``, ...)
     + object_name: the object's name (a uid, a bucket)
     + value: ``ownership.CREATED`` or ``ownership.ADOPTED``
+    + fsid: the cluster's fsid (``facts.ceph.CephFsid``; None: not recorded)
+    + spec_digest: ``ownership.digest`` of what kvceph asked for (None: not recorded)
     + connect_timeout / command_timeout: seconds for each ``ceph`` call
 
     A kvceph operation (pyinfra has none for the config-key store): the stage that creates
@@ -429,11 +446,39 @@ def ownership_marker(
     """
     t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
     markers = memo.read(host, CephOwnershipMarkers, **t)
-    current = (markers or {}).get(ownership.marker_key(kind, object_name))
-    if current in (ownership.CREATED, ownership.ADOPTED):
-        host.noop(f"{kind} {object_name} is marked {current}")
+    current = ownership.parse((markers or {}).get(ownership.marker_key(kind, object_name)))
+    if current is not None and (current.fsid, current.digest) == (fsid, spec_digest):
+        host.noop(f"{kind} {object_name} is marked {current.state}")
         return
-    yield marker_command(kind, object_name, value, t)
+    state = current.state if current is not None else value
+    if fsid is None and spec_digest is None:
+        # Nothing to tell this object from a later one (the fsid unread): the bare state.
+        yield marker_command(kind, object_name, state, t)
+        return
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    yield marker_command(kind, object_name, ownership.record(state, fsid, spec_digest, now), t)
+
+
+@operation()
+def ownership_marker_removed(
+    kind: str,
+    object_name: str,
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+):
+    """
+    Remove kvceph's marker of an object kvceph retired, right after its removal: a marker
+    that outlived its object would take over a same-named one someone creates later.
+
+    + kind / object_name: as in :func:`ownership_marker`
+    + connect_timeout / command_timeout: seconds for each ``ceph`` call
+    """
+    t = {"connect_timeout": connect_timeout, "command_timeout": command_timeout}
+    key = ownership.marker_key(kind, object_name)
+    if key not in (memo.read(host, CephOwnershipMarkers, **t) or {}):
+        host.noop(f"{kind} {object_name} has no kvceph marker")
+        return
+    yield ceph("config-key", "rm", key, **t, json=False)
 
 
 @operation()

@@ -24,6 +24,9 @@ Subcommands:
     put-policy NAME --policy-json JSON    replace the bucket's policy with this document
     list-namespaces NAME                  print the bucket's object namespaces (kv/<fields>/)
                                           and whether it holds objects at its root (JSON)
+    trim NAME --prefix P --owner UID --share-bytes N [--state FILE] [--dry]
+                                          delete a cache group's oldest objects once it
+                                          nears its share; FILE keeps its fill rate
 
 Every error is one line on stderr and exit status 1 (2 for usage errors). Needs python3 and,
 for the bucket subcommands, python3-boto3 (Debian package); radosgw-admin for create-user.
@@ -35,6 +38,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 
 CONNECT_TIMEOUT = 10
 READ_TIMEOUT = 30
@@ -208,6 +213,109 @@ def list_namespaces(config, name):
         "bucket_root": bool(root.get("Contents")),
         "truncated": bool(under.get("IsTruncated")),
     }
+    print(json.dumps(found, sort_keys=True))
+
+
+# A group's share is trimmed from HIGH_WATER down to LOW_WATER of it (docs/capacity.md): one
+# trim frees a tenth of the share, so the timer deletes in batches, not one object per write.
+HIGH_WATER = 0.9
+LOW_WATER = 0.8
+DELETE_BATCH = 1000  # DeleteObjects' limit per call
+
+
+def trim_plan(objects, share, owner, high=HIGH_WATER, low=LOW_WATER):
+    """(keys to delete, oldest first; bytes the group holds): nothing until the group's
+    objects pass ``high`` x ``share``, then the oldest down to ``low`` x ``share``.
+
+    objects: ListObjectsV2 entries under the group's prefix (Key, Size, LastModified,
+    Owner.ID); share: the group's bytes; owner: the group's uid. An object another user
+    wrote is neither counted nor deleted, whatever its name (kvceph deletes only what its
+    group wrote)."""
+    mine = [o for o in objects if (o.get("Owner") or {}).get("ID") == owner]
+    used = sum(int(o["Size"]) for o in mine)
+    if share <= 0 or used <= high * share:
+        return [], used
+    doomed, left = [], used
+    for o in sorted(mine, key=lambda o: (o["LastModified"], o["Key"])):
+        if left <= low * share:
+            break
+        doomed.append(o["Key"])
+        left -= int(o["Size"])
+    return doomed, used
+
+
+def fill_rate(previous, used, now):
+    """Bytes/s the group wrote since the last trim (its bytes then, after that trim's deletes,
+    against now); None on the first run, or when objects expired in between (negative)."""
+    if not previous or now <= previous.get("time", now):
+        return None
+    rate = (used - previous["left"]) / (now - previous["time"])
+    return rate if rate >= 0 else None
+
+
+def save_state(path, prefix, entry):
+    """Replace the group's entry of the state file atomically (status.py reads it)."""
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        state = {}
+    state[prefix] = entry
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".trim-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(state, f, sort_keys=True)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def load_state(path, prefix):
+    """The group's entry of the state file, or None."""
+    try:
+        with open(path) as f:
+            return json.load(f).get(prefix)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def trim(config, name, prefix, owner, share, dry, state=None, sync_uid=None):
+    """List a cache group's objects (its prefix, written by its user), delete the oldest when
+    it nears its share, print one JSON line: used, share, deleted, freed bytes, fill rate;
+    with ``state`` also keep it there for status.py (never under --dry). With ``sync_uid``
+    (the bucket's owner) its user stats are synced after a delete: RGW's user-scope quota
+    otherwise sees the freed room only at its next stats flush (180 s)."""
+    client = s3_client(config)
+    objects, token = [], None
+    while True:
+        page = s3_call(config, f"ListObjectsV2 {name} {prefix}", client.list_objects_v2,
+                       Bucket=name, Prefix=prefix, FetchOwner=True,
+                       **({"ContinuationToken": token} if token else {}))  # fmt: skip
+        objects += page.get("Contents", ())
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated") or not token:
+            break
+    doomed, used = trim_plan(objects, share, owner)
+    sizes = {o["Key"]: int(o["Size"]) for o in objects}
+    for i in range(0, 0 if dry else len(doomed), DELETE_BATCH):
+        batch = [{"Key": k} for k in doomed[i : i + DELETE_BATCH]]
+        s3_call(config, f"DeleteObjects {name} {prefix}", client.delete_objects,
+                Bucket=name, Delete={"Objects": batch, "Quiet": True})  # fmt: skip
+    if doomed and sync_uid and not dry:
+        rc, _, err = radosgw_admin(["user", "stats", f"--uid={sync_uid}", "--sync-stats"])
+        if rc != 0:
+            raise Failure(f"radosgw-admin user stats --sync-stats: {first_line(err, rc)}")
+    found = {
+        "prefix": prefix,
+        "used": used,
+        "share": share,
+        "deleted": 0 if dry else len(doomed),
+        "would_delete": len(doomed) if dry else 0,
+        "freed": sum(sizes[k] for k in doomed),
+    }
+    now = time.time()
+    found["rate"] = fill_rate(load_state(state, prefix) if state else None, used, now)
+    if state and not dry:
+        left = used - found["freed"]
+        save_state(state, prefix, {**found, "time": now, "left": left})
     print(json.dumps(found, sort_keys=True))
 
 
@@ -413,6 +521,14 @@ def parse_args(argv):
     put_policy.add_argument("--reader", required=True)
     namespaces = sub.add_parser("list-namespaces", help="print a bucket's object namespaces")
     namespaces.add_argument("bucket")
+    cut = sub.add_parser("trim", help="delete a cache group's oldest objects near its share")
+    cut.add_argument("bucket")
+    cut.add_argument("--prefix", required=True, help="the group's object-name prefix")
+    cut.add_argument("--owner", required=True, help="the group's RGW uid (objects it wrote)")
+    cut.add_argument("--share-bytes", required=True, type=int)
+    cut.add_argument("--state", help="JSON file keeping each group's last trim (fill rate)")
+    cut.add_argument("--sync-uid", help="the bucket owner: sync its quota stats after deletes")
+    cut.add_argument("--dry", action="store_true", help="print what would go, delete nothing")
     policy = sub.add_parser("put-policy", help="replace a bucket's policy")
     policy.add_argument("bucket")
     policy.add_argument("--policy-json", required=True)
@@ -435,6 +551,9 @@ def main(argv=None):
             get_read_policy(config, args.bucket)
         elif args.command == "list-namespaces":
             list_namespaces(config, args.bucket)
+        elif args.command == "trim":
+            trim(config, args.bucket, args.prefix, args.owner, args.share_bytes, args.dry,
+                 args.state, args.sync_uid)  # fmt: skip
         elif args.command == "put-policy":
             put_policy(config, args.bucket, args.policy_json)
         elif args.command == "put-read-policy":

@@ -17,6 +17,7 @@ from pyinfra.api import OperationError, deploy
 from deploys import ceph_cli, ownership, specs, zones
 from deploys.facts import memo
 from deploys.facts.ceph import (
+    CephFsid,
     CephOrchStatus,
     CephOwnershipMarkers,
     CephPools,
@@ -258,7 +259,7 @@ def ownership_refusal(me: HostSettings, wanted: list[dict], t: dict) -> str | No
     refusals, names = [], []
     for spec in wanted:
         current = memo.read(host, CephServiceSpec, service_name=spec["service_name"], **t)
-        plan = ownership.plan_service(spec, current, markers, adopt)
+        plan = ownership.plan_service(spec, current, markers, adopt, memo.read(host, CephFsid, **t))
         if plan.refusal:
             refusals.append(plan.refusal)
             names.append(spec["service_name"])

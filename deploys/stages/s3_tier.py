@@ -12,7 +12,7 @@ from pyinfra.api import OperationError, deploy
 
 from deploys import bucket_policy, capacity, ceph_cli, ownership, paths
 from deploys.facts import memo
-from deploys.facts.ceph import CephOwnershipMarkers, CephServiceSpec
+from deploys.facts.ceph import CephFsid, CephOwnershipMarkers, CephServiceSpec
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
 from deploys.operations import ceph as ceph_ops
 from deploys.operations import files as kvfiles
@@ -20,7 +20,7 @@ from deploys.operations import s3, s3_policy, s3_quota, tls
 from deploys.preflight import Preflight
 from deploys.secrets import Secret
 from deploys.settings import HostSettings
-from deploys.stages import rgw_service
+from deploys.stages import cache_trim, rgw_service
 
 # RGW reachability: seconds per HTTP try, tries, seconds between them (about 20 s at most).
 RGW_PROBE_TIMEOUT = 5
@@ -90,14 +90,40 @@ def s3_objects(me: HostSettings, timeout: int, users=()) -> list[tuple[str, str,
     ]
 
 
+def spec_digest(me: HostSettings, kind: str, name: str, owner: str | None = None) -> str | None:
+    """:func:`ownership.digest` of what kvceph asks of a bucket (its name and owner: a
+    same-named bucket someone else makes later has another owner); None for a user, whose
+    ``user info`` carries nothing that tells one creation from the next.
+
+    + owner: the owner found (None: the one kvceph sets); the former engine user a bucket is
+      moved from reads as kvceph's own (the move is kvceph's)
+    """
+    if kind != ownership.BUCKET:
+        return None
+    if owner in (None, me.s3.user):
+        owner = me.s3.admin_user
+    return ownership.digest({"bucket": name, "owner": owner})
+
+
 def ownership_plans(me: HostSettings, timeout: int, users=()) -> dict | None:
     """:func:`ownership.plan_object` for every object of :func:`s3_objects`; None when the
     markers cannot be read."""
-    markers = memo.read(host, CephOwnershipMarkers, **_ceph_t(me, timeout))
+    t = _ceph_t(me, timeout)
+    markers = memo.read(host, CephOwnershipMarkers, **t)
     if markers is None:
         return None
+    fsid = memo.read(host, CephFsid, **t)
+    bucket = memo.read(host, RgwBucket, bucket=me.s3.bucket, timeout=timeout) or {}
     return {
-        (kind, name): ownership.plan_object(kind, name, exists, markers, me.run.adopt)
+        (kind, name): ownership.plan_object(
+            kind,
+            name,
+            exists,
+            markers,
+            me.run.adopt,
+            fsid,
+            spec_digest(me, kind, name, bucket.get("owner")) if exists else None,
+        )
         for kind, name, exists in s3_objects(me, timeout, users)
     }
 
@@ -107,12 +133,15 @@ def mark_owned(me: HostSettings, kind: str, name: str, plans: dict, timeout: int
     (called on every run, so a fresh and a converged cluster plan the same operations)."""
     plan = plans.get((kind, name))
     value = plan.marker if plan and plan.marker else ownership.CREATED
+    t = _ceph_t(me, timeout)
     ceph_ops.ownership_marker(
         name=f"Mark {kind} {name} as kvceph's",
         kind=kind,
         object_name=name,
         value=value,
-        **_ceph_t(me, timeout),
+        fsid=memo.read(host, CephFsid, **t),
+        spec_digest=spec_digest(me, kind, name),
+        **t,
     )
 
 
@@ -308,6 +337,7 @@ def apply(me: HostSettings, checked: Preflight):
         allow_removal=allow_removal,
         timeout=timeout,
     )
+    cache_trim.apply(me, checked)
 
 
 def engine_users(me: HostSettings, checked: Preflight, timeout: int, plans: dict) -> None:

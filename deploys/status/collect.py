@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pyinfra.facts.files import FileContents
 
-from deploys import ceph_cli, engine_address, paths, render
+from deploys import cache_trim, ceph_cli, engine_address, paths, render
 from deploys.facts import memo
-from deploys.facts.capacity import RgwUserStats
+from deploys.facts.capacity import CacheTrimState, RgwUserStats
 from deploys.facts.ceph import CephOrchStatus, CephReachable
 from deploys.facts.connector import Crc32cRefused, PutsSkipped, S3Disabled
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
@@ -150,6 +150,8 @@ def read_cluster(host, me) -> dict:
         config=paths.ADMIN_CONFIG,
     )  # fmt: skip
     out["daemons"] = memo.read(host, RgwDaemons, **t)
+    # Each cache group's bytes, share and fill rate as the trim timer last read them.
+    out["trim"] = memo.read(host, CacheTrimState, path=cache_trim.STATE_PATH)
     if me.rgw.managed_by == "cephadm":
         out["orchestrator"] = memo.read(host, CephOrchStatus, **t)
         run = _host_run(host.state, host)  # orch reads under the login's sudo, as operations do

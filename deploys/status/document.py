@@ -7,7 +7,7 @@ is a row that says so; ``partial`` is True when any host or read is missing.
 
 from __future__ import annotations
 
-from deploys import capacity, remote_tier
+from deploys import cache_trim, capacity, remote_tier
 from deploys.monitoring.targets import cache_group
 from deploys.settings import namespace
 from deploys.status import counters, savings, tiers
@@ -132,6 +132,27 @@ def _quota_full(bucket: dict | None, quota: int | None, stats: dict | None) -> d
     return {"quota_full": full, "quota_full_since": since}
 
 
+def trim_rows(trim: dict | None) -> list[dict]:
+    """Each cache group's bytes against its share, its fill rate and days to full, as the
+    trim timer last read them (deploys/cache_trim.py); [] when it never ran."""
+    rows = []
+    for prefix, t in sorted((trim or {}).items()):
+        used, share, rate = int(t.get("used", 0)), int(t.get("share", 0)), t.get("rate")
+        rows.append(
+            {
+                "prefix": prefix,
+                "bytes": used,
+                "share_bytes": share,
+                "share_used": used / share if share else None,
+                "fill_rate": rate,
+                "days_to_full": cache_trim.days_to_full(used, share, rate),
+                "deleted": int(t.get("deleted", 0)),
+                "read_at": t.get("time"),
+            }
+        )
+    return rows
+
+
 def _rule(rules, rule_id: str) -> dict | None:
     for r in rules or []:
         if r.get("ID") == rule_id:
@@ -172,6 +193,7 @@ def cluster_row(name: str, me, read: dict | None, error: str | None) -> dict:
         "endpoint": (read.get("endpoint") or {}).get("url"),
         "endpoint_reachable": (read.get("endpoint") or {}).get("reachable"),
         "endpoint_status": (read.get("endpoint") or {}).get("status"),
+        "groups": trim_rows(read.get("trim")),
     }
     if me.rgw.managed_by == "cephadm":
         orch = read.get("orchestrator") or {}

@@ -88,6 +88,26 @@ def engine_table(doc: dict) -> list[str]:
     return _grid(head, rows)
 
 
+def group_lines(groups: list[dict]) -> list[str]:
+    """One line per cache group: its bytes against its share, fill rate, days to full."""
+    out = []
+    for g in groups:
+        rate = g.get("fill_rate")
+        days = g.get("days_to_full")
+        fill = (
+            "fill rate unmeasured (one trim so far)"
+            if rate is None
+            else f"fills {_size(rate)}/s, "
+            + ("not growing" if days is None else f"full in {days:.1f} d without the trim")
+        )
+        used = f" ({g['share_used']:.0%})" if g.get("share_used") is not None else ""
+        out.append(
+            f"  group {g['prefix']}: {_size(g['bytes'])} of its {_size(g['share_bytes'])} "
+            f"share{used}, {fill}; last trim deleted {g['deleted']} objects"
+        )
+    return out
+
+
 def cluster_lines(doc: dict) -> list[str]:
     c = doc["cluster"]
     if c is None:
@@ -125,6 +145,7 @@ def cluster_lines(doc: dict) -> list[str]:
         + ("answers" if c.get("endpoint_reachable") else "NOT ANSWERING")
         + (f" (HTTP {c['endpoint_status']})" if c.get("endpoint_status") else ""),
     ]
+    lines += group_lines(c.get("groups") or [])
     if "services" in c:
         lines.append(f"  orchestrator: {c.get('orchestrator')}")
         for name, s in c["services"].items():

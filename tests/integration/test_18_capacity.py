@@ -1,15 +1,16 @@
 """A bounded cache (issue 36, docs/capacity.md): the engines' user creates no bucket; a small
 quota filled by cold requests: the engines keep answering, the bucket stops growing, status.py
-says "quota full"."""
+says "quota full"; then one trim (issue 52) frees the oldest and the next prefix is stored."""
 
 from __future__ import annotations
 
 import json
 import time
 
-from conftest import HOSTS, pyinfra, restore_needed, s3_client
+from conftest import HOSTS, pyinfra, restore_needed, s3_client, ssh
 from lab_client import completion, long_prompt
 
+from deploys import cache_trim
 from deploys.capacity import size
 
 # The lab engine's objects on gpu1: 256 tokens x 64 bytes (TP 2, group_data/lab.py) per worker.
@@ -55,6 +56,8 @@ def test_a_full_quota_keeps_engines_serving_and_status_says_so(converged, reques
         assert run.rc == 0, run.output[-4000:]
         assert f"S3 quota {size(int(gib * 1024**3))} (kvceph_s3_quota_max_size_gb)" in run.output
         assert "full in" in run.output or "never full" in run.output
+        # The trim timer runs once below, by hand: until then the bucket must stay full.
+        ssh("ceph1", f"timeout 60 systemctl stop {cache_trim.UNIT}.timer")
         # RGW checks a quota on each gateway's cached bucket stats (plus its own writes since;
         # rgw_bucket_quota_ttl 600 s): each of the lab's two gateways admits up to the quota
         # before its view is full, so the bucket holds at most twice it; `prompts` offer more.
@@ -71,6 +74,16 @@ def test_a_full_quota_keeps_engines_serving_and_status_says_so(converged, reques
         cluster = json.loads(path.read_text())["cluster"]
         assert cluster["quota_full"] and cluster["quota_source"] == "user quota", cluster
         assert "quota full" in st.output
+        # Issue 52: one trim deletes each group's oldest objects past 90 % of its share (both
+        # groups' shares add up to the quota, so one is past it); the next new prefix is stored.
+        trimmed = ssh("ceph1", f"timeout 300 systemctl start {cache_trim.UNIT}.service && "
+                      f"cat {cache_trim.STATE_PATH}", timeout=320).stdout  # fmt: skip
+        state = json.loads(trimmed)
+        assert sum(g["deleted"] for g in state.values()) > 0, state
+        left = bucket()[0]
+        assert left < full_objects, (left, full_objects)
+        cold_requests(1)
+        assert bucket()[0] > left, "a full cache stored no new prefix after the trim"
     finally:
         if restore_needed(request, lab):
             assert pyinfra("--limit", "ceph1").rc == 0

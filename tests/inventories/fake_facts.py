@@ -34,6 +34,7 @@ if str(REPO) not in sys.path:
 
 from deploys import (  # noqa: E402
     bucket_policy,
+    cache_trim,  # noqa: E402
     connector_package,
     engine_users,
     ownership,
@@ -296,6 +297,7 @@ class _Restarting(dict):
 
 
 FAKE_CREATED = "2026-12-01T02:00:00.000000Z"
+FAKE_FSID = "5b6c1c2e-8f0a-11f0-9d3b-525400c0ffee"
 
 
 def _captured(fact_dir: str, case: str) -> list[str]:
@@ -418,9 +420,14 @@ def _markers(me: settings.HostSettings, specs: list[dict], uids=()) -> dict[str,
     section = me.rgw.config_section
     for k, v in _owned_options(me).items():
         marks[ownership.marker_key("config", ownership.option_name(section, k))] = v
+    # Users and the bucket as kvceph records them since issue 52 (fsid, the bucket's digest).
     for uid in (me.s3.admin_user, *uids):
-        marks[ownership.marker_key(ownership.S3_USER, uid)] = "created"
-    marks[ownership.marker_key(ownership.BUCKET, me.s3.bucket)] = "created"
+        marks[ownership.marker_key(ownership.S3_USER, uid)] = ownership.record(
+            "created", FAKE_FSID, None, FAKE_CREATED
+        )
+    marks[ownership.marker_key(ownership.BUCKET, me.s3.bucket)] = ownership.record(
+        "created", FAKE_FSID, s3_tier.spec_digest(me, ownership.BUCKET, me.s3.bucket), FAKE_CREATED
+    )
     return marks
 
 
@@ -475,6 +482,7 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
     }
     # CephReachable (its `|| echo` turns a failure into output)
     r[f"{ceph} health 2>&1"] = ["HEALTH_OK"]
+    r[f"{ceph} fsid"] = [json.dumps({"fsid": FAKE_FSID})]  # CephFsid (ownership markers)
     for wanted in specs:
         name = wanted["service_name"]
         key = f"{ceph} orch ls --service_name {name} --export"
@@ -576,6 +584,20 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
             text = s3_tier.group_config(me, u.group, *creds.group(u.group))
             path = paths.GROUP_CONFIG.format(group=u.group)
             r.update(_file(path, text, "root", "root", "0600"))
+        # The cache trim timer (deploys/cache_trim.py): its units, the timer enabled and waiting.
+        size = int((quota or 100) * 1024**3)
+        service = cache_trim.service_text(me.s3.bucket, users, size, me.s3.admin_user)
+        r.update(_file(cache_trim.SERVICE_PATH, service, "root", "root", "0644"))
+        r.update(_file(cache_trim.TIMER_PATH, cache_trim.timer_text(), "root", "root", "0644"))
+    timer = f"{cache_trim.UNIT}.timer"  # systemd's answer for a unit it does not know: dead
+    r[f"--property SubState {timer}"] = [
+        f"Id={timer}",
+        f"SubState={'waiting' if converged else 'dead'}",
+    ]
+    r[f"--property UnitFileState {timer}"] = [
+        f"Id={timer}",
+        "UnitFileState=enabled" if converged else "UnitFileState=",
+    ]
     return r
 
 

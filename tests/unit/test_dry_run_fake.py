@@ -81,6 +81,10 @@ FRESH_CHANGES = {
     "S3 tier | Mark bucket lmcache as kvceph's": ADMIN,
     "S3 tier | Policy of bucket lmcache: each cache group on its own names": ADMIN,
     "S3 tier | Lifecycle of bucket lmcache": ADMIN,
+    "S3 tier | Cache trim unit /etc/systemd/system/kvceph-cache-trim.service (2 group(s), "
+    "each 2.0 GiB)": ADMIN,
+    "S3 tier | Cache trim timer /etc/systemd/system/kvceph-cache-trim.timer (every 5 min)": ADMIN,
+    "S3 tier | kvceph-cache-trim.timer running and enabled": ADMIN,
     "Engine software | Service account vllm": INFERENCE,
     "Engine software | Service home /var/lib/vllm": INFERENCE,
     "Engine software | Venv parent": INFERENCE,

@@ -69,7 +69,15 @@ def test_no_destructive_call_in_the_deploy_code():
 
 # The venv prune removes only <kvceph_venv>-<12 hex> venvs kvceph made, never one an engine
 # runs (engine_lock.to_prune, tests/unit/test_engine_lock.py).
-PRUNES_ITS_OWN = {"deploys/operations/engine.py": ("rm -r",)}
+# The cache trim (issue 52, docs/capacity.md) deletes only objects a cache group's own user
+# wrote under the group's prefix, oldest first, past 90 % of its share (test_s3admin.py,
+# test_cache_trim.py); it runs from its timer, never from a deploy's plan. A stale ownership
+# marker's fix text names `ceph config-key rm` (a marker holds no data).
+PRUNES_ITS_OWN = {
+    "deploys/operations/engine.py": ("rm -r",),
+    "deploys/remote/s3admin.py": ("delete_objects",),
+    "deploys/ownership.py": ("key rm",),
+}
 
 ROTATION_ONLY = ("deploys/stages/rotation.py", "deploys/operations/s3_rotation.py")
 

@@ -201,3 +201,120 @@ def test_a_marked_one_is_kvcephs_and_the_opt_in_adopts_an_unmarked_one():
     # the opt-in names the kind: a bucket's handle does not hand over the user of that name
     other = ownership.plan_object(ownership.S3_USER, "kvceph-it", True, {}, ("bucket/kvceph-it",))
     assert other.refusal is not None
+
+
+# --- what a marker records (issue 52 item 7) ---------------------------------------------------
+
+FSID = "5b6c1c2e-8f0a-11f0-9d3b-525400c0ffee"
+BUCKET_MARK = ownership.marker_key(ownership.BUCKET, "lmcache")
+MINE = ownership.digest({"bucket": "lmcache", "owner": "kvceph-s3-admin"})
+
+
+def test_a_record_reads_back_and_a_bare_marker_of_an_older_kvceph_still_reads():
+    text = ownership.record("created", FSID, MINE, "2026-12-07T10:00:00Z")
+    assert ownership.parse(text) == ownership.Marker("created", FSID, MINE, "2026-12-07T10:00:00Z")
+    assert ownership.parse("adopted") == ownership.Marker("adopted")
+    # An option's marker holds the value kvceph set: not a record.
+    assert ownership.parse("s3.kvlab") is None and ownership.parse(None) is None
+    assert ownership.parse('{"state": "mine"}') is None
+
+
+def test_a_marker_of_another_cluster_or_object_takes_nothing_over_even_when_adopted():
+    mine = {BUCKET_MARK: ownership.record("created", FSID, MINE, "2026-12-01T02:00:00Z")}
+    ok = ownership.plan_object(ownership.BUCKET, "lmcache", True, mine, (), FSID, MINE)
+    assert ok == ownership.ObjectPlan()
+    other = ownership.digest({"bucket": "lmcache", "owner": "someone"})
+    for fsid, found, why in (
+        ("0000-other", MINE, f"was written on cluster {FSID}, this is 0000-other"),
+        (FSID, other, f"records digest {MINE} (created 2026-12-01T02:00:00Z), the bucket"),
+    ):
+        for adopt in ((), ("bucket/lmcache",)):
+            p = ownership.plan_object(ownership.BUCKET, "lmcache", True, mine, adopt, fsid, found)
+            assert p.marker is None and why in p.refusal
+            assert p.refusal.count("\n") == 0 and p.refusal.startswith("S3 tier: bucket lmcache")
+            assert f"`ceph config-key rm {BUCKET_MARK}`" in p.refusal
+            assert "--data kvceph_adopt=bucket/lmcache" in p.refusal
+    # A bare marker (before issue 52) matches anything: it is rewritten as a record.
+    bare = ownership.plan_object(
+        ownership.BUCKET, "lmcache", True, {BUCKET_MARK: "created"}, (), FSID, other
+    )
+    assert bare == ownership.ObjectPlan()
+
+
+def test_a_service_reads_a_record_as_its_state():
+    rec = ownership.record("created", FSID, None, "2026-12-01T02:00:00Z")
+    spec = specs.rgw_spec(RGW)
+    p = ownership.plan_service(spec, spec, {SERVICE_MARK: rec})
+    assert p.spec == spec and p.marker is None and not p.merged
+
+
+class _Host:
+    noops: list = []
+
+    @classmethod
+    def noop(cls, text):
+        cls.noops.append(text)
+
+
+def _op(monkeypatch, op, markers, **kwargs):
+    from deploys.operations import ceph as ceph_ops
+
+    monkeypatch.setattr(ceph_ops, "host", _Host)
+    monkeypatch.setattr(ceph_ops.memo, "read", lambda _h, _fact, **_kw: markers)
+    _Host.noops = []
+    return [str(c) for c in op._inner(**kwargs)]
+
+
+def test_the_marker_operation_writes_a_record_once_and_rewrites_a_bare_one(monkeypatch):
+    from deploys.operations import ceph as ceph_ops
+
+    args = {"kind": "bucket", "object_name": "lmcache", "value": "created"}
+    args |= {"fsid": FSID, "spec_digest": MINE}
+    fresh = _op(monkeypatch, ceph_ops.ownership_marker, {}, **args)
+    assert len(fresh) == 1 and f"config-key set {BUCKET_MARK}" in fresh[0]
+    written = json.loads(fresh[0].split(BUCKET_MARK, 1)[1].strip().strip("'"))
+    assert written["state"] == "created" and written["fsid"] == FSID
+    assert written["digest"] == MINE and written["time"].endswith("Z")
+    same = {BUCKET_MARK: ownership.record("created", FSID, MINE, "2026-12-01T02:00:00Z")}
+    assert _op(monkeypatch, ceph_ops.ownership_marker, same, **args) == []
+    assert _Host.noops == ["bucket lmcache is marked created"]
+    # A bare "adopted" stays adopted, now with what it records.
+    again = _op(monkeypatch, ceph_ops.ownership_marker, {BUCKET_MARK: "adopted"}, **args)
+    assert '"state": "adopted"' in again[0]
+
+
+def test_the_marker_goes_when_kvceph_retires_the_object(monkeypatch):
+    from deploys.operations import ceph as ceph_ops
+
+    args = {"kind": "bucket", "object_name": "lmcache"}
+    gone = _op(monkeypatch, ceph_ops.ownership_marker_removed, {BUCKET_MARK: "created"}, **args)
+    assert len(gone) == 1 and gone[0].endswith(f"config-key rm {BUCKET_MARK}")
+    assert _op(monkeypatch, ceph_ops.ownership_marker_removed, {}, **args) == []
+    assert _Host.noops == ["bucket lmcache has no kvceph marker"]
+
+
+def test_the_fsid_fact_reads_ceph_fsid():
+    from deploys.facts.ceph import CephFsid
+
+    assert CephFsid().process([json.dumps({"fsid": FSID})]) == FSID
+
+
+def test_a_service_marked_on_another_cluster_is_not_taken_over():
+    rec = ownership.record("created", FSID, ownership.digest({"x": 1}), "2026-12-01T02:00:00Z")
+    spec = specs.rgw_spec(RGW)
+    p = ownership.plan_service(spec, spec, {SERVICE_MARK: rec}, (), "0000-other")
+    assert p.spec is None and p.refusal.startswith("service rgw.standard: marker ")
+    assert f"was written on cluster {FSID}, this is 0000-other" in p.refusal
+    assert "--data kvceph_adopt=rgw.standard" in p.refusal
+    # Same cluster: kvceph's own, whatever spec digest it recorded (kvceph changes specs).
+    assert ownership.plan_service(spec, spec, {SERVICE_MARK: rec}, (), FSID).refusal is None
+
+
+def test_a_service_marker_is_written_as_a_record():
+    from deploys.operations import ceph as ceph_ops
+
+    spec = specs.rgw_spec(RGW)
+    cmd = str(ceph_ops._marker("rgw.standard", "created", {}, FSID, spec))
+    written = json.loads(cmd.split(SERVICE_MARK, 1)[1].strip().strip("'"))
+    assert written["state"] == "created" and written["fsid"] == FSID
+    assert written["digest"] == ownership.digest(spec)

@@ -111,7 +111,7 @@ def test_admin_config_reveals_keys_only_there():
 
 def test_stage_refusals_read_before_any_op(monkeypatch):
     from deploys import ownership
-    from deploys.facts.ceph import CephOwnershipMarkers
+    from deploys.facts.ceph import CephFsid, CephOwnershipMarkers
     from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
     from deploys.operations.s3 import secret_sha256 as sha
 
@@ -121,6 +121,7 @@ def test_stage_refusals_read_before_any_op(monkeypatch):
     }
     state = {
         CephOwnershipMarkers: mine,
+        CephFsid: None,
         RgwUser: {"keys": [{"access_key": "AK", "secret_sha256": sha("old")}]},
         RgwBucket: {"bucket": "lmcache", "owner": "other"},
         RgwLifecycle: [{**FOREIGN, "kvceph_untranslatable": "filter.size"}],
