@@ -563,3 +563,34 @@ def test_moving_to_mp_says_the_group_starts_cold_even_on_the_same_vllm(plan, cap
     with caplog.at_level("INFO"):
         plan(vllm_service, me, {**facts, **_running(env["KVCEPH_ENGINE_VERSIONS"])}, CHECKED)
     assert "in-process -> MP" not in caplog.text
+
+
+def _mp_host():
+    return s.load(
+        {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_preset": "vllm-0.34-mp"},
+        "gpu1",
+        ("gpu",),
+    )
+
+
+@pytest.mark.parametrize("kvceph_wrote", [True, False])
+def test_mp_writes_no_lmcache_yaml_and_removes_only_kvcephs_old_one(plan, kvceph_wrote):
+    me = _mp_host()
+    facts = {"CacheKeyInUse": {}, "KvcephWroteFile": kvceph_wrote}
+    calls = plan(inference_config, me, facts, CHECKED)
+    assert not any(c[1].get("name") == "LMCache config /etc/kvceph/lmcache.yaml" for c in calls)
+    removed = [c for c in calls if c[1].get("path") == paths.LMCACHE_PATH]
+    if kvceph_wrote:
+        assert [(c[0], c[1]["present"]) for c in removed] == [("files.file", False)]
+    else:  # the operator's own file (no kvceph marker) stays
+        assert removed == []
+    assert paths.LMCACHE_PATH not in vllm_service.shared_files_desired(me, CHECKED)
+    assert "LMCACHE_CONFIG_FILE" not in render.env_file(me, "0" * 64)
+
+
+def test_the_fact_tells_kvcephs_file_from_the_operators():
+    from deploys.facts.engine import KvcephWroteFile
+
+    fact = KvcephWroteFile()
+    assert "/etc/kvceph/lmcache.yaml" in str(fact.command("/etc/kvceph/lmcache.yaml"))
+    assert fact.process(["yes"]) is True and fact.process([]) is False
