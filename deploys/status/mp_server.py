@@ -7,10 +7,12 @@ import re
 
 # Prometheus sample lines: name{labels} value. Only LMCache's own (lmcache_mp_*) are kept.
 _SAMPLE = re.compile(r"^(lmcache_mp_[A-Za-z0-9_]+)(\{[^}]*\})?\s+(\S+)")
-# The per-tier hit counters as LMCache's OTel names render (reference/lmcache-mp-mode.md §3.3):
-# not in the recorded idle scrape (no request ran), so read only when present.
-L1_HITS = "lmcache_mp_lookup_hit_total"
-L2_HITS = "lmcache_mp_l2_prefetch_load_completed_total"
+# The per-tier hit counters: tokens of a lookup's hit L1 could serve / L2 added (LMCache 0.5.6
+# lmcache/v1/mp_observability/subscribers/metrics/lookup.py, OTel "lmcache_mp.lookup_hit_l1"
+# with unit "tokens": the exporter writes '.' -> '_', the unit and '_total', as the module's own
+# docstring and the recorded gauges' "_bytes" show). Not in the idle recording: read if present.
+L1_HITS = "lmcache_mp_lookup_hit_l1_tokens_total"
+L2_HITS = "lmcache_mp_lookup_hit_l2_tokens_total"
 
 
 def metric_sums(text: str) -> dict[str, float]:
