@@ -132,7 +132,8 @@ def _renders(me: settings.HostSettings, creds) -> list[tuple[str, object]]:
     calls: list[tuple[str, object]] = []
     if me.is_inference:
         creds = creds.engine(me.engine.cache_group)
-        if me.lmcache.kv_bytes_per_token is not None:  # else outside this run, unsized
+        # else outside this run, unsized; MP writes no lmcache.yaml
+        if me.lmcache.kv_bytes_per_token is not None and not me.engine.profile.mp:
             calls.append(("lmcache.yaml.j2", lambda: render.lmcache_yaml(me)))
         for engine in me.engine.engines:
             calls += [

@@ -213,10 +213,19 @@ def mp_l1_size_gb(me: HostSettings) -> float:
 
 
 def mp_prefix(me: HostSettings) -> str:
-    """kvceph's namespace before LMCache's MP key: what changes the bytes under one key (the
-    engine's KV layout with its vLLM minor, the KV dtype); model, TP and the blake3 hash are in
-    LMCache's key already (``<model>@<kv_rank>@<group>@<hash>``)."""
-    return f"kvceph-mp.vllm{me.engine.profile.vllm_minor}.{me.engine.kv_dtype}@"
+    """kvceph's namespace of the host in MP mode (deploys/settings/namespace.py, mode field
+    ``mp-lmcache<minor>``): every input the in-process namespace carries, under the group's
+    grant; the core puts it before LMCache's key as the in-process connector does."""
+    return namespace.of(me).prefix
+
+
+def mp_object_bytes(me: HostSettings) -> int:
+    """One MP object's bytes (a chunk of one worker's KV), 0 where unknown: only with the
+    per-worker KV size known and no pipeline split (each PP stage holds its own layers)."""
+    per_token = me.lmcache.kv_bytes_per_token
+    if not per_token or namespace.pipeline_parallel_size(me) != 1:
+        return 0
+    return me.lmcache.chunk_size * per_token
 
 
 def mp_l2_adapter(me: HostSettings) -> dict[str, Any]:
@@ -232,7 +241,8 @@ def mp_l2_adapter(me: HostSettings) -> dict[str, Any]:
         "connections": tier.connections,
         "timeout_s": tier.timeout_s,
         "verify_crc32c": tier.verify_crc32c,
-        "prefix": mp_prefix(me),
+        "namespace": mp_prefix(me),
+        **({"object_bytes": mp_object_bytes(me)} if mp_object_bytes(me) else {}),
         **({"receive_dir": tier.receive_dir} if tier.receive_dir else {}),
         **({"refresh_s": tier.refresh_s} if tier.refresh_s is not None else {}),
     }
@@ -655,7 +665,7 @@ def digest(me: HostSettings, credentials, engine: Engine | None = None) -> str:
     for part in (
         unit(me, engine),
         env_file(me, None, engine),
-        lmcache_yaml(me),
+        "" if me.engine.profile.mp else lmcache_yaml(me),  # MP: flags only, no lmcache.yaml
         aws_credentials(me, credentials),
         aws_config(me),
         secrets_env_file(credentials).reveal(),

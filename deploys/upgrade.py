@@ -266,10 +266,11 @@ def server_lines(
         lines.append(
             f"{host}: {unit} stays until the host's engines are back in process (they {roll}; "
             "an MP engine needs the server until its turn), then it is removed; the MP objects "
-            "(kvceph-mp.* names) are not read again and age out through the lifecycle rule"
+            "(names ending @mp-lmcache<version>/) are not read again and age out through the "
+            "lifecycle rule"
         )
     if crossing:
-        mp_names = f" ({namespace}...)" if namespace else " (kvceph-mp.* names)"
+        mp_names = f" ({namespace}...)" if namespace else " (names ending @mp-lmcache<version>/)"
         lines.append(
             f"{host}: until the cache group's last engine rolled, in-process and MP engines "
             f"serve side by side: both namespaces are live, the in-process names and the MP "

@@ -379,3 +379,15 @@ def test_lmcaches_storage_manager_stores_to_s3_and_prefetches_back(s3):
             assert [raw(o) for o in got] == [patterns[k] for k in keys[:2]]
     finally:
         sm.close()
+
+
+def test_kvcephs_namespace_is_the_cores_folder_and_must_be_one():
+    ns = "kv/Qwen%2FQwen3-32B@tp2@pp1@-@bfloat16@c256@kv-packed@naive@none@mp-lmcache0.5/"
+    got = lmcache_mp.mp_settings({"endpoint": "lmcache.s3.kvlab:443", "namespace": ns})
+    assert got.s3.namespace == ns and got.prefix == ""
+    # the object sits in the namespace's folder, as an in-process one does
+    assert object_path("m@00000000@0@ab", got.s3.namespace).startswith(
+        "/kv/Qwen%252FQwen3-32B%40tp2"
+    )
+    with pytest.raises(ValueError, match="folder"):
+        lmcache_mp.mp_settings({"endpoint": "lmcache.s3.kvlab:443", "namespace": "kv/no-slash"})

@@ -312,6 +312,26 @@ class EngineUnits(FactBase):
         return sorted(line.strip() for line in output if line.strip().endswith(".service"))
 
 
+class KvcephWroteFile(FactBase):
+    """
+    Whether ``path`` is a file whose first line is kvceph's marker (``# Managed by kvceph``):
+    True / False. A file of the operator's own at that path is False, so it is never removed.
+
+    + path: the file, e.g. /etc/kvceph/lmcache.yaml
+    """
+
+    def command(self, path: str):
+        return StringCommand(
+            "head -n 1",
+            QuoteString(path),
+            '2>/dev/null | grep -q "^# Managed by kvceph"',
+            "&& echo yes || true",
+        )
+
+    def process(self, output):
+        return any(line.strip() == "yes" for line in output)
+
+
 class MemTotal(FactBase):
     """Host RAM in bytes from /proc/meminfo (MemTotal), or None."""
 

@@ -11,7 +11,7 @@ from deploys.ceph_cli import ceph
 from deploys.facts.probe_output import ENGINE_HEADERS, last_json_line, probe_command
 from deploys.facts.rgw import radosgw_json
 from deploys.router import answers, unit
-from deploys.status import counters
+from deploys.status import counters, mp_server
 
 _ENGINE_SCRIPT = (
     """
@@ -83,6 +83,51 @@ class EngineAnswers(FactBase):
         text = answer.pop("metrics", None)
         parsed = None if text is None else counters.as_dict(counters.from_text(text))
         return {**self.default(), **answer, "counters": parsed}
+
+
+_MP_SCRIPT = """
+import json, sys, urllib.request
+base, timeout = sys.argv[1], float(sys.argv[2])
+out = {"status": None, "metrics": None, "error": None}
+for path, key in (("/status", "status"), ("/metrics", "metrics")):
+    try:
+        with urllib.request.urlopen(base + path, timeout=timeout) as r:
+            text = r.read().decode("utf-8", "replace")
+        out[key] = json.loads(text) if key == "status" else text
+    except Exception as exc:
+        out["error"] = out["error"] or ("%s: %s: %s" % (path, type(exc).__name__, exc))[:300]
+print(json.dumps(out))
+"""
+
+
+class MPServerAnswers(FactBase):
+    """
+    What LMCache's MP server answers on its loopback HTTP port: ``GET /status`` and
+    ``/metrics``, summarised by ``deploys/status/mp_server.summary`` (no authentication in
+    LMCache 0.5.6, hence loopback only, read on the host itself).
+
+    + python: an interpreter on the host (the engine venv's)
+    + base: the server's HTTP base, e.g. http://127.0.0.1:8090
+    + timeout: seconds per request
+
+    Returns ``{"healthy": True, "l1_used_bytes": 0, "l1_total_bytes": 1073741824, "l2": [{"type":
+    "KvcephMPConnector", "healthy": True, "disabled": False}], "workers": 0, "l1_hits": None,
+    "l2_hits": None, "error": None}``. A moment's answer: never memoised.
+    """
+
+    def default(self):
+        return {"healthy": None, "error": "no answer"}
+
+    def command(self, python: str, base: str, timeout: int = 5):
+        failed = '{"error": "MP server probe failed"}'
+        return probe_command(2 * timeout + 10, python, _MP_SCRIPT, (base, timeout), failed)
+
+    def process(self, output):
+        answer = last_json_line(output)
+        if answer is None:
+            return {**self.default(), "error": " ".join(output)[-300:] or "no answer"}
+        got = mp_server.summary(answer.get("status"), answer.get("metrics"))
+        return {**got, "error": answer.get("error") or got.get("error")}
 
 
 class UnitTimes(FactBase):

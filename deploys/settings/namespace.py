@@ -10,6 +10,11 @@ name (``kvceph.namespace`` in lmcache.yaml; connector/src/kvceph_connector/s3cor
 
     kv/<model>@tp<TP>@pp<PP>@<revision>@<kv dtype>@c<chunk>@<layout>@<serde>@<kv flags>/<key>
 
+LMCache's MP server (profile mode "mp") names its keys ``<model>@<kv_rank>@<group>@<blake3>``
+itself; kvceph's MP plugin puts the same namespace with one more field, ``@mp-lmcache<minor>``,
+in front of them (``render.mp_prefix``), so MP names sit under the group's grant too and never
+meet an in-process name.
+
 Each field is percent-quoted (no '/', '@' or '%' of its own is left), so the mapping from
 settings to prefix is injective and a prefix never holds a bucket policy's wildcards. The fields
 that tell cache groups apart come first: the group's RGW user is granted ``kv/<model>@tp@pp@``
@@ -80,6 +85,9 @@ class Namespace:
     layout: str  # layout_generation()
     serde: str  # kvceph_lmcache_remote_serde
     kv_flags: str  # the other KV-affecting engine flags (kv_flags.describe without PP)
+    # "" in-process; MP mode: "mp-lmcache<major.minor>" (LMCache's server names its keys itself,
+    # <model>@<kv_rank>@<group>@<blake3>, so its objects never share names with in-process ones)
+    mode: str = ""
 
     @property
     def group(self) -> str:
@@ -91,7 +99,9 @@ class Namespace:
     def prefix(self) -> str:
         """``kv/<fields>/``: the names' prefix (injective: each field quoted, '/' and '@' too)."""
         words = [self.revision, self.kv_dtype, f"c{self.chunk_size}", self.layout, self.serde]
-        return self.group + "@".join(_quote(w) for w in [*words, self.kv_flags]) + "/"
+        # The mode is appended only in MP: in-process names stay what they were (no cold start).
+        tail = [self.kv_flags, *([self.mode] if self.mode else [])]
+        return self.group + "@".join(_quote(w) for w in [*words, *tail]) + "/"
 
 
 def _quote(word) -> str:
@@ -120,7 +130,16 @@ def of(me: HostSettings) -> Namespace:
         layout=layout_generation(e.accelerator, e.profile.vllm_version),
         serde=me.lmcache.remote_serde,
         kv_flags=kv_flags.describe(_without_pp(e.profile.extra_args)),  # PP has its own field
+        mode=mp_mode(e.profile.lmcache_version) if e.profile.mp else "",
     )
+
+
+def mp_mode(lmcache_version: str) -> str:
+    """The namespace's mode field in MP: LMCache's MP key format is its server's, per minor.
+
+    + lmcache_version: the profile's LMCache, e.g. "0.5.6"
+    """
+    return "mp-lmcache" + ".".join(str(lmcache_version).split(".")[:2])
 
 
 def _without_pp(args) -> list[str]:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.operations import files as pyinfra_files
 
 from deploys import kv_sizing, paths, render
 from deploys.facts import memo
-from deploys.facts.engine import CacheKeyInUse, cache_key_from_argv
+from deploys.facts.engine import CacheKeyInUse, KvcephWroteFile, cache_key_from_argv
 from deploys.operations import files, tls
 from deploys.secrets import Secret
 from deploys.settings import HostSettings, cache_key, namespace
@@ -116,14 +117,25 @@ def apply(me: HostSettings, checked) -> None:
     # (systemd refuses to start the unit otherwise). The home exists with the user.
     for path in render.writable_paths(me)[1:]:
         files.named_directory("HF cache directory", path, "0750", owner=user)
-    files.atomic_file(
-        name=f"LMCache config {paths.LMCACHE_PATH}",
-        path=paths.LMCACHE_PATH,
-        content=render.lmcache_yaml(me),
-        user="root",
-        group=user,
-        mode="0640",
-    )
+    if e.profile.mp:
+        # The server takes flags only and the engines no LMCACHE_CONFIG_FILE: a lmcache.yaml
+        # left from in-process would be read by nothing and mislead; one of the operator's
+        # own (no kvceph marker) stays.
+        if memo.read(host, KvcephWroteFile, path=paths.LMCACHE_PATH):
+            pyinfra_files.file(
+                name=f"Remove the in-process LMCache config {paths.LMCACHE_PATH} (MP mode)",
+                path=paths.LMCACHE_PATH,
+                present=False,
+            )
+    else:
+        files.atomic_file(
+            name=f"LMCache config {paths.LMCACHE_PATH}",
+            path=paths.LMCACHE_PATH,
+            content=render.lmcache_yaml(me),
+            user="root",
+            group=user,
+            mode="0640",
+        )
 
     # The directory is 0700 before any file lands in it; the files are written privately.
     aws = render.aws_dir(me)

@@ -186,7 +186,12 @@ def shared_files_desired(me: HostSettings, checked) -> dict[str, str]:
     """Path -> sha256 of the desired content, for the files every engine of the host reads."""
     aws = render.aws_dir(me)
     desired = {
-        paths.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me)),
+        # MP mode writes no lmcache.yaml (inference_config removes kvceph's old one).
+        **(
+            {}
+            if me.engine.profile.mp
+            else {paths.LMCACHE_PATH: sha256_text(render.lmcache_yaml(me))}
+        ),
         f"{aws}/credentials": sha256_text(
             render.aws_credentials(me, checked.credentials.engine(me.engine.cache_group))
         ),

@@ -18,7 +18,14 @@ from deploys.facts.ceph import CephOrchStatus, CephReachable
 from deploys.facts.connector import Crc32cRefused, PutsSkipped, S3Disabled
 from deploys.facts.engine import CacheKeyInUse, EngineVersions, ServiceDrift
 from deploys.facts.rgw import RgwLifecycle, RgwReachable, RgwUser
-from deploys.facts.status import BucketUsage, EngineAnswers, KvNamespaces, RgwDaemons, UnitTimes
+from deploys.facts.status import (
+    BucketUsage,
+    EngineAnswers,
+    KvNamespaces,
+    MPServerAnswers,
+    RgwDaemons,
+    UnitTimes,
+)
 from deploys.operations import service
 from deploys.orch_readback import _host_run, read_service
 from deploys.stages import rgw_service, vllm_service
@@ -84,7 +91,14 @@ def read_engines(host, me, checked) -> dict:
                 memo.read(host, FileContents, path=env_path),
                 render.env_file(me, digest, engine),
             ),
-            *drift.lmcache_changes(paths.LMCACHE_PATH, lmcache_text, render.lmcache_yaml(me)),
+            # MP mode writes no lmcache.yaml: nothing to drift from.
+            *(
+                []
+                if e.profile.mp
+                else drift.lmcache_changes(
+                    paths.LMCACHE_PATH, lmcache_text, render.lmcache_yaml(me)
+                )
+            ),
             *drift.text_changes(aws_path, aws_text, render.aws_config(me)),
         ]
         answers = host.get_fact(
@@ -121,7 +135,16 @@ def read_engines(host, me, checked) -> dict:
                 "answers": answers,
             }
         )
-    return {"versions": versions, "cache_key": in_use, "engines": engines}
+    out = {"versions": versions, "cache_key": in_use, "engines": engines}
+    if e.profile.mp:
+        # One server per host, every engine its client: read on the host (loopback only).
+        out["mp_server"] = host.get_fact(
+            MPServerAnswers,
+            python=f"{e.venv}/bin/python",
+            base=f"http://{render.MP_HOST}:{render.MP_HTTP_PORT}",
+            timeout=ENGINE_TIMEOUT,
+        )
+    return out
 
 
 def read_cluster(host, me) -> dict:

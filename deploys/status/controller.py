@@ -20,7 +20,7 @@ from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
 from deploys.monitoring import status_metrics
-from deploys.status import collect, document, drift, output, reports
+from deploys.status import collect, document, drift, mp_server, output, reports
 from deploys.status import router as status_router
 
 _ONCE = BoundedSemaphore()
@@ -78,13 +78,15 @@ def build(state, inventory, checked) -> dict:
     first = next(h for h in checked.hosts.values() if h.is_inference)
     report_dir = first.verify.report_dir
     probes = reports.last_probes(report_dir, now)
-    rows, cluster, in_use, found = [], None, {}, None
+    rows, cluster, in_use, found, mp = [], None, {}, None, {}
     for name, me in checked.hosts.items():
         engines, cluster_read, error = results.get(name) or (None, None, errors.get(name))
         if me.is_inference:
             rows += document.engine_rows(name, me, engines, probes.get(name), error)
             if engines:
                 in_use[name] = engines["cache_key"]
+                if "mp_server" in engines:  # MP mode only: in-process hosts unchanged
+                    mp[name] = engines["mp_server"]
         if me.is_ceph_admin:
             cluster = document.cluster_row(name, me, cluster_read, error)
             found = (cluster_read or {}).get("namespaces")
@@ -98,6 +100,7 @@ def build(state, inventory, checked) -> dict:
         "cluster": cluster,
         "cache_group_splits": drift.group_splits(in_use, checked.cache_groups),
         "namespaces": document.namespace_rows(found, checked.hosts),
+        "mp_servers": mp,
         "inference_hosts": [n for n, me in checked.hosts.items() if me.is_inference],
         "verify": reports.last_verify(report_dir, now),
         "probes": probes,
@@ -106,6 +109,7 @@ def build(state, inventory, checked) -> dict:
     }
     doc["routers"] = _routers(inventory, checked)
     doc["problems"] = document.problems(doc) + status_router.problems(doc["routers"])
+    doc["problems"] += mp_server.problems(mp)
     doc["partial"] = bool(doc["problems"])
     return doc
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from deploys import remote_tier
-from deploys.status import tiers
+from deploys.status import mp_server, tiers
 from deploys.status.document import summary_line
 from deploys.status.reports import age
 
@@ -278,8 +278,14 @@ def namespace_lines(doc: dict) -> list[str]:
     return out
 
 
+def mp_server_lines(doc: dict) -> list[str]:
+    """One line per MP-mode host: its LMCache server (none in-process)."""
+    return [mp_server.line(h, s) for h, s in sorted((doc.get("mp_servers") or {}).items())]
+
+
 def table(doc: dict) -> str:
     lines = engine_table(doc) + crash_lines(doc) + s3_off_lines(doc) + tier_lines(doc)
+    lines += mp_server_lines(doc)
     lines += puts_skipped_lines(doc) + crc32c_lines(doc)
     lines += [""] + cluster_lines(doc)
     for split in doc["cache_group_splits"]:

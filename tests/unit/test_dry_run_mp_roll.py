@@ -65,7 +65,7 @@ def test_the_roll_to_mp_says_per_host_what_happens_and_that_it_starts_cold(to_mp
             f"kvceph: {host}: until the cache group's last engine rolled, in-process and MP "
             "engines serve side by side: both namespaces are live"
         ) in to_mp
-    assert "kvceph-mp.vllm0.34.bfloat16@" in to_mp
+    assert "@bfloat16@c256@kv-packed@naive@none@mp-lmcache0.5/..." in to_mp
     assert "the new engines start with an empty tier" in to_mp
     assert "kvceph: @fake/gaudi1: " + SERVER not in to_mp
     # the in-process namespace line would name names MP does not use

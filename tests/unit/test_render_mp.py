@@ -22,6 +22,8 @@ BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 # the preset's real pair cannot serve (MP_SERVE_DEFECTS, loan 12): what it renders is still tested
 MP = {**BASE, "kvceph_engine_preset": "vllm-0.34-mp", "kvceph_accept_mp_serve_defect": True}
 _SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+# host()'s namespace in MP (deploys/settings/namespace.py, mode field last).
+MP_NAMESPACE = "kv/Qwen%2FQwen3-32B@tp2@pp1@-@bfloat16@c256@kv-packed@naive@none@mp-lmcache0.5/"
 
 
 def host(**data):
@@ -106,7 +108,9 @@ def test_the_l2_adapter_is_kvcephs_plugin_with_no_secret():
             "connections": me.lmcache.tier.connections,
             "timeout_s": me.lmcache.tier.timeout_s,
             "verify_crc32c": me.lmcache.tier.verify_crc32c,
-            "prefix": "kvceph-mp.vllm0.34.bfloat16@",
+            "namespace": MP_NAMESPACE,
+            # A chunk of one worker: 256 tokens x the per-worker KV bytes of the model table.
+            "object_bytes": 256 * me.lmcache.kv_bytes_per_token,
         },
     }
     text = render.mp_server_unit(me).lower()
@@ -115,9 +119,16 @@ def test_the_l2_adapter_is_kvcephs_plugin_with_no_secret():
 
 
 def test_the_namespace_follows_the_kv_dtype_and_the_vllm_minor():
-    assert render.mp_prefix(host(kvceph_kv_dtype="fp8")) == "kvceph-mp.vllm0.34.fp8@"
+    assert "@fp8@" in render.mp_prefix(host(kvceph_kv_dtype="fp8"))
     old = host(kvceph_engine_profile={"vllm_version": "0.25.1", "packages": ["vllm==0.25.1"]})
-    assert render.mp_prefix(old) == "kvceph-mp.vllm0.25.bfloat16@"
+    assert "@kv-split@" in render.mp_prefix(old)
+    assert "@kv-packed@" in render.mp_prefix(host())
+
+
+def test_no_object_bytes_with_a_pipeline_split():
+    me = host(kvceph_engine_profile={"extra_args": ["--pipeline-parallel-size", "2"]})
+    params = json.loads(flag(argv_of(render.mp_server_unit(me)), "--l2-adapter"))
+    assert "object_bytes" not in params["adapter_params"]
 
 
 def test_one_server_for_every_engine_of_the_host():
@@ -345,7 +356,7 @@ print(json.dumps({
     "l1_bytes": sm.l1_manager_config.memory_config.size_in_bytes,
     "eviction": sm.eviction_config.eviction_policy, "shared": l2.shared,
     "adapter": type(adapter).__name__, "client": type(client).__name__,
-    "prefix": client.settings.prefix, "endpoint": client.settings.s3.endpoint,
+    "namespace": client.settings.s3.namespace, "endpoint": client.settings.s3.endpoint,
     "crc": client.settings.s3.verify_crc32c,
 }))
 adapter.close()
@@ -383,7 +394,7 @@ def test_lmcache_server_parses_the_rendered_command_line(tmp_path):
         "shared": True,
         "adapter": "NativeConnectorL2Adapter",
         "client": "KvcephMPConnector",
-        "prefix": "kvceph-mp.vllm0.34.bfloat16@",
+        "namespace": MP_NAMESPACE,
         "endpoint": me.s3.remote_url.removeprefix("s3://"),
         "crc": me.lmcache.tier.verify_crc32c,
     }

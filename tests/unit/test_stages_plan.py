@@ -599,7 +599,7 @@ def test_the_roll_to_mp_writes_the_server_first_and_says_both_namespaces_are_liv
         "serving in process meanwhile",
         "kvceph: gpu1: until the cache group's last engine rolled, in-process and MP engines "
         "serve side by side: both namespaces are live, the in-process names and the MP names "
-        "(kvceph-mp.vllm0.34.bfloat16@...); neither side reads the other's objects, so each "
+        f"({render.mp_prefix(me)}...); neither side reads the other's objects, so each "
         "starts a prompt cold the first time it sees it",
     ]
 
@@ -627,8 +627,8 @@ def test_the_rollback_removes_the_server_after_the_engines_rolled_and_says_so(pl
         "kvceph: gpu1: lmcache-server.service stays until the host's engines are back in "
         "process (they restart 1 at a time in the run's roll, each drained first "
         "(kvceph_restart_batch, kvceph_drain_timeout); an MP engine needs the server until its "
-        "turn), then it is removed; the MP objects (kvceph-mp.* names) are not read again and "
-        "age out through the lifecycle rule"
+        "turn), then it is removed; the MP objects (names ending @mp-lmcache<version>/) are not "
+        "read again and age out through the lifecycle rule"
     )
     assert "both namespaces are live" in lines[2]
 
@@ -657,3 +657,38 @@ def test_a_converged_mp_host_says_nothing_of_a_roll(plan, caplog):
         calls = roll_ops(plan(vllm_service, me, facts, CHECKED))
     assert _plan_lines(caplog) == []
     assert "service.removed" not in names(calls)
+
+
+def _mp_host():
+    return s.load(
+        {
+            "kvceph_s3_endpoint_ip": "10.0.0.5",
+            "kvceph_engine_preset": "vllm-0.34-mp",
+            "kvceph_accept_mp_serve_defect": True,
+        },
+        "gpu1",
+        ("gpu",),
+    )
+
+
+@pytest.mark.parametrize("kvceph_wrote", [True, False])
+def test_mp_writes_no_lmcache_yaml_and_removes_only_kvcephs_old_one(plan, kvceph_wrote):
+    me = _mp_host()
+    facts = {"CacheKeyInUse": {}, "KvcephWroteFile": kvceph_wrote}
+    calls = plan(inference_config, me, facts, CHECKED)
+    assert not any(c[1].get("name") == "LMCache config /etc/kvceph/lmcache.yaml" for c in calls)
+    removed = [c for c in calls if c[1].get("path") == paths.LMCACHE_PATH]
+    if kvceph_wrote:
+        assert [(c[0], c[1]["present"]) for c in removed] == [("files.file", False)]
+    else:  # the operator's own file (no kvceph marker) stays
+        assert removed == []
+    assert paths.LMCACHE_PATH not in vllm_service.shared_files_desired(me, CHECKED)
+    assert "LMCACHE_CONFIG_FILE" not in render.env_file(me, "0" * 64)
+
+
+def test_the_fact_tells_kvcephs_file_from_the_operators():
+    from deploys.facts.engine import KvcephWroteFile
+
+    fact = KvcephWroteFile()
+    assert "/etc/kvceph/lmcache.yaml" in str(fact.command("/etc/kvceph/lmcache.yaml"))
+    assert fact.process(["yes"]) is True and fact.process([]) is False

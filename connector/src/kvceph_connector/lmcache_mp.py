@@ -6,7 +6,7 @@ the same contract in 0.5.6 and 0.5.7rc2)::
 
     {"type": "native_plugin", "shared": true,
      "module_path": "kvceph_connector.lmcache_mp", "class_name": "KvcephMPConnector",
-     "adapter_params": {"endpoint": "lmcache.s3.kvlab:443", "tls": true, "prefix": "..."}}
+     "adapter_params": {"endpoint": "lmcache.s3.kvlab:443", "tls": true, "namespace": "kv/.../"}}
 
 LMCache calls ``KvcephMPConnector(**adapter_params)``, then only the six methods below; it polls
 ``event_fd()`` from its demux thread and reads ``drain_completions()`` when it is readable.
@@ -30,8 +30,9 @@ What each call does here:
 Object names: LMCache hands over ``<model>@<kv_rank 08x>@<group x>@<chunk hash hex>[@salt]``
 (``_object_key_to_string``); the object is ``prefix + that``, then the core's
 :func:`~kvceph_connector.s3core.object_path` (``/`` -> ``_``, URL-quoted, at the bucket root,
-or under ``/<bucket>`` path-style). ``prefix`` is kvceph's namespace: whatever changes the KV
-bytes under one LMCache key (engine KV layout, KV dtype, serde) goes into it.
+or under ``/<bucket>`` path-style). ``namespace`` is kvceph's folder ``kv/<fields>/``
+(deploys/settings/namespace.py: everything that changes the KV bytes under one LMCache key, as
+in-process, plus the MP mode) before it; ``prefix`` (no '/') is a plain string before the key.
 
 Credentials are never adapter parameters (LMCache logs them and they land in the server's
 argv): the core's default chain reads AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE
@@ -67,6 +68,7 @@ PARAMS = {
     "receive_dir": None,
     "verify_crc32c": True,
     "prefix": "",
+    "namespace": "",
     "object_bytes": 0,
 }
 # Words of a parameter name (split at "_") that make it a credential: refused by name, with
@@ -146,6 +148,9 @@ def mp_settings(params: dict) -> MPSettings:
         refresh_s=_number("refresh_s", got["refresh_s"], float, 0),
         verify_crc32c=_bool("verify_crc32c", got["verify_crc32c"]),
         path_bucket=str(bucket) if addressing == "path" else None,
+        # kvceph's "kv/<fields>/" folder (deploys/settings/namespace.py), as in-process;
+        # S3Config refuses one that is no folder.
+        namespace=str(got["namespace"] or ""),
     )
     return MPSettings(config, prefix, _number("object_bytes", got["object_bytes"], int, 0))
 
