@@ -417,18 +417,36 @@ def test_a_monitoring_key_without_a_monitoring_host_is_refused():
     check_inventory(hosts)  # the monitoring host reads it
 
 
-def test_a_retire_key_that_is_really_a_secret_is_refused_unshown():
-    secret = "a1B2" * 10  # 40 characters: an RGW secret key's length
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",  # AWS's documented example secret key
+        "a1B2" * 10,  # base64 without / or +, mixed case
+    ],
+)
+def test_a_retire_key_that_is_really_a_secret_is_refused_unshown(secret):
     data = {**BASE, "kvceph_rotation": "retire", "kvceph_retire_access_key": secret}
     with pytest.raises(SettingsError) as caught:
         s.load(data, "gpu1", ("gpu",))
     assert str(caught.value) == (
-        "gpu1: kvceph_retire_access_key = '***': has the length of a secret key (40), not of an "
-        "access key (20); fix: pass --data kvceph_retire_access_key=<old access key> (never its "
-        "secret)"
+        "gpu1: kvceph_retire_access_key = '***': has the shape of a secret key (40 characters, "
+        "mixed case), not of an access key id (upper case and digits); fix: pass --data "
+        "kvceph_retire_access_key=<old access key> (never its secret)"
     )
-    data["kvceph_retire_access_key"] = "0555B35654AD1656D804"  # an RGW access key
-    assert s.load(data, "gpu1", ("gpu",)).run.retire_access_key == "0555B35654AD1656D804"
+    assert secret not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "access_key",
+    [
+        "0555B35654AD1656D804",  # an RGW access key
+        "AKIAIOSFODNN7EXAMPLE",  # AWS's documented example access key id
+        "LABGPU" + "0123456789ABCDEF0123456789ABCDEF01",  # 40 characters, but upper case: an id
+    ],
+)
+def test_a_real_access_key_id_is_accepted_for_retire(access_key):
+    data = {**BASE, "kvceph_rotation": "retire", "kvceph_retire_access_key": access_key}
+    assert s.load(data, "gpu1", ("gpu",)).run.retire_access_key == access_key
 
 
 def test_a_pyinfra_password_committed_in_group_data_is_refused(tmp_path):
