@@ -463,3 +463,24 @@ def test_a_pyinfra_password_committed_in_group_data_is_refused(tmp_path):
         "inventory"
     )
     group_data.refuse_committed_secrets()  # the repository's own group_data holds none
+
+
+def test_the_implicit_ssh_login_user_is_not_the_engines_account(tmp_path, monkeypatch):
+    # pyinfra's SSH connector without ssh_user: ssh_config's User, else the local user.
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu1\n  User ops\nHost *\n  User deploy\n")
+    data = {**BASE, "kvceph_service_user": "ops", "ssh_config_file": str(config)}
+    with pytest.raises(SettingsError) as caught:
+        s.load(data, "gpu1", ("gpu",))
+    assert str(caught.value) == (
+        "gpu1: kvceph_service_user = 'ops': is the SSH login user (ssh_user unset: pyinfra logs "
+        "in as ops, from ~/.ssh/config or the local user): the stage sets its home and a nologin "
+        "shell, locking that login out of SSH; fix: use an account of the engine's own, e.g. vllm"
+    )
+    assert s.load({**data, "ssh_user": "root"}, "gpu1", ("gpu",))  # an explicit login wins
+    assert s.load(data, "gpu2", ("gpu",))  # gpu2 logs in as deploy
+    monkeypatch.setattr("getpass.getuser", lambda: "vllm")
+    bare = {**BASE, "ssh_config_file": str(tmp_path / "none")}
+    with pytest.raises(SettingsError, match="pyinfra logs in as vllm"):
+        s.load(bare, "gpu1", ("gpu",))  # the default service user is the local user
+    assert s.load(bare, "@local", ("gpu",))  # no SSH login to lock out
