@@ -484,3 +484,33 @@ def test_the_implicit_ssh_login_user_is_not_the_engines_account(tmp_path, monkey
     with pytest.raises(SettingsError, match="pyinfra logs in as vllm"):
         s.load(bare, "gpu1", ("gpu",))  # the default service user is the local user
     assert s.load(bare, "@local", ("gpu",))  # no SSH login to lock out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'gpu = (["gpu1"], {"ssh_user": "ubuntu", "ssh_password": "hunter2"})\n',  # group data
+        'gpu = [("gpu1", {"_sudo_password": "hunter2"})]\n',  # host data
+        'gpu = [("gpu1", dict(ssh_key_password="hunter2"))]\n',
+    ],
+)
+def test_a_pyinfra_password_in_an_inventory_file_is_refused(tmp_path, text):
+    from deploys.settings import group_data
+
+    (tmp_path / "group_data").mkdir()
+    inventories = tmp_path / "inventories"
+    inventories.mkdir()
+    (inventories / "site.py").write_text(
+        'import os\nceph = [("ceph1", {"ssh_password": os.environ["SSH_PW"]})]\n'
+    )
+    group_data.refuse_committed_secrets(tmp_path / "group_data", inventories)  # environment: fine
+    (inventories / "site.py").write_text(text)
+    with pytest.raises(SettingsError) as caught:
+        group_data.refuse_committed_secrets(tmp_path / "group_data", inventories)
+    name = next(n for n in group_data.PYINFRA_SECRETS if n in text)
+    assert str(caught.value) == (
+        f"inventories/site.py: {name} = '***': a password in a committed file; fix: remove it; "
+        "use SSH keys (an agent), or read it from the environment (os.environ[...]) in the "
+        "inventory"
+    )
+    assert "hunter2" not in str(caught.value)
