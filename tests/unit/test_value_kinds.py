@@ -514,3 +514,41 @@ def test_a_pyinfra_password_in_an_inventory_file_is_refused(tmp_path, text):
         "inventory"
     )
     assert "hunter2" not in str(caught.value)
+
+
+def _rgw_fleet(admin: dict, rgw2: dict) -> None:
+    check_inventory(
+        [
+            s.load({**BASE, **admin}, "ceph1", ("ceph_admin", "rgw")),
+            s.load({**BASE, **rgw2}, "rgw2", ("rgw", "router")),
+            s.load(BASE, "gpu1", ("gpu",)),
+        ]
+    )
+
+
+def test_the_admins_rgw_ports_are_checked_on_every_rgw_host():
+    # cephadm places the admin's RGW spec on every rgw host: rgw2's router meets its ports
+    # there, even where only the admin host's data sets them.
+    with pytest.raises(SettingsError) as caught:
+        _rgw_fleet({"kvceph_rgw_frontend_port": 8100}, {})
+    assert str(caught.value) == (
+        "rgw2: kvceph_rgw_frontend_port (the RGW spec, from ceph1) = 8100: is also "
+        "kvceph_router_port on this host: the second listener would fail to start; fix: give "
+        "each listener of the host its own port"
+    )
+    vip = {"kvceph_rgw_ingress_virtual_ip": "10.67.67.100/24"}
+    with pytest.raises(SettingsError) as caught:
+        _rgw_fleet({**vip, "kvceph_rgw_ingress_frontend_port": 9100}, vip)
+    assert str(caught.value) == (
+        "rgw2: kvceph_rgw_ingress_frontend_port (the RGW spec, from ceph1) = 9100: is also "
+        "kvceph_router_port's metrics (port + 1000) on this host: the second listener would "
+        "fail to start; fix: give each listener of the host its own port"
+    )
+    with pytest.raises(SettingsError) as caught:  # haproxy's monitor port, no setting of its own
+        _rgw_fleet(vip, {**vip, "kvceph_router_port": 1967})
+    assert str(caught.value) == (
+        "rgw2: the ingress's haproxy monitor port (kvceph's) = 1967: is also kvceph_router_port "
+        "on this host: the second listener would fail to start; fix: give each listener of the "
+        "host its own port"
+    )
+    _rgw_fleet({"kvceph_rgw_frontend_port": 8080}, {})  # distinct: accepted
