@@ -13,9 +13,7 @@ from typing import Any
 import yaml
 
 from deploys.settings.ceph import RgwSettings
-
-# cephadm's ingress haproxy status port (its default); kvceph never exposes it.
-INGRESS_MONITOR_PORT = 1967
+from deploys.settings.ports import INGRESS_MONITOR_PORT
 
 
 def rgw_spec(rgw: RgwSettings, concentrator: bool = False) -> dict[str, Any]:

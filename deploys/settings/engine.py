@@ -493,7 +493,19 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
             "add 'PT_HPU_GPU_MIGRATION': '1'",
         )
     user = r.str("kvceph_service_user", "vllm", pattern=r"[a-z_][a-z0-9_-]{0,31}")
-    problem = kinds.service_user_problem(user, r.peek("ssh_user", None))
+    login = r.peek("ssh_user", None)
+    problem = kinds.service_user_problem(user, login)
+    if problem is None and login is None:
+        implicit = kinds.implicit_login_user(
+            r.host, r.peek("ssh_hostname", None), r.peek("ssh_config_file", None)
+        )
+        if implicit is not None and user == implicit:
+            problem = (
+                f"is the SSH login user (ssh_user unset: pyinfra logs in as {implicit}, from "
+                "~/.ssh/config or the local user): the stage sets its home and a nologin shell, "
+                "locking that login out of SSH",
+                "use an account of the engine's own, e.g. vllm",
+            )
     if problem:
         raise r.fail("kvceph_service_user", user, *problem)
     max_len = r.int("kvceph_max_model_len", 40960, lo=256)

@@ -65,20 +65,41 @@ def read(
 PYINFRA_SECRETS = ("ssh_password", "ssh_key_password", "_sudo_password", "_su_password")
 
 
-def refuse_committed_secrets(root: Path = ROOT) -> None:
-    """One line when a ``group_data/*.py`` file assigns one of :data:`PYINFRA_SECRETS` a
-    string literal: group_data is committed, so the password would be in the repository.
+INVENTORIES = ROOT.parent / "inventories"
+
+
+def _literal_secrets(tree: ast.AST) -> Iterable[str]:
+    """The :data:`PYINFRA_SECRETS` names ``tree`` gives a string literal: ``name = '...'``,
+    ``{"name": '...'}`` (an inventory's host or group data) or ``dict(name='...')``."""
+
+    def literal(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and literal(node.value):
+            yield from (t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if literal(k) and literal(v):
+                    yield k.value
+        elif isinstance(node, ast.Call):
+            yield from (kw.arg for kw in node.keywords if kw.arg and literal(kw.value))
+
+
+def refuse_committed_secrets(root: Path = ROOT, inventories: Path = INVENTORIES) -> None:
+    """One line when a ``group_data/*.py`` or ``inventories/*.py`` file gives one of
+    :data:`PYINFRA_SECRETS` a string literal (assigned, or in a host's or group's data dict):
+    both are committed, so the password would be in the repository.
 
     + root: the group_data directory
+    + inventories: the inventories directory
     """
-    for path in sorted(root.glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Constant):
-                continue
-            for target in node.targets:
-                if isinstance(target, ast.Name) and target.id in PYINFRA_SECRETS:
+    for folder, label in ((root, "group_data"), (inventories, "inventories")):
+        for path in sorted(folder.glob("*.py")):
+            for name in _literal_secrets(ast.parse(path.read_text())):
+                if name in PYINFRA_SECRETS:
                     raise SettingsError(
-                        f"group_data/{path.name}: {target.id} = '***': a password in a "
+                        f"{label}/{path.name}: {name} = '***': a password in a "
                         "committed file; fix: remove it; use SSH keys (an agent), or read it "
                         "from the environment (os.environ[...]) in the inventory"
                     )

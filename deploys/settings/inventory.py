@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from deploys.settings import cache_key, engine_list, kinds, namespace, placement
+from deploys.settings import cache_key, engine_list, kinds, namespace, placement, ports
 from deploys.settings.reader import SettingsError
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ def check_inventory(hosts: list[HostSettings]) -> list[CacheGroup]:
             "inventory: gpu + gaudi = []: no inference hosts; fix: add hosts to gpu or gaudi"
         )
     placement.check(hosts)
+    ports.check_fleet(hosts)
     _agree(
         hosts,
         [("kvceph_rgw_ingress_virtual_ips", lambda h: h.rgw.ingress_virtual_ips)],

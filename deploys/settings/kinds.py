@@ -122,6 +122,27 @@ def service_user_problem(user: str, login_user: Any) -> tuple[str, str] | None:
     return None
 
 
+def implicit_login_user(host: str, hostname: Any, config_file: Any) -> str | None:
+    """The user pyinfra's SSH connector logs in as when ``ssh_user`` is unset: ssh_config's
+    ``User`` for the host, else paramiko's default, the local user; None for other connectors.
+
+    + host: the inventory name (``@local``, ``@docker/...`` use no SSH login)
+    + hostname: the host's ``ssh_hostname`` (None: the inventory name)
+    + config_file: the host's ``ssh_config_file`` (None: ~/.ssh/config)
+    """
+    import getpass
+
+    from pyinfra.connectors.sshuserclient.client import get_ssh_config
+
+    if host.startswith("@") and not host.startswith("@ssh/"):
+        return None
+    # The same lookup as SSHClient.parse_config: the file's User wins over the default.
+    config = get_ssh_config(config_file)
+    name = str(hostname or host.removeprefix("@ssh/"))
+    user = config.lookup(name).get("user") if config else None
+    return user or getpass.getuser()
+
+
 # --- RGW identities ---------------------------------------------------------------------------
 
 #: An RGW uid kvceph creates or uses: it lands in bucket-policy ARNs and radosgw-admin argv.

@@ -52,6 +52,9 @@ ROTATION_PHASES = ("add", "retire")
 # RGW access keys are letters and digits; anything else is a typo (or a secret pasted).
 ACCESS_KEY = re.compile(r"[A-Za-z0-9]{1,128}")
 SECRET_KEY_LEN = 40
+#: An AWS/RGW secret key's shape: 40 characters of base64's alphabet, mixed case (or with / or
+#: +). Access key ids are upper case and digits (AKIA..., RGW's 20), whatever their length.
+SECRET_KEY = re.compile(r"(?=.*[a-z/+])[A-Za-z0-9/+]{40}")
 
 
 def key(name: str) -> str:
@@ -109,20 +112,21 @@ def _rotation(r: Reader) -> tuple[str | None, str | None]:
             f"pass --data {key('rotation')}=add (then deploy.py, then retire)",
         )
     old = r.raw(key("retire_access_key"), None)
+    if isinstance(old, str) and SECRET_KEY.fullmatch(old):
+        # Never shown: a secret pasted by mistake must not reach the output.
+        raise r.fail(
+            key("retire_access_key"),
+            "***",
+            f"has the shape of a secret key ({SECRET_KEY_LEN} characters, mixed case), not of "
+            "an access key id (upper case and digits)",
+            f"pass --data {key('retire_access_key')}=<old access key> (never its secret)",
+        )
     if old is not None and not (isinstance(old, str) and ACCESS_KEY.fullmatch(old)):
         # Never shown: a secret pasted by mistake must not reach the output.
         raise r.fail(
             key("retire_access_key"),
             "***",
             "is not an access key (letters and digits)",
-            f"pass --data {key('retire_access_key')}=<old access key> (never its secret)",
-        )
-    if old is not None and len(old) == SECRET_KEY_LEN:
-        # RGW (and AWS) make 20-character access keys and 40-character secret keys.
-        raise r.fail(
-            key("retire_access_key"),
-            "***",
-            f"has the length of a secret key ({SECRET_KEY_LEN}), not of an access key (20)",
             f"pass --data {key('retire_access_key')}=<old access key> (never its secret)",
         )
     return phase, old

@@ -20,6 +20,10 @@
 #   uid_collapse  an admin user that is a cache group's user
 #   pip_option    a pip option among the profile's packages
 #   quota_nan     kvceph_s3_quota_max_size_gb NaN on the Ceph admin host
+#   vip_no_prefix an ingress VIP without its prefix, on every host (issue 49 item 3)
+#   router_port   a router on gpu1 whose port is gpu1's engine's (item 6)
+#   mon_port      a monitoring host scraping a mgr exporter on port 99999 (item 7)
+#   retire_secret a secret key (AWS's example) passed as the key to retire (item 8)
 import os
 import sys
 from pathlib import Path
@@ -92,3 +96,20 @@ if _bad == "quota_nan":  # ceph1 is in ceph_admin and rgw: its data in both
     _nan = {"kvceph_s3_quota_max_size_gb": float("nan")}
     ceph_admin = [(n, {**d, **_nan}) for n, d in ceph_admin]
     rgw = [(n, {**d, **_nan}) if n == ceph_admin[0][0] else (n, d) for n, d in rgw]
+if _bad == "vip_no_prefix":  # one ingress: the same VIP in every host's data
+    _vip = {"kvceph_rgw_ingress_virtual_ip": "10.67.67.100"}
+    ceph_admin, rgw, gpu, gaudi = (
+        [(n, {**d, **_vip}) for n, d in g] for g in (ceph_admin, rgw, gpu, gaudi)
+    )
+if _bad == "router_port":
+    router = [(gpu[0][0], {**gpu[0][1], "kvceph_router_port": 8000})]
+if _bad == "mon_port":
+    monitoring = [
+        (ceph_admin[0][0], {**ceph_admin[0][1], "kvceph_ceph_mgr_exporters": ["ceph1:99999"]})
+    ]
+if _bad == "retire_secret":
+    _retire = {
+        "kvceph_rotation": "retire",
+        "kvceph_retire_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    }
+    gpu = _gpu1(**_retire)

@@ -204,6 +204,28 @@ def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, 
             "kvceph: @fake/ceph1: kvceph_s3_quota_max_size_gb = nan: is not a finite number: a "
             "size in GiB > 0 is; fix: use e.g. 2048",
         ),
+        (
+            "vip_no_prefix",
+            "kvceph: @fake/ceph1: kvceph_rgw_ingress_virtual_ip = '10.67.67.100': has no prefix "
+            "(cephadm picks the interface from the VIP's subnet); fix: use e.g. 10.67.67.100/24",
+        ),
+        (
+            "router_port",
+            "kvceph: @fake/gpu1: kvceph_router_port = 8000: is also kvceph_engines vllm's port on "
+            "this host: the second listener would fail to start; fix: give each listener of the "
+            "host its own port",
+        ),
+        (
+            "mon_port",
+            "kvceph: @fake/ceph1: kvceph_ceph_mgr_exporters = 'ceph1:99999': has no port "
+            "1..65535; fix: use e.g. 'ceph1:9283'",
+        ),
+        (
+            "retire_secret",
+            "kvceph: @fake/gpu1: kvceph_retire_access_key = '***': has the shape of a secret key "
+            "(40 characters, mixed case), not of an access key id (upper case and digits); fix: "
+            "pass --data kvceph_retire_access_key=<old access key> (never its secret)",
+        ),
     ],
 )
 def test_bad_inventory_is_refused_before_any_host_is_touched(bad, line, monkeypatch):
@@ -220,6 +242,7 @@ def test_bad_inventory_is_refused_before_any_host_is_touched(bad, line, monkeypa
     assert _commands(out) == []  # the fake connector answered no command: no fact, no op
     assert "Starting operation" not in out and "Loaded fact" not in out
     assert "hf_fake" not in out  # the refused value itself is never shown
+    assert "EXAMPLEKEY" not in out
 
 
 # --- extra_args that set a flag kvceph renders itself ---------------------------------------------

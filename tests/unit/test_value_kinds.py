@@ -417,18 +417,36 @@ def test_a_monitoring_key_without_a_monitoring_host_is_refused():
     check_inventory(hosts)  # the monitoring host reads it
 
 
-def test_a_retire_key_that_is_really_a_secret_is_refused_unshown():
-    secret = "a1B2" * 10  # 40 characters: an RGW secret key's length
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",  # AWS's documented example secret key
+        "a1B2" * 10,  # base64 without / or +, mixed case
+    ],
+)
+def test_a_retire_key_that_is_really_a_secret_is_refused_unshown(secret):
     data = {**BASE, "kvceph_rotation": "retire", "kvceph_retire_access_key": secret}
     with pytest.raises(SettingsError) as caught:
         s.load(data, "gpu1", ("gpu",))
     assert str(caught.value) == (
-        "gpu1: kvceph_retire_access_key = '***': has the length of a secret key (40), not of an "
-        "access key (20); fix: pass --data kvceph_retire_access_key=<old access key> (never its "
-        "secret)"
+        "gpu1: kvceph_retire_access_key = '***': has the shape of a secret key (40 characters, "
+        "mixed case), not of an access key id (upper case and digits); fix: pass --data "
+        "kvceph_retire_access_key=<old access key> (never its secret)"
     )
-    data["kvceph_retire_access_key"] = "0555B35654AD1656D804"  # an RGW access key
-    assert s.load(data, "gpu1", ("gpu",)).run.retire_access_key == "0555B35654AD1656D804"
+    assert secret not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "access_key",
+    [
+        "0555B35654AD1656D804",  # an RGW access key
+        "AKIAIOSFODNN7EXAMPLE",  # AWS's documented example access key id
+        "LABGPU" + "0123456789ABCDEF0123456789ABCDEF01",  # 40 characters, but upper case: an id
+    ],
+)
+def test_a_real_access_key_id_is_accepted_for_retire(access_key):
+    data = {**BASE, "kvceph_rotation": "retire", "kvceph_retire_access_key": access_key}
+    assert s.load(data, "gpu1", ("gpu",)).run.retire_access_key == access_key
 
 
 def test_a_pyinfra_password_committed_in_group_data_is_refused(tmp_path):
@@ -445,3 +463,92 @@ def test_a_pyinfra_password_committed_in_group_data_is_refused(tmp_path):
         "inventory"
     )
     group_data.refuse_committed_secrets()  # the repository's own group_data holds none
+
+
+def test_the_implicit_ssh_login_user_is_not_the_engines_account(tmp_path, monkeypatch):
+    # pyinfra's SSH connector without ssh_user: ssh_config's User, else the local user.
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu1\n  User ops\nHost *\n  User deploy\n")
+    data = {**BASE, "kvceph_service_user": "ops", "ssh_config_file": str(config)}
+    with pytest.raises(SettingsError) as caught:
+        s.load(data, "gpu1", ("gpu",))
+    assert str(caught.value) == (
+        "gpu1: kvceph_service_user = 'ops': is the SSH login user (ssh_user unset: pyinfra logs "
+        "in as ops, from ~/.ssh/config or the local user): the stage sets its home and a nologin "
+        "shell, locking that login out of SSH; fix: use an account of the engine's own, e.g. vllm"
+    )
+    assert s.load({**data, "ssh_user": "root"}, "gpu1", ("gpu",))  # an explicit login wins
+    assert s.load(data, "gpu2", ("gpu",))  # gpu2 logs in as deploy
+    monkeypatch.setattr("getpass.getuser", lambda: "vllm")
+    bare = {**BASE, "ssh_config_file": str(tmp_path / "none")}
+    with pytest.raises(SettingsError, match="pyinfra logs in as vllm"):
+        s.load(bare, "gpu1", ("gpu",))  # the default service user is the local user
+    assert s.load(bare, "@local", ("gpu",))  # no SSH login to lock out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'gpu = (["gpu1"], {"ssh_user": "ubuntu", "ssh_password": "hunter2"})\n',  # group data
+        'gpu = [("gpu1", {"_sudo_password": "hunter2"})]\n',  # host data
+        'gpu = [("gpu1", dict(ssh_key_password="hunter2"))]\n',
+    ],
+)
+def test_a_pyinfra_password_in_an_inventory_file_is_refused(tmp_path, text):
+    from deploys.settings import group_data
+
+    (tmp_path / "group_data").mkdir()
+    inventories = tmp_path / "inventories"
+    inventories.mkdir()
+    (inventories / "site.py").write_text(
+        'import os\nceph = [("ceph1", {"ssh_password": os.environ["SSH_PW"]})]\n'
+    )
+    group_data.refuse_committed_secrets(tmp_path / "group_data", inventories)  # environment: fine
+    (inventories / "site.py").write_text(text)
+    with pytest.raises(SettingsError) as caught:
+        group_data.refuse_committed_secrets(tmp_path / "group_data", inventories)
+    name = next(n for n in group_data.PYINFRA_SECRETS if n in text)
+    assert str(caught.value) == (
+        f"inventories/site.py: {name} = '***': a password in a committed file; fix: remove it; "
+        "use SSH keys (an agent), or read it from the environment (os.environ[...]) in the "
+        "inventory"
+    )
+    assert "hunter2" not in str(caught.value)
+
+
+def _rgw_fleet(admin: dict, rgw2: dict) -> None:
+    check_inventory(
+        [
+            s.load({**BASE, **admin}, "ceph1", ("ceph_admin", "rgw")),
+            s.load({**BASE, **rgw2}, "rgw2", ("rgw", "router")),
+            s.load(BASE, "gpu1", ("gpu",)),
+        ]
+    )
+
+
+def test_the_admins_rgw_ports_are_checked_on_every_rgw_host():
+    # cephadm places the admin's RGW spec on every rgw host: rgw2's router meets its ports
+    # there, even where only the admin host's data sets them.
+    with pytest.raises(SettingsError) as caught:
+        _rgw_fleet({"kvceph_rgw_frontend_port": 8100}, {})
+    assert str(caught.value) == (
+        "rgw2: kvceph_rgw_frontend_port (the RGW spec, from ceph1) = 8100: is also "
+        "kvceph_router_port on this host: the second listener would fail to start; fix: give "
+        "each listener of the host its own port"
+    )
+    vip = {"kvceph_rgw_ingress_virtual_ip": "10.67.67.100/24"}
+    with pytest.raises(SettingsError) as caught:
+        _rgw_fleet({**vip, "kvceph_rgw_ingress_frontend_port": 9100}, vip)
+    assert str(caught.value) == (
+        "rgw2: kvceph_rgw_ingress_frontend_port (the RGW spec, from ceph1) = 9100: is also "
+        "kvceph_router_port's metrics (port + 1000) on this host: the second listener would "
+        "fail to start; fix: give each listener of the host its own port"
+    )
+    with pytest.raises(SettingsError) as caught:  # haproxy's monitor port, no setting of its own
+        _rgw_fleet(vip, {**vip, "kvceph_router_port": 1967})
+    assert str(caught.value) == (
+        "rgw2: the ingress's haproxy monitor port (kvceph's) = 1967: is also kvceph_router_port "
+        "on this host: the second listener would fail to start; fix: give each listener of the "
+        "host its own port"
+    )
+    _rgw_fleet({"kvceph_rgw_frontend_port": 8080}, {})  # distinct: accepted
