@@ -84,6 +84,8 @@ LAB_PROFILE = {
 # Settings like group_data/lab.py, as host data (host data outranks the repo's group_data,
 # which pyinfra also loads when run from the repo root). Wildcard DNS off: /etc/hosts entry.
 COMMON = {
+    # A fake of the built-in lab: plain-HTTP S3 and the public seed allowed, as there.
+    "kvceph_lab": True,
     "fake_delay": 0,
     "fake_delay_jitter": 0,
     "kvceph_ceph_pools": [

@@ -416,7 +416,7 @@ def test_aws_files():
     config.read_string(render.aws_config(me))
     profile = config["profile lmcache"]
     assert profile["region"] == "default"
-    assert profile["endpoint_url"] == "http://s3.cephlab.com:80"
+    assert profile["endpoint_url"] == "https://s3.cephlab.com:443"
     assert profile["response_checksum_validation"] == "when_required"
     assert "preferred_transfer_client = crt" in profile["s3"]
     assert "s3cr3t" not in render.aws_config(me)
