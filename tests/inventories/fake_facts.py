@@ -130,7 +130,8 @@ PCI = {
 }
 _HL_SMI_IDLE = (REPO / "tests/fixtures/hl-smi/idle-2x-1.17.1.txt").read_text().splitlines()
 ACCELERATOR_TOOL = {
-    "nvidia": ["tool NVIDIA H200, 143771 MiB, 580.159.04", "tool_rc 0", "apps_rc 0"],
+    # the H200's recorded line, once per GPU of the fake host's PCI bus (two: TP 2)
+    "nvidia": [*["tool NVIDIA H200, 143771 MiB, 580.159.04"] * 2, "tool_rc 0", "apps_rc 0"],
     "gaudi": [
         *(f"tool {i}, HL-225, 1.24.1-78932ae" for i in range(2)),
         "tool_rc 0",
