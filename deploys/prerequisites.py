@@ -235,6 +235,12 @@ def admin_problems(me, fact: dict, cluster: dict | None) -> list[str]:
                 + (" and radosgw (radosgw-admin)" if tool == "radosgw-admin" else "")
                 + " in the cluster's release"
             )
+    if fact.get("boto3") is False:
+        # deploys/remote/s3admin.py (the bucket, its policy, lifecycle and quota writes)
+        out.append(
+            f"{host}: python3 cannot import boto3, which kvceph's S3 admin helper runs on; "
+            "fix: apt-get install python3-boto3 (or your distribution's package)"
+        )
     client = fact.get("client")
     if client and cluster:
         majors = sorted({_version(v)[0] for v in cluster["versions"]})

@@ -433,6 +433,7 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
             "which ceph /usr/bin/ceph",
             "which radosgw-admin /usr/bin/radosgw-admin",
             f"client {TENTACLE}",
+            "boto3 yes",
         ],
         # CephSpecProbe: the dry run of the concentrator spec (an orchestrator that has them).
         f"{ceph} orch apply -i - --dry-run": _captured("ceph.CephSpecProbe", "ibm_8_1_accepted")

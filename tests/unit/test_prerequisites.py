@@ -204,7 +204,19 @@ def test_admin_fact_reads_ceph_version_lines():
         "ceph": "/usr/bin/ceph",
         "radosgw-admin": None,
         "client": "16.2.15",
+        "boto3": None,
     }
+    assert AdminPrerequisites().process(["boto3 no"])["boto3"] is False
+
+
+def test_the_admin_host_needs_boto3_for_the_s3_admin_helper():
+    tools = {"ceph": "/usr/bin/ceph", "radosgw-admin": "/usr/bin/radosgw-admin"}
+    assert p.admin_problems(host(), {**tools, "boto3": True}, None) == []
+    (line,) = p.admin_problems(host(), {**tools, "boto3": False}, None)
+    assert line == (
+        "gpu1: python3 cannot import boto3, which kvceph's S3 admin helper runs on; fix: "
+        "apt-get install python3-boto3 (or your distribution's package)"
+    )
 
 
 # python3's version as the fact reads it (`python 3.x.y`) on the distributions' hosts: Ubuntu
