@@ -73,8 +73,8 @@ def apply_hash_seed(hosts: dict, creds: secrets.Secrets) -> tuple[dict, str]:
     """Every inference host's settings with the fleet's seed, and the plan's line about it.
 
     KVCEPH_PYTHON_HASH_SEED, when set, is every engine's seed (one value: identical across
-    each cache group by construction). Else group_data's ``kvceph_python_hash_seed`` stays,
-    and the public default is named in a warning.
+    each cache group by construction). Else group_data's ``kvceph_python_hash_seed`` stays;
+    the public default is refused outside a lab (``kvceph_lab``), named in a warning in one.
     """
     if creds.hash_seed is not None:
         seed = int(creds.hash_seed.reveal())
@@ -91,6 +91,21 @@ def apply_hash_seed(hosts: dict, creds: secrets.Secrets) -> tuple[dict, str]:
             f"kvceph: hash seed: the fleet's own ({secrets.HASH_SEED_ENV}, with the secrets)",
         )
     seeds = {me.engine.python_hash_seed for me in hosts.values() if me.is_inference}
+    public = sorted(
+        n
+        for n, me in hosts.items()
+        if me.is_inference
+        and not getattr(me, "lab", False)
+        and me.engine.python_hash_seed == PUBLIC_SEED
+    )
+    if public:
+        raise SettingsError(
+            f"{public[0]}: kvceph_python_hash_seed = {PUBLIC_SEED}: the public default: anyone "
+            "with write access to a prefix can compute which object names a prompt maps to and "
+            f"plant objects under them; fix: put {secrets.HASH_SEED_ENV}=<one random integer "
+            "0..4294967295 per fleet> in the secrets (`od -An -N4 -tu4 /dev/urandom`; a new "
+            "seed leaves today's cached objects to the lifecycle), or a lab: kvceph_lab = True"
+        )
     if PUBLIC_SEED in seeds:
         return hosts, (
             f"kvceph: WARNING: hash seed: the public default {PUBLIC_SEED} (group_data): anyone "

@@ -121,15 +121,14 @@ def acquire(host, stale_after: int, break_lock: bool, timeout: float = 15.0) -> 
         chan = client.get_transport().open_session()
         chan.settimeout(timeout)
         chan.exec_command(sudo.shell_line(host.state, host, lock_script(me_as_holder())))
-        first, rest = _read_status(chan, timeout)
+        first, rest, err = _read_status(chan, timeout)
         if first == "LOCKED":
             _held[host.name] = chan
             return "taken"
+        rc = chan.recv_exit_status() if chan.exit_status_ready() else None
         chan.close()
         if first != "HELD":
-            raise LockError(
-                f"{host.name}: could not take {paths.LOCK_FILE}: {first or 'no answer'}"
-            )
+            raise LockError(f"{host.name}: could not take {paths.LOCK_FILE}: {_failure(rc, err)}")
         holder = Holder.parse(rest)
         decide_on_held(host.name, holder, stale_after, break_lock)
         if attempt == 2:
@@ -142,22 +141,41 @@ def acquire(host, stale_after: int, break_lock: bool, timeout: float = 15.0) -> 
     raise LockError(f"{host.name}: the lock is still held after breaking it; fix: check by hand")
 
 
-def _read_status(chan, timeout: float) -> tuple[str, str]:
-    """First line (LOCKED / HELD) and, for HELD, the holder info that follows."""
-    buf = b""
+def _read_status(chan, timeout: float) -> tuple[str, str, str]:
+    """First line (LOCKED / HELD), for HELD the holder info that follows, and stderr (what
+    sudo says when it refuses: ``sudo: a password is required``)."""
+    buf, err = b"", b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if b"LOCKED\n" in buf.replace(b"\r", b""):  # sudo's use_pty may add a \r
-            return "LOCKED", ""
+            return "LOCKED", "", ""
+        if chan.recv_stderr_ready():
+            err += chan.recv_stderr(4096)
+            continue
         if chan.exit_status_ready() and not chan.recv_ready():
             break
         if chan.recv_ready():
             buf += chan.recv(4096)
         else:
             time.sleep(0.05)
+    while chan.recv_stderr_ready():
+        err += chan.recv_stderr(4096)
     text = buf.decode(errors="replace").replace("\r", "")
     first, _, rest = text.partition("\n")
-    return first.strip(), rest
+    return first.strip(), rest, err.decode(errors="replace")
+
+
+def _failure(rc: int | None, err: str) -> str:
+    """What failed on the lock channel, from its exit status and stderr."""
+    said = sudo.first_line(err)
+    if rc is None:
+        return f"no answer in time (stderr: {said})"
+    if "password is required" in said or "interactive authentication" in said:
+        return (
+            f"{said} (exit {rc}); fix: passwordless sudo for the login user (sudoers NOPASSWD), "
+            "or log in as root"
+        )
+    return f"exit {rc}: {said}"
 
 
 def release_all() -> None:

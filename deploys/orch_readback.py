@@ -1,4 +1,4 @@
-"""After ``ceph orch apply`` or ``ceph orch restart``: what the orchestrator really holds and runs.
+"""After ``ceph orch apply`` or a rolling restart: what the orchestrator really holds and runs.
 
 ``orch apply`` exits 0 for a spec the mgr refused (Ceph 20.2.4: ``ServiceSpec:
 RGWSpec.__init__() got an unexpected keyword argument 'concentrator'``), so a spec counts as
@@ -234,15 +234,31 @@ def restart_and_wait(
     wait: int = DEFAULT_WAIT,
     progress: Callable[[str], None] | None = None,
 ) -> str | None:
-    """``ceph orch restart <service>``, then wait until every daemon started again and runs."""
+    """Restart every daemon of the service, one at a time: ``ceph orch daemon restart <name>``,
+    then wait until that daemon started again and every daemon runs, before the next. (``ceph
+    orch restart <service>`` restarts them all at once: S3 gone until the first is back.)"""
     before = read_service(run, service_name, t)
-    started = {d["name"]: d["started"] for d in before["daemons"]}
-    rc, lines = run(StringCommand(ceph("orch", "restart", service_name, **t, json=False), "2>&1"))
-    refusal = orch_apply_refusal(lines, rc)
-    if refusal:
-        return f"ceph orch restart {service_name} failed: {refusal}"
     wanted = {"service_name": service_name}
-    return wait_converged(run, service_name, wanted, t, wait, restarted=started, progress=progress)
+    for daemon in sorted(before["daemons"], key=lambda d: d["name"]):
+        name = daemon["name"]
+        rc, lines = run(
+            StringCommand(ceph("orch", "daemon", "restart", name, **t, json=False), "2>&1")
+        )
+        refusal = orch_apply_refusal(lines, rc)
+        if refusal:
+            return f"ceph orch daemon restart {name} failed: {refusal}"
+        problem = wait_converged(
+            run,
+            service_name,
+            wanted,
+            t,
+            wait,
+            restarted={name: daemon["started"]},
+            progress=progress,
+        )
+        if problem:
+            return f"{service_name}: rolling restart stopped at {name}: {problem}"
+    return None
 
 
 # --- as pyinfra commands: run when the operation executes, on the operation's host ----------

@@ -603,6 +603,7 @@ def _check(inventory, lock: bool = True) -> Preflight:
         check_engine_args(hosts)
         check_canary_hosts(hosts, groups)
         sudo.check_no_password(inventory)
+        sudo.check_noninteractive(inventory)
         group_data.refuse_committed_secrets()
         check_ingress_hosts(hosts, _rgw_addresses(inventory))
         hosts = s3_names.fill_rgw_group(hosts, _rgw_addresses(inventory))

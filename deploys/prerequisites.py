@@ -125,7 +125,7 @@ def _tool_problems(me, fact: dict) -> list[str]:
             f"{host}: {name} failed (exit {tool['rc']}: {said}); fix: repair the accelerator "
             "driver (the engine cannot start without it)"
         ]
-    out = []
+    out = _device_count_problems(me, len(tool["lines"]), "GPU(s)" if nvidia else "Gaudi device(s)")
     row = (DRIVER_MIN if nvidia else GAUDI_DRIVER_MIN).get(me.engine.profile.vllm_minor)
     # The last CSV field of each device's line (nvidia-smi: name, memory, driver; hl-smi:
     # index, name, driver_version); hl-smi's carries a build hash ("1.24.1-3bf9e81").
@@ -165,6 +165,28 @@ def _tool_problems(me, fact: dict) -> list[str]:
                 f"fix: stop them ({why})"
             )
     return out
+
+
+def _device_count_problems(me, found: int, what: str) -> list[str]:
+    """The host's devices (one line each in the tool's answer) against what its engines take:
+    TP x engines, and every device an engine names by index.
+
+    + found: the devices the tool listed
+    + what: their name in the line (``GPU(s)``)
+    """
+    engines, tp = me.engine.engines, me.engine.tensor_parallel_size
+    need = tp * len(engines)
+    named = [int(d) for e in engines for d in (e.devices or ()) if str(d).isdigit()]
+    if named:
+        need = max(need, max(named) + 1)
+    if found >= need:
+        return []
+    return [
+        f"{me.host}: {found} {what} found, but {len(engines)} engine(s) x "
+        f"kvceph_tensor_parallel_size {tp} (and the devices they name) need {need}; fix: lower "
+        "kvceph_tensor_parallel_size or the engines (kvceph_engines), or check the host's "
+        "devices (nvidia-smi -L / hl-smi)"
+    ]
 
 
 def gaudi_processes(lines: list[str]) -> list[tuple[str, str, str]]:
@@ -213,6 +235,12 @@ def admin_problems(me, fact: dict, cluster: dict | None) -> list[str]:
                 + (" and radosgw (radosgw-admin)" if tool == "radosgw-admin" else "")
                 + " in the cluster's release"
             )
+    if fact.get("boto3") is False:
+        # deploys/remote/s3admin.py (the bucket, its policy, lifecycle and quota writes)
+        out.append(
+            f"{host}: python3 cannot import boto3, which kvceph's S3 admin helper runs on; "
+            "fix: apt-get install python3-boto3 (or your distribution's package)"
+        )
     client = fact.get("client")
     if client and cluster:
         majors = sorted({_version(v)[0] for v in cluster["versions"]})

@@ -2,7 +2,7 @@
 # the README's "group_data reference" lists them. Secrets never go here (see secrets.env).
 
 kvceph_rgw_dns_name = "s3.cephlab.com"
-kvceph_s3_endpoint = "http://s3.cephlab.com:80"
+kvceph_s3_endpoint = "https://s3.cephlab.com:443"
 kvceph_s3_bucket = "lmcache"
 kvceph_s3_region = "default"
 kvceph_s3_user = "lmcache"

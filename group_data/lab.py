@@ -8,6 +8,10 @@ _INSTANCE = int(os.environ.get("KVCEPH_LAB_INSTANCE") or 0)
 _CEPH1 = f"10.213.{7 + _INSTANCE}.11"
 _LAB = os.environ.get("KVCEPH_LAB_DIR", f"/var/lib/kvceph-lab{_INSTANCE or ''}")
 
+# A throwaway lab: plain-HTTP S3 (KVCEPH_LAB_S3_SCHEME=http) and the public hash seed are
+# allowed here, refused on a fleet (deploys/settings, deploys/engine_users.py).
+kvceph_lab = True
+
 # Tiny pools: 2 memstore OSDs. The PG-budget refusal is tested by lowering mon_max_pg_per_osd.
 kvceph_ceph_pools = [
     {"name": "default.rgw.buckets.data", "pg_num": 32, "size": 1, "min_size": 1},

@@ -120,19 +120,24 @@ class InferencePrerequisites(FactBase):
 class AdminPrerequisites(FactBase):
     """
     The Ceph admin host's tools: ``{"ceph": "/usr/bin/ceph", "radosgw-admin": None,
-    "client": "16.2.15"}`` (paths None where missing; ``client``: ``ceph --version``).
+    "client": "16.2.15", "boto3": True}`` (paths None where missing; ``client``: ``ceph
+    --version``; ``boto3``: whether python3 imports it, for kvceph's S3 admin helper; None
+    where not told).
     """
 
     command = (
         "for t in ceph radosgw-admin; do echo which $t $(command -v $t); done; "
-        "echo client $(timeout 30 ceph --version 2>/dev/null); true"
+        "echo client $(timeout 30 ceph --version 2>/dev/null); "
+        "python3 -c 'import boto3' >/dev/null 2>&1 && echo boto3 yes || echo boto3 no; true"
     )
 
     def process(self, output):
-        found: dict = {"ceph": None, "radosgw-admin": None, "client": None}
+        found: dict = {"ceph": None, "radosgw-admin": None, "client": None, "boto3": None}
         for line in output:
             words = line.split()
-            if len(words) >= 3 and words[0] == "which" and words[1] in found:
+            if words[:1] == ["boto3"] and len(words) == 2:
+                found["boto3"] = words[1] == "yes"
+            elif len(words) >= 3 and words[0] == "which" and words[1] in found:
                 found[words[1]] = words[2]
             elif len(words) >= 4 and words[:3] == ["client", "ceph", "version"]:
                 found["client"] = words[3]

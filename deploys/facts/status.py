@@ -7,6 +7,7 @@ import json
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from deploys import engine_address
 from deploys.ceph_cli import ceph
 from deploys.facts.probe_output import ENGINE_HEADERS, last_json_line, probe_command
 from deploys.facts.rgw import radosgw_json
@@ -279,6 +280,7 @@ class RgwDaemons(FactBase):
 _ROUTER_SCRIPT = """
 import json, sys, urllib.error, urllib.request
 port, timeout, keyfile = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+host = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"
 headers = {}
 try:
     headers["Authorization"] = "Bearer " + open(keyfile).read().strip()
@@ -286,7 +288,7 @@ except OSError:
     pass
 out = {"readiness": None, "workers": None, "error": None}
 def get(path):
-    req = urllib.request.Request("http://127.0.0.1:%s%s" % (port, path), headers=headers)
+    req = urllib.request.Request("http://%s:%s%s" % (host, port, path), headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode("utf-8", "replace")
@@ -307,14 +309,16 @@ print(json.dumps(out))
 
 class RouterAnswers(FactBase):
     """
-    What one route of the router answers on loopback, with the key file the router reads
-    (root 0600, read on the host: the key never leaves it): ``/readiness`` (status code: 200
-    while a worker is healthy) and ``/workers`` (each worker's URL, the router's health verdict
-    and its load; parsed by ``deploys/router/answers.workers``).
+    What one route of the router answers where the router listens (loopback of its family
+    for a wildcard ``kvceph_router_bind``, else the bind address itself), with the key file
+    the router reads (root 0600, read on the host: the key never leaves it): ``/readiness``
+    (status code: 200 while a worker is healthy) and ``/workers`` (each worker's URL, the
+    router's health verdict and its load; parsed by ``deploys/router/answers.workers``).
 
     + python: an interpreter on the router host
     + port: the route's port
     + timeout: seconds per request
+    + address: where the host reaches the router (``engine_address.local`` of its bind)
 
     Returns ``{"readiness": 200, "workers": [{"url", "healthy", "load"}], "error": None}``
     (``workers`` None when ``/workers`` did not answer). A moment's answer: never memoised.
@@ -323,9 +327,9 @@ class RouterAnswers(FactBase):
     def default(self):
         return {"readiness": None, "workers": None, "error": "no answer"}
 
-    def command(self, python: str, port: int, timeout: int = 5):
+    def command(self, python: str, port: int, timeout: int = 5, address: str = "127.0.0.1"):
         failed = '{"error": "router probe failed"}'
-        args = (port, timeout, unit.KEY_PATH)
+        args = (port, timeout, unit.KEY_PATH, engine_address.url_host(address))
         return probe_command(2 * timeout + 10, python, _ROUTER_SCRIPT, args, failed)
 
     def process(self, output):

@@ -489,8 +489,8 @@ def service_restart(
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
 ):
     """
-    Restart every daemon of an orchestrator service (``ceph orch restart``) and wait until
-    each one started again and runs.
+    Restart every daemon of an orchestrator service one at a time (``ceph orch daemon
+    restart``), each started again and running before the next.
 
     + service_name: e.g. ``rgw.standard``
     + wait: seconds to wait for the daemons

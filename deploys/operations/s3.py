@@ -162,8 +162,8 @@ def rgw_dns_name(
     # RGW reads rgw_dns_name only at start: restart through the orchestrator, wait for the daemons.
     if managed_by == "cephadm":
         logger.info(
-            "%sS3 tier: rgw_dns_name %r -> %r: `ceph orch restart %s`, then wait until every "
-            "daemon runs again",
+            "%sS3 tier: rgw_dns_name %r -> %r: %s's daemons restart one at a time "
+            "(`ceph orch daemon restart`, each running again before the next)",
             host.print_prefix,
             current,
             dns_name,

@@ -11,15 +11,17 @@ except ``/health`` and ``/metrics`` from the networks in ``KVCEPH_OPEN_NETWORKS`
 it passes everything, like vLLM.
 
 Drain (with or without an API key): while the file ``<KVCEPH_DRAIN_DIR>/drain-<port>``
-(default ``/run/kvceph``; ``<port>`` the engine's listening port) exists, was written after
-this process started and holds a Unix time still ahead (the lease), the gate admits no new
-request: ``/health`` and ``/ping`` answer ``503 {"status": "draining", "open_requests": N}``
-(a load balancer takes the engine out; N is the gate's own count of open requests, streams
-included), every other route ``503`` with ``Retry-After``, a websocket is closed with 1013;
-``/metrics`` still answers. The deploy writes the file as root over SSH (only root can write
-``/run/kvceph``, so no client can drain an engine); a file older than the process is one
-meant for the process before it, and a lease that ran out (a deploy killed mid-drain) ends
-the drain by itself.
+(default ``/run/kvceph``; ``<port>`` the engine's listening port) exists, is not the file
+that stood there when this process started and holds a Unix time still ahead (the lease), the
+gate admits no new request: ``/health`` and ``/ping`` answer
+``503 {"status": "draining", "open_requests": N}`` (a load balancer takes the engine out; N is
+the gate's own count of open requests, streams included), every other route ``503`` with
+``Retry-After``, a websocket is closed with 1013; ``/metrics`` still answers. The deploy
+writes the file as root over SSH (only root can write ``/run/kvceph``, so no client can drain
+an engine); the file found at start is one meant for the process before it (told by its
+identity, not by comparing its mtime with the clock: file times come from the kernel's coarse
+clock, milliseconds behind ``time.time()``), and a lease that ran out (a deploy killed
+mid-drain) ends the drain by itself.
 
 Installed on inference hosts as /usr/local/lib/kvceph/kvceph_engine_guard.py (PYTHONPATH).
 """
@@ -51,6 +53,30 @@ _DRAINING = json.dumps(
 ).encode()
 
 
+def _stamp(st) -> tuple:
+    """A drain file's identity: a rewrite (``os.replace``: a new inode) changes it."""
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _drain_stamps(directory: str) -> dict[str, tuple]:
+    """Every ``drain-*`` file in ``directory`` and its identity (none: an empty dict).
+
+    + directory: ``KVCEPH_DRAIN_DIR``
+    """
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith("drain-")]
+    except OSError:
+        return {}
+    found = {}
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            found[path] = _stamp(os.stat(path))
+        except OSError:
+            continue  # removed meanwhile
+    return found
+
+
 class Guard:
     def __init__(self, app, environ=None):
         env = os.environ if environ is None else environ
@@ -63,7 +89,8 @@ class Guard:
             if n.strip()
         ]
         self._drain_dir = env.get("KVCEPH_DRAIN_DIR") or DRAIN_DIR
-        self._started = time.time()
+        # The drain files that predate this process (their identities): meant for its predecessor.
+        self._at_start = _drain_stamps(self._drain_dir)
         # One token per open request (a set: add/discard are atomic, so the lab engine's
         # threads may share the gate too); /health and /metrics are not counted.
         self._open: set[object] = set()
@@ -84,9 +111,9 @@ class Guard:
             st = os.stat(path)
         except OSError:
             return False
-        if st.st_mtime < self._started:
+        stamp = _stamp(st)
+        if self._at_start.get(path) == stamp:
             return False  # written for the process before this one
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if self._lease[0] != stamp:
             try:
                 with open(path) as f:

@@ -59,6 +59,9 @@ class HostSettings:
     read_keys: frozenset[str] = frozenset()
     monitoring: monitoring.MonitoringSettings | None = None  # hosts of group monitoring
     router: router.RouterSettings | None = None  # hosts of group router
+    # kvceph_lab: a throwaway lab (group_data/lab.py sets it): the unsafe choices a fleet
+    # is refused (plain-HTTP S3, the public hash seed) are allowed here.
+    lab: bool = False
 
     @property
     def is_inference(self) -> bool:
@@ -79,8 +82,18 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
     inference = [g for g in INFERENCE_GROUPS if g in groups]
     if len(inference) > 1:
         raise r.fail("groups", list(groups), "host is in both gpu and gaudi", "put it in one group")
+    lab = r.bool("kvceph_lab", False)
     rgw = rgw_settings(r)
     s3 = s3_settings(r, rgw, sets_quota="ceph_admin" in groups)
+    if s3.scheme == "http" and not lab:
+        raise r.fail(
+            "kvceph_s3_endpoint",
+            s3.endpoint,
+            "is plain HTTP: every engine's S3 key signature and the KV cache cross the network "
+            "in the clear, and anyone on the path can plant objects",
+            "use https://<rgw_dns_name>:443 (a private CA: kvceph_s3_ca_bundle); plain HTTP "
+            "only in a lab (kvceph_lab = True)",
+        )
     engine = lmcache = None
     if inference:
         engine = engine_settings(r, ACCELERATOR_OF_GROUP[inference[0]])
@@ -124,6 +137,7 @@ def load(data: Any, host: str, groups: Iterable[str]) -> HostSettings:
         run=run_control.load(r),
         monitoring=monitoring.load(r) if monitoring.GROUP in groups else None,
         router=router.load(r) if router.GROUP in groups else None,
+        lab=lab,
     )
     ports.check(settings)
     given = tuple((k, repr(r.peek(k))) for k in keys.data_keys(data) if k.startswith(keys.PREFIX))

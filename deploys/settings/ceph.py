@@ -229,7 +229,7 @@ def rgw_settings(r: Reader) -> RgwSettings:
         managed_by=r.choice("kvceph_rgw_managed_by", "cephadm", ("cephadm", "external")),
         service_id=r.str("kvceph_rgw_service_id", "standard", pattern=r"[A-Za-z0-9_.\-]+"),
         count_per_host=r.int("kvceph_rgw_count_per_host", 4, lo=1, hi=64),
-        label=r.str("kvceph_rgw_label", "rgw", pattern=r"[A-Za-z0-9_.\-]+"),
+        label=r.str("kvceph_rgw_label", "kvceph-rgw", pattern=r"[A-Za-z0-9_.\-]+"),
         networks=networks,
         frontend_port=r.port("kvceph_rgw_frontend_port", 8080),
         concentrator=concentrator,

@@ -77,7 +77,7 @@ def endpoint_parts(r: Reader, key: str, value: str) -> tuple[str, str, int]:
 def s3_settings(r: Reader, rgw: RgwSettings, sets_quota: bool = True) -> S3Settings:
     """One host's S3 settings; the quota keys are read on the Ceph admin host only (``sets_quota``),
     the one that sets the quota: given elsewhere only, settings/placement.py refuses them."""
-    endpoint = r.str("kvceph_s3_endpoint", f"http://{rgw.dns_name}:80")
+    endpoint = r.str("kvceph_s3_endpoint", f"https://{rgw.dns_name}:443")
     scheme, host, port = endpoint_parts(r, "kvceph_s3_endpoint", endpoint)
     admin = r.str("kvceph_s3_admin_endpoint", endpoint)
     endpoint_parts(r, "kvceph_s3_admin_endpoint", admin)

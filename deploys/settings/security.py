@@ -7,6 +7,7 @@ One module of the settings package (one per subject); ``settings.load`` calls
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import ssl
 from dataclasses import dataclass
@@ -74,10 +75,28 @@ def refuse_secret_args(r, key: str, args) -> None:
             )
 
 
+def default_bind(data) -> str:
+    """``kvceph_vllm_bind``'s default: the host's inventory address (``ssh_hostname``) when it
+    is an IP address, the one the router and verify.py reach the engine at anyway; else
+    ``0.0.0.0`` (a name would need resolving on the host).
+
+    + data: the host's pyinfra data
+    """
+    address = (getattr(data, "get", None) or (lambda *_: None))("ssh_hostname", None)
+    try:
+        return ipaddress.ip_address(str(address)).compressed
+    except ValueError:
+        return "0.0.0.0"
+
+
 def load(r) -> SecuritySettings:
+    """The host's security settings (bind, gate, open networks, S3 CA bundle).
+
+    + r: the host's settings reader
+    """
     bind = r.ip(
         "kvceph_vllm_bind",
-        r.str("kvceph_vllm_bind", "0.0.0.0"),
+        r.str("kvceph_vllm_bind", default_bind(r.data)),
         "0.0.0.0, :: (dual-stack), 127.0.0.1, ::1 or one of the host's addresses",
     )
     networks = r.cidrs("kvceph_vllm_open_networks", list(DEFAULTS.open_networks))

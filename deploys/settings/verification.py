@@ -51,7 +51,7 @@ def verify_settings(r: Reader) -> VerifySettings:
         dram_ratio=r.float("kvceph_verify_dram_ratio", 0.15, lo=0.0, hi=1.0),
         fallback_tolerance=r.float("kvceph_verify_fallback_tolerance", 0.5, lo=0.0, hi=10.0),
         request_timeout=r.int("kvceph_verify_request_timeout", 600, lo=5, hi=7200),
-        restart_timeout=r.int("kvceph_verify_restart_timeout", 180, lo=5, hi=3600),
+        restart_timeout=r.int("kvceph_verify_restart_timeout", 360, lo=5, hi=3600),
         s3_timeout=r.int("kvceph_verify_s3_timeout", 30, lo=1, hi=600),
         objects_timeout=r.int("kvceph_verify_objects_timeout", 120, lo=1, hi=3600),
         max_listed_objects=r.int("kvceph_verify_max_listed_objects", 200000, lo=1000),

@@ -243,7 +243,7 @@ def apply(me: HostSettings, checked: Preflight):
     s3.rgw_dns_name(
         name=f"rgw_dns_name {me.rgw.dns_name} (virtual-hosted buckets)"
         + (
-            f"; a change restarts {me.rgw.service_name} (`ceph orch restart`, waits for it)"
+            f"; a change restarts {me.rgw.service_name}'s daemons one at a time (each back first)"
             if me.rgw.managed_by == "cephadm"
             else ""
         ),

@@ -3,6 +3,7 @@ engines it sends requests to), read on the router host with the key file the rou
 
 from __future__ import annotations
 
+from deploys import engine_address
 from deploys.facts.status import RouterAnswers
 
 
@@ -12,7 +13,12 @@ def read(host, me, checked) -> list[dict]:
 
     rows = []
     for route in stage.routes(me, checked):
-        answer = host.get_fact(RouterAnswers, python="python3", port=route.port)
+        answer = host.get_fact(
+            RouterAnswers,
+            python="python3",
+            port=route.port,
+            address=engine_address.local(me.router.bind),
+        )
         by_url = {w.url: w for w in route.workers}
         rows.append(
             {

@@ -71,7 +71,7 @@ class Options:
     dram_ratio: float = 0.15
     fallback_tolerance: float = 0.5
     request_timeout: int = 600
-    restart_timeout: int = 180
+    restart_timeout: int = 360
     s3_timeout: float = 30
     objects_timeout: float = 120
     cleanup: bool = True

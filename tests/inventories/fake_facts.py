@@ -93,6 +93,8 @@ MP_LAB_PROFILE = {
 # Settings like group_data/lab.py, as host data (host data outranks the repo's group_data,
 # which pyinfra also loads when run from the repo root). Wildcard DNS off: /etc/hosts entry.
 COMMON = {
+    # A fake of the built-in lab: plain-HTTP S3 and the public seed allowed, as there.
+    "kvceph_lab": True,
     "fake_delay": 0,
     "fake_delay_jitter": 0,
     "kvceph_ceph_pools": [
@@ -137,7 +139,8 @@ PCI = {
 }
 _HL_SMI_IDLE = (REPO / "tests/fixtures/hl-smi/idle-2x-1.17.1.txt").read_text().splitlines()
 ACCELERATOR_TOOL = {
-    "nvidia": ["tool NVIDIA H200, 143771 MiB, 580.159.04", "tool_rc 0", "apps_rc 0"],
+    # the H200's recorded line, once per GPU of the fake host's PCI bus (two: TP 2)
+    "nvidia": [*["tool NVIDIA H200, 143771 MiB, 580.159.04"] * 2, "tool_rc 0", "apps_rc 0"],
     "gaudi": [
         *(f"tool {i}, HL-225, 1.24.1-78932ae" for i in range(2)),
         "tool_rc 0",
@@ -468,6 +471,7 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
             "which ceph /usr/bin/ceph",
             "which radosgw-admin /usr/bin/radosgw-admin",
             f"client {TENTACLE}",
+            "boto3 yes",
         ],
         # CephSpecProbe: the dry run of the concentrator spec (an orchestrator that has them).
         f"{ceph} orch apply -i - --dry-run": _captured("ceph.CephSpecProbe", "ibm_8_1_accepted")

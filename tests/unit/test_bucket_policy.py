@@ -192,8 +192,12 @@ def _hosts(seed: int):
     return {"gpu1": SimpleNamespace(is_inference=True, engine=engine)}
 
 
-def test_the_public_seed_is_accepted_with_a_warning():
-    hosts, line = engine_users.apply_hash_seed(_hosts(67), _creds())
+def test_the_public_seed_is_refused_outside_a_lab_and_a_warning_in_one():
+    with pytest.raises(SettingsError, match=r"^gpu1: kvceph_python_hash_seed = 67: the public "
+                       r"default: .*fix: put KVCEPH_PYTHON_HASH_SEED="):  # fmt: skip
+        engine_users.apply_hash_seed(_hosts(67), _creds())
+    lab = {n: SimpleNamespace(**vars(h), lab=True) for n, h in _hosts(67).items()}
+    hosts, line = engine_users.apply_hash_seed(lab, _creds())
     assert hosts["gpu1"].engine.python_hash_seed == 67
     assert line.startswith("kvceph: WARNING: hash seed: the public default 67")
     assert "KVCEPH_PYTHON_HASH_SEED" in line

@@ -98,7 +98,6 @@ def test_a_file_older_than_the_process_or_an_expired_lease_is_ignored(tmp_path):
     guard = Guard(None, environ=env)  # started after the file: the drain was for its predecessor
     assert _call(guard, "/v1/completions")[0] is True
     guard = Guard(None, environ=env)
-    time.sleep(0.01)
     _lease(tmp_path, seconds=-1)  # a deploy killed mid-drain: its lease ran out
     assert _call(guard, "/v1/completions")[0] is True
     _lease(tmp_path, seconds=60)
@@ -106,6 +105,21 @@ def test_a_file_older_than_the_process_or_an_expired_lease_is_ignored(tmp_path):
     _lease(tmp_path, seconds=60, port=PORT + 1)  # another engine's drain
     path.unlink()
     assert _call(guard, "/v1/completions")[0] is True
+
+
+def test_a_file_written_right_after_start_drains_whatever_its_mtime_says(tmp_path):
+    # File times come from the kernel's coarse clock, milliseconds behind time.time(): a drain
+    # written within milliseconds of the gate's start may carry an mtime before it.
+    env = {"KVCEPH_DRAIN_DIR": str(tmp_path)}
+    guard = Guard(None, environ=env)
+    path = _lease(tmp_path, seconds=60)
+    before = time.time() - 1
+    os.utime(path, (before, before))
+    assert _call(guard, "/v1/completions")[1] == 503
+    # and the file found at start stays ignored even with an mtime ahead of the clock
+    ahead = time.time() + 60
+    os.utime(path, (ahead, ahead))
+    assert _call(Guard(None, environ=env), "/v1/completions")[0] is True
 
 
 def test_the_gate_counts_open_requests_until_the_app_returns_streams_included():

@@ -57,10 +57,10 @@ UNIT = "vLLM service | Unit /etc/systemd/system/vllm.service"
 FRESH_CHANGES = {
     "Ceph pools | Ceph pool default.rgw.buckets.data": ADMIN,
     "Ceph pools | Ceph pool default.rgw.buckets.index": ADMIN,
-    "RGW service | Label ceph1 rgw": ADMIN,
+    "RGW service | Label ceph1 kvceph-rgw": ADMIN,
     "RGW service | Apply the rgw.standard spec (read back: exported, all daemons running)": ADMIN,
-    "S3 tier | rgw_dns_name s3.kvlab (virtual-hosted buckets); a change restarts rgw.standard "
-    "(`ceph orch restart`, waits for it)": ADMIN,
+    "S3 tier | rgw_dns_name s3.kvlab (virtual-hosted buckets); a change restarts rgw.standard's "
+    "daemons one at a time (each back first)": ADMIN,
     "S3 tier | Directory /usr/local/lib/kvceph": ADMIN,
     "S3 tier | S3 admin helper /usr/local/lib/kvceph/s3admin.py": ADMIN,
     "S3 tier | Private directory /etc/kvceph/admin": ADMIN,

@@ -55,7 +55,7 @@ class Cluster:
         self.commands.append(text)
         if " orch apply " in text:
             kind = "apply"
-        elif " orch restart " in text:
+        elif " orch daemon restart " in text:
             kind = "restart"
         elif " orch ls " in text:
             kind = "ls"
@@ -184,14 +184,23 @@ def test_refresh_is_asked_at_most_every_refresh_every_seconds():
     assert refreshes == 100 // orch_readback.REFRESH_EVERY
 
 
-def test_restart_waits_until_every_daemon_started_again():
+def test_restart_rolls_one_daemon_at_a_time_each_started_again_before_the_next():
+    # ps_restart_first_of_2: ps_restart_1 with fswhtg's start from ps_restart_6 (the first
+    # daemon back, the second not restarted yet).
     cluster = Cluster(
-        restart=["restart_rgw"],
+        restart=["daemon_restart_fswhtg", "daemon_restart_kdzbjl"],
         ls=["ls_plain"],
-        ps=["ps_rgw_before_restart", "ps_restart_1", "ps_restart_1", "ps_restart_6"],
+        ps=["ps_rgw_before_restart", "ps_restart_1", "ps_restart_first_of_2", "ps_restart_6"],
     )
     assert orch_readback.restart_and_wait(cluster, "rgw.standard", T) is None
-    assert sum(" orch ps " in c for c in cluster.commands) == 4
+    restarts = [c for c in cluster.commands if " orch daemon restart " in c]
+    assert [c.split(" orch daemon restart ")[1].split()[0] for c in restarts] == [
+        "rgw.standard.ceph1.fswhtg",
+        "rgw.standard.ceph1.kdzbjl",
+    ]
+    # the second restart only once the first daemon started again
+    second = cluster.commands.index(restarts[1])
+    assert sum(" orch ps " in c for c in cluster.commands[:second]) == 3
 
 
 def test_restart_that_never_happens_fails():

@@ -30,7 +30,13 @@ NO_DRIVER = (
 
 def host(accelerator="nvidia", vllm="0.26.0", **data):
     profile = {"vllm_version": vllm, "packages": [f"vllm=={vllm}", "lmcache==0.5.6"]}
-    data = {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_engine_profile": profile, **data}
+    # TP 1: the recorded H200 is one GPU (the device-count check reads its one line)
+    data = {
+        "kvceph_s3_endpoint_ip": "10.0.0.5",
+        "kvceph_engine_profile": profile,
+        "kvceph_tensor_parallel_size": 1,
+        **data,
+    }
     if accelerator == "nvidia" and versions.kv_load_defect(vllm, "0.5.6"):
         # what these tests check is the host's prerequisites, not the pair's known defect
         data.setdefault("kvceph_accept_kv_load_defect", True)
@@ -198,7 +204,19 @@ def test_admin_fact_reads_ceph_version_lines():
         "ceph": "/usr/bin/ceph",
         "radosgw-admin": None,
         "client": "16.2.15",
+        "boto3": None,
     }
+    assert AdminPrerequisites().process(["boto3 no"])["boto3"] is False
+
+
+def test_the_admin_host_needs_boto3_for_the_s3_admin_helper():
+    tools = {"ceph": "/usr/bin/ceph", "radosgw-admin": "/usr/bin/radosgw-admin"}
+    assert p.admin_problems(host(), {**tools, "boto3": True}, None) == []
+    (line,) = p.admin_problems(host(), {**tools, "boto3": False}, None)
+    assert line == (
+        "gpu1: python3 cannot import boto3, which kvceph's S3 admin helper runs on; fix: "
+        "apt-get install python3-boto3 (or your distribution's package)"
+    )
 
 
 # python3's version as the fact reads it (`python 3.x.y`) on the distributions' hosts: Ubuntu
@@ -216,7 +234,8 @@ def _answer(python: str, venv: str = "no", platform=H200_PLATFORM) -> dict:
 
 def builtin(**data):
     """An NVIDIA host of the built-in profile: it installs from the shipped lock."""
-    return s.load({"kvceph_s3_endpoint_ip": "10.0.0.5", **data}, "gpu1", ("gpu",))
+    base = {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_tensor_parallel_size": 1}  # one GPU
+    return s.load({**base, **data}, "gpu1", ("gpu",))
 
 
 @pytest.mark.parametrize(
@@ -371,3 +390,14 @@ def test_the_fact_command_runs_hl_smi_as_documented(tmp_path):
     # A service user not created yet (a fresh host): no own process, no error.
     cmd = f.command(str(tmp_path), "gaudi", service_user="kvceph-no-such-user").get_raw_value()
     assert f.process(_run(cmd, path))["own"] == []
+
+
+def test_fewer_devices_than_tp_times_engines_are_refused():
+    # the recorded H200 (one GPU) under the default TP 2
+    (line,) = p.inference_problems(host(kvceph_tensor_parallel_size=2), fact())
+    assert line.startswith(
+        "gpu1: 1 GPU(s) found, but 1 engine(s) x kvceph_tensor_parallel_size 2 (and the "
+        "devices they name) need 2; fix: lower kvceph_tensor_parallel_size"
+    )
+    eight = fact(tool={"rc": "0", "lines": [H200] * 8})
+    assert p.inference_problems(host(kvceph_tensor_parallel_size=2), eight) == []

@@ -15,6 +15,7 @@ from deploys.remote import s3probe
 
 LAB = {
     "kvceph_rgw_dns_name": "s3.kvlab",
+    "kvceph_lab": True,
     "kvceph_s3_endpoint": "http://s3.kvlab:80",
     "kvceph_s3_endpoint_ip": "10.213.7.11",
 }

@@ -139,7 +139,7 @@ def test_lmcache_yaml_loads_cleanly_with_lmcache_own_loader(tmp_path):
     for path, me in paths.items():
         got = loaded[path]
         assert got["warnings"] == [], (path, got["warnings"])
-        assert got["remote_url"] == "s3://lmcache.s3.cephlab.com:80"
+        assert got["remote_url"] == "s3://lmcache.s3.cephlab.com:443"
         assert got["chunk_size"] == 256 and got["local_cpu"] is True
         assert got["pre_caching_hash_algorithm"] == "sha256_cbor"
         # The derived buffer and timeouts arrive as LMCache reads them (not its defaults).
@@ -149,7 +149,8 @@ def test_lmcache_yaml_loads_cleanly_with_lmcache_own_loader(tmp_path):
         assert got["enable_async_loading"] is True
         assert got["lookup_timeout_ms"] != 3000 and got["max_local_cpu_size"] != 5.0
         extra = got["extra_config"]
-        assert extra["s3_region"] == me.s3.region and extra["disable_tls"] is True
+        # https by default: the renderer leaves the adapter's own TLS default (on)
+        assert extra["s3_region"] == me.s3.region and not extra.get("disable_tls")
         assert set(extra) <= adapter_keys, set(extra) - adapter_keys
         assert "save_chunk_meta" not in extra or extra["save_chunk_meta"] is False
 
@@ -416,7 +417,7 @@ def test_aws_files():
     config.read_string(render.aws_config(me))
     profile = config["profile lmcache"]
     assert profile["region"] == "default"
-    assert profile["endpoint_url"] == "http://s3.cephlab.com:80"
+    assert profile["endpoint_url"] == "https://s3.cephlab.com:443"
     assert profile["response_checksum_validation"] == "when_required"
     assert "preferred_transfer_client = crt" in profile["s3"]
     assert "s3cr3t" not in render.aws_config(me)
@@ -569,8 +570,8 @@ def test_kvceph_connector_yaml_loads_with_lmcache_own_loader(tmp_path):
             "kvceph.namespace",
         }
         assert extra["kvceph.namespace"].startswith("kv/") and extra["kvceph.namespace"][-1] == "/"
-        assert extra["kvceph.endpoint"] == "lmcache.s3.cephlab.com:80"
-        assert extra["kvceph.tls"] is False and extra["kvceph.connections"] == 16
+        assert extra["kvceph.endpoint"] == "lmcache.s3.cephlab.com:443"
+        assert extra["kvceph.tls"] is True and extra["kvceph.connections"] == 16
         assert extra["kvceph.timeout_s"] == 5.0 and extra["kvceph.min_hit_tokens"] == 0
         assert extra["save_chunk_meta"] is False
         # No stock S3 key: kvceph's connector would not read it.

@@ -68,7 +68,7 @@ def test_an_orchestrator_that_accepts_the_dry_run_gets_the_seed_spec():
             "service_type": "rgw",
             "service_id": "standard",
             "service_name": "rgw.standard",
-            "placement": {"count_per_host": 4, "label": "rgw"},
+            "placement": {"count_per_host": 4, "label": "kvceph-rgw"},
             "networks": ["10.67.67.0/24"],
             "spec": {
                 "rgw_frontend_port": 8080,
@@ -104,7 +104,7 @@ def test_refusal_with_vip_gets_rgw_plus_ingress():
         "service_type": "ingress",
         "service_id": "rgw.standard",
         "service_name": "ingress.rgw.standard",
-        "placement": {"label": "rgw"},
+        "placement": {"label": "kvceph-rgw"},
         "spec": {
             "backend_service": "rgw.standard",
             "virtual_ip": "10.67.67.100/24",

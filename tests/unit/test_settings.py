@@ -22,8 +22,8 @@ def test_defaults_follow_the_seed_where_it_is_right():
     assert h.engine.tensor_parallel_size == 2
     assert h.engine.python_hash_seed == 67
     assert h.engine.gpu_memory_utilization == 0.55
-    assert h.s3.remote_url == "s3://lmcache.s3.cephlab.com:80"
-    assert h.s3.disable_tls is True
+    assert h.s3.remote_url == "s3://lmcache.s3.cephlab.com:443"
+    assert h.s3.disable_tls is False  # https by default
     assert h.engine.profile.vllm_version == "0.25.1"
 
 
@@ -497,3 +497,23 @@ def test_the_defect_is_accepted_only_when_said_and_only_where_it_applies():
     assert load(kvceph_engine_profile=lab).engine.profile.vllm_version == "0.33.0"
     with pytest.raises(SettingsError, match="must be True or False"):
         load(kvceph_engine_profile=_real("0.33.0"), kvceph_accept_kv_load_defect="yes")
+
+
+def test_engines_bind_the_inventory_address_by_default_not_every_interface():
+    assert load(ssh_hostname="10.0.0.21").security.vllm_bind == "10.0.0.21"
+    assert load(ssh_hostname="fd00::21").security.vllm_bind == "fd00::21"
+    # a name would need resolving on the host: the wildcard, behind the gate
+    assert load(ssh_hostname="gpu1.example").security.vllm_bind == "0.0.0.0"
+    assert load(ssh_hostname="10.0.0.21", kvceph_vllm_bind="::").security.vllm_bind == "::"
+
+
+def test_the_lab_marks_itself_and_a_fleet_is_not_a_lab():
+    assert load().lab is False
+    assert load(kvceph_lab=True).lab is True
+    assert load(kvceph_lab=True, kvceph_s3_endpoint="http://s3.cephlab.com:80").s3.scheme == "http"
+
+
+def test_safe_defaults_rgw_label_and_verify_restart_bound():
+    admin = load(groups=("ceph_admin", "rgw"), host="ceph1")
+    assert admin.rgw.label == "kvceph-rgw"  # not `rgw`: a cluster's own RGW hosts carry it
+    assert load().verify.restart_timeout == 360  # first starts measured 219-252 s

@@ -58,3 +58,40 @@ def test_a_key_file_the_probe_cannot_read_is_a_401_and_a_partial_run():
     (line,) = status_router.lines([r])
     assert line == "ROUTER ceph1:8100 Qwen/Qwen3-32B: NOT READY (readiness 401; /workers: HTTP 401)"
     assert status_router.problems([r]) == ["router ceph1:8100: /workers: HTTP 401"]
+
+
+def test_the_probe_asks_where_the_router_listens_not_always_loopback(tmp_path):
+    # A router bound to one address (kvceph_router_bind = 127.0.0.2 here) does not answer on
+    # 127.0.0.1: the probe must ask at the bind address.
+    import http.server
+    import subprocess
+    import threading
+
+    from deploys.facts.status import RouterAnswers
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"[]" if self.path == "/workers" else b"ok"
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_):
+            pass
+
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Handler)
+    except OSError:
+        import pytest
+
+        pytest.skip("no 127.0.0.2 on this host")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        fact = RouterAnswers()
+        for address, readiness in (("127.0.0.2", 200), ("127.0.0.1", None)):
+            line = fact.command("python3", port, timeout=2, address=address).get_raw_value()
+            out = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=30)
+            assert fact.process(out.stdout.splitlines())["readiness"] == readiness
+    finally:
+        server.shutdown()

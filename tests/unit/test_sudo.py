@@ -63,7 +63,7 @@ def test_a_secret_under_sudo_lands_only_in_the_private_upload_dir():
     # Then the private directory: 0700 and the login user's, in root's 0755 state dir.
     assert text[1] == (
         "sh -c 'mkdir -p -m 0755 /var/lib/kvceph && "
-        'install -d -m 0700 -o "${SUDO_USER:-$(id -un)}" /var/lib/kvceph/upload\''
+        'install -d -m 0700 -o "${SUDO_USER:-${DOAS_USER:-$(id -un)}}" /var/lib/kvceph/upload\''
     )
     upload = next(c for c in commands if isinstance(c, FileUploadCommand))
     # Through pyinfra's own sudo upload: SFTP as the login user into the private dir, then
@@ -124,6 +124,106 @@ def test_the_lock_shell_runs_through_sudo_and_frees_on_eof(tmp_path):
 
 def test_a_sudo_password_in_host_data_is_refused_before_any_host_is_touched():
     inventory = Inventory((["gpu1", ("gpu2", {"_sudo": True, "_sudo_password": "pw"})], {}))
-    with pytest.raises(SettingsError, match=r"^gpu2: _sudo_password: .*fix: passwordless sudo"):
+    with pytest.raises(SettingsError, match=r"^gpu2: _sudo_password: .*fix: .*passwordless sudo"):
         sudo.check_no_password(inventory)
     sudo.check_no_password(Inventory((["gpu1", ("gpu2", {"_sudo": True})], {})))
+
+
+@pytest.mark.parametrize(
+    "config, data, line",
+    [
+        # pyinfra --same-sudo-password: the config's SUDO_PASSWORD, every host's default
+        (Config(SUDO_PASSWORD="pw"), {"_sudo": True}, r"^root1: _sudo_password: .*--same-sudo"),
+        (Config(USE_SUDO_PASSWORD=True), {"_sudo": True}, r"^controller: --use-sudo-password: "),
+        (Config(), {"_su_user": "root", "_su_password": "pw"}, r"^root1: _su_password: "),
+        (Config(), {"_su_user": "root"}, r"^root1: _su_user = 'root': .*fix: use _sudo or _doas"),
+    ],
+)
+def test_every_form_of_a_password_and_su_are_refused(config, data, line):
+    inventory = Inventory(([("root1", data)], {}))
+    state = State(inventory, config)
+    with pytest.raises(SettingsError, match=line) as caught:
+        sudo.check_no_password(inventory, state)
+    assert "pw" not in str(caught.value).replace("password", "")
+
+
+class FakeChannel:
+    """A paramiko channel that answers with fixed stdout, stderr and exit status."""
+
+    def __init__(self, out=b"", err=b"", rc=1):
+        self.out, self.err, self.rc, self.command = out, err, rc, None
+
+    def settimeout(self, _):
+        pass
+
+    def exec_command(self, command):
+        self.command = command
+
+    def shutdown_write(self):
+        pass
+
+    def recv_ready(self):
+        return bool(self.out)
+
+    def recv_stderr_ready(self):
+        return bool(self.err)
+
+    def recv(self, n):
+        data, self.out = self.out[:n], self.out[n:]
+        return data
+
+    def recv_stderr(self, n):
+        data, self.err = self.err[:n], self.err[n:]
+        return data
+
+    def exit_status_ready(self):
+        return True
+
+    def recv_exit_status(self):
+        return self.rc
+
+    def close(self):
+        pass
+
+
+def _client(chan):
+    transport = SimpleNamespace(open_session=lambda: chan)
+    return SimpleNamespace(get_transport=lambda: transport)
+
+
+def test_a_sudo_that_asks_for_a_password_is_refused_before_the_first_fact():
+    state, _, sudo1 = _hosts()
+    chan = FakeChannel(err=b"sudo: a password is required\n", rc=1)
+    sudo1.connected = True
+    sudo1.connector = SimpleNamespace(client=_client(chan))
+    with pytest.raises(SettingsError, match=r"^sudo1: sudo -n true failed \(exit 1\): sudo: a "
+                       r"password is required; fix: passwordless sudo"):  # fmt: skip
+        sudo.check_noninteractive(state.inventory)
+    assert chan.command == "sudo -H -n sh -c true"
+    sudo1.connector = SimpleNamespace(client=_client(FakeChannel(rc=0)))
+    sudo.check_noninteractive(state.inventory)
+
+
+def test_the_lock_says_what_sudo_said_on_stderr():
+    state, _, sudo1 = _hosts()
+    sudo1.connector = SimpleNamespace(client=_client(FakeChannel(err=b"sudo: a password is "
+                                                                   b"required\n")))  # fmt: skip
+    with pytest.raises(lock.LockError, match=r"^sudo1: could not take .*: sudo: a password is "
+                       r"required \(exit 1\); fix: passwordless sudo"):  # fmt: skip
+        lock.acquire(sudo1, stale_after=60, break_lock=False, timeout=2)
+    sudo1.connector = SimpleNamespace(client=_client(FakeChannel(err=b"mkdir: denied\n", rc=2)))
+    with pytest.raises(lock.LockError, match=r": exit 2: mkdir: denied$"):
+        lock.acquire(sudo1, stale_after=60, break_lock=False, timeout=2)
+
+
+def test_under_doas_the_upload_dir_is_the_login_user_s(tmp_path):
+    # doas sets DOAS_USER, not SUDO_USER: the directory must still be the login user's.
+    script = sudo.prepare_upload_dir().get_raw_value().replace("/var/lib/kvceph", str(tmp_path))
+    owner = os.environ.get("USER") or subprocess.check_output(["id", "-un"], text=True).strip()
+    env = {k: v for k, v in os.environ.items() if k != "SUDO_USER"}
+    probe = script.replace("install -d -m 0700 -o", "echo")
+    out = subprocess.run(["bash", "-c", probe], env={**env, "DOAS_USER": "deploy"},
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert out.split()[0] == "deploy"
+    out = subprocess.run(["bash", "-c", probe], env=env, capture_output=True, text=True).stdout
+    assert out.split()[0] == owner

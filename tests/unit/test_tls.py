@@ -83,8 +83,15 @@ def test_bad_ca_bundle_is_refused_in_one_line(pki, tmp_path, content, problem):
 
 
 def test_disable_tls_follows_the_scheme():
-    assert load().s3.disable_tls is True
-    assert load(kvceph_s3_endpoint="https://s3.cephlab.com:443").s3.disable_tls is False
+    assert load().s3.disable_tls is False
+    plain = load(kvceph_s3_endpoint="http://s3.cephlab.com:80", kvceph_lab=True)
+    assert plain.s3.disable_tls is True
+
+
+def test_plain_http_is_refused_outside_a_lab():
+    with pytest.raises(SettingsError, match=r"^gpu1: kvceph_s3_endpoint = 'http://s3.cephlab.com"
+                       r":80': is plain HTTP: .*fix: use https://"):  # fmt: skip
+        load(kvceph_s3_endpoint="http://s3.cephlab.com:80")
 
 
 # --- the handshake check, against a real TLS server ------------------------------------------

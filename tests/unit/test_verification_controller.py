@@ -10,6 +10,7 @@ from deploys.verification import controller
 
 LAB = {
     "kvceph_rgw_dns_name": "s3.kvlab",
+    "kvceph_lab": True,
     "kvceph_s3_endpoint": "http://s3.kvlab:80",
     "kvceph_s3_endpoint_ip": "10.213.7.11",
     "kvceph_vllm_port": 8001,

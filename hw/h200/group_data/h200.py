@@ -5,6 +5,8 @@
 # radosgw instances on 127.0.0.1:7481.. behind haproxy on 127.0.0.1:7480.
 kvceph_rgw_managed_by = "external"
 kvceph_rgw_dns_name = "s3.lab"
+# A one-host loan lab: plain HTTP to its own RGW, allowed in a lab only.
+kvceph_lab = True
 kvceph_s3_endpoint = "http://s3.lab:7480"
 kvceph_s3_endpoint_ip = "127.0.0.1"
 kvceph_s3_admin_endpoint = "http://127.0.0.1:7480"
