@@ -12,11 +12,16 @@ from collections.abc import Mapping
 import yaml
 
 from deploys.monitoring import dashboard, rules, targets
+from deploys.router import routes as routing
 from deploys.settings import HostSettings
 from deploys.status import savings
 
 MGR_EXPORTER_PORT = 9283  # the mgr prometheus module's default server_port
-RULES = {"rules/kvceph-figures.yml": "recording", "rules/kvceph-alerts.yml": "alerts"}
+RULES = {
+    "rules/kvceph-figures.yml": "recording",
+    "rules/kvceph-alerts.yml": "alerts",
+    "rules/kvceph-router.yml": "router alerts",
+}
 SCRAPE_FILE = "scrape-configs.yml"
 
 
@@ -38,6 +43,20 @@ def rgw_service(hosts: Mapping[str, HostSettings]) -> tuple[str, int] | None:
     if admin is None or admin.rgw.managed_by != "cephadm" or not rgw_hosts:
         return None
     return admin.rgw.service_id, len(rgw_hosts) * admin.rgw.count_per_host
+
+
+def router_routes(
+    hosts: Mapping[str, HostSettings], addresses: Mapping[str, str]
+) -> list[tuple[str, str, int]]:
+    """(router host, its address, metrics port) of every route of every router host: one port
+    per served model (kvceph_router_ports) or kvceph_router_port (deploys/router/routes.py)."""
+    out = []
+    for me in hosts.values():
+        if me.router is None or me.host not in addresses:
+            continue
+        ports = [p for _, p in me.router.ports] or [me.router.port]
+        out += [(me.host, addresses[me.host], routing.metrics_port(p)) for p in ports]
+    return sorted(out)
 
 
 def data_pool(hosts: Mapping[str, HostSettings]) -> str:
@@ -74,6 +93,7 @@ def rendered(
         ceph_exporters = tuple(
             targets.hostport(addresses[a], MGR_EXPORTER_PORT) for a in admin if a in addresses
         )
+    routers = router_routes(hosts, addresses)
     return {
         targets.ENGINES_FILE: _json(targets.engine_targets(inference)),
         targets.CEPH_FILE: _json(targets.ceph_targets(ceph_exporters)),
@@ -84,6 +104,17 @@ def rendered(
             {"groups": [rules.alert_rules(rgw_service(hosts), engine_down_for)]}
         ),
         SCRAPE_FILE: _yaml({"scrape_configs": targets.scrape_configs(options)}),
+        targets.ROUTERS_FILE: _json(targets.router_targets(routers)),
+        # An inventory without routers gets an empty group: no alert on a router it never had.
+        "rules/kvceph-router.yml": _yaml(
+            {
+                "groups": [
+                    rules.router_alert_rules()
+                    if routers
+                    else {"name": "kvceph-router-alerts", "rules": []}
+                ]
+            }
+        ),
     }
 
 

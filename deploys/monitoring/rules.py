@@ -17,6 +17,7 @@ from deploys.monitoring.promql import ENGINE, GROUP
 
 ENGINES_JOB = "kvceph-engines"
 CEPH_JOB = "kvceph-ceph-mgr"
+ROUTERS_JOB = "kvceph-routers"
 # A collapse is judged against the mean of these hours, ending this long ago (the collapse
 # itself must not pull its own baseline down).
 BASELINE = "6h"
@@ -231,3 +232,33 @@ def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = "1m") -> dic
             )
         )
     return {"name": "kvceph-alerts", "rules": rules}
+
+
+def router_alert_rules() -> dict:
+    """The ``kvceph-router-alerts`` group (inventories with a ``router`` group): a router
+    instance that does not answer (its clients fail over to another router), and none
+    answering (clients must reach the engines directly: docs/router.md "Fallback")."""
+    up = f'up{{job="{ROUTERS_JOB}"}}'
+    return {
+        "name": "kvceph-router-alerts",
+        "rules": [
+            _alert(
+                "KvcephRouterDown",
+                f"{up} == 0",
+                "2m",
+                "warning",
+                "router route :{{ $labels.route }} on {{ $labels.host }} does not answer: its "
+                "clients must use another router",
+                "systemctl status / journalctl -u kvceph-router@{{ $labels.route }} on the host",
+            ),
+            _alert(
+                "KvcephNoRouter",
+                f"sum by (route) ({up}) == 0",
+                "1m",
+                "critical",
+                "no router instance of route :{{ $labels.route }} answers",
+                'clients to the engines directly (docs/router.md "Fallback"); '
+                "systemctl status kvceph-router@{{ $labels.route }} on every router host",
+            ),
+        ],
+    }

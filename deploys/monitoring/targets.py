@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from deploys.monitoring.rules import CEPH_JOB, ENGINES_JOB
+from deploys.monitoring.rules import CEPH_JOB, ENGINES_JOB, ROUTERS_JOB
 from deploys.settings import HostSettings
 from deploys.settings.inventory import group_key
 
 ENGINES_FILE = "engines.json"
 CEPH_FILE = "ceph-mgr.json"
+ROUTERS_FILE = "routers.json"
 API_KEY_FILE = "engine-api-key"
 
 
@@ -57,6 +58,17 @@ def engine_targets(hosts: Iterable[tuple[HostSettings, str]]) -> list[dict]:
     return out
 
 
+def router_targets(routes: Iterable[tuple[str, str, int]]) -> list[dict]:
+    """file_sd target groups, one per route of each router host: its metrics port.
+
+    + routes: (router host, the address Prometheus reaches it at, the route's metrics port)
+    """
+    return [
+        {"targets": [hostport(address, port)], "labels": {"host": host, "route": str(port - 1000)}}
+        for host, address, port in sorted(routes)
+    ]
+
+
 def ceph_targets(exporters: Iterable[str]) -> list[dict]:
     """The Ceph mgr exporter(s), ``host:port`` (every mgr host: only the active one answers)."""
     exporters = list(exporters)
@@ -86,7 +98,11 @@ def scrape_configs(o: ScrapeOptions) -> list[dict]:
     if o.interval:
         ceph["scrape_interval"] = o.interval
     ceph["file_sd_configs"] = [{"files": [f"{o.directory}/{CEPH_FILE}"]}]
-    return [engines, ceph]
+    routers: dict = {"job_name": ROUTERS_JOB}
+    if o.interval:
+        routers["scrape_interval"] = o.interval
+    routers["file_sd_configs"] = [{"files": [f"{o.directory}/{ROUTERS_FILE}"]}]
+    return [engines, ceph, routers]
 
 
 def rule_files(directory: str) -> list[str]:
