@@ -27,7 +27,9 @@ _LISTENS = (
     " try:\n"
     "  socket.create_connection((sys.argv[3],int(sys.argv[1])),1).close();break\n"
     " except OSError:\n"
-    "  if time.time()>end:sys.exit('router on :%s not listening after %s s'%tuple(sys.argv[1:]))\n"
+    "  if time.time()>end:sys.exit('router on :%s not listening after %s s (it listens once "
+    "an engine is healthy): journalctl -u kvceph-router@%s'%(sys.argv[1],sys.argv[2],"
+    "sys.argv[1]))\n"
     "  time.sleep(0.5)\n"
 )
 
