@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from deploys.monitoring.rules import CEPH_JOB, ENGINES_JOB, ROUTERS_JOB
 from deploys.settings import HostSettings
 from deploys.settings.inventory import group_key
+from deploys.settings.ports import ROUTE_METRICS_OFFSET
 
 ENGINES_FILE = "engines.json"
 CEPH_FILE = "ceph-mgr.json"
@@ -64,7 +65,10 @@ def router_targets(routes: Iterable[tuple[str, str, int]]) -> list[dict]:
     + routes: (router host, the address Prometheus reaches it at, the route's metrics port)
     """
     return [
-        {"targets": [hostport(address, port)], "labels": {"host": host, "route": str(port - 1000)}}
+        {
+            "targets": [hostport(address, port)],
+            "labels": {"host": host, "route": str(port - ROUTE_METRICS_OFFSET)},
+        }
         for host, address, port in sorted(routes)
     ]
 

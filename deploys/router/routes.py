@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from deploys import engine_address
 from deploys.monitoring.targets import cache_group
 from deploys.settings import HostSettings
+from deploys.settings.ports import ROUTE_METRICS_OFFSET
 from deploys.settings.reader import SettingsError
 from deploys.settings.router import RouterSettings
 
@@ -143,7 +144,7 @@ def retries(r: RouterSettings) -> int:
 
 def metrics_port(port: int) -> int:
     """Where the route on ``port`` serves its Prometheus metrics."""
-    return int(port) + 1000
+    return int(port) + ROUTE_METRICS_OFFSET
 
 
 def config(route: Route, r: RouterSettings) -> dict:
