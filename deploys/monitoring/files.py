@@ -16,7 +16,11 @@ from deploys.settings import HostSettings
 from deploys.status import savings
 
 MGR_EXPORTER_PORT = 9283  # the mgr prometheus module's default server_port
-RULES = {"rules/kvceph-figures.yml": "recording", "rules/kvceph-alerts.yml": "alerts"}
+RULES = {
+    "rules/kvceph-figures.yml": "recording",
+    "rules/kvceph-alerts.yml": "alerts",
+    "rules/kvceph-router.yml": "router alerts",
+}
 SCRAPE_FILE = "scrape-configs.yml"
 
 
@@ -98,6 +102,16 @@ def rendered(
             }
         ),
         SCRAPE_FILE: _yaml({"scrape_configs": targets.scrape_configs(options)}),
+        # An inventory without routers gets an empty group: no alert on a router it never had.
+        "rules/kvceph-router.yml": _yaml(
+            {
+                "groups": [
+                    rules.router_alert_rules()
+                    if routers
+                    else {"name": "kvceph-router-alerts", "rules": []}
+                ]
+            }
+        ),
     }
 
 

@@ -249,15 +249,6 @@ def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = ENGINE_DOWN_
             "kvceph_ceph_mgr_exporters",
         ),
         _alert(
-            "KvcephRouterDown",
-            f'up{{job="{ROUTER_JOB}"}} == 0',
-            "2m",
-            "critical",
-            "router {{ $labels.route }} on {{ $labels.host }} does not answer /metrics",
-            "systemctl status kvceph-router@{{ $labels.route }} on the host; docs/router.md "
-            "(the engines' own ports are the fallback)",
-        ),
-        _alert(
             "KvcephHaproxyBackendDown",
             f'up{{job="{HAPROXY_JOB}"}} == 0 or haproxy_backend_active_servers'
             f'{{job="{HAPROXY_JOB}"}} == 0',
@@ -353,6 +344,36 @@ def cache_alerts() -> dict:
                 "once its share is full the cache stores nothing new",
                 "systemctl list-timers kvceph-cache-trim.timer; journalctl -u "
                 "kvceph-cache-trim.service on the Ceph admin host",
+            ),
+        ],
+    }
+
+
+def router_alert_rules() -> dict:
+    """The ``kvceph-router-alerts`` group (inventories with a ``router`` group): a router
+    instance that does not answer (its clients fail over to another router), and none
+    answering (clients must reach the engines directly: docs/router.md "Fallback")."""
+    up = f'up{{job="{ROUTER_JOB}"}}'
+    return {
+        "name": "kvceph-router-alerts",
+        "rules": [
+            _alert(
+                "KvcephRouterDown",
+                f"{up} == 0",
+                "2m",
+                "warning",
+                "router route :{{ $labels.route }} on {{ $labels.host }} does not answer: its "
+                "clients must use another router",
+                "systemctl status / journalctl -u kvceph-router@{{ $labels.route }} on the host",
+            ),
+            _alert(
+                "KvcephNoRouter",
+                f"sum by (route) ({up}) == 0",
+                "1m",
+                "critical",
+                "no router instance of route :{{ $labels.route }} answers",
+                'clients to the engines directly (docs/router.md "Fallback"); '
+                "systemctl status kvceph-router@{{ $labels.route }} on every router host",
             ),
         ],
     }

@@ -162,8 +162,13 @@ def config(route: Route, r: RouterSettings) -> dict:
         # as long as the deploy waits for an engine (the health checks bring in the rest).
         "worker_startup_timeout_secs": 600,
         "worker_startup_check_interval": 1,
-        # Metrics of each route on its own port beside it, where the route listens: the
-        # operator's Prometheus scrapes them (deploys/monitoring/targets.py).
+        # The health checks take a draining engine out, and back after one success. The
+        # circuit breaker (10 failures: out for 60 s) counted the retried 503s of a drain and
+        # kept the engine out long after it was back: the next engine's drain then had no
+        # engine left, and its clients got 503s (test_19's lost streams; docs/router.md).
+        "disable_circuit_breaker": True,
+        # Metrics of each route on its own port beside it (port + 1000), on the router's
+        # address: Prometheus scrapes them (deploys/monitoring/targets.router_targets).
         "prometheus_host": r.bind,
         "prometheus_port": metrics_port(route.port),
     }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from deploys import paths
+import shlex
+
+from deploys import engine_address, paths
 from deploys.settings.router import RouterSettings
 
 UNIT = "kvceph-router@.service"
@@ -11,10 +13,44 @@ CONFIG_DIR = f"{paths.CONFIG_DIR}/router"
 KEY_PATH = f"{CONFIG_DIR}/api-key"
 LAUNCHER = f"{paths.SCRIPT_DIR}/router_launch.py"
 LAUNCHER_SOURCE = paths.REMOTE / "router_launch.py"
+# The drain of a router: on SIGTERM vllm-router 0.1.17 refuses new connections at once and
+# finishes the streams it carries (measured: a 5 s stream stopped 1.5 s in ended with [DONE],
+# a new connection 0.3 s after the signal was refused). systemd waits this long for them.
+STOP_TIMEOUT = 240
+# How long the deploy waits for a restarted router to listen (it listens once an engine is
+# healthy) before the next router host's restart.
+LISTEN_TIMEOUT = 120
+_LISTENS = (
+    "import socket,sys,time\n"
+    "end=time.time()+float(sys.argv[2])\n"
+    "while True:\n"
+    " try:\n"
+    "  socket.create_connection((sys.argv[3],int(sys.argv[1])),1).close();break\n"
+    " except OSError:\n"
+    "  if time.time()>end:sys.exit('router on :%s not listening after %s s (it listens once "
+    "an engine is healthy): journalctl -u kvceph-router@%s'%(sys.argv[1],sys.argv[2],"
+    "sys.argv[1]))\n"
+    "  time.sleep(0.5)\n"
+)
 
 
 def config_path(port: int) -> str:
     return f"{CONFIG_DIR}/{int(port)}.json"
+
+
+def restart_command(port: int, venv: str, bind: str) -> str:
+    """Restart one route's instance (its stop drains it, ``STOP_TIMEOUT``), then wait until it
+    listens again (``LISTEN_TIMEOUT``): the deploy restarts the next router host only then.
+
+    + port: the route's port; + venv: kvceph_router_venv (its Python polls the port)
+    + bind: kvceph_router_bind (a wildcard is polled on loopback)
+    """
+    name = f"kvceph-router@{int(port)}.service"
+    return (
+        f"timeout {STOP_TIMEOUT + 60} systemctl restart {name} && "
+        f"{shlex.quote(venv + '/bin/python')} -c {shlex.quote(_LISTENS)} {int(port)} "
+        f"{LISTEN_TIMEOUT} {shlex.quote(engine_address.local(bind))}"
+    )
 
 
 def text(r: RouterSettings, api_key: bool) -> str:
@@ -34,6 +70,8 @@ ExecStart={r.venv}/bin/python {LAUNCHER} {CONFIG_DIR}/%i.json
 {credential}DynamicUser=yes
 Restart=always
 RestartSec=2
+TimeoutStopSec={STOP_TIMEOUT}
+KillMode=mixed
 LimitNOFILE=65536
 UMask=0077
 NoNewPrivileges=yes

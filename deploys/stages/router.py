@@ -3,7 +3,9 @@
 One ``kvceph-router@PORT`` instance per route (deploys/router/routes.py), its workers every
 engine serving the model; vllm-router installed --no-deps from the controller's wheelhouse
 (its compiled module needs no Python dependency) into its own venv. An instance restarts only
-when its config, the unit, the launcher, the key or the package changed. Engines leave a
+when its config, the unit, the launcher, the key or the package changed, one router host at a
+time: its stop drains it (vllm-router refuses new connections on SIGTERM and finishes the
+streams it carries) and the next host waits until it listens again. Engines leave a
 route's pool through its health checks: a draining engine's /health answers 503 (docs/router.md
 "Drain").
 """
@@ -15,7 +17,7 @@ import json
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files as pyfiles
-from pyinfra.operations import systemd
+from pyinfra.operations import server, systemd
 
 from deploys import paths
 from deploys.facts import memo
@@ -83,12 +85,13 @@ def apply(me: HostSettings, checked) -> None:
         # ``_if=``: pyinfra lists an ``_if`` operation as a conditional change in every --dry
         # plan, so a converged fleet's plan would never be empty.
         if any(op.will_change for op in (route_file, *changed)):
-            systemd.service(
-                name=f"Restart {route.unit} ({len(route.workers)} engines)",
-                service=route.unit,
-                running=True,
-                restarted=True,
-                enabled=True,
+            # One router host at a time (``_serial``), and the next only once this one
+            # listens again: clients of the fleet's other routers never see all of them down.
+            server.shell(
+                name=f"Restart {route.unit} ({len(route.workers)} engines), drained, one host "
+                "at a time",
+                commands=[unit.restart_command(route.port, r.venv, r.bind)],
+                _serial=True,
             )
         systemd.service(
             name=f"{route.unit} running and enabled",

@@ -100,7 +100,7 @@ def test_promtool_check_config_and_rules(rendered):
     config = tmp / "prometheus.yml"
     config.write_text(yaml.safe_dump(targets.prometheus_config(o)))
     out = promtool("check", "config", str(config))
-    assert "2 rule files found" in out
+    assert "3 rule files found" in out
     promtool("check", "rules", *(str(tmp / r) for r in files.RULES))
 
 
@@ -246,16 +246,6 @@ def alert_cases() -> list[dict]:
             "16m",
             CEPH,
             quiet_at="8m",
-        ),
-        _case(
-            "KvcephRouterDown",
-            [
-                _series("up", {"job": rules.ROUTER_JOB, **ROUTER}, "1 0 0 0 0 0"),
-                _series("up", {"job": rules.ROUTER_JOB, **ROUTER, "host": "r2"}, "1x5"),
-            ],
-            "4m",
-            {"job": rules.ROUTER_JOB, **ROUTER},
-            quiet_at="2m",
         ),
         _case(
             "KvcephHaproxyBackendDown",
@@ -696,3 +686,60 @@ def test_engine_down_for_and_haproxy_exporters_settings():
         with pytest.raises(settings.reader.SettingsError) as e:
             settings.load({**data, key: value}, "prom1", ("monitoring", "lab"))
         assert str(e.value).startswith(f"prom1: {key} = ") and "\n" not in str(e.value)
+
+
+def test_promtool_router_alerts(tmp_path):
+    """One router of two down: a warning only; both down: critical, per route."""
+    write(tmp_path, {"router.yml": yaml.safe_dump({"groups": [rules.router_alert_rules()]})})
+    job = rules.ROUTER_JOB
+
+    def up(host, values):
+        return {"series": f'up{{job="{job}",host="{host}",route="8100"}}', "values": values}
+
+    warn = {"severity": "warning", "service": "kvceph", "job": job, "route": "8100"}
+    case = {
+        "interval": "1m",
+        # ceph1 goes down at 5m, gpu1 too at 10m
+        "input_series": [up("ceph1", "1x5 0x20"), up("gpu1", "1x10 0x15")],
+        "alert_rule_test": [
+            {"eval_time": "4m", "alertname": "KvcephRouterDown", "exp_alerts": []},
+            {"eval_time": "8m", "alertname": "KvcephNoRouter", "exp_alerts": []},
+            {
+                "eval_time": "8m",
+                "alertname": "KvcephRouterDown",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {**warn, "host": "ceph1"},
+                        "exp_annotations": {
+                            "summary": "router route :8100 on ceph1 does not answer: its "
+                            "clients must use another router",
+                            "fix": "systemctl status / journalctl -u kvceph-router@8100 on "
+                            "the host",
+                        },
+                    }
+                ],
+            },
+            {
+                "eval_time": "12m",
+                "alertname": "KvcephNoRouter",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {
+                            "severity": "critical",
+                            "service": "kvceph",
+                            "route": "8100",
+                        },
+                        "exp_annotations": {
+                            "summary": "no router instance of route :8100 answers",
+                            "fix": 'clients to the engines directly (docs/router.md "Fallback"); '
+                            "systemctl status kvceph-router@8100 on every router host",
+                        },
+                    }
+                ],
+            },
+        ],
+    }
+    test = {"rule_files": ["router.yml"], "evaluation_interval": "1m", "tests": [case]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
+    out = promtool("test", "rules", "test.yml", cwd=tmp_path)
+    assert "SUCCESS" in out

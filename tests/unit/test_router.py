@@ -184,3 +184,42 @@ def test_a_missing_router_wheelhouse_names_the_routers_setting(tmp_path):
 
     with pytest.raises(DeployError, match=r"^controller: kvceph_router_wheelhouse = "):
         wheels(str(tmp_path), "kvceph_router_wheelhouse")
+
+
+def test_no_circuit_breaker_and_metrics_where_prometheus_reaches_them():
+    """The circuit breaker kept a drained engine out 60 s after it was back (test_19's 503s:
+    docs/router.md "Drain"); the health checks alone decide the pool."""
+    h = hosts()
+    (route,) = routing.routes(h, IPS, h["ceph1"].router, "ceph1")
+    config = routing.config(route, h["ceph1"].router)
+    assert config["disable_circuit_breaker"] is True
+    assert (config["prometheus_host"], config["prometheus_port"]) == ("0.0.0.0", 9100)
+
+
+def test_a_router_restart_drains_and_waits_until_it_listens():
+    text = unit.text(hosts()["ceph1"].router, True)
+    assert f"TimeoutStopSec={unit.STOP_TIMEOUT}\n" in text
+    cmd = unit.restart_command(8100, "/opt/kvceph/router", "0.0.0.0")
+    assert cmd.startswith(f"timeout {unit.STOP_TIMEOUT + 60} systemctl restart kvceph-router@8100")
+    assert cmd.endswith(f"8100 {unit.LISTEN_TIMEOUT} 127.0.0.1")
+    assert "::1" in unit.restart_command(8100, "/v", "::")
+
+
+def test_every_router_host_is_a_scrape_target_with_its_alerts():
+    from deploys.monitoring import files, targets
+
+    h = hosts()
+    data = group_data.read(("all", "lab"), LAB_ENV)
+    data.pop("kvceph_s3_ca_bundle", None)
+    two = {**h, "gpu2": settings.load(data, "gpu2", ("gpu", "router", "lab"))}
+    out = files.rendered(two, IPS, targets.ScrapeOptions("/x", False))
+    found = json.loads(out[targets.ROUTER_FILE])
+    assert [(t["targets"], t["labels"]["host"]) for t in found] == [
+        (["10.213.7.11:9100"], "ceph1"),
+        (["10.213.7.22:9100"], "gpu2"),
+    ]
+    assert "KvcephNoRouter" in out["rules/kvceph-router.yml"]
+    none = {**h, "ceph1": settings.load(data, "ceph1", ("ceph_admin", "rgw", "lab"))}
+    out = files.rendered(none, IPS, targets.ScrapeOptions("/x", False))
+    assert json.loads(out[targets.ROUTER_FILE]) == []
+    assert "KvcephNoRouter" not in out["rules/kvceph-router.yml"]
