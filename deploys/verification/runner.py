@@ -25,6 +25,7 @@ from deploys.verification import (
     document,
     dram,
     metrics,
+    mp,
     object_names,
     routed,
     sse,
@@ -178,6 +179,14 @@ class Runner:
         except CheckFailed as exc:
             raise RestartFailed(f"after the restart: {exc}") from None
 
+    def mp_clear_l1(self, t: Target) -> dict[str, float] | None:
+        """MP: clear the host's server L1 (a restart leaves it full), then its hit counters
+        as they stand, for the S3 step's per-tier figures."""
+        error = self.control.mp_clear_l1(t.name)
+        if error:
+            raise CheckFailed(f"POST /cache/clear on {t.host}'s LMCache MP server: {error}")
+        return mp.tier_hits(self.control.mp_metrics(t.name))
+
     def lmcache_causes(self, t: Target, since: float) -> tuple[str, ...]:
         """LMCache's own failure lines in the engine's journal since ``since``, as causes."""
         found = []
@@ -246,11 +255,19 @@ class Runner:
             )
             if not answer.get("choices"):
                 raise CheckFailed(f"minimal request answered without choices: {str(answer)[:120]}")
-            tier = self.remote_tier(t)
-            if tier.state == remote_tier.MISSING:
-                raise CheckFailed(
-                    remote_tier.failure_message(t.name, "the engine", t.connector, tier)
+            if t.mp:
+                # MP: no remote tier in the engine; LMCache's own connector class must have run.
+                wrong = mp.connector_verdict(
+                    t.name, self.control.journal_has(t.name, 0, mp.EXTERNAL_LINE)
                 )
+                if wrong:
+                    raise CheckFailed(wrong.message)
+            else:
+                tier = self.remote_tier(t)
+                if tier.state == remote_tier.MISSING:
+                    raise CheckFailed(
+                        remote_tier.failure_message(t.name, "the engine", t.connector, tier)
+                    )
         except CheckFailed as exc:
             add(StepResult(t.name, "preflight", Verdict(FAIL, f"{t.base_url}: {exc}")))
             return False
@@ -453,6 +470,7 @@ class Runner:
         """A after a restart: a restart empties GPU and CPU caches, so every hit is the bucket's."""
         try:
             self.restart(a)
+            before = self.mp_clear_l1(a) if a.mp else None
             got, metric, hit = self.ask(a)
             full = hit is not None and hit >= cold.expected_hit > 0
             figures = {
@@ -476,6 +494,10 @@ class Runner:
                 kv_bytes=cold.kv_bytes,
                 objects=len(cold.created),
             )
+            if a.mp:
+                delta = mp.tier_delta(before, mp.tier_hits(self.control.mp_metrics(a.name)))
+                figures["mp_tier_hit_tokens"] = delta
+                hit_verdict = mp.s3_step_verdict(a.name, delta, cold.expected_hit) or hit_verdict
             verdict = self._answered("warm", a, cold, got, hit_verdict, figures)
             # A load that gave another answer measures nothing.
             if not verdict.failed and not cold.below_crossover and full and cold.ttft:
