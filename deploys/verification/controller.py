@@ -10,7 +10,7 @@ import shlex
 from pyinfra import logger
 from pyinfra.api.command import StringCommand
 
-from deploys import crossover, drain, engine_address, measured, sudo, tier_preflight
+from deploys import crossover, drain, engine_address, measured, render, sudo, tier_preflight
 from deploys.facts.connector import RemoteTierLog
 from deploys.router import routes as routing
 from deploys.settings import namespace
@@ -143,6 +143,7 @@ def target_for(h, settings, vs, engine=None) -> targets.Target:
         kv_dtype=settings.engine.kv_dtype,
         namespace=namespace.prefix(settings),
         mp=settings.engine.profile.mp,
+        mp_prefix=render.mp_prefix(settings) if settings.engine.profile.mp else "",
     )
 
 

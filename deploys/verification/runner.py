@@ -32,7 +32,7 @@ from deploys.verification import (
     verdicts,
 )
 from deploys.verification.bookkeeping import ObjectInfo
-from deploys.verification.report import Report, StepResult
+from deploys.verification.report import LAB_ENGINE, Report, StepResult
 from deploys.verification.targets import Options, Target, peers_of
 from deploys.verification.transport import Bucket, CheckFailed, Control, Http, RestartFailed
 from deploys.verification.verdicts import FAIL, PASS, SKIP, WARN, Verdict
@@ -143,7 +143,8 @@ class Runner:
     def object_names(self, t: Target) -> tuple[list[int], list[str]]:
         """(prompt token ids, object names) of the run's document on ``t``: the engine's own
         /tokenize (vLLM's chat template and tokenizer), hashed as LMCache does."""
-        why = object_names.refusal(t.hash_algorithm)
+        lab = self.report.engines.get(t.name) == LAB_ENGINE
+        why = object_names.mp_refusal(lab) if t.mp else object_names.refusal(t.hash_algorithm)
         if why:
             raise CheckFailed(why)
         answer = self.http.post(
@@ -154,6 +155,14 @@ class Runner:
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(x, int) for x in tokens):
             raise CheckFailed(f"/tokenize answered without token ids: {str(answer)[:120]}")
+        if t.mp:
+            return tokens, object_names.mp_names(
+                tokens,
+                model=t.key_model,
+                world_size=t.tensor_parallel_size,
+                chunk_size=t.chunk_size,
+                prefix=t.mp_prefix,
+            )
         try:
             names = object_names.names(
                 tokens,
@@ -590,6 +599,8 @@ class Runner:
         if refused is None:
             try:
                 self.restart(a)
+                if a.mp:  # the server's L1 still holds the deleted chunks
+                    self.mp_clear_l1(a)
                 got, _, hit = self.ask(a)
             except RestartFailed as exc:
                 refused = f"{deleted} deleted, but {exc}"

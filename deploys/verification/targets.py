@@ -39,6 +39,7 @@ class Target:
     namespace: str = ""
     # LMCache MP mode (kvceph_engine_profile.mode mp): the host's server holds L1 (mp.py).
     mp: bool = False
+    mp_prefix: str = ""  # render.mp_prefix: kvceph's name prefix before LMCache's MP key
 
     @property
     def key_model(self) -> str:

@@ -10,10 +10,13 @@ import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 from test_verification_runner import FakeControl, _by_step, _run, lab  # noqa: F401
 
-from deploys.verification import mp
+from deploys.verification import mp, object_names
 
+MP_NAMES = object_names.mp_names  # before the fixture below replaces them
+MP_REFUSAL = object_names.mp_refusal
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "lab/engine/tests/fixtures/mp/metrics-s3.txt"
 
@@ -92,6 +95,42 @@ def _mp(t):
     return dataclasses.replace(t, mp=True)
 
 
+@pytest.fixture(autouse=True)
+def fake_engine_names(monkeypatch):
+    """The fake engines write in-process names: the MP cycle asks for those (mp_names itself
+    is checked against the lab engine's keys below)."""
+
+    def names(tokens, *, model, world_size, chunk_size, prefix):
+        return object_names.names(
+            tokens, model=model, world_size=world_size, chunk_size=chunk_size,
+            save_unfull_chunk=False, algorithm="sha256_cbor", seed=67,
+        )  # fmt: skip
+
+    monkeypatch.setattr(object_names, "mp_names", names)
+    # the fakes answer as "vllm", not the lab engine: as if this Python had blake3
+    monkeypatch.setattr(object_names, "mp_refusal", lambda lab_engine: None)
+
+
+def test_mp_refusal_without_blake3():
+    from kvceph_lab_engine import mp_keys
+
+    assert MP_REFUSAL(lab_engine=True) is None
+    if mp_keys.ALGORITHM != "blake3":
+        assert "pip install blake3" in MP_REFUSAL(lab_engine=False)
+
+
+def test_mp_names_are_the_lab_engines_objects():
+    from kvceph_lab_engine.mp_keys import MPHasher
+
+    tokens = list(range(600))
+    got = MP_NAMES(tokens, model="Qwen/Qwen3-32B", world_size=2, chunk_size=256,
+                   prefix="kvceph-mp.vllm0.34.bfloat16@")  # fmt: skip
+    h = MPHasher(model="Qwen/Qwen3-32B", world_size=2, chunk_size=256)
+    want = "kvceph-mp.vllm0.34.bfloat16@" + h.key_string(h.chunk_hashes(tokens)[1], 1)
+    assert len(got) == 4 and got[3] == want.replace("/", "_")
+    assert object_names.stem(got[0]) == got[0]  # no dtype field: an MP name is its own stem
+
+
 def test_mp_cycle_clears_l1_and_reads_tiers(lab):  # noqa: F811
     bucket, engines, add = lab
     a, b = _mp(add("gpu1")), _mp(add("gpu2"))
@@ -102,7 +141,7 @@ def test_mp_cycle_clears_l1_and_reads_tiers(lab):  # noqa: F811
     assert not rep.failures, rep.failure_lines()
     warm = _by_step(rep)[("gpu1", "warm")]
     assert warm.figures["mp_tier_hit_tokens"] == {"l1": 0.0, "l2": 1024.0}
-    assert control.clears == ["gpu1"]
+    assert control.clears == ["gpu1", "gpu1"]  # before the S3 step and before the fallback
 
 
 def test_mp_s3_step_served_by_l1_fails(lab):  # noqa: F811
