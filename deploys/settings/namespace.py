@@ -137,11 +137,21 @@ def object_prefix(me: HostSettings) -> str:
     """The prefix every object of this host's cache group starts with (the group user's grant).
 
     kvceph's connector: ``kv/<model>@tp@pp@``, all of the group's namespaces. The stock one:
-    LMCache's ``<model>@<TP x PP>@`` at the bucket root.
+    LMCache's ``<model>@<TP x PP>@`` at the bucket root. MP mode:
+    ``kvceph-mp.vllm<minor>.<dtype>@<model>@<world 02x>`` (the plugin's names).
     """
+    from deploys import bucket_policy
+
+    if me.engine.profile.mp:
+        # MP: render.mp_prefix + LMCache's MP key <model>@<kv_rank 08x>@..., whose first byte
+        # is the world size (lab/engine mp_keys.py kv_rank): the group's names, no other's.
+        from deploys import render
+
+        world = me.engine.tensor_parallel_size * pipeline_parallel_size(me)
+        model = bucket_policy.object_prefix(me.engine.serve_model, world).split("@", 1)[0]
+        return f"{render.mp_prefix(me)}{model}@{world:02x}"
     if me.lmcache.tier.connector == "kvceph":
         return of(me).group
-    from deploys import bucket_policy
 
     world = me.engine.tensor_parallel_size * pipeline_parallel_size(me)
     return bucket_policy.object_prefix(me.engine.serve_model, world)
