@@ -207,10 +207,8 @@ def mp_l1_size_gb(me: HostSettings) -> float:
 
 
 def mp_prefix(me: HostSettings) -> str:
-    """kvceph's namespace before LMCache's MP key: what changes the bytes under one key (the
-    engine's KV layout with its vLLM minor, the KV dtype); model, TP and the blake3 hash are in
-    LMCache's key already (``<model>@<kv_rank>@<group>@<hash>``)."""
-    return f"kvceph-mp.vllm{me.engine.profile.vllm_minor}.{me.engine.kv_dtype}@"
+    """kvceph's namespace before LMCache's MP key (settings/namespace.py mp_prefix)."""
+    return namespace.mp_prefix(me)
 
 
 def mp_l2_adapter(me: HostSettings) -> dict[str, Any]:

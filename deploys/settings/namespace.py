@@ -133,6 +133,13 @@ def prefix(me: HostSettings) -> str:
     return of(me).prefix if me.lmcache.tier.connector == "kvceph" else ""
 
 
+def mp_prefix(me: HostSettings) -> str:
+    """kvceph's namespace before LMCache's MP key: what changes the bytes under one key (the
+    engine's KV layout with its vLLM minor, the KV dtype); model, TP and the blake3 hash are in
+    LMCache's key already (``<model>@<kv_rank>@<group>@<hash>``)."""
+    return f"kvceph-mp.vllm{me.engine.profile.vllm_minor}.{me.engine.kv_dtype}@"
+
+
 def object_prefix(me: HostSettings) -> str:
     """The prefix every object of this host's cache group starts with (the group user's grant).
 
@@ -145,11 +152,9 @@ def object_prefix(me: HostSettings) -> str:
     if me.engine.profile.mp:
         # MP: render.mp_prefix + LMCache's MP key <model>@<kv_rank 08x>@..., whose first byte
         # is the world size (lab/engine mp_keys.py kv_rank): the group's names, no other's.
-        from deploys import render
-
         world = me.engine.tensor_parallel_size * pipeline_parallel_size(me)
         model = bucket_policy.object_prefix(me.engine.serve_model, world).split("@", 1)[0]
-        return f"{render.mp_prefix(me)}{model}@{world:02x}"
+        return f"{mp_prefix(me)}{model}@{world:02x}"
     if me.lmcache.tier.connector == "kvceph":
         return of(me).group
 
