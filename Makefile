@@ -125,7 +125,7 @@ lint: venv
 # The unit tests (`make test` runs them as a session of their own beside the labs').
 UNIT_TESTS := tests/unit lab/engine/tests/test_limits.py lab/engine/tests/test_kvceph_store.py \
               lab/engine/tests/test_core.py lab/engine/tests/test_dram_tier.py \
-              lab/engine/tests/test_answer.py
+              lab/engine/tests/test_answer.py lab/engine/tests/test_mp.py
 unit: venv deps lmcache-venv connector-unit
 	$(BIN)/pytest -q $(UNIT_TESTS)
 

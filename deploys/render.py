@@ -261,7 +261,7 @@ def mp_server_exec_start(me: HostSettings) -> list[str]:
     e = me.engine
     workers = e.tensor_parallel_size * len(e.engines)
     return [
-        f"{e.venv}/bin/lmcache",
+        f"{e.venv}/bin/{e.profile.server_executable}",
         "server",
         "--host",
         MP_HOST,

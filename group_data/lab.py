@@ -119,6 +119,15 @@ def _lab_engine(name: str, vllm_version: str, bytes_per_token: int) -> dict:
 _VLLM = os.environ.get("KVCEPH_LAB_VLLM_VERSION") or "0.33.0"
 # TP 2: each worker holds half the lab model's KV.
 kvceph_engine_profile = _lab_engine("lab-engine", _VLLM, LAB_KV_BYTES_PER_TOKEN // 2)
+# KVCEPH_LAB_ENGINE_MODE=mp: the vllm-0.34-mp preset on the NVIDIA hosts, the lab engine
+# emulating vLLM 0.34 + LMCacheMPConnector and lmcache-server.service running the lab's
+# stand-in for `lmcache server` (lab/engine mp_server.py) with kvceph's plugin as its L2.
+if os.environ.get("KVCEPH_LAB_ENGINE_MODE") == "mp":
+    kvceph_engine_preset = "vllm-0.34-mp"
+    kvceph_engine_profile = {
+        **_lab_engine("lab-engine-mp", "0.34.0", LAB_KV_BYTES_PER_TOKEN // 2),
+        "server_executable": "kvceph-lab-lmcache",
+    }
 kvceph_health_timeout = 60
 # The lab engine starts in ~2 s: a crash loop reaches its start limit (5 starts) in ~20 s
 # (tests/integration/test_16_restart.py).

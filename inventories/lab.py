@@ -77,6 +77,8 @@ gaudi = [
         kvceph_tensor_parallel_size=1,
         # TP 1: one worker holds the lab model's whole 128 bytes per token
         kvceph_engine_profile=_lab_engine("lab-engine-gaudi", "0.26.0", 128),
+        # no MP path on Gaudi: the lab's MP mode (group_data/lab.py) stays on the NVIDIA hosts
+        kvceph_engine_preset=None,
     )
 ]
 

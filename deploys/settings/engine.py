@@ -27,6 +27,7 @@ DEFAULT_PROFILES = {
         "extra_args": [],
         "env": {},
         "mode": "inprocess",
+        "server_executable": "lmcache",
     },
     # vllm-gaudi validates vLLM 0.26 only; the operator provides the wheelhouse (Habana index).
     "gaudi": {
@@ -38,6 +39,7 @@ DEFAULT_PROFILES = {
         "extra_args": [],
         "env": {},
         "mode": "inprocess",
+        "server_executable": "lmcache",
     },
 }
 
@@ -57,6 +59,7 @@ PRESETS = {
         "extra_args": [],
         "env": {},
         "mode": "mp",
+        "server_executable": "lmcache",
     },
 }
 
@@ -87,6 +90,9 @@ class EngineProfile:
     mode: str = "inprocess"
     # the kvceph_engine_preset it came from ("" = the accelerator's default)
     preset: str = ""
+    # MP mode: the program in the venv lmcache-server.service runs as `<it> server ...`
+    # (LMCache's console script; the lab's stand-in is kvceph-lab-lmcache)
+    server_executable: str = "lmcache"
 
     @property
     def vllm_minor(self) -> str:
@@ -222,6 +228,12 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
     exe = raw["executable"]
     if not isinstance(exe, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", exe):
         raise r.fail(f"{key}.executable", exe, "must be a program name in the venv", "e.g. vllm")
+    server_exe = raw.get("server_executable", "lmcache")
+    if not isinstance(server_exe, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", server_exe):
+        raise r.fail(
+            f"{key}.server_executable", server_exe, "must be a program name in the venv",
+            "e.g. lmcache",
+        )  # fmt: skip
     env = raw["env"] or {}
     if not isinstance(env, Mapping) or not all(
         re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(k)) for k in env
@@ -277,6 +289,7 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
         env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
         mode=mode,
         preset=preset,
+        server_executable=server_exe,
     )
 
 

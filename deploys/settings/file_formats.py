@@ -60,6 +60,7 @@ RENDERED: dict[str, tuple[Format, ...]] = {
     "kvceph_service_home": (UNIT, ENV),
     "kvceph_engine_profile.extra_args": (UNIT,),
     "kvceph_engine_profile.executable": (UNIT,),
+    "kvceph_engine_profile.server_executable": (UNIT,),
     "kvceph_engine_profile.vllm_version": (UNIT, ENV),
     "kvceph_engine_profile.lmcache_version": (ENV, YAML),
     "kvceph_lmcache_hash_algorithm": (YAML,),

@@ -10,12 +10,12 @@ import shlex
 from pyinfra import logger
 from pyinfra.api.command import StringCommand
 
-from deploys import crossover, drain, engine_address, measured, sudo, tier_preflight
+from deploys import crossover, drain, engine_address, measured, render, sudo, tier_preflight
 from deploys.facts.connector import RemoteTierLog
 from deploys.router import routes as routing
 from deploys.settings import namespace
+from deploys.verification import mp, routed, runner, targets, transport
 from deploys.verification import report as reporting
-from deploys.verification import routed, runner, targets, transport
 
 UNIT = "vllm"  # the default engine's unit (deploys/settings/engine_list.py)
 
@@ -86,6 +86,18 @@ class SshControl:
         last = out.rsplit("; ", 1)[-1].strip() if ok else ""
         return int(last) > 0 if last.isdigit() else None
 
+    def mp_clear_l1(self, name: str) -> str | None:
+        """POST /cache/clear to the MP server of target ``name``'s host: None, or the error."""
+        host_name, _ = self._unit(name)
+        ok, out = self._run(host_name, mp.clear_l1_command(), 30)
+        return None if ok and mp.cleared(out) else f"{host_name}: {out[-200:]}"
+
+    def mp_metrics(self, name: str) -> str:
+        """The MP server's /metrics on target ``name``'s host ("" when unreadable)."""
+        host_name, _ = self._unit(name)
+        ok, out = self._run(host_name, mp.metrics_command(), 30)
+        return out if ok else ""
+
     def remote_tier(self, name: str) -> list[str] | None:
         """LMCache's remote-backend lines since the engine started (facts RemoteTierLog)."""
         host_name, unit = self._unit(name)
@@ -130,6 +142,8 @@ def target_for(h, settings, vs, engine=None) -> targets.Target:
         hash_seed=settings.engine.python_hash_seed,
         kv_dtype=settings.engine.kv_dtype,
         namespace=namespace.prefix(settings),
+        mp=settings.engine.profile.mp,
+        mp_prefix=render.mp_prefix(settings) if settings.engine.profile.mp else "",
     )
 
 

@@ -92,8 +92,48 @@ def names(
     ]
 
 
+MP_FIELD = "@mp-lmcache"  # render.mp_prefix: the MP namespace folder carries it
+
+
+def mp_names(
+    tokens: Sequence[int], *, model: str, world_size: int, chunk_size: int, prefix: str
+) -> list[str]:
+    """MP mode's object names: kvceph's namespace folder + LMCache's MP key (lab/engine
+    mp_keys.py: full chunks only, every worker) as the core names it (``object_name``: the
+    model's '/' -> '_'), as in process.
+
+    + model: the serve argument. + chunk_size: the server's --chunk-size.
+    + prefix: render.mp_prefix (the adapter's ``namespace``: ``kv/<fields>@mp-lmcache<v>/``).
+    """
+    from kvceph_lab_engine.mp_keys import MPHasher
+
+    hasher = MPHasher(model=model, world_size=world_size, chunk_size=chunk_size)
+    return [
+        prefix + object_name(hasher.key_string(h, worker))
+        for h in hasher.chunk_hashes(tokens)
+        for worker in range(world_size)
+    ]
+
+
+def mp_refusal(lab_engine: bool) -> str | None:
+    """Why MP names cannot be computed here: the real server hashes with blake3, which this
+    controller lacks (the lab's stand-in hashes with what it has, lab/engine mp_keys.py)."""
+    from kvceph_lab_engine.mp_keys import ALGORITHM
+
+    if lab_engine or ALGORITHM == "blake3":
+        return None
+    return (
+        "LMCache's MP server names chunks with blake3, which verify's Python lacks: it cannot "
+        "name the run's objects; fix: pip install blake3 into kvceph's venv, then verify again"
+    )
+
+
 def stem(name: str) -> str:
-    """The name up to and with the '@' before its dtype field (see the module's docstring)."""
+    """The name up to and with the '@' before its dtype field (see the module's docstring);
+    an MP name (no dtype field) is its own stem."""
+    folder, _ = namespaces.split(name)
+    if MP_FIELD in folder:
+        return name
     folder, name = namespaces.split(name)
     parts = name.split("@")
     if len(parts) < 5:

@@ -25,13 +25,14 @@ from deploys.verification import (
     document,
     dram,
     metrics,
+    mp,
     object_names,
     routed,
     sse,
     verdicts,
 )
 from deploys.verification.bookkeeping import ObjectInfo
-from deploys.verification.report import Report, StepResult
+from deploys.verification.report import LAB_ENGINE, Report, StepResult
 from deploys.verification.targets import Options, Target, peers_of
 from deploys.verification.transport import Bucket, CheckFailed, Control, Http, RestartFailed
 from deploys.verification.verdicts import FAIL, PASS, SKIP, WARN, Verdict
@@ -142,7 +143,8 @@ class Runner:
     def object_names(self, t: Target) -> tuple[list[int], list[str]]:
         """(prompt token ids, object names) of the run's document on ``t``: the engine's own
         /tokenize (vLLM's chat template and tokenizer), hashed as LMCache does."""
-        why = object_names.refusal(t.hash_algorithm)
+        lab = self.report.engines.get(t.name) == LAB_ENGINE
+        why = object_names.mp_refusal(lab) if t.mp else object_names.refusal(t.hash_algorithm)
         if why:
             raise CheckFailed(why)
         answer = self.http.post(
@@ -153,6 +155,14 @@ class Runner:
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(x, int) for x in tokens):
             raise CheckFailed(f"/tokenize answered without token ids: {str(answer)[:120]}")
+        if t.mp:
+            return tokens, object_names.mp_names(
+                tokens,
+                model=t.key_model,
+                world_size=t.tensor_parallel_size,
+                chunk_size=t.chunk_size,
+                prefix=t.mp_prefix,
+            )
         try:
             names = object_names.names(
                 tokens,
@@ -177,6 +187,14 @@ class Runner:
             self.wait_health(t)
         except CheckFailed as exc:
             raise RestartFailed(f"after the restart: {exc}") from None
+
+    def mp_clear_l1(self, t: Target) -> dict[str, float] | None:
+        """MP: clear the host's server L1 (a restart leaves it full), then its hit counters
+        as they stand, for the S3 step's per-tier figures."""
+        error = self.control.mp_clear_l1(t.name)
+        if error:
+            raise CheckFailed(f"POST /cache/clear on {t.host}'s LMCache MP server: {error}")
+        return mp.tier_hits(self.control.mp_metrics(t.name))
 
     def lmcache_causes(self, t: Target, since: float) -> tuple[str, ...]:
         """LMCache's own failure lines in the engine's journal since ``since``, as causes."""
@@ -246,11 +264,19 @@ class Runner:
             )
             if not answer.get("choices"):
                 raise CheckFailed(f"minimal request answered without choices: {str(answer)[:120]}")
-            tier = self.remote_tier(t)
-            if tier.state == remote_tier.MISSING:
-                raise CheckFailed(
-                    remote_tier.failure_message(t.name, "the engine", t.connector, tier)
+            if t.mp:
+                # MP: no remote tier in the engine; LMCache's own connector class must have run.
+                wrong = mp.connector_verdict(
+                    t.name, self.control.journal_has(t.name, 0, mp.EXTERNAL_LINE)
                 )
+                if wrong:
+                    raise CheckFailed(wrong.message)
+            else:
+                tier = self.remote_tier(t)
+                if tier.state == remote_tier.MISSING:
+                    raise CheckFailed(
+                        remote_tier.failure_message(t.name, "the engine", t.connector, tier)
+                    )
         except CheckFailed as exc:
             add(StepResult(t.name, "preflight", Verdict(FAIL, f"{t.base_url}: {exc}")))
             return False
@@ -453,6 +479,7 @@ class Runner:
         """A after a restart: a restart empties GPU and CPU caches, so every hit is the bucket's."""
         try:
             self.restart(a)
+            before = self.mp_clear_l1(a) if a.mp else None
             got, metric, hit = self.ask(a)
             full = hit is not None and hit >= cold.expected_hit > 0
             figures = {
@@ -476,6 +503,10 @@ class Runner:
                 kv_bytes=cold.kv_bytes,
                 objects=len(cold.created),
             )
+            if a.mp:
+                delta = mp.tier_delta(before, mp.tier_hits(self.control.mp_metrics(a.name)))
+                figures["mp_tier_hit_tokens"] = delta
+                hit_verdict = mp.s3_step_verdict(a.name, delta, cold.expected_hit) or hit_verdict
             verdict = self._answered("warm", a, cold, got, hit_verdict, figures)
             # A load that gave another answer measures nothing.
             if not verdict.failed and not cold.below_crossover and full and cold.ttft:
@@ -568,6 +599,8 @@ class Runner:
         if refused is None:
             try:
                 self.restart(a)
+                if a.mp:  # the server's L1 still holds the deleted chunks
+                    self.mp_clear_l1(a)
                 got, _, hit = self.ask(a)
             except RestartFailed as exc:
                 refused = f"{deleted} deleted, but {exc}"

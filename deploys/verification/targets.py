@@ -37,6 +37,9 @@ class Target:
     kv_dtype: str = "bfloat16"
     # kvceph.namespace: the folder kvceph's connector names its objects in ("": bucket root).
     namespace: str = ""
+    # LMCache MP mode (kvceph_engine_profile.mode mp): the host's server holds L1 (mp.py).
+    mp: bool = False
+    mp_prefix: str = ""  # render.mp_prefix: kvceph's name prefix before LMCache's MP key
 
     @property
     def key_model(self) -> str:

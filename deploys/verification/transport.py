@@ -51,6 +51,11 @@ class Control(Protocol):
     # LMCache's remote-backend lines since the engine started (remote_tier.PREFILTER), or None.
     def remote_tier(self, host: str) -> list[str] | None: ...
 
+    # MP mode (verification/mp.py): clear the host server's L1 (None, or the error); its /metrics.
+    def mp_clear_l1(self, host: str) -> str | None: ...
+
+    def mp_metrics(self, host: str) -> str: ...
+
 
 # --- HTTP ----------------------------------------------------------------------------------
 

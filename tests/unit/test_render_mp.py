@@ -442,3 +442,53 @@ def test_a_cache_group_asked_half_in_mp_is_refused_in_one_line():
     assert "their cache keys would differ" in message and "\n" not in message
     both = s.load({**MP, "kvceph_engine_profile": v025}, "gpu2", ("gpu",))
     check_inventory([admin, mp, both])
+
+
+def test_the_lab_server_takes_the_rendered_argv():
+    """The lab profile's stand-in (lab/engine mp_server.py) parses what kvceph renders, with the
+    venv's ``server_executable`` as the program; the engine flags parse in the lab engine."""
+    from kvceph_lab_engine import cli, mp_server
+
+    profile = {
+        "name": "lab-engine-mp",
+        "packages": ["kvceph-lab-engine==0.1.0", "lmcache==0.5.6"],
+        "executable": "kvceph-lab-engine",
+        "vllm_version": "0.34.0",
+        "server_executable": "kvceph-lab-lmcache",
+        "extra_args": ["--vllm-version", "0.34.0"],  # as group_data/lab.py's profile passes it
+    }
+    me = host(kvceph_engine_profile=profile)
+    argv = argv_of(render.mp_server_unit(me))
+    assert argv[0].endswith("/bin/kvceph-lab-lmcache") and argv[1] == "server"
+    args = mp_server.parser().parse_args(argv[1:])
+    mp_server.check(args)
+    adapter = json.loads(args.l2_adapter[0])
+    assert (adapter["type"], adapter["class_name"]) == ("native_plugin", "KvcephMPConnector")
+    engine = argv_of(render.unit(me))
+    assert engine[0].endswith("/bin/kvceph-lab-engine")
+    served = cli._parser().parse_args(engine[1:])
+    assert served.no_enable_extensible_kv_cache and served.vllm_version == "0.34.0"
+    kv = json.loads(served.kv_transfer_config)
+    assert kv["kv_connector"] == "LMCacheMPConnector"
+
+
+def test_server_executable_must_be_a_program_name():
+    with pytest.raises(SettingsError, match="server_executable"):
+        host(kvceph_engine_profile={"server_executable": "../lmcache"})
+
+
+def test_the_lab_mp_mode_selects_the_preset_and_the_stand_in():
+    """KVCEPH_LAB_ENGINE_MODE=mp (group_data/lab.py): a lab NVIDIA host runs the preset with the
+    lab engine and kvceph-lab-lmcache; without it the lab stays in process."""
+    from deploys.settings import group_data
+
+    env = {"KVCEPH_LAB_INSTANCE": "0", "KVCEPH_LAB_CEPH": "pacific"}
+    plain = group_data.read(("all", "lab"), env)
+    assert "kvceph_engine_preset" not in plain
+    data = group_data.read(("all", "lab"), {**env, "KVCEPH_LAB_ENGINE_MODE": "mp"})
+    me = s.load({**BASE, **data}, "gpu1", ("gpu",))
+    p = me.engine.profile
+    assert (p.mode, p.vllm_version, p.executable, p.server_executable) == (
+        "mp", "0.34.0", "kvceph-lab-engine", "kvceph-lab-lmcache",
+    )  # fmt: skip
+    assert argv_of(render.mp_server_unit(me))[0].endswith("/bin/kvceph-lab-lmcache")

@@ -19,7 +19,14 @@ import sys
 import threading
 
 from kvceph_lab_engine import BANNER, __version__, core
-from kvceph_lab_engine.versions import DEFAULT_VLLM_VERSION, KV_TRANSFER_FIELDS, emulated
+from kvceph_lab_engine.versions import (
+    DEFAULT_VLLM_VERSION,
+    KV_TRANSFER_FIELDS,
+    MP_CONNECTOR,
+    NO_EXTENSIBLE_KV_FLAG,
+    NO_EXTENSIBLE_KV_FROM,
+    emulated,
+)
 
 log = logging.getLogger("kvceph_lab_engine")
 VLLM_WATCHDOG_SECONDS = 5.0
@@ -65,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument(flag, default=None)
     for flag in (
         "--enforce-eager",
+        "--no-enable-extensible-kv-cache",
         "--trust-remote-code",
         "--enable-prefix-caching",
         "--no-enable-prefix-caching",
@@ -75,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     # lab-only knobs
     s.add_argument(
         "--vllm-version", default=DEFAULT_VLLM_VERSION, type=_vllm_version,
-        help="the vLLM release to emulate and report: 0.26.x or 0.33.x",
+        help="the vLLM release to emulate and report: 0.26.x, 0.33.x or 0.34.x",
     )  # fmt: skip
     s.add_argument("--bytes-per-token", type=int, default=64, help="KV bytes per token per worker")
     s.add_argument("--prefill-ms-per-token", type=float, default=0.2)
@@ -114,6 +122,22 @@ def _refuse(msg: str) -> int:
     return 1
 
 
+def _mp_store(args, kv: dict, world: int):
+    """vLLM's LMCacheMPConnector (LMCache's own class) and its keys: (MPClient, MPHasher)."""
+    from kvceph_lab_engine.mp_client import EXTERNAL_LINE, MPClient
+    from kvceph_lab_engine.mp_keys import MPHasher
+
+    # vLLM's lmcache_mp_connector.py, when LMCache's class imports (kvceph's verify needs it).
+    logging.getLogger("vllm.distributed.kv_transfer.kv_connector.v1.lmcache_mp_connector").info(
+        EXTERNAL_LINE
+    )
+    store = MPClient(kv.get("kv_connector_extra_config") or {}, world, args.bytes_per_token)
+    if store.chunk_size is None:
+        log.warning("LMCache MP server not reachable at start: chunk size 256 until it is")
+    hasher = MPHasher(model=args.model, world_size=world, chunk_size=store.chunk_size or 256)
+    return store, hasher
+
+
 def build(args):
     """Validate everything the real pair validates at startup; return (App, info). Raises
     SystemExit-worthy errors as (kind, message) via StartupError."""
@@ -126,6 +150,8 @@ def build(args):
     from kvceph_lab_engine.server import App
     from kvceph_lab_engine.versions import check_kv_transfer
 
+    if args.no_enable_extensible_kv_cache and emulated(args.vllm_version) != NO_EXTENSIBLE_KV_FROM:
+        raise UnknownFlag(NO_EXTENSIBLE_KV_FLAG)
     if not 0 < args.gpu_memory_utilization <= 1:
         raise StartupError(
             f"ValueError: GPU memory utilization must be within (0, 1]. "
@@ -163,7 +189,10 @@ def build(args):
     local_cpu = None
     hasher = None
     limits = LoadLimits(load_bytes_per_s=args.load_bytes_per_s)
-    if kv is not None:
+    mp = kv is not None and kv.get("kv_connector") == MP_CONNECTOR
+    if mp:
+        store, hasher = _mp_store(args, kv, world)
+    elif kv is not None:
         try:
             view = lmcache_config.load()
         except lmcache_config.ConfigError as exc:
@@ -293,6 +322,10 @@ class StartupError(RuntimeError):
     pass
 
 
+class UnknownFlag(RuntimeError):
+    """A flag the emulated vLLM release does not have (argparse's exit 2)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -305,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         app = build(args)
     except StartupError as exc:
         return _refuse(str(exc))
+    except UnknownFlag as exc:
+        _parser().error(f"unrecognized arguments: {exc}")
     from kvceph_lab_engine.server import make_server
 
     try:
@@ -342,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         server.serve_forever(poll_interval=0.2)
     finally:
         engine_core.stop()
+        if getattr(app.engine.store, "mp", False):
+            app.engine.store.close()  # LMCache's adapter unregisters its KV cache
         server.server_close()
     if app.engine.dead:
         log.info("Application shutdown complete.")

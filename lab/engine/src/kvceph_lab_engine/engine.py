@@ -221,7 +221,14 @@ class KVEngine:
     def chunk_bytes(self, ntokens: int) -> int:
         return self.bytes_per_token * ntokens
 
-    def keys_for(self, chunk_hash: int) -> list[str]:
+    @property
+    def mp(self) -> bool:
+        """LMCache MP mode: the host's server holds L1 and L2 (mp_client.py)."""
+        return getattr(self.hasher, "mp", False)
+
+    def keys_for(self, chunk_hash) -> list[str]:
+        if self.mp:  # LMCache's MP key strings; the L2 plugin names the objects
+            return [self.hasher.key_string(chunk_hash, w) for w in range(self.tp)]
         return [object_name(self.hasher.key_string(chunk_hash, w)) for w in range(self.tp)]
 
     # -- lookup / load ------------------------------------------------------------------------
@@ -326,7 +333,10 @@ class KVEngine:
         return None if cancelled.is_set() else ok
 
     def _in_dram(self, chunk) -> bool:
-        """Every worker's object of ``chunk`` is in the DRAM tier."""
+        """Every worker's object of ``chunk`` is in the DRAM tier (MP: the server's L1 had it
+        before the lookup's prefetch from L2)."""
+        if self.mp:
+            return chunk[0] // self.hasher.chunk_size < getattr(self.store, "l1_hits", 0)
         tier = self.local_cpu
         return tier is not None and all(tier.contains(k) for k in self.keys_for(chunk[2]))
 

@@ -26,7 +26,13 @@ _FIELDS_033 = frozenset(
 )
 _FIELDS_026 = _FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_size"}
 
-KV_TRANSFER_FIELDS: dict[str, frozenset[str]] = {"0.26.0": _FIELDS_026, "0.33.0": _FIELDS_033}
+# 0.34.0: 0.33.0's fields, not read from its wheel here (kvceph renders none beyond them); the
+# lab emulates it for LMCache MP mode (mp_client.py), whose connector both releases register.
+KV_TRANSFER_FIELDS: dict[str, frozenset[str]] = {
+    "0.26.0": _FIELDS_026,
+    "0.33.0": _FIELDS_033,
+    "0.34.0": _FIELDS_033,
+}
 DEFAULT_VLLM_VERSION = "0.33.0"
 # A patch release keeps its minor's config (kvceph's upgrade tests roll 0.33.0 -> 0.33.1):
 # any 0.26.x / 0.33.x is emulated as its minor's .0 and reported as given (/version).
@@ -39,12 +45,16 @@ def emulated(version: str) -> str:
     parts = str(version).split(".")
     if len(parts) == 3 and all(p.isdigit() for p in parts) and ".".join(parts[:2]) in _MINORS:
         return _MINORS[".".join(parts[:2])]
-    raise ValueError(f"unsupported --vllm-version {version!r}; known: 0.26.x, 0.33.x")
+    raise ValueError(f"unsupported --vllm-version {version!r}; known: 0.26.x, 0.33.x, 0.34.x")
 
 
 # Connectors the emulation can stand in for. vLLM knows more (NixlConnector, ...), but the
 # lab engine only emulates LMCache; anything else is refused like an unknown name.
-SUPPORTED_CONNECTORS = ("LMCacheConnectorV1",)
+SUPPORTED_CONNECTORS = ("LMCacheConnectorV1", "LMCacheMPConnector")
+MP_CONNECTOR = "LMCacheMPConnector"
+# vLLM 0.34's switch kvceph renders in MP mode (VMM memory cannot go over LMCache's CUDA IPC).
+NO_EXTENSIBLE_KV_FLAG = "--no-enable-extensible-kv-cache"
+NO_EXTENSIBLE_KV_FROM = "0.34.0"
 
 
 class KVTransferError(ValueError):
