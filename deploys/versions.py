@@ -58,7 +58,8 @@ MP_PAIRS = {("0.25", "0.5.6"), ("0.34", "0.5.6")}
 # kvceph_accept_mp_serve_defect (an operator's own patched LMCache). LMCache 0.5.6's
 # LMCacheMPConnector reads ``CachedRequestData.resumed_req_ids``, which vLLM 0.34 removed: the
 # engine core dies on its first scheduled request; vLLM 0.34's built-in copy of the connector
-# needs a newer LMCache (``server_url``) and does not start.
+# calls the adapter with ``server_url``, which no released LMCache takes (0.5.6 and 0.5.7rc2 take
+# ``server_urls``; 0.5.7rc2 still reads resumed_req_ids unguarded): it does not start.
 MP_SERVE_DEFECTS = {
     ("0.34", "0.5.6"): "LMCache 0.5.6's LMCacheMPConnector reads CachedRequestData."
     "resumed_req_ids, which vLLM 0.34 removed: the engine dies on its first request "
