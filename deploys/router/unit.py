@@ -20,17 +20,25 @@ STOP_TIMEOUT = 240
 # How long the deploy waits for a restarted router to listen (it listens once an engine is
 # healthy) before the next router host's restart.
 LISTEN_TIMEOUT = 120
+# Waits for the restarted route to listen. vllm-router listens only once one of its engines is
+# healthy, so with none of them listening (a first converge: the engines are installed after
+# the router) there is nothing to wait for and the wait ends at once, saying so; the router
+# comes up with its first engine. argv: port, timeout, address, then the engines' host:port.
 _LISTENS = (
     "import socket,sys,time\n"
-    "end=time.time()+float(sys.argv[2])\n"
-    "while True:\n"
-    " try:\n"
-    "  socket.create_connection((sys.argv[3],int(sys.argv[1])),1).close();break\n"
-    " except OSError:\n"
-    "  if time.time()>end:sys.exit('router on :%s not listening after %s s (it listens once "
-    "an engine is healthy): journalctl -u kvceph-router@%s'%(sys.argv[1],sys.argv[2],"
-    "sys.argv[1]))\n"
-    "  time.sleep(0.5)\n"
+    "def up(h,p):\n"
+    " try:socket.create_connection((h,int(p)),1).close();return True\n"
+    " except OSError:return False\n"
+    "port,wait,addr=sys.argv[1],float(sys.argv[2]),sys.argv[3]\n"
+    "engines=[a.rsplit(':',1) for a in sys.argv[4:]]\n"
+    "if engines and not any(up(h.strip('[]'),p) for h,p in engines):\n"
+    " print('router on :%s: none of its engines listens yet; it listens once one is healthy'%port)"
+    ";sys.exit(0)\n"
+    "end=time.time()+wait\n"
+    "while not up(addr,port):\n"
+    " if time.time()>end:sys.exit('router on :%s not listening after %s s (it listens once "
+    "an engine is healthy): journalctl -u kvceph-router@%s'%(port,sys.argv[2],port))\n"
+    " time.sleep(0.5)\n"
 )
 
 
@@ -38,18 +46,20 @@ def config_path(port: int) -> str:
     return f"{CONFIG_DIR}/{int(port)}.json"
 
 
-def restart_command(port: int, venv: str, bind: str) -> str:
+def restart_command(port: int, venv: str, bind: str, engines: tuple[str, ...] = ()) -> str:
     """Restart one route's instance (its stop drains it, ``STOP_TIMEOUT``), then wait until it
     listens again (``LISTEN_TIMEOUT``): the deploy restarts the next router host only then.
 
     + port: the route's port; + venv: kvceph_router_venv (its Python polls the port)
     + bind: kvceph_router_bind (a wildcard is polled on loopback)
+    + engines: the route's workers as ``host:port``; none listening: no wait (``_LISTENS``)
     """
     name = f"kvceph-router@{int(port)}.service"
+    workers = "".join(f" {shlex.quote(e)}" for e in engines)
     return (
         f"timeout {STOP_TIMEOUT + 60} systemctl restart {name} && "
         f"{shlex.quote(venv + '/bin/python')} -c {shlex.quote(_LISTENS)} {int(port)} "
-        f"{LISTEN_TIMEOUT} {shlex.quote(engine_address.local(bind))}"
+        f"{LISTEN_TIMEOUT} {shlex.quote(engine_address.local(bind))}{workers}"
     )
 
 

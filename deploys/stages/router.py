@@ -90,7 +90,11 @@ def apply(me: HostSettings, checked) -> None:
             server.shell(
                 name=f"Restart {route.unit} ({len(route.workers)} engines), drained, one host "
                 "at a time",
-                commands=[unit.restart_command(route.port, r.venv, r.bind)],
+                commands=[
+                    unit.restart_command(
+                        route.port, r.venv, r.bind, tuple(_hostport(w.url) for w in route.workers)
+                    )
+                ],
                 _serial=True,
             )
         systemd.service(
@@ -99,6 +103,14 @@ def apply(me: HostSettings, checked) -> None:
             running=True,
             enabled=True,
         )
+
+
+def _hostport(url: str) -> str:
+    """``host:port`` of a worker URL (``http://address:port``)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    return f"{u.hostname}:{u.port or (443 if u.scheme == 'https' else 80)}"
 
 
 def _package(r):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 
 import pytest
 
@@ -203,6 +204,34 @@ def test_a_router_restart_drains_and_waits_until_it_listens():
     assert cmd.startswith(f"timeout {unit.STOP_TIMEOUT + 60} systemctl restart kvceph-router@8100")
     assert cmd.endswith(f"8100 {unit.LISTEN_TIMEOUT} 127.0.0.1")
     assert "::1" in unit.restart_command(8100, "/v", "::")
+
+
+def test_the_restart_wait_ends_at_once_when_no_engine_of_the_route_listens(tmp_path):
+    """A first converge installs the router before its engines: vllm-router listens only once
+    one is healthy, so the wait must not fail then (the rehearsal of 2026-12-07 did: 120 s, then
+    an error on every fresh lab); with an engine up and the router not listening it still fails."""
+    import socket
+    import sys
+
+    engine = socket.socket()
+    engine.bind(("127.0.0.1", 0))
+    engine.listen()
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    down, up = free.getsockname()[1], engine.getsockname()[1]
+    free.close()
+
+    def wait(*engines: str, timeout: str = "1"):
+        argv = [sys.executable, "-c", unit._LISTENS, str(down), timeout, "127.0.0.1", *engines]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+    first = wait(f"127.0.0.1:{down}")
+    assert first.returncode == 0 and "none of its engines listens yet" in first.stdout
+    stuck = wait(f"127.0.0.1:{up}")
+    assert stuck.returncode == 1 and "not listening after 1 s" in stuck.stderr
+    engine.close()
+    cmd = unit.restart_command(8100, "/v", "0.0.0.0", ("10.0.0.21:8000", "[fd00::1]:8000"))
+    assert cmd.endswith("127.0.0.1 10.0.0.21:8000 '[fd00::1]:8000'")
 
 
 def test_every_router_host_is_a_scrape_target_with_its_alerts():
