@@ -40,6 +40,15 @@ def _ttft(q: float) -> str:
     )
 
 
+def _mp_hits(tier: str) -> str:
+    """Tokens/s an MP server's lookups found in one tier (``l1`` or ``l2``), per model and salt
+    (LMCache 0.5.6's counters; ``l1 + l2`` = every hit)."""
+    return (
+        f"sum by (model_name, cache_salt) (rate(lmcache_mp_lookup_hit_{tier}_tokens_total"
+        '{job="kvceph-mp-server"}[5m]))'
+    )
+
+
 def dashboard(data_pool: str) -> dict:
     """The dashboard; + data_pool: the RGW data pool (bucket usage is its usage)."""
     mean = "kvceph:mean_prompt_tokens:rate1h"
@@ -121,6 +130,17 @@ def dashboard(data_pool: str) -> dict:
                 ("kvceph:s3_write_bytes:rate5m", "{{cache_group}} written"),
             ],
             0,
+            32,
+        ),
+        _panel(
+            10,
+            "LMCache MP server: lookup hit tokens per tier (L1 DRAM, L2 S3)",
+            "short",
+            [
+                (_mp_hits("l1"), "{{model_name}} {{cache_salt}} L1"),
+                (_mp_hits("l2"), "{{model_name}} {{cache_salt}} L2"),
+            ],
+            12,
             32,
         ),
         _panel(
