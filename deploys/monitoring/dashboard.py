@@ -2,11 +2,11 @@
 
 Panels read the recording rules (``rules.py``) where a figure is kvceph's (hit ratio per tier,
 saved GPU time, KV bytes loaded, LMCache's tokens per tier and S3 bytes), vLLM's TTFT
-histogram, the Ceph mgr exporter's pool figures and status.py's bucket figures
-(``status_metrics``). vLLM does not label a request cold or warm, so the TTFT panel shows every
-request's p50/p99 beside the cold estimate (the prefill curve at the mean prompt): warm
-requests are the ones under it. The datasource is a variable, so the file imports into any
-Grafana.
+histogram, the Ceph mgr exporter's pool figures, status.py's bucket figures
+(``status_metrics``) and LMCache MP servers' own hit counters (job ``kvceph-mp-server``).
+vLLM does not label a request cold or warm, so the TTFT panel shows every request's p50/p99
+beside the cold estimate (the prefill curve at the mean prompt): warm requests are the ones
+under it. The datasource is a variable, so the file imports into any Grafana.
 """
 
 from __future__ import annotations

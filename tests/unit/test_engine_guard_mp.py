@@ -12,8 +12,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from httpcall import call as http_call
 from test_drain import PORT, _lease
-from test_engine_guard import BEARER, ENV, Guard
+from test_engine_guard import BEARER, ENV, KEY, Guard, gated_engine  # noqa: F401 (a fixture)
 
 engine_guard = sys.modules[Guard.__module__]  # imported by test_engine_guard from deploys/remote
 
@@ -138,3 +139,14 @@ def test_a_slow_server_is_cut_at_the_timeout():
     finally:
         listener.close()
     assert status == 502 and body.startswith(f"LMCache MP server {url}: ".encode())
+
+
+def test_the_lab_engine_behind_the_gate_serves_the_servers_metrics(server, gated_engine):  # noqa: F811
+    """The gate as an engine loads it (``--middleware``, the rendered module), end to end."""
+    base, asked = server
+    url, _ = gated_engine("127.0.0.0/8", KVCEPH_MP_METRICS_URL=f"{base}/metrics")
+    status, _, body = http_call(url + PATH, None, None, timeout=10)
+    assert (status, body) == (200, FIXTURE)
+    assert http_call(url + "/v1/models", None, None, timeout=10)[0] == 401  # the rest stays shut
+    assert http_call(url + "/v1/models", None, KEY, timeout=10)[0] == 200
+    assert asked == ["/metrics"]
