@@ -201,6 +201,7 @@ class Guard:
         return any(form in net for form in forms for net in self._networks)
 
     def _open_paths(self) -> tuple[str, ...]:
+        """The paths open to the open networks: /health, /metrics and, when on, the server's."""
         return (*OPEN_PATHS, MP_METRICS_PATH) if self._mp_url else OPEN_PATHS
 
     def _preflight(self, scope) -> bool:
@@ -235,6 +236,7 @@ class Guard:
             self._open.discard(token)
 
     async def _mp_metrics(self, scope, send):
+        """Answer ``MP_METRICS_PATH`` with the MP server's /metrics (GET only)."""
         if scope.get("method") != "GET":
             return await _send(send, 405, b"GET only\n", [(b"allow", b"GET")])
         # In a thread: the engine's event loop must not wait on the server's answer.
