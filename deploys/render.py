@@ -166,6 +166,8 @@ MP_HOST = "127.0.0.1"
 MP_PORT = 5555
 MP_HTTP_PORT = 8090
 MP_HEALTH_URL = f"http://{MP_HOST}:{MP_HTTP_PORT}/healthcheck"
+MP_METRICS_URL = f"http://{MP_HOST}:{MP_HTTP_PORT}/metrics"
+MP_METRICS_VAR = "KVCEPH_MP_METRICS_URL"  # read by the gate (deploys/remote/engine_guard.py)
 # Down longer than two of vLLM's heartbeats (10 s each) on every stop, so the engines notice a
 # restart and register their KV caches again (LMCache #4642: a shorter one goes unnoticed).
 # With the unit's RestartSec=5 a crashed server is away >= 30 s too (ExecStopPost runs then).
@@ -503,6 +505,10 @@ def environment(
             ("127.0.0.0/8", "::1/128", *([own] if own else []), *me.security.open_networks)
         )
         env["KVCEPH_OPEN_NETWORKS"] = ",".join(networks)
+        if e.profile.mp and _engine(me, engine).name == e.engines[0].name:
+            # One engine per host serves the server's /metrics to Prometheus (the gate's
+            # /kvceph/mp-server/metrics): the server's own port is loopback, unauthenticated.
+            env[MP_METRICS_VAR] = MP_METRICS_URL
     for key, value in (*model_source.environment(e.source), *e.profile.env, *e.extra_env):
         if key in env or key == DIGEST_VAR:
             raise ValueError(f"{me.host}: environment {key} is managed by kvceph; remove it")

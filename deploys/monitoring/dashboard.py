@@ -2,11 +2,11 @@
 
 Panels read the recording rules (``rules.py``) where a figure is kvceph's (hit ratio per tier,
 saved GPU time, KV bytes loaded, LMCache's tokens per tier and S3 bytes), vLLM's TTFT
-histogram, the Ceph mgr exporter's pool figures and status.py's bucket figures
-(``status_metrics``). vLLM does not label a request cold or warm, so the TTFT panel shows every
-request's p50/p99 beside the cold estimate (the prefill curve at the mean prompt): warm
-requests are the ones under it. The datasource is a variable, so the file imports into any
-Grafana.
+histogram, the Ceph mgr exporter's pool figures, status.py's bucket figures
+(``status_metrics``) and LMCache MP servers' own hit counters (job ``kvceph-mp-server``).
+vLLM does not label a request cold or warm, so the TTFT panel shows every request's p50/p99
+beside the cold estimate (the prefill curve at the mean prompt): warm requests are the ones
+under it. The datasource is a variable, so the file imports into any Grafana.
 """
 
 from __future__ import annotations
@@ -37,6 +37,15 @@ def _ttft(q: float) -> str:
     return (
         f"histogram_quantile({q}, sum by (le, cache_group) "
         "(rate(vllm:time_to_first_token_seconds_bucket[5m])))"
+    )
+
+
+def _mp_hits(tier: str) -> str:
+    """Tokens/s an MP server's lookups found in one tier (``l1`` or ``l2``), per model and salt
+    (LMCache 0.5.6's counters; ``l1 + l2`` = every hit)."""
+    return (
+        f"sum by (model_name, cache_salt) (rate(lmcache_mp_lookup_hit_{tier}_tokens_total"
+        '{job="kvceph-mp-server"}[5m]))'
     )
 
 
@@ -121,6 +130,17 @@ def dashboard(data_pool: str) -> dict:
                 ("kvceph:s3_write_bytes:rate5m", "{{cache_group}} written"),
             ],
             0,
+            32,
+        ),
+        _panel(
+            10,
+            "LMCache MP server: lookup hit tokens per tier (L1 DRAM, L2 S3)",
+            "short",
+            [
+                (_mp_hits("l1"), "{{model_name}} {{cache_salt}} L1"),
+                (_mp_hits("l2"), "{{model_name}} {{cache_salt}} L2"),
+            ],
+            12,
             32,
         ),
         _panel(

@@ -20,6 +20,7 @@ RULES = {
     "rules/kvceph-figures.yml": "recording",
     "rules/kvceph-alerts.yml": "alerts",
     "rules/kvceph-router.yml": "router alerts",
+    "rules/kvceph-mp-server.yml": "LMCache MP server alerts",
 }
 SCRAPE_FILE = "scrape-configs.yml"
 
@@ -79,6 +80,7 @@ def rendered(
     + haproxy_exporters: host:port of haproxy's Prometheus endpoints (empty: none scraped)
     """
     inference = [(h, addresses[h.host]) for h in hosts.values() if h.is_inference]
+    mp_hosts = targets.mp_targets(inference)
     routers = [(h, addresses[h.host]) for h in hosts.values() if h.router and h.host in addresses]
     if not ceph_exporters:
         admin = [h.host for h in hosts.values() if h.is_ceph_admin]
@@ -87,6 +89,7 @@ def rendered(
         )
     return {
         targets.ENGINES_FILE: _json(targets.engine_targets(inference)),
+        targets.MP_FILE: _json(mp_hosts),
         targets.CEPH_FILE: _json(targets.ceph_targets(ceph_exporters)),
         targets.ROUTER_FILE: _json(targets.router_targets(routers)),
         targets.HAPROXY_FILE: _json(targets.haproxy_targets(haproxy_exporters)),
@@ -109,6 +112,16 @@ def rendered(
                     rules.router_alert_rules()
                     if routers
                     else {"name": "kvceph-router-alerts", "rules": []}
+                ]
+            }
+        ),
+        # Likewise for the MP server: no MP host, no alert about one.
+        "rules/kvceph-mp-server.yml": _yaml(
+            {
+                "groups": [
+                    rules.mp_server_alerts()
+                    if mp_hosts
+                    else {"name": "kvceph-mp-server-alerts", "rules": []}
                 ]
             }
         ),

@@ -19,6 +19,7 @@ ENGINES_JOB = "kvceph-engines"
 CEPH_JOB = "kvceph-ceph-mgr"
 ROUTER_JOB = "kvceph-router"
 HAPROXY_JOB = "kvceph-haproxy"
+MP_JOB = "kvceph-mp-server"
 # Engines take 75-252 s to load (issue 52, measured first starts): a drained restart of a
 # deploy's roll is down that long and must not page (kvceph_alert_engine_down_for).
 ENGINE_DOWN_FOR = "5m"
@@ -344,6 +345,64 @@ def cache_alerts() -> dict:
                 "once its share is full the cache stores nothing new",
                 "systemctl list-timers kvceph-cache-trim.timer; journalctl -u "
                 "kvceph-cache-trim.service on the Ceph admin host",
+            ),
+        ],
+    }
+
+
+# LMCache 0.5.6's MP server exports (tests/fixtures/mp_server/metrics-h100-served.txt) no
+# registered-worker count and no health gauge (/status has both; status.py reads it). A worker
+# that registered its KV cache is what the server's GPU->CPU copies run on, so lookups that
+# miss (chunk-aligned tokens the server has not got) with no store submitted = no worker.
+MP_REQUESTED = "lmcache_mp_lookup_requested_tokens_total"
+MP_HIT = "lmcache_mp_lookup_hit_tokens_total"
+MP_STORES = "lmcache_mp_num_submitted_stores_total"
+MP_L2_ADAPTERS = "lmcache_mp_l2_store_adapters"
+
+
+def mp_server_alerts() -> dict:
+    """The ``kvceph-mp-server-alerts`` group (inventories with MP hosts): LMCache's MP server
+    not answering through the gate, its L2 adapter off, no worker storing while lookups miss."""
+    mp = f'job="{MP_JOB}"'
+
+    def by_host(name: str) -> str:
+        return f"sum by (host) (rate({name}{{{mp}}}[15m]))"
+
+    return {
+        "name": "kvceph-mp-server-alerts",
+        "rules": [
+            _alert(
+                "KvcephMPServerDown",
+                # the gate answers 502 when the server does not; a down engine is EngineDown's
+                f'up{{{mp}}} == 0 unless on (instance) up{{job="{ENGINES_JOB}"}} == 0',
+                "2m",
+                "critical",
+                "LMCache's MP server on {{ $labels.host }} does not answer /metrics (through "
+                "engine {{ $labels.engine }}'s gate): its engines run without L1 or S3",
+                "systemctl status / journalctl -u lmcache-server.service on the host",
+            ),
+            _alert(
+                "KvcephMPServerL2Off",
+                f'sum by (host) ({MP_L2_ADAPTERS}{{{mp},state="active"}}) == 0',
+                "5m",
+                "critical",
+                "LMCache's MP server on {{ $labels.host }} has no active L2 adapter: KV is not "
+                "saved to S3 nor read from it",
+                "status.py (the server's /status l2_adapters); journalctl -u "
+                "lmcache-server.service (the adapter's errors); restart it once S3 answers",
+            ),
+            _alert(
+                "KvcephMPServerNoWorker",
+                f"({by_host(MP_REQUESTED)} - {by_host(MP_HIT)}) > 0"
+                f" unless on (host) {by_host(MP_STORES)} > 0"
+                f' and on (host) max by (host) (up{{job="{ENGINES_JOB}"}}) == 1',
+                "10m",
+                "warning",
+                "LMCache's MP server on {{ $labels.host }} is asked for prompts it has not got "
+                "but stores none: no engine worker is registered with it (a server restart "
+                "the engines missed, LMCache #4642)",
+                "status.py (registered workers); restart the host's engines one at a time "
+                "(deploy.py's roll) so they register again",
             ),
         ],
     }

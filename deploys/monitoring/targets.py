@@ -8,11 +8,12 @@ the targets: the key never appears in a rendered file's text.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from deploys import engine_address
-from deploys.monitoring.rules import CEPH_JOB, ENGINES_JOB, HAPROXY_JOB, ROUTER_JOB
+from deploys.monitoring.rules import CEPH_JOB, ENGINES_JOB, HAPROXY_JOB, MP_JOB, ROUTER_JOB
 from deploys.settings import HostSettings
 from deploys.settings.inventory import group_key
 from deploys.settings.router import metrics_port
@@ -21,6 +22,9 @@ ENGINES_FILE = "engines.json"
 CEPH_FILE = "ceph-mgr.json"
 ROUTER_FILE = "router.json"
 HAPROXY_FILE = "haproxy.json"
+MP_FILE = "mp-server.json"
+# The gate's path for the host's LMCache MP server (deploys/remote/engine_guard.py)
+MP_METRICS_PATH = "/kvceph/mp-server/metrics"
 API_KEY_FILE = "engine-api-key"
 
 
@@ -58,6 +62,26 @@ def engine_targets(hosts: Iterable[tuple[HostSettings, str]]) -> list[dict]:
                     },
                 }
             )
+    return out
+
+
+def mp_targets(hosts: Iterable[tuple[HostSettings, str]]) -> list[dict]:
+    """file_sd target groups, one per MP host: its first engine's port, where the gate serves the
+    server's /metrics (in-process hosts, and hosts without the gate, have none).
+
+    + hosts: (settings, the address Prometheus reaches the host at) of every inference host
+    """
+    out = []
+    for me, address in sorted(hosts, key=lambda h: h[0].host):
+        if not (me.engine.profile.mp and me.security.guard):
+            continue
+        first = me.engine.engines[0]
+        out.append(
+            {
+                "targets": [hostport(address, first.port)],
+                "labels": {"host": me.host, "engine": first.name, "cache_group": cache_group(me)},
+            }
+        )
     return out
 
 
@@ -110,11 +134,14 @@ def scrape_configs(o: ScrapeOptions) -> list[dict]:
             "credentials_file": f"{o.directory}/{API_KEY_FILE}",
         }
     engines["file_sd_configs"] = [{"files": [f"{o.directory}/{ENGINES_FILE}"]}]
+    # The MP servers through the gate: the engines' scheme and key
+    mp = {**copy.deepcopy(engines), "job_name": MP_JOB, "metrics_path": MP_METRICS_PATH}
+    mp["file_sd_configs"] = [{"files": [f"{o.directory}/{MP_FILE}"]}]
     ceph: dict = {"job_name": CEPH_JOB, "honor_labels": True}
     if o.interval:
         ceph["scrape_interval"] = o.interval
     ceph["file_sd_configs"] = [{"files": [f"{o.directory}/{CEPH_FILE}"]}]
-    out = [engines, ceph]
+    out = [engines, mp, ceph]
     for job, file in ((ROUTER_JOB, ROUTER_FILE), (HAPROXY_JOB, HAPROXY_FILE)):
         extra: dict = {"job_name": job, "metrics_path": "/metrics"}
         if o.interval:

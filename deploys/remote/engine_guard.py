@@ -23,19 +23,34 @@ identity, not by comparing its mtime with the clock: file times come from the ke
 clock, milliseconds behind ``time.time()``), and a lease that ran out (a deploy killed
 mid-drain) ends the drain by itself.
 
+LMCache MP server metrics: with ``KVCEPH_MP_METRICS_URL`` set (the host's first engine in MP
+mode: ``http://127.0.0.1:8090/metrics``), the gate answers ``/kvceph/mp-server/metrics`` itself
+with that server's ``/metrics`` text, under the same rule as ``/metrics`` (the open networks, else
+the key), drain or not: the server's HTTP port has no authentication and stays on loopback. One
+fixed loopback URL (anything else disables it), GET only, a timeout and a size limit; a server
+that does not answer is ``502`` (Prometheus: ``up == 0``). Never a proxy to anything else.
+
 Installed on inference hosts as /usr/local/lib/kvceph/kvceph_engine_guard.py (PYTHONPATH).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
 import json
 import os
 import time
+import urllib.parse
+import urllib.request
 
 OPEN_PATHS = ("/health", "/metrics")
+MP_METRICS_PATH = "/kvceph/mp-server/metrics"
+# The MP server's /metrics is a few KiB (tests/fixtures/mp_server/); a scrape waits this long.
+MP_METRICS_TIMEOUT_S = 3.0
+MP_METRICS_MAX_BYTES = 4 << 20
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 # Answered by the gate while draining (a load balancer's health checks: vLLM's and SageMaker's).
 HEALTH_PATHS = ("/health", "/ping")
 DRAIN_DIR = "/run/kvceph"
@@ -51,6 +66,38 @@ _DRAINING = json.dumps(
         }
     }
 ).encode()
+
+
+def mp_metrics_url(value: str | None) -> str | None:
+    """``KVCEPH_MP_METRICS_URL`` when it is a plain http URL on loopback, else None (off).
+
+    + value: the variable's value
+    """
+    try:
+        u = urllib.parse.urlsplit(value or "")
+    except ValueError:
+        return None
+    if u.scheme != "http" or u.hostname not in _LOOPBACK or u.username or u.password:
+        return None
+    return value
+
+
+def fetch_mp_metrics(url: str, timeout: float = MP_METRICS_TIMEOUT_S) -> tuple[int, bytes]:
+    """(status, body) for one read of the MP server's /metrics: 200 and its text, else 502 and
+    one line saying why (the server's own answer is never relayed beyond a 200's body).
+
+    + url: the checked loopback URL; + timeout: seconds for connect and each read
+    """
+    # No proxy from the environment: the URL is loopback and must stay so.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as r:
+            body = r.read(MP_METRICS_MAX_BYTES + 1)
+    except Exception as e:  # any failure is the server not answering
+        return 502, f"LMCache MP server {url}: {type(e).__name__}\n".encode()
+    if len(body) > MP_METRICS_MAX_BYTES:
+        return 502, f"LMCache MP server {url}: answer over {MP_METRICS_MAX_BYTES} bytes\n".encode()
+    return 200, body
 
 
 def _stamp(st) -> tuple:
@@ -89,6 +136,7 @@ class Guard:
             if n.strip()
         ]
         self._drain_dir = env.get("KVCEPH_DRAIN_DIR") or DRAIN_DIR
+        self._mp_url = mp_metrics_url(env.get("KVCEPH_MP_METRICS_URL"))
         # The drain files that predate this process (their identities): meant for its predecessor.
         self._at_start = _drain_stamps(self._drain_dir)
         # One token per open request (a set: add/discard are atomic, so the lab engine's
@@ -137,7 +185,7 @@ class Guard:
 
     def _open_from(self, scope) -> bool:
         path = scope.get("path", "").removeprefix(scope.get("root_path", "")).rstrip("/")
-        if path not in OPEN_PATHS or scope["type"] != "http":
+        if path not in self._open_paths() or scope["type"] != "http":
             return False
         client = scope.get("client")
         try:
@@ -151,6 +199,10 @@ class Guard:
         mapped = getattr(address, "ipv4_mapped", None)
         forms = (address,) if mapped is None else (address, mapped)
         return any(form in net for form in forms for net in self._networks)
+
+    def _open_paths(self) -> tuple[str, ...]:
+        """The paths open to the open networks: /health, /metrics and, when on, the server's."""
+        return (*OPEN_PATHS, MP_METRICS_PATH) if self._mp_url else OPEN_PATHS
 
     def _preflight(self, scope) -> bool:
         # A CORS preflight carries no credentials by design and runs nothing.
@@ -169,8 +221,11 @@ class Guard:
         ):
             return await self._unauthorized(scope, send)
         path = scope.get("path", "").removeprefix(scope.get("root_path", "")).rstrip("/")
-        if self.draining(scope) and path != "/metrics":
+        metrics = ("/metrics", MP_METRICS_PATH) if self._mp_url else ("/metrics",)
+        if self.draining(scope) and path not in metrics:
             return await self._refuse_draining(scope, path, send)
+        if self._mp_url and path == MP_METRICS_PATH and scope["type"] == "http":
+            return await self._mp_metrics(scope, send)
         if scope["type"] == "http" and path in OPEN_PATHS:
             return await self.app(scope, receive, send)
         token = object()
@@ -179,6 +234,15 @@ class Guard:
             return await self.app(scope, receive, send)
         finally:
             self._open.discard(token)
+
+    async def _mp_metrics(self, scope, send):
+        """Answer ``MP_METRICS_PATH`` with the MP server's /metrics (GET only)."""
+        if scope.get("method") != "GET":
+            return await _send(send, 405, b"GET only\n", [(b"allow", b"GET")])
+        # In a thread: the engine's event loop must not wait on the server's answer.
+        status, body = await asyncio.to_thread(fetch_mp_metrics, self._mp_url)
+        kind = b"text/plain; version=0.0.4; charset=utf-8"
+        await _send(send, status, body, kind=kind)
 
     async def _refuse_draining(self, scope, path, send):
         if scope["type"] == "websocket":
@@ -197,11 +261,19 @@ class Guard:
 
 async def _send_json(send, status: int, body: bytes, headers=()) -> None:
     """One whole JSON answer of the gate's own (no request reaches the engine)."""
+    await _send(send, status, body, headers, b"application/json")
+
+
+async def _send(send, status: int, body: bytes, headers=(), kind=b"text/plain") -> None:
+    """One whole answer of the gate's own.
+
+    + status, body, headers: the answer; + kind: its content-type
+    """
     start = {
         "type": "http.response.start",
         "status": status,
         "headers": [
-            (b"content-type", b"application/json"),
+            (b"content-type", kind),
             (b"content-length", str(len(body)).encode()),
             *headers,
         ],

@@ -48,6 +48,8 @@ def managed(engine, guard: bool) -> dict[str, tuple[str, str]]:
     if guard:
         why = ("is set by kvceph's engine gate", "remove it, or set kvceph_vllm_guard False")
         names.update(dict.fromkeys(GUARD, why))
+        if engine.profile.mp:  # the host's first engine serves the MP server's /metrics
+            names["KVCEPH_MP_METRICS_URL"] = why
     for name, _ in model_source.environment(engine.source):
         names[name] = (
             f"is set by kvceph for kvceph_model_source {engine.source.source}",

@@ -119,7 +119,7 @@ def _status(url, body=None, key=None) -> int:
 
 @pytest.fixture
 def gated_engine(tmp_path):
-    def start(open_networks: str, host: str = "127.0.0.1"):
+    def start(open_networks: str, host: str = "127.0.0.1", **extra_env):
         port = _free_port()
         guard_dir = tmp_path / "lib"
         guard_dir.mkdir(exist_ok=True)
@@ -129,6 +129,7 @@ def gated_engine(tmp_path):
             "VLLM_API_KEY": KEY,
             "KVCEPH_OPEN_NETWORKS": open_networks,
             "PYTHONPATH": str(guard_dir),
+            **extra_env,
         }
         log = open(tmp_path / f"engine{port}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen(

@@ -100,7 +100,7 @@ def test_promtool_check_config_and_rules(rendered):
     config = tmp / "prometheus.yml"
     config.write_text(yaml.safe_dump(targets.prometheus_config(o)))
     out = promtool("check", "config", str(config))
-    assert "3 rule files found" in out
+    assert "4 rule files found" in out
     promtool("check", "rules", *(str(tmp / r) for r in files.RULES))
 
 
@@ -535,12 +535,13 @@ def test_every_dashboard_and_rule_query_reads_known_names():
         | _exposed(status_metrics.exposition(STATUS_DOC))
         | CEPH_NAMES
         | HAPROXY_NAMES
+        | _exposed((FACTS.parents[1] / "fixtures/mp_server/metrics-h100-served.txt").read_text())
     )
     board = dashboard.dashboard("default.rgw.buckets.data")
     queries = [t["expr"] for p in board["panels"] for t in p["targets"]]
     queries += [r["expr"] for r in rules.recording_rules([GROUP])["rules"]]
     queries += [r["expr"] for r in rules.alert_rules(RGW)["rules"]]
-    assert len(board["panels"]) == 9 and len({p["id"] for p in board["panels"]}) == 9
+    assert len(board["panels"]) == 10 and len({p["id"] for p in board["panels"]}) == 10
     unknown = {n for q in queries for n in _names(q)} - known
     assert not unknown, unknown
     assert "vllm:time_to_first_token_seconds_bucket" in exported_names()
@@ -653,7 +654,9 @@ def test_router_targets_one_per_route_on_its_metrics_port_and_every_job_scraped(
     assert (config["prometheus_host"], config["prometheus_port"]) == (me.router.bind, 9100)
     o = targets.ScrapeOptions(directory="/p", api_key=False, interval="15s")
     jobs = {j["job_name"]: j for j in targets.scrape_configs(o)}
-    assert set(jobs) == {rules.ENGINES_JOB, rules.CEPH_JOB, rules.ROUTER_JOB, rules.HAPROXY_JOB}
+    assert set(jobs) == {
+        rules.ENGINES_JOB, rules.MP_JOB, rules.CEPH_JOB, rules.ROUTER_JOB, rules.HAPROXY_JOB
+    }  # fmt: skip
     assert jobs[rules.ROUTER_JOB]["file_sd_configs"] == [{"files": ["/p/router.json"]}]
     assert targets.haproxy_targets(["ceph1:8405"]) == [{"targets": ["ceph1:8405"], "labels": {}}]
     assert targets.haproxy_targets([]) == []

@@ -19,7 +19,7 @@ sys.path.insert(0, str(INVENTORIES))
 
 import fake_facts  # noqa: E402
 
-FILES = 13  # 2 directories, 8 Prometheus files, the key, the Grafana directory and dashboard
+FILES = 15  # 2 directories, 10 Prometheus files, the key, the Grafana directory and dashboard
 
 
 def _plan(scenario: str) -> tuple[list[dict], str]:
