@@ -318,7 +318,7 @@ class Runner:
         peers = [] if b is None else [b] if isinstance(b, Target) else list(b)
         cold = self.cold(a)
         if cold is None:
-            self._skip_rest(a, b, "the cold request failed")
+            self._skip_rest(a, peers, "the cold request failed")
             return
         self.dram(a, cold)
         self.warm(a, cold)
@@ -644,8 +644,10 @@ class Runner:
             verdict = Verdict(WARN, f"could not remove this run's objects: {exc}")
         self.report.add(StepResult(a.name, "cleanup", verdict, objects=len(keys)))
 
-    def _skip_rest(self, a: Target, b: Target | None, why: str) -> None:
-        for host, step in ((a, "dram"), (a, "warm"), (b or a, "cross-node"), (a, "fallback")):
+    def _skip_rest(self, a: Target, peers: list[Target] | None, why: str) -> None:
+        """The steps after a failed cold one, each a SKIP naming why (a cross step per peer)."""
+        crossing = [(p, "cross-node") for p in peers or [a]]
+        for host, step in ((a, "dram"), (a, "warm"), *crossing, (a, "fallback")):
             self.report.add(StepResult(host.name, step, Verdict(SKIP, f"skipped: {why}")))
 
     def run(

@@ -865,3 +865,16 @@ def test_the_h200s_pair_runner_catches_a_wrong_cross_node_load(lab, monkeypatch)
         "wrong answer from S3, another node on gpu2: first differing token at position 17 of 32"
     )
     assert r.rewrites["writer_objects"] == 8
+
+
+def test_a_failed_cold_step_skips_the_cross_step_of_every_peer(lab):
+    """A failed cold request skipped the rest by handing the peer list to a helper that took
+    one target: an AttributeError instead of a report."""
+    bucket, engines, add = lab
+    a, b = add("gpu1"), add("gpu2")
+    engines["gpu1"].stream_error = "engine died"
+    rep, _ = _run(bucket, engines, [[a, b]])
+    steps = _by_step(rep)
+    assert steps[("gpu1", "cold")].verdict.status == "fail"
+    cross = steps[("gpu2", "cross-node")].verdict
+    assert cross.status == "skip" and "the cold request failed" in cross.message
