@@ -261,8 +261,8 @@ def prune_plan(
     every = {p.rstrip("/") for p in venvs} | running
     pre_kept = every - set(before)
     post_kept = pre_kept - set(after)
-    pre_wheels = _spare_wheels(base, fact, venv, pre_kept, running, upload, lock_text)
-    post_wheels = _spare_wheels(base, fact, venv, post_kept, running, upload, lock_text)
+    pre_wheels = _spare_wheels(fact, venv, pre_kept, running, upload, lock_text)
+    post_wheels = _spare_wheels(fact, venv, post_kept, running, upload, lock_text)
     return (
         Prune(tuple(before), tuple(pre_wheels)),
         Prune(
@@ -272,15 +272,16 @@ def prune_plan(
     )
 
 
-def _spare_wheels(base, fact, venv, kept, running, upload, lock_text) -> list[str]:
+def _spare_wheels(fact, venv, kept, running, upload, lock_text) -> list[str]:
     """The host's wheel files that neither this run's upload nor a kept venv's lock names;
-    none where a kept venv kvceph may have installed has no lock record (its wheels unknown)."""
+    none where a kept venv kvceph made, or one an engine runs, has no lock record (its
+    wheels unknown). A directory kvceph did not make installed nothing from them."""
     locks = fact.get("locks", {})
     needed = [{n: i.version for n, i in parse(lock_text).items()}] if lock_text else []
     for path in sorted(set(kept) - {venv}):
         if Path(path).name in locks:
             needed.append(locks[Path(path).name])
-        elif is_digest_venv(base, path) or path in running:
+        elif path in fact.get("marks", {}) or path in running:
             return []
     spare = []
     for file in sorted(fact.get("wheels", {})):
