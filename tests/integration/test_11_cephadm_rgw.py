@@ -272,7 +272,8 @@ def test_ingress_tls_key_is_compared_by_hash_and_never_shown(converged):
 
 
 def test_rgw_dns_name_change_restarts_rgw_through_the_orchestrator(converged):
-    """RGW reads rgw_dns_name only at start: a change restarts the service via the orchestrator.
+    """RGW reads rgw_dns_name only at start: a change restarts the service's daemons through the
+    orchestrator, one at a time (each running again before the next: issue 52 item 6).
 
     Run on ceph1 only (--limit): the lab certificate names *.s3.kvlab, so inference hosts would
     (rightly) fail their TLS check against another name; the RGW side is what is tested here.
@@ -303,7 +304,7 @@ def test_rgw_dns_name_change_restarts_rgw_through_the_orchestrator(converged):
         run = pyinfra(*other)
         assert run.rc == 0, run.output[-4000:]
         (op,) = [n for n, h in run.changed() if h == "ceph1" and "rgw_dns_name" in n]
-        assert "s3b.kvlab" in op and "ceph orch restart" in op
+        assert "s3b.kvlab" in op and "daemons one at a time" in op
         assert dns_name() == "s3b.kvlab"
         daemons = started_after(t0)
         want = [("running", True)] * count * len(RGW_HOSTS)
@@ -427,10 +428,14 @@ def test_an_rgw_user_kvceph_did_not_create_is_refused_and_its_own_are_marked(con
     """kvceph's user and bucket carry its markers; an RGW user someone else created, named as
     kvceph's, stops the S3 tier before any S3 write, in one line naming it and the opt-in."""
     markers = json.loads(ssh("ceph1", "timeout 60 ceph config-key dump kvceph/owned/").stdout)
-    # The bucket's owner and each cache group's user (issue 36), and the bucket.
+    fsid = ssh("ceph1", "timeout 60 ceph fsid").stdout.strip()
+    # The bucket's owner and each cache group's user (issue 36), and the bucket: each a record of
+    # what kvceph created, on which cluster (issue 52 item 7); a bucket's also its digest.
     for uid in ("kvceph-s3-admin", "lmcache-gpu", "lmcache-gaudi"):
-        assert markers[f"kvceph/owned/s3-user/{uid}"] == "created", markers
-    assert markers["kvceph/owned/bucket/lmcache"] == "created", markers
+        record = json.loads(markers[f"kvceph/owned/s3-user/{uid}"])
+        assert (record["state"], record["fsid"]) == ("created", fsid), markers
+    bucket = json.loads(markers["kvceph/owned/bucket/lmcache"])
+    assert (bucket["state"], bucket["fsid"]) == ("created", fsid) and bucket["digest"], markers
     uid = "kvtest-tenant-user"
     ssh("ceph1", f"radosgw-admin user create --uid={uid} --display-name=tenant >/dev/null")
     try:
