@@ -420,8 +420,10 @@ def lab_used_after(request) -> bool:
     """Whether a test after the requesting one in this session uses the lab (any fixture
     that needs `lab`, `converged` included)."""
     items = request.session.items
-    later = items[items.index(request.node) + 1 :]
-    return any("lab" in item.fixturenames for item in later)
+    node = request.node
+    # a module- or class-scoped fixture's node is no item: the last item under it counts
+    last = max(i for i, item in enumerate(items) if node is item or node in item.listchain())
+    return any("lab" in item.fixturenames for item in items[last + 1 :])
 
 
 def restore_needed(request, lab) -> bool:
