@@ -92,6 +92,7 @@ def _pools(prefix: str) -> dict:
 
 def _data(prefix: str, data_pg: int = 32, **extra) -> dict:
     return {
+        "kvceph_lab": True,  # the throwaway local cluster: http, the lab's seed (issue 52 item 6)
         "kvceph_s3_endpoint_ip": "127.0.0.1",
         "kvceph_ceph_command_timeout": 30,
         "kvceph_ceph_pools": [
@@ -193,7 +194,7 @@ def test_orchestrator(cluster):
 
     def load(services: list[dict]) -> None:
         inventory = [
-            {"name": "ceph1", "addr": "10.213.7.11", "labels": ["rgw"], "devices": []},
+            {"name": "ceph1", "addr": "10.213.7.11", "labels": ["kvceph-rgw"], "devices": []},
             {"name": "ceph2", "addr": "10.213.7.12", "labels": [], "devices": []},
         ]
         status = {"created": "2026-01-01T00:00:00.000000", "running": 1, "size": 1}

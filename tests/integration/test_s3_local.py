@@ -38,6 +38,8 @@ def world(local_ceph, tmp_path_factory):
         "kvceph_ceph_command_timeout": 60,
         "kvceph_rgw_managed_by": "external",
         "kvceph_rgw_dns_name": "s3.kvceph-test",
+        # the throwaway local cluster serves plain http: a lab, as kvceph judges http (issue 52)
+        "kvceph_lab": True,
         "kvceph_s3_endpoint": f"http://s3.kvceph-test:{port}",
         "kvceph_s3_admin_endpoint": f"http://127.0.0.1:{port}",
         "kvceph_s3_endpoint_ip": "127.0.0.1",
