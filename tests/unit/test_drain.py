@@ -29,10 +29,10 @@ KEY = "sk-drain-test-000111222"
 PORT = 8123
 
 
-def _scope(path, kind="http", client="192.0.2.7", headers=()):
+def _scope(path, kind="http", client="192.0.2.7", headers=(), method=None):
     return {
         "type": kind,
-        "method": "GET" if path in ("/health", "/metrics") else "POST",
+        "method": method or ("GET" if path in ("/health", "/metrics") else "POST"),
         "path": path,
         "root_path": "",
         "headers": [(k.encode(), v.encode()) for k, v in headers],

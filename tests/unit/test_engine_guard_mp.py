@@ -4,7 +4,6 @@ the key), bounded (timeout, size), 502 when the server does not answer, never an
 
 from __future__ import annotations
 
-import asyncio
 import http.server
 import socket
 import sys
@@ -13,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from httpcall import call as http_call
-from test_drain import PORT, _lease
+from test_drain import _call as drain_call
+from test_drain import _lease
 from test_engine_guard import BEARER, ENV, KEY, Guard, gated_engine  # noqa: F401 (a fixture)
 
 engine_guard = sys.modules[Guard.__module__]  # imported by test_engine_guard from deploys/remote
@@ -24,30 +24,10 @@ FIXTURE = (
 PATH = engine_guard.MP_METRICS_PATH
 
 
-def _call(guard, path, client="192.0.2.7", headers=(), method="GET"):
-    """(reached the app, status, headers, body) for one HTTP request through the gate."""
-    reached, sent = [], []
-
-    async def send(message):
-        sent.append(message)
-
-    async def app(scope, receive, send):
-        reached.append(scope["path"])
-
-    guard.app = app
-    scope = {
-        "type": "http",
-        "method": method,
-        "path": path,
-        "root_path": "",
-        "headers": [(k.encode(), v.encode()) for k, v in headers],
-        "client": (client, 40000),
-        "server": ("127.0.0.1", PORT),
-    }
-    asyncio.run(guard(scope, None, send))
-    start = next((m for m in sent if m["type"] == "http.response.start"), {})
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return bool(reached), start.get("status"), dict(start.get("headers", [])), body
+def _call(guard, path, method="GET", **kw):
+    """(reached the app, status, headers, body) for one request through the gate (test_drain's,
+    GET unless told)."""
+    return drain_call(guard, path, method=method, **kw)
 
 
 @pytest.fixture
