@@ -16,10 +16,10 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 
 from deploys import render
+from deploys.status import mp_server
 from deploys.verification.verdicts import FAIL, Verdict
 
 EXTERNAL_LINE = (
@@ -65,14 +65,11 @@ def tier_hits(text: str) -> dict[str, float] | None:
 
     + text: ``GET /metrics`` of the MP server (lines joined by newlines or by '; ').
     """
-    out = {}
-    for tier, name in HIT_METRICS.items():
-        # one series per model and cache salt (the real server's labels): their sum
-        found = re.findall(rf"(?:^|; |\n){name}(?:\{{[^}}]*\}})? ([^;\s]+)", text)
-        if not found:
-            return None
-        out[tier] = sum(float(v) for v in found)
-    return out
+    # status.py's reading of the same text: each metric summed over its labelled series
+    sums = mp_server.metric_sums(text.replace("; ", "\n"))
+    if any(name not in sums for name in HIT_METRICS.values()):
+        return None
+    return {tier: sums[name] for tier, name in HIT_METRICS.items()}
 
 
 def tier_delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict | None:
