@@ -69,3 +69,12 @@ MODELS_UPLOAD_DIR = "/var/cache/kvceph/models-upload"
 LOCK_DIR = STATE_DIR
 LOCK_FILE = f"{LOCK_DIR}/deploy.lock"
 LOCK_INFO_FILE = f"{LOCK_DIR}/deploy.lock.info"
+
+# LMCache's MP server (profile mode "mp"), one per host. Loopback only: neither the ZMQ socket
+# nor the HTTP admin API (/cache/clear, /metrics) has authentication in LMCache 0.5.6. The HTTP
+# port is not LMCache's default 8080 (often taken).
+MP_HOST = "127.0.0.1"
+MP_PORT = 5555
+MP_HTTP_PORT = 8090
+MP_HEALTH_URL = f"http://{MP_HOST}:{MP_HTTP_PORT}/healthcheck"
+MP_METRICS_URL = f"http://{MP_HOST}:{MP_HTTP_PORT}/metrics"

@@ -160,13 +160,9 @@ def lmcache_yaml(me: HostSettings) -> str:
 
 # --- LMCache MP server (profile mode "mp"): one per host, every engine of the host its client ---
 
-# Loopback only: neither the ZMQ socket nor the HTTP admin API (/cache/clear, /metrics) has
-# authentication in LMCache 0.5.6. The HTTP port is not LMCache's default 8080 (often taken).
-MP_HOST = "127.0.0.1"
-MP_PORT = 5555
-MP_HTTP_PORT = 8090
-MP_HEALTH_URL = f"http://{MP_HOST}:{MP_HTTP_PORT}/healthcheck"
-MP_METRICS_URL = f"http://{MP_HOST}:{MP_HTTP_PORT}/metrics"
+# The server's addresses live in paths.py (the verifier reads them without jinja2).
+MP_HOST, MP_PORT, MP_HTTP_PORT = paths.MP_HOST, paths.MP_PORT, paths.MP_HTTP_PORT
+MP_HEALTH_URL, MP_METRICS_URL = paths.MP_HEALTH_URL, paths.MP_METRICS_URL
 MP_METRICS_VAR = "KVCEPH_MP_METRICS_URL"  # read by the gate (deploys/remote/engine_guard.py)
 # Down longer than two of vLLM's heartbeats (10 s each) on every stop, so the engines notice a
 # restart and register their KV caches again (LMCache #4642: a shorter one goes unnoticed).

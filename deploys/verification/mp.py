@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import shlex
 
-from deploys import render
+from deploys import paths
 from deploys.status import mp_server
 from deploys.verification.verdicts import FAIL, Verdict
 
 EXTERNAL_LINE = (
     "Using external LMCacheMPConnector from lmcache.integration.vllm.lmcache_mp_connector"
 )
-CLEAR_URL = f"http://{render.MP_HOST}:{render.MP_HTTP_PORT}/cache/clear"
-METRICS_URL = f"http://{render.MP_HOST}:{render.MP_HTTP_PORT}/metrics"
+CLEAR_URL = f"http://{paths.MP_HOST}:{paths.MP_HTTP_PORT}/cache/clear"
+METRICS_URL = paths.MP_METRICS_URL
 HIT_METRICS = {
     "l1": "lmcache_mp_lookup_hit_l1_tokens_total",
     "l2": "lmcache_mp_lookup_hit_l2_tokens_total",

@@ -90,6 +90,8 @@ if ! done_ unpack; then
   cat "$STAGE"/part.* | tar -xf - -C "$STAGE/x" || { log "tar failed"; finish 1; }
   py -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$STAGE/x/cephmin.tar.xz" | tar -xf - -C "$CEPH" || finish 1
   py -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$STAGE"/x/whl/*.whl "$SHIP"/meta/whl/*.whl 2>&1 | grep -v -i warning | tail -3
+  # wheels a later `swap` step installs over these (prepare.sh ALT_WHEELS), kept until then
+  [ -d "$STAGE/x/whl-alt" ] && { rm -rf "$S/whl-alt"; mv "$STAGE/x/whl-alt" "$S/whl-alt"; }
   rm -rf "$STAGE/x" "$STAGE"/part.*
   { date -u +"date %Y-%m-%dT%H:%M:%SZ"; uname -r; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     py -c 'import importlib.metadata as m, sys
@@ -184,9 +186,19 @@ o.DirectCopyGroupSpec([0], n.PageBufferShapeDesc(), 0, 1, 0, [0])
 print(len([n for n in dir(o) if not n.startswith("_")]), "ops, shared types")' > "$S/ops.txt" 2>&1; then
       echo "compiled: $(cat "$OPS/result.txt" 2>/dev/null | tr -d '\n'); $(tail -1 "$S/ops.txt")" > "$R/ops.txt"
     else
-      { echo "fallback: the build's modules do not load or share types: $(tail -1 "$S/ops.txt")"; } > "$R/ops.txt"
+      why=$(tail -1 "$S/ops.txt")
       for so in $sos; do dst="$SITE/lmcache/$(basename "$so")"
         rm -f "$dst"; [ -f "$dst.wheel" ] && mv "$dst.wheel" "$dst"; done
+      # the in-process connector needs cuda_ops only (loan 8: the rebuilt cuda_ops beside the
+      # wheel's lmcache_native loaded and copied right); MP mode needs both sharing types
+      so=$(ls "$OPS"/lmcache/cuda_ops*.so); dst="$SITE/lmcache/$(basename "$so")"
+      [ -f "$dst" ] && [ ! -f "$dst.wheel" ] && mv "$dst" "$dst.wheel"; cp "$so" "$dst"
+      if py -c 'import torch, lmcache.cuda_ops as o; print(len([n for n in dir(o) if not n.startswith("_")]), "ops")' > "$S/ops.txt" 2>&1; then
+        echo "compiled cuda_ops alone (the pair does not share types: $why): $(tail -1 "$S/ops.txt")" > "$R/ops.txt"
+      else
+        echo "fallback: the build's modules do not load or share types: $why" > "$R/ops.txt"
+        rm -f "$dst"; [ -f "$dst.wheel" ] && mv "$dst.wheel" "$dst"
+      fi
     fi
   elif [ -f "$OPS/started" ]; then
     echo "fallback: build $( [ -f "$OPS/rc" ] && echo "failed (rc $(cat "$OPS/rc"))" || echo "not done after ${OPS_WAIT}s" ); $(grep -E 'error|Error' "$OPS/build.log" 2>/dev/null | head -3 | cut -c1-300 | tr '\n' ' ')" > "$R/ops.txt"
@@ -333,6 +345,34 @@ mp() { local id=$1 model=$2 l2=$3 n=${4:-3000} rc
   rc=${PIPESTATUS[0]}
   [ "$rc" = 3 ] && { log "CONTINUE: $id"; finish 3; }
   log "mp $id: rc $rc"
+}
+
+# ---- issue 50 (plan050.txt): the GPU's own report (MIG mode, fabric state: prerequisites' checks
+# are tested against it), the crc32c check's cost (the same document warm from the bucket with the
+# check on and off, engines of two variants), and a vLLM swapped in for the verifier's answer check
+nvsmi() { { nvidia-smi -q; echo "== nvidia-smi --query-gpu"
+    nvidia-smi --query-gpu=index,name,mig.mode.current,mig.mode.pending,fabric.state,fabric.status --format=csv
+    echo "== nvidia-smi topo -m"; nvidia-smi topo -m; } > "$R/nvidia-smi-q.txt" 2>&1
+  log "nvidia-smi -q: $(wc -l < "$R/nvidia-smi-q.txt") lines; $(grep -E -m2 'MIG Mode|Fabric' -A2 "$R/nvidia-smi-q.txt" | tr -s ' ' | tr '\n' ' ' | cut -c1-200)"
+}
+# crc ID VARIANT CELL [TOKENS]: with TOKENS a new document of that length cold, then 3 warms
+# from the bucket; without, the cell's document again on this variant's engine: one warm-up
+# (the engine's first request after its start; recorded, not counted) and 3 warms
+crc() { local id=$1 v=$2 c=$3 n=${4:-} i
+  use "$v" || return 0
+  if [ -n "$n" ]; then M cold "$c" "$n"; else M warm "$c-$v-warmup" "$c"; fi
+  for i in 1 2 3; do M warm "$c-$v-w$i" "$c"; done
+}
+clearall() { M clear "$1" >/dev/null; gc; }
+# swap: the wheels of prepare.sh's ALT_WHEELS over the site's (vLLM 0.26.0 over 0.25.1); the
+# engine stops first and the next `use` starts the new one
+swap() { [ -d "$S/whl-alt" ] || { log "swap: no whl-alt in the shipment"; finish 1; }
+  engine stop; rm -f "$S/variant"
+  # --target --upgrade replaces the package directories, not the old dist-info (two versions
+  # would then answer importlib.metadata)
+  local w; for w in "$S"/whl-alt/*.whl; do w=$(basename "$w"); rm -rf "$SITE/${w%%-*}"-*.dist-info; done
+  py -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$S"/whl-alt/*.whl 2>&1 | grep -v -i warning | tail -3
+  log "swapped in: $(ls "$S/whl-alt" | tr '\n' ' '); vllm $(py -c 'import importlib.metadata as m; print(m.version("vllm"))')"
 }
 
 # ---- 7 the plan (plan.txt), skipping what an earlier loan did (meta/done-before.txt)

@@ -11,27 +11,33 @@
 #                                (vLLM 0.33 + torch 2.14: 27 parts, issue 38; see wheels033.txt)
 #   WHEELS=hw/h200/wheels025.txt BUILD=/tmp/h200-build-025 hw/h200/prepare.sh /tmp/h200-parts-025
 #                                (vLLM 0.25.1 on the image's torch 2.11: loan 8, see wheels025.txt)
+#   ALT_WHEELS=hw/h200/wheels026alt.txt ...   wheels a plan swaps in later (gpu.sh `swap`), kept
+#                                apart in whl-alt/ (two vLLMs cannot install into one site)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 OUT=${1:-$REPO/.ship/parts}; B=${BUILD:-/tmp/h200-build}; PART_MIB=${PART_MIB:-45}
-PY=${PY:-python3}; WHEELS=${WHEELS:-$HERE/wheels.txt}
+PY=${PY:-python3}; WHEELS=${WHEELS:-$HERE/wheels.txt}; ALT=${ALT_WHEELS:-}
 mkdir -p "$B/whl" "$B/deb" "$B/root" "$OUT"
 say() { echo "[prepare] $*"; }
 
-say "wheels -> $B/whl"
-grep -v -E '^\s*(#|$)' "$WHEELS" | while read -r req; do
+fetch() {  # fetch LIST DIR: the cp312 manylinux wheels of LIST into DIR
+  local list=$1 dir=$2; mkdir -p "$dir"
+grep -v -E '^\s*(#|$)' "$list" | while read -r req; do
   name=${req%%==*}; ver=${req##*==}; norm=$(echo "$name" | tr '-' '_')
-  ls "$B/whl/" 2>/dev/null | grep -i "^${norm}-${ver}-" >/dev/null && continue  # not -q: pipefail + SIGPIPE
+  ls "$dir/" 2>/dev/null | grep -i "^${norm}-${ver}-" >/dev/null && continue  # not -q: pipefail + SIGPIPE
   $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
     --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_5_x86_64 \
-    --platform manylinux1_x86_64 --platform any -d "$B/whl" "$req"
+    --platform manylinux1_x86_64 --platform any -d "$dir" "$req"
 done
+}
+say "wheels -> $B/whl"; fetch "$WHEELS" "$B/whl"
+rm -rf "$B/whl-alt"; [ -n "$ALT" ] && { say "swap-in wheels -> $B/whl-alt"; fetch "$ALT" "$B/whl-alt"; }
 # vLLM 0.34's, 0.33's and 0.25's FA2 module (124 of 321 / ~80 of 239 MiB): vLLM picks FA3 on sm90, and
 # its flash_attn_interface imports FA2 inside try/except (FA2_AVAILABLE False). Deleted without
 # recompressing (zip -d).
-for w in "$B"/whl/vllm-0.3[34].*.whl "$B"/whl/vllm-0.25.*.whl; do [ -f "$w" ] || continue
+for w in "$B"/whl/vllm-0.3[34].*.whl "$B"/whl/vllm-0.25.*.whl "$B"/whl-alt/vllm-0.26.*.whl; do [ -f "$w" ] || continue
   unzip -l "$w" vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so >/dev/null 2>&1 || continue
   say "dropping vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so from $(basename "$w")"
   zip -q -d "$w" vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so
@@ -100,7 +106,7 @@ say "lmcache-csrc.tgz $(du -k "$OUT/lmcache-csrc.tgz" | cut -f1) KiB"
 
 say "payload -> $OUT/part.NN (<= $PART_MIB MiB each)"
 rm -f "$OUT"/part.*
-tar -C "$B" -cf - whl cephmin.tar.xz | split -b "${PART_MIB}M" -d - "$OUT/part."
+tar -C "$B" -cf - whl $( [ -d "$B/whl-alt" ] && echo whl-alt ) cephmin.tar.xz | split -b "${PART_MIB}M" -d - "$OUT/part."
 (cd "$OUT" && sha256sum part.* > SHA256SUMS)
 ls "$B/whl" > "$OUT/wheels.lst"
 ls -la "$OUT"

@@ -94,6 +94,14 @@ r kv25ld "$D25" $KV kvceph_lmcache_local_cpu=true
 # issue 37 item 2, loan 10 (plan037b.txt): kvceph's connector with 64 requests in flight (loan 3's
 # figure; the stock connector's CRT client has no request cap) against the stock one, same run
 r kv25l64 "$D25" $KV $C64 kvceph_lmcache_local_cpu=false
+# issue 50 (plan050.txt): the verifier's answer check on the default profile (vLLM 0.25.1, kvceph's
+# connector, crc32c check on, DRAM tier on: nothing set but the dummy weights and the default's
+# 40960 tokens) and on vLLM 0.26.0 (the packed layout #4463 corrupts; kvceph refuses the pair
+# unless told); the crc32c check's cost: kv25l against the same with the check off
+r kv25d "$D25" $L33
+D26='kvceph_engine_profile={"name": "vllm", "packages": ["vllm==0.26.0", "lmcache==0.5.6"], "executable": "vllm", "vllm_version": "0.26.0", "lmcache_version": "0.5.6", "extra_args": ["--load-format", "dummy", "--enforce-eager"]}'
+r kv26d "$D26" $L33 kvceph_accept_kv_load_defect=true
+r kv25lnc "$D25" $KV kvceph_lmcache_local_cpu=false kvceph_connector_verify_crc32c=false
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
 for y in "$S"/rendered/*/lmcache.yaml "$S"/rendered/*/*/lmcache.yaml; do [ -f "$y" ] || continue

@@ -1,6 +1,7 @@
 """hw/h200: the H200 inventory renders with kvceph's own code, and the local engine control reads
 the rendered unit and env file the way systemd does (what the real-hardware proof relies on)."""
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -93,3 +94,15 @@ def test_local_engine_reads_a_hosts_files_under_its_root(tmp_path, me):
     # without a root: the paths as rendered
     assert local.rooted(paths.LMCACHE_PATH, "") == paths.LMCACHE_PATH
     assert local.rooted("/var/lib/vllmx /x/etc/kvceph", str(root)) == "/var/lib/vllmx /x/etc/kvceph"
+
+
+def test_the_verifier_imports_with_the_gpu_machines_packages_only():
+    """prove.py and measure.py import verify.py's runner on the GPU machine, whose site has
+    the engine's wheels and not kvceph's controller packages (jinja2, pyinfra): the CPU dry run
+    of plan050 found the runner importing deploys.render (jinja2) through verification/mp.py."""
+    code = (
+        "import sys; sys.modules.update(dict.fromkeys(('jinja2', 'pyinfra'), None)); "
+        "import deploys.verification.runner, deploys.verification.object_names"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-800:]
