@@ -119,6 +119,10 @@ install_files() { local d; d=$(rendered "$1")
   local exe; exe=$(sed -n 's/^ExecStart=\([^ ]*\) .*/\1/p' "$d/vllm.service")
   case "$exe" in /opt/kvceph/venv/*|'') ;; *) mkdir -p "$(dirname "$(dirname "$(dirname "$exe")")")"
     ln -sfn /opt/kvceph/venv "$(dirname "$(dirname "$exe")")" ;; esac
+  # a variant of another model shape than the first one's (loan 13's H100: Qwen3-8B)
+  local m; m=$(sed -n 's/^ExecStart=[^ ]* serve \([^ ]*\) .*/\1/p' "$d/vllm.service")
+  [ -z "$m" ] || [ -f "$m/config.json" ] || [ ! -f "$S/done.files" ] || { py "$HERE/model.py" "$m" || return 1
+    [ -n "${H200_DRY_RUN:-}" ] && echo '{"model": {"type": "kvceph-lab-words", "vocab_size": 151936}}' > "$m/tokenizer.json"; }
   echo "$1" > "$S/variant"; mkdir -p "$R/rendered-$1"; cp "$d"/{lmcache.yaml,vllm.env,vllm.service,config,hosts,runner.json} "$R/rendered-$1/"
   log "installed kvceph's files, variant $1: $(grep -E '^(chunk_size|max_local_cpu_size|enable_async_loading|remote_url|remote_storage_plugins)|min_hit_tokens|connections' /etc/kvceph/lmcache.yaml | tr -s ' ' | tr '\n' ' ')"
 }

