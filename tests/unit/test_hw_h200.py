@@ -1,6 +1,7 @@
 """hw/h200: the H200 inventory renders with kvceph's own code, and the local engine control reads
 the rendered unit and env file the way systemd does (what the real-hardware proof relies on)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,21 @@ def test_the_verifier_imports_with_the_gpu_machines_packages_only():
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-800:]
+
+
+def test_crc_table_counts_full_loads_and_sets_the_warm_up_apart(tmp_path):
+    """crc.py: the warm-up after an engine start and a partial load are not in the medians."""
+    import crc
+
+    def warm(label, variant, ttft, hit=16384):
+        return {"kind": "warm", "label": label, "variant": variant, "cold_label": "c16",
+                "document_tokens": 16384, "ttft_s": ttft, "hit_tokens": hit,
+                "expected_hit_tokens": 16384}  # fmt: skip
+
+    cells = [warm(f"c16-kv25l8-w{i}", "kv25l8", t) for i, t in enumerate((1.0, 1.2, 1.1), 1)]
+    nc = "kv25l8nc"
+    cells += [warm(f"c16-{nc}-warmup", nc, 9.0), warm(f"c16-{nc}-w1", nc, 1.0)]
+    cells += [warm(f"c16-{nc}-w2", nc, 1.0), warm(f"c16-{nc}-w3", nc, 5.0, 0)]
+    (tmp_path / "cells.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    line = crc.table(crc.rows(str(tmp_path)))[1]
+    assert line.startswith("16384 | 1.000/1.100/1.200 (3) | 1.000/1.000/1.000 (2) | 1.100 |")
