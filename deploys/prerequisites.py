@@ -7,6 +7,7 @@ operation exists (so nothing is changed, ``--dry`` or not).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from deploys import engine_lock
 
@@ -38,6 +39,9 @@ GAUDI_DRIVER_MIN = {
 # wheels, plus pip's unpacking. An estimate, not a measurement (no clean install was
 # measured yet); an emulating engine (the lab engine) needs a fraction.
 VENV_FREE_GIB = {"vllm": 12, "emulating": 1}
+# A wheelhouse install: the venv takes this many bytes per wheel byte (wheels are zip files;
+# torch's and the CUDA wheels unpack to ~2-3x). An estimate: no install's sizes were measured.
+UNPACKED_PER_WHEEL_BYTE = 3
 
 
 def _version(text: str | None) -> tuple[int, ...]:
@@ -48,11 +52,15 @@ def _real_vllm(packages) -> bool:
     return any(re.split(r"[=<>!~ \[]", p, maxsplit=1)[0].lower() == "vllm" for p in packages)
 
 
-def inference_problems(me, fact: dict) -> list[str]:
+def inference_problems(
+    me, fact: dict, venvs: Mapping | None = None, upload: Mapping[str, int] | None = None
+) -> list[str]:
     """What keeps an inference host from running its engines (``[]`` when nothing).
 
     + me: the host's HostSettings
     + fact: its ``InferencePrerequisites``
+    + venvs: its ``EngineVenvs`` (what the prune before the install frees)
+    + upload: the controller's engine wheelhouse, file -> bytes (None: none)
     """
     e, host, out = me.engine, me.host, []
     py = _version(fact.get("python"))
@@ -80,15 +88,63 @@ def inference_problems(me, fact: dict) -> list[str]:
             f"{host}: python3 cannot create the venv {e.venv} (no ensurepip); fix: apt-get "
             "install python3-venv (Debian/Ubuntu), or dnf install python3 (RHEL)"
         )
-    need = VENV_FREE_GIB["vllm" if _real_vllm(e.profile.packages) else "emulating"]
-    free = fact.get("disk_free_kib")
-    if not fact.get("venv") and free is not None and free < need << 20:
-        out.append(
-            f"{host}: {free / (1 << 20):.1f} GiB free under {e.venv}, the engine's first "
-            f"install needs ~{need} GiB; fix: free space or set kvceph_venv on a larger disk"
-        )
+    disk = disk_problem(me, fact, venvs, upload)
+    if disk:
+        out.append(disk)
     out += _tool_problems(me, fact)
     return out
+
+
+def install_need_kib(me, upload: Mapping[str, int] | None, venvs: Mapping | None) -> tuple:
+    """(venv KiB, upload KiB) the next install of the profile's venv needs.
+
+    + me: the host's HostSettings
+    + upload: the controller's wheelhouse, file -> bytes (None: pip fetches from the index)
+    + venvs: the host's ``EngineVenvs`` (the wheels it holds already are not sent again)
+    """
+    if upload:
+        have = (venvs or {}).get("wheels", {})
+        sent = sum(size for name, size in upload.items() if have.get(name) != size)
+        return sum(upload.values()) * UNPACKED_PER_WHEEL_BYTE >> 10, sent >> 10
+    need = VENV_FREE_GIB["vllm" if _real_vllm(me.engine.profile.packages) else "emulating"]
+    return need << 20, 0
+
+
+def disk_problem(me, fact: dict, venvs: Mapping | None, upload: Mapping[str, int] | None):
+    """One line when the next install does not fit the free space after kvceph's prune before
+    the install (``engine_lock.prune_plan``), else None; a venv already there needs nothing.
+
+    + me: the host's HostSettings
+    + fact: its ``InferencePrerequisites`` (``disk_free_kib`` under the venv)
+    + venvs: its ``EngineVenvs`` (None: not read; the prune then frees nothing)
+    + upload: the controller's wheelhouse, file -> bytes (None: no wheelhouse)
+
+    The venv and the wheelhouse are counted on the venv's filesystem.
+    """
+    e, free = me.engine, fact.get("disk_free_kib")
+    if fact.get("venv") or free is None:
+        return None
+    venv_kib, upload_kib = install_need_kib(me, upload, venvs)
+    freed = 0
+    if venvs and e.install:
+        links = [e.venv_link(engine.unit) for engine in e.engines]
+        before, _ = engine_lock.prune_plan(
+            e.venv_base, venvs, e.venv, links, list(upload or ()), e.lock_text
+        )
+        # A venv kvceph made before the marker recorded no size: counted as freeing nothing.
+        freed = sum(venvs.get("marks", {}).get(v) or 0 for v in before.venvs)
+        freed += sum(venvs.get("wheels", {}).get(w, 0) for w in before.wheels) >> 10
+    need, after = venv_kib + upload_kib, free + freed
+    if after >= need:
+        return None
+    gib = 1 << 20
+    return (
+        f"{me.host}: {e.venv.rsplit('/', 1)[0] or '/'}: the engine's install needs "
+        f"~{need / gib:.1f} GiB (venv ~{venv_kib / gib:.1f}, wheels to upload "
+        f"{upload_kib / gib:.1f}) but {after / gib:.1f} GiB are free after kvceph's prune "
+        f"(which frees {freed / gib:.1f}); fix: free space there (kvceph keeps the venv the "
+        "engines run and one rollback venv), or set kvceph_venv on a larger disk"
+    )
 
 
 def _platform_problems(me, fact: dict) -> list[str]:

@@ -80,11 +80,76 @@ def test_the_prune_keeps_what_runs_and_the_newest_other_never_the_legacy_or_fore
         f"{base}-backup": 50,  # not a digest: the operator's
         base: 10,  # the venv before digests: never
     }
-    assert engine_lock.to_prune(base, venvs, [now]) == [oldest, older]
+    mine = [now, old, older, oldest, f"{base}-backup", base]
+    assert engine_lock.to_prune(base, venvs, [now], mine) == [oldest, older]
     # An engine still linked to the oldest (its host rolled back) keeps it.
-    assert engine_lock.to_prune(base, venvs, [now, oldest]) == [older]
-    assert engine_lock.to_prune(base, venvs, [now], keep=0) == [oldest, older, old]
-    assert engine_lock.to_prune(base, {now: 1}, [now]) == []
+    assert engine_lock.to_prune(base, venvs, [now, oldest], mine) == [older]
+    assert engine_lock.to_prune(base, venvs, [now], mine, keep=0) == [oldest, older, old]
+    assert engine_lock.to_prune(base, {now: 1}, [now], mine) == []
+    # A digest-named directory without kvceph's marker or lock record: an operator's.
+    assert engine_lock.to_prune(base, venvs, [now], [now, old, older]) == [older]
+
+
+VA, VB, VC, VD = (f"/opt/kvceph/venv-{x * 12}" for x in "abcd")
+LINK = "/opt/kvceph/engines/vllm"
+
+
+def _host(runs, **venvs):
+    """An ``EngineVenvs`` answer: the engines run ``runs``; each venv -> (mtime, marked, lock)."""
+    fact = {"venvs": {}, "links": {LINK: runs}, "legacy": False, "marks": {}, "locks": {}}
+    for path, (mtime, marked, lock) in venvs.items():
+        fact["venvs"][path] = mtime
+        if marked:
+            fact["marks"][path] = 1 << 20
+        if lock is not None:
+            fact["locks"][path.rsplit("/", 1)[-1]] = lock
+    return fact
+
+
+def test_an_upgrade_keeps_the_venv_the_engines_ran_and_a_second_run_removes_nothing():
+    """VA runs, VB was its rollback target; the new profile is VC. Before the install only what
+    is older than VB goes (VD), after the roll VB too; once the engines run VC, VA stays."""
+    fact = _host(VA, **{VA: (300, True, None), VB: (200, True, None), VD: (100, True, None)})
+    before, after = engine_lock.prune_plan("/opt/kvceph/venv", fact, VC, [LINK])
+    assert before.venvs == (VD,) and after.venvs == (VB,)
+    fact = _host(VC, **{VC: (400, True, None), VA: (300, True, None)})
+    assert engine_lock.prune_plan("/opt/kvceph/venv", fact, VC, [LINK]) == (
+        engine_lock.Prune((), ()),
+        engine_lock.Prune((), ()),
+    )
+
+
+def test_only_venvs_kvceph_marked_or_recorded_are_pruned():
+    """E has neither kvceph's marker nor a lock record: an operator made it; it stays."""
+    e = "/opt/kvceph/venv-eeeeeeeeeeee"
+    fact = _host(VA, **{VA: (300, True, None), VB: (200, False, {}), e: (100, False, None)})
+    before, after = engine_lock.prune_plan("/opt/kvceph/venv", fact, VC, [LINK])
+    assert before.venvs == () and after.venvs == (VB,)
+    assert engine_lock.owned_venvs(fact) == [VA, VB]
+
+
+def test_wheels_stay_while_a_kept_venvs_lock_or_this_upload_names_them():
+    lock = {"lmcache": "0.5.6", "kvceph-lab-engine": "0.1.0"}
+    fact = _host(VA, **{VA: (300, True, lock), VB: (200, True, {"lmcache": "0.5.5"})})
+    fact["wheels"] = {
+        "lmcache-0.5.6-py3-none-any.whl": 10,  # A's (the rollback target after the roll)
+        "lmcache-0.5.5-py3-none-any.whl": 10,  # B's: goes with VB after the roll
+        "lmcache-0.5.4-py3-none-any.whl": 10,  # nobody's: goes before the install
+        "kvceph_lab_engine-0.2.0-py3-none-any.whl": 10,  # this run's upload
+        "notes.txt": 1,  # not a wheel
+    }
+    upload = ["kvceph_lab_engine-0.2.0-py3-none-any.whl"]
+    before, after = engine_lock.prune_plan("/opt/kvceph/venv", fact, VC, [LINK], upload)
+    assert before == engine_lock.Prune((), ("lmcache-0.5.4-py3-none-any.whl",))
+    assert after == engine_lock.Prune((VB,), ("lmcache-0.5.5-py3-none-any.whl",))
+
+
+def test_no_wheel_goes_where_a_kept_venv_has_no_lock_record():
+    """A venv installed without a lock (kvceph_engine_lock False): its wheels are unknown."""
+    fact = _host(VA, **{VA: (300, True, None)})
+    fact["wheels"] = {"lmcache-0.5.4-py3-none-any.whl": 10}
+    before, after = engine_lock.prune_plan("/opt/kvceph/venv", fact, VC, [LINK])
+    assert before.wheels == () and after.wheels == ()
 
 
 def test_a_group_with_different_packages_is_refused_in_one_line():
@@ -127,6 +192,9 @@ def test_the_venvs_fact_reads_venvs_links_and_the_legacy_venv():
         "venvs": {"/opt/kvceph/venv-aaaaaaaaaaaa": 1764800000},
         "links": {"/opt/kvceph/engines/vllm": "/opt/kvceph/venv-aaaaaaaaaaaa"},
         "legacy": True,
+        "marks": {},
+        "locks": {},
+        "wheels": {},
     }
 
 
@@ -162,13 +230,14 @@ def test_a_removed_engines_link_keeps_no_venv_from_the_prune():
         "venvs": {a: 1, b: 2, c: 3},
         "links": {"/opt/kvceph/engines/vllm": c, "/opt/kvceph/engines/vllm-2": a},
         "legacy": False,
+        "marks": {a: 1, b: 2, c: 3},
     }
     state = FakeState()
     host = create_host(state, facts={"engine.EngineVenvs": {"base=/opt/kvceph/venv": fact}})
     with ctx_state.use(state), ctx_host.use(host):
         commands = list(
             engine_ops.pruned_venvs._inner(
-                base="/opt/kvceph/venv", venv=c, links=["/opt/kvceph/engines/vllm"]
+                base="/opt/kvceph/venv", venv=c, links=["/opt/kvceph/engines/vllm"], when="install"
             )
         )
     assert [get_command_string(x) for x in commands] == [

@@ -75,7 +75,8 @@ def test_each_missing_piece_is_one_line_naming_host_and_fix():
         "(no ensurepip); fix: apt-get install python3-venv": fact(ensurepip=False),
         "python3 is 3.9.2, vLLM needs >= 3.10": fact(python="3.9.2"),
         "python3 is missing": fact(python=None),
-        "the engine's first install needs ~12 GiB": fact(disk_free_kib=5 << 20),
+        "the engine's install needs ~12.0 GiB (venv ~12.0, wheels to upload 0.0) but 5.0 GiB "
+        "are free after kvceph's prune (which frees 0.0)": fact(disk_free_kib=5 << 20),
         "nvidia-smi failed (exit 9: " + NO_DRIVER: fact(tool={"rc": "9", "lines": [NO_DRIVER]}),
         "nvidia-smi is not installed": fact(tool={"rc": "missing", "lines": []}),
         "NVIDIA driver 570.133.20 is older than 580.65.06, which vLLM 0.26.0's torch 2.11.0 "
@@ -401,3 +402,47 @@ def test_fewer_devices_than_tp_times_engines_are_refused():
     )
     eight = fact(tool={"rc": "0", "lines": [H200] * 8})
     assert p.inference_problems(host(kvceph_tensor_parallel_size=2), eight) == []
+
+
+def _recorded_venvs():
+    """The EngineVenvs answer recorded on a host (tests/facts/engine.EngineVenvs)."""
+    path = Path(__file__).resolve().parents[1] / "facts/engine.EngineVenvs/marked_and_locked.json"
+    return json.loads(path.read_text())["fact"]
+
+
+def test_the_disk_check_counts_venv_and_wheels_against_free_space_after_the_prune():
+    """A wheelhouse install needs its wheels (those the host lacks) and ~3x them unpacked; the
+    prune before the install frees what no rollback needs (its marker says how much)."""
+    gib = 1 << 30
+    me = host(kvceph_accelerator_check=False)
+    upload = {"vllm-0.26.0-py3-none-any.whl": 2 * gib, "lmcache-0.5.6-py3-none-any.whl": gib}
+    assert p.install_need_kib(me, upload, None) == (9 << 20, 3 << 20)
+    held = {"wheels": {"lmcache-0.5.6-py3-none-any.whl": gib}}
+    assert p.install_need_kib(me, upload, held) == (9 << 20, 2 << 20)  # not sent again
+    assert p.install_need_kib(me, None, None) == (12 << 20, 0)  # from the index: the estimate
+    (line,) = p.inference_problems(me, fact(disk_free_kib=10 << 20, tool=None), None, upload)
+    assert line == (
+        "gpu1: /opt/kvceph: the engine's install needs ~12.0 GiB (venv ~9.0, wheels to upload "
+        "3.0) but 10.0 GiB are free after kvceph's prune (which frees 0.0); fix: free space "
+        "there (kvceph keeps the venv the engines run and one rollback venv), or set "
+        "kvceph_venv on a larger disk"
+    )
+    # Three old venvs of kvceph's beside the one the engines run: the oldest two go first.
+    runs = "/opt/kvceph/venv-" + "a" * 12
+    venvs = {"venvs": {}, "marks": {}, "links": {me.engine.venv_link("vllm.service"): runs}}
+    for i, digest in enumerate("abcd"):
+        path = f"/opt/kvceph/venv-{digest * 12}"
+        venvs["venvs"][path] = 400 - i
+        venvs["marks"][path] = 1 << 20  # 1 GiB each, as the marker records
+    assert p.inference_problems(me, fact(disk_free_kib=10 << 20, tool=None), venvs, upload) == []
+    assert p.disk_problem(me, fact(disk_free_kib=9 << 20), venvs, upload)  # 9 + 2 < 12
+    # The venv is there: nothing to install.
+    assert p.disk_problem(me, fact(venv=True, disk_free_kib=0), venvs, upload) is None
+
+
+def test_the_disk_check_reads_the_recorded_venvs_fact():
+    """The recorded answer: a marked venv the engines run, one with a lock record only."""
+    me = host(kvceph_accelerator_check=False)
+    venvs = _recorded_venvs()
+    assert p.disk_problem(me, fact(disk_free_kib=12 << 20), venvs, None) is None
+    assert "which frees 0.0" in p.disk_problem(me, fact(disk_free_kib=1 << 20), venvs, None)
