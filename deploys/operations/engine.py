@@ -205,7 +205,7 @@ def engine_link(link: str, base: str, venv: str):
     A symlink rather than a per-unit drop-in: switching it is one rename, with no
     daemon-reload that would also load every other unit file this run wrote.
     """
-    fact = memo.read(host, EngineVenvs, base=base)
+    fact = memo.first(host, EngineVenvs, base=base)
     if link in fact["links"]:
         host.noop(f"{link} -> {fact['links'][link]}")
         return
@@ -237,8 +237,13 @@ def pruned_venvs(
 
     Called after the host's roll: an engine whose restart failed stops the host before this.
     A venv's lock file in /var/cache/kvceph/locks goes with it.
+
+    Both calls plan from the run's first ``EngineVenvs`` answer (``memo.first``): read after
+    the roll, the links name the profile's venv and the venv the engines ran before would
+    look like any other, so the roll's prune kept one venv too many and the next run's prune
+    before the install removed it (a change on a converged host).
     """
-    fact = memo.read(host, EngineVenvs, base=base)
+    fact = memo.first(host, EngineVenvs, base=base)
     before, after = engine_lock.prune_plan(base, fact, venv, links, upload or (), lock_text)
     gone = before if when == "install" else after
     if not gone.venvs and not gone.wheels:

@@ -243,3 +243,52 @@ def test_a_removed_engines_link_keeps_no_venv_from_the_prune():
     assert [get_command_string(x) for x in commands] == [
         f"rm -rf --one-file-system -- {a} /var/cache/kvceph/locks/venv-{'a' * 12}.txt"
     ]
+
+
+def test_the_prune_after_the_roll_plans_from_the_host_as_the_run_found_it(monkeypatch):
+    """test_14 on the Pacific lab: read after the roll, the links named the new venv, so the
+    roll's prune kept the one before the rollback target (three venvs) and the next run's
+    prune before the install removed it (a change on a converged host). Both prunes plan from
+    the run's first ``EngineVenvs`` answer; a second run removes nothing."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.context import ctx_host, ctx_state
+    from pyinfra_testing.util import get_command_string
+
+    from deploys.facts import memo
+    from deploys.facts.engine import EngineVenvs
+    from deploys.operations import engine as engine_ops
+
+    def answer(runs, *venvs):
+        return {
+            "venvs": {v: i for i, v in enumerate(venvs)},
+            "links": {LINK: runs},
+            "legacy": False,
+            "marks": dict.fromkeys(venvs, 1),
+            "locks": {},
+            "wheels": {},
+        }
+
+    def deploy(answers: list, executed: list):
+        """One run's two prunes; ``answers`` are the host's successive EngineVenvs reads, and
+        ``executed`` how many operations ran a command before each prune."""
+        inventory = Inventory((["gpu1"], {}))
+        state, gpu1 = State(inventory, Config()), inventory.get_host("gpu1")
+        monkeypatch.setattr(gpu1, "get_fact", lambda fact, **kw: answers.pop(0))
+        out = []
+        with ctx_state.use(state), ctx_host.use(gpu1):
+            memo.read(gpu1, EngineVenvs, base="/opt/kvceph/venv")  # preflight's read
+            for when, n in zip(("install", "roll"), executed, strict=True):
+                monkeypatch.setattr(memo, "_commands_executed", lambda state, n=n: n)
+                args = {"base": "/opt/kvceph/venv", "venv": VC, "links": [LINK], "when": when}
+                out.append([get_command_string(c) for c in engine_ops.pruned_venvs._inner(**args)])
+        return out
+
+    # VB runs, VA was its rollback target; the roll to VC ran commands (the re-read sees it).
+    found, rolled = answer(VB, VA, VB), answer(VC, VA, VB, VC)
+    before, after = deploy([found, found, rolled], executed=[3, 9])
+    assert before == [] and after == [
+        f"rm -rf --one-file-system -- {VA} /var/cache/kvceph/locks/venv-{'a' * 12}.txt"
+    ]
+    # The next run finds VB and VC, the engines on VC: nothing goes.
+    converged = answer(VC, VB, VC)
+    assert deploy([converged, converged, converged], executed=[0, 0]) == [[], []]
