@@ -182,6 +182,8 @@ def _tool_problems(me, fact: dict) -> list[str]:
             "driver (the engine cannot start without it)"
         ]
     out = _device_count_problems(me, len(tool["lines"]), "GPU(s)" if nvidia else "Gaudi device(s)")
+    if nvidia:
+        out += _nvidia_state_problems(me, fact.get("state"))
     row = (DRIVER_MIN if nvidia else GAUDI_DRIVER_MIN).get(me.engine.profile.vllm_minor)
     # The last CSV field of each device's line (nvidia-smi: name, memory, driver; hl-smi:
     # index, name, driver_version); hl-smi's carries a build hash ("1.24.1-3bf9e81").
@@ -220,6 +222,70 @@ def _tool_problems(me, fact: dict) -> list[str]:
                 f"{host}: the {what} already run other compute processes ({'; '.join(busy)}); "
                 f"fix: stop them ({why})"
             )
+    return out
+
+
+# Fabric states of a GPU outside an NVSwitch system (the H100 recording's "N/A"; "Not
+# Supported" where the driver knows the GPU has no fabric): nothing to wait for.
+NO_FABRIC = {None, "N/A", "Not Supported"}
+# The state lines' (section, key) -> the field they give.
+_STATE_FIELDS = {
+    ("mig", "Current"): "mig",
+    ("fabric", "State"): "fabric_state",
+    ("fabric", "Status"): "fabric_status",
+}
+
+
+def nvidia_gpu_states(lines: list[str]) -> list[dict]:
+    """Per GPU, in nvidia-smi's index order: ``{"bus": "00000000:00:06.0", "mig": "Disabled",
+    "fabric_state": "N/A", "fabric_status": "N/A"}`` (a key missing where the driver printed
+    no such line).
+
+    + lines: the fact's ``state`` lines (``facts.prerequisites.NVIDIA_STATE_KEEP``)
+    """
+    gpus: list[dict] = []
+    for line in lines:
+        section, _, rest = line.partition(" ")
+        if section == "gpu":
+            gpus.append({"bus": rest.strip()})
+            continue
+        key, _, value = rest.partition(":")
+        field = _STATE_FIELDS.get((section, key.strip()))
+        if gpus and field:
+            gpus[-1][field] = value.strip()
+    return gpus
+
+
+def _nvidia_state_problems(me, state: dict | None) -> list[str]:
+    """GPUs in MIG mode (unless ``kvceph_allow_mig``), and an NVSwitch system's GPUs whose
+    fabric manager has not finished: one line each, naming the GPU indexes. Not checked where
+    ``nvidia-smi -q`` did not answer (its failure is the tool's line) or was not read."""
+    if not state or state.get("rc") != "0":
+        return []
+    gpus, out = nvidia_gpu_states(state["lines"]), []
+    mig = [i for i, g in enumerate(gpus) if g.get("mig") == "Enabled"]
+    if mig and not me.engine.allow_mig:
+        out.append(
+            f"{me.host}: GPU {', '.join(map(str, mig))} in MIG mode (nvidia-smi -q: MIG Mode "
+            "Current Enabled), but kvceph gives each engine whole GPUs by index; fix: nvidia-smi "
+            f"-i {mig[0]} -mig 0 and reset the GPU (nvidia-smi -i {mig[0]} -r), or set "
+            "kvceph_allow_mig True where you configured the MIG instances for the engines"
+        )
+    waiting = [
+        (i, g)
+        for i, g in enumerate(gpus)
+        if g.get("fabric_state") not in NO_FABRIC
+        and (g["fabric_state"], g.get("fabric_status")) != ("Completed", "Success")
+    ]
+    if waiting:
+        seen = sorted({(g["fabric_state"], g.get("fabric_status") or "none") for _, g in waiting})
+        out.append(
+            f"{me.host}: GPU {', '.join(str(i) for i, _ in waiting)}: NVLink fabric state "
+            f"{' / '.join(f'{a}, status {b}' for a, b in seen)}, not Completed / Success (an "
+            "NVSwitch system: its GPUs reach each other only once the fabric manager registered "
+            "them, and NCCL fails or hangs before); fix: systemctl enable --now "
+            "nvidia-fabricmanager (the driver's version), then wait for state Completed"
+        )
     return out
 
 
