@@ -179,24 +179,120 @@ def is_digest_venv(base: str, path: str) -> bool:
     return bool(re.fullmatch(rf"[0-9a-f]{{{DIGEST_LEN}}}", rest))
 
 
-def to_prune(base: str, venvs: Mapping[str, float], in_use: Iterable[str], keep: int = 1):
-    """The venvs to remove after a successful roll, oldest first.
+def to_prune(
+    base: str,
+    venvs: Mapping[str, float],
+    in_use: Iterable[str],
+    owned: Iterable[str],
+    keep: int = 1,
+):
+    """The venvs to remove, oldest first.
 
     + base: ``kvceph_venv``
     + venvs: venv path -> modification time (the ``EngineVenvs`` fact)
     + in_use: the desired venv and every engine link's target (never removed)
+    + owned: the venvs kvceph made (its marker in them, or its lock record beside them)
     + keep: how many other venvs stay for a rollback, the newest first
 
-    Only ``<base>-<digest>`` venvs are candidates: the legacy ``base`` venv and anything else
-    kvceph did not name stay.
+    Only ``<base>-<digest>`` venvs kvceph made are candidates: the legacy ``base`` venv, a
+    same-named directory an operator made and anything else kvceph did not name stay.
     """
     used = {p.rstrip("/") for p in in_use}
+    mine = {p.rstrip("/") for p in owned}
     spare = sorted(
-        (p for p in venvs if is_digest_venv(base, p) and p.rstrip("/") not in used),
+        (
+            p
+            for p in venvs
+            if is_digest_venv(base, p) and p.rstrip("/") in mine and p.rstrip("/") not in used
+        ),
         key=lambda p: (venvs[p], p),
         reverse=True,
     )
     return sorted(spare[keep:], key=lambda p: (venvs[p], p))
+
+
+def owned_venvs(fact: Mapping) -> list[str]:
+    """The venvs of an ``EngineVenvs`` answer kvceph made: its marker (``paths.VENV_MARKER``)
+    in them, or (venvs made before the marker) its lock record of the same name."""
+    marks, locks = fact.get("marks", {}), fact.get("locks", {})
+    return sorted(p for p in fact.get("venvs", {}) if p in marks or Path(p).name in locks)
+
+
+@dataclass(frozen=True)
+class Prune:
+    """What one prune removes: venv paths (oldest first) and wheel file names."""
+
+    venvs: tuple[str, ...]
+    wheels: tuple[str, ...]
+
+
+def prune_plan(
+    base: str,
+    fact: Mapping,
+    venv: str,
+    links: Iterable[str],
+    upload: Iterable[str] = (),
+    lock_text: str | None = None,
+) -> tuple[Prune, Prune]:
+    """(before the install, after the roll): what kvceph removes of its own venvs and host
+    wheelhouse, from one ``EngineVenvs`` answer read before anything changed.
+
+    + base: ``kvceph_venv``
+    + fact: the ``EngineVenvs`` answer
+    + venv: the profile's venv (the current one: never removed)
+    + links: the venv links of the engines the inventory lists (a link of an engine removed
+      since keeps nothing)
+    + upload: the wheel files this run uploads (the current wheelhouse: never removed)
+    + lock_text: the profile's lock (its wheels stay)
+
+    Before the install only what no rollback needs goes: every venv but the current one, the
+    ones the engines run and the newest other. After the roll (every listed engine then runs
+    ``venv``), the one the engines ran before stays as the rollback target; where they ran
+    ``venv`` already, the newest other does. Wheels stay while a kept venv's lock names them;
+    where a kept venv has no lock record (no lock, or the venv before digests) none goes.
+    """
+    links = set(links)
+    venvs = fact.get("venvs", {})
+    running = {t.rstrip("/") for lk, t in fact.get("links", {}).items() if lk in links}
+    owned = owned_venvs(fact)
+    rolled = bool(running - {venv})
+    before = to_prune(base, venvs, [venv, *running], owned, keep=1)
+    after = to_prune(base, venvs, [venv, *running], owned, keep=0 if rolled else 1)
+    every = {p.rstrip("/") for p in venvs} | running
+    pre_kept = every - set(before)
+    post_kept = pre_kept - set(after)
+    pre_wheels = _spare_wheels(fact, venv, pre_kept, running, upload, lock_text)
+    post_wheels = _spare_wheels(fact, venv, post_kept, running, upload, lock_text)
+    return (
+        Prune(tuple(before), tuple(pre_wheels)),
+        Prune(
+            tuple(p for p in after if p not in before),
+            tuple(w for w in post_wheels if w not in pre_wheels),
+        ),
+    )
+
+
+def _spare_wheels(fact, venv, kept, running, upload, lock_text) -> list[str]:
+    """The host's wheel files that neither this run's upload nor a kept venv's lock names;
+    none where a kept venv kvceph made, or one an engine runs, has no lock record (its
+    wheels unknown). A directory kvceph did not make installed nothing from them."""
+    locks = fact.get("locks", {})
+    needed = [{n: i.version for n, i in parse(lock_text).items()}] if lock_text else []
+    for path in sorted(set(kept) - {venv}):
+        if Path(path).name in locks:
+            needed.append(locks[Path(path).name])
+        elif path in fact.get("marks", {}) or path in running:
+            return []
+    spare = []
+    for file in sorted(fact.get("wheels", {})):
+        try:
+            name, version = wheel_name(file)
+        except ValueError:
+            continue  # not a wheel: not kvceph's upload
+        if file in set(upload) or any(lock.get(name) == version for lock in needed):
+            continue
+        spare.append(file)
+    return spare
 
 
 def installed_set(packages: Mapping[str, str]) -> dict[str, str]:

@@ -35,6 +35,9 @@ UNIT_PATH = f"{UNIT_DIR}/{UNIT_NAME}"
 MP_UNIT_NAME = "lmcache-server.service"
 MP_UNIT_PATH = f"{UNIT_DIR}/{MP_UNIT_NAME}"
 WHEELHOUSE = "/var/cache/kvceph/wheelhouse"
+# In each venv kvceph makes (``kvceph-venv kib <size>``): only a venv holding it, or its lock
+# record in ENGINE_LOCK_DIR (venvs made before the marker), is pruned (deploys/engine_lock.py).
+VENV_MARKER = ".kvceph-venv"
 # The engine locks pip installs from, one per venv digest (deploys/engine_lock.py).
 ENGINE_LOCK_DIR = "/var/cache/kvceph/locks"
 # kvceph's LMCache connector: its wheel, installed into the venv from there (--no-deps).

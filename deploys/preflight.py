@@ -39,7 +39,7 @@ from deploys import (
 from deploys.facts import memo
 from deploys.facts.capacity import CephDf
 from deploys.facts.ceph import CephReachable, CephVersions
-from deploys.facts.engine import KeySeedsInUse, MemTotal, ModelConfig
+from deploys.facts.engine import EngineVenvs, KeySeedsInUse, MemTotal, ModelConfig
 from deploys.facts.model import MirroredModel
 from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
 from deploys.facts.resolver import Resolution
@@ -462,6 +462,18 @@ def _family(ips) -> str:
     return "6" if ":" in ips[0] else "4"
 
 
+def wheelhouse_sizes(directory: str | None) -> dict[str, int] | None:
+    """The controller's engine wheelhouse, file -> bytes (None when unset or empty: the
+    engine-software stage refuses an empty one).
+
+    + directory: ``kvceph_engine_wheelhouse``
+    """
+    if not directory:
+        return None
+    found = {w.name: w.stat().st_size for w in sorted(Path(directory).glob("*.whl"))}
+    return found or None
+
+
 def check_prerequisites(hosts: dict[str, settings.HostSettings], read) -> None:
     """Every host's prerequisites (deploys/prerequisites.py), one fact per role, before any
     stage: all problems of all hosts in one error, one line each.
@@ -479,8 +491,14 @@ def check_prerequisites(hosts: dict[str, settings.HostSettings], read) -> None:
                 accelerator=accelerator,
                 service_user=me.engine.service_user,
             )
+            venvs, upload = None, None
+            if me.engine.install:
+                venvs = read(name, EngineVenvs, base=me.engine.venv_base)
+                upload = wheelhouse_sizes(me.engine.wheelhouse)
             if fact is not OUTSIDE_RUN:
-                lines += prerequisites.inference_problems(me, fact)
+                lines += prerequisites.inference_problems(
+                    me, fact, None if venvs is OUTSIDE_RUN else venvs, upload
+                )
                 note = prerequisites.driver_note(me) if accelerator else None
                 if note:
                     logger.warning(note)

@@ -7,6 +7,7 @@ operation exists (so nothing is changed, ``--dry`` or not).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from deploys import engine_lock
 
@@ -38,6 +39,9 @@ GAUDI_DRIVER_MIN = {
 # wheels, plus pip's unpacking. An estimate, not a measurement (no clean install was
 # measured yet); an emulating engine (the lab engine) needs a fraction.
 VENV_FREE_GIB = {"vllm": 12, "emulating": 1}
+# A wheelhouse install: the venv takes this many bytes per wheel byte (wheels are zip files;
+# torch's and the CUDA wheels unpack to ~2-3x). An estimate: no install's sizes were measured.
+UNPACKED_PER_WHEEL_BYTE = 3
 
 
 def _version(text: str | None) -> tuple[int, ...]:
@@ -48,11 +52,15 @@ def _real_vllm(packages) -> bool:
     return any(re.split(r"[=<>!~ \[]", p, maxsplit=1)[0].lower() == "vllm" for p in packages)
 
 
-def inference_problems(me, fact: dict) -> list[str]:
+def inference_problems(
+    me, fact: dict, venvs: Mapping | None = None, upload: Mapping[str, int] | None = None
+) -> list[str]:
     """What keeps an inference host from running its engines (``[]`` when nothing).
 
     + me: the host's HostSettings
     + fact: its ``InferencePrerequisites``
+    + venvs: its ``EngineVenvs`` (what the prune before the install frees)
+    + upload: the controller's engine wheelhouse, file -> bytes (None: none)
     """
     e, host, out = me.engine, me.host, []
     py = _version(fact.get("python"))
@@ -80,15 +88,63 @@ def inference_problems(me, fact: dict) -> list[str]:
             f"{host}: python3 cannot create the venv {e.venv} (no ensurepip); fix: apt-get "
             "install python3-venv (Debian/Ubuntu), or dnf install python3 (RHEL)"
         )
-    need = VENV_FREE_GIB["vllm" if _real_vllm(e.profile.packages) else "emulating"]
-    free = fact.get("disk_free_kib")
-    if not fact.get("venv") and free is not None and free < need << 20:
-        out.append(
-            f"{host}: {free / (1 << 20):.1f} GiB free under {e.venv}, the engine's first "
-            f"install needs ~{need} GiB; fix: free space or set kvceph_venv on a larger disk"
-        )
+    disk = disk_problem(me, fact, venvs, upload)
+    if disk:
+        out.append(disk)
     out += _tool_problems(me, fact)
     return out
+
+
+def install_need_kib(me, upload: Mapping[str, int] | None, venvs: Mapping | None) -> tuple:
+    """(venv KiB, upload KiB) the next install of the profile's venv needs.
+
+    + me: the host's HostSettings
+    + upload: the controller's wheelhouse, file -> bytes (None: pip fetches from the index)
+    + venvs: the host's ``EngineVenvs`` (the wheels it holds already are not sent again)
+    """
+    if upload:
+        have = (venvs or {}).get("wheels", {})
+        sent = sum(size for name, size in upload.items() if have.get(name) != size)
+        return sum(upload.values()) * UNPACKED_PER_WHEEL_BYTE >> 10, sent >> 10
+    need = VENV_FREE_GIB["vllm" if _real_vllm(me.engine.profile.packages) else "emulating"]
+    return need << 20, 0
+
+
+def disk_problem(me, fact: dict, venvs: Mapping | None, upload: Mapping[str, int] | None):
+    """One line when the next install does not fit the free space after kvceph's prune before
+    the install (``engine_lock.prune_plan``), else None; a venv already there needs nothing.
+
+    + me: the host's HostSettings
+    + fact: its ``InferencePrerequisites`` (``disk_free_kib`` under the venv)
+    + venvs: its ``EngineVenvs`` (None: not read; the prune then frees nothing)
+    + upload: the controller's wheelhouse, file -> bytes (None: no wheelhouse)
+
+    The venv and the wheelhouse are counted on the venv's filesystem.
+    """
+    e, free = me.engine, fact.get("disk_free_kib")
+    if fact.get("venv") or free is None:
+        return None
+    venv_kib, upload_kib = install_need_kib(me, upload, venvs)
+    freed = 0
+    if venvs and e.install:
+        links = [e.venv_link(engine.unit) for engine in e.engines]
+        before, _ = engine_lock.prune_plan(
+            e.venv_base, venvs, e.venv, links, list(upload or ()), e.lock_text
+        )
+        # A venv kvceph made before the marker recorded no size: counted as freeing nothing.
+        freed = sum(venvs.get("marks", {}).get(v) or 0 for v in before.venvs)
+        freed += sum(venvs.get("wheels", {}).get(w, 0) for w in before.wheels) >> 10
+    need, after = venv_kib + upload_kib, free + freed
+    if after >= need:
+        return None
+    gib = 1 << 20
+    return (
+        f"{me.host}: {e.venv.rsplit('/', 1)[0] or '/'}: the engine's install needs "
+        f"~{need / gib:.1f} GiB (venv ~{venv_kib / gib:.1f}, wheels to upload "
+        f"{upload_kib / gib:.1f}) but {after / gib:.1f} GiB are free after kvceph's prune "
+        f"(which frees {freed / gib:.1f}); fix: free space there (kvceph keeps the venv the "
+        "engines run and one rollback venv), or set kvceph_venv on a larger disk"
+    )
 
 
 def _platform_problems(me, fact: dict) -> list[str]:
@@ -126,6 +182,8 @@ def _tool_problems(me, fact: dict) -> list[str]:
             "driver (the engine cannot start without it)"
         ]
     out = _device_count_problems(me, len(tool["lines"]), "GPU(s)" if nvidia else "Gaudi device(s)")
+    if nvidia:
+        out += _nvidia_state_problems(me, fact.get("state"))
     row = (DRIVER_MIN if nvidia else GAUDI_DRIVER_MIN).get(me.engine.profile.vllm_minor)
     # The last CSV field of each device's line (nvidia-smi: name, memory, driver; hl-smi:
     # index, name, driver_version); hl-smi's carries a build hash ("1.24.1-3bf9e81").
@@ -164,6 +222,70 @@ def _tool_problems(me, fact: dict) -> list[str]:
                 f"{host}: the {what} already run other compute processes ({'; '.join(busy)}); "
                 f"fix: stop them ({why})"
             )
+    return out
+
+
+# Fabric states of a GPU outside an NVSwitch system (the H100 recording's "N/A"; "Not
+# Supported" where the driver knows the GPU has no fabric): nothing to wait for.
+NO_FABRIC = {None, "N/A", "Not Supported"}
+# The state lines' (section, key) -> the field they give.
+_STATE_FIELDS = {
+    ("mig", "Current"): "mig",
+    ("fabric", "State"): "fabric_state",
+    ("fabric", "Status"): "fabric_status",
+}
+
+
+def nvidia_gpu_states(lines: list[str]) -> list[dict]:
+    """Per GPU, in nvidia-smi's index order: ``{"bus": "00000000:00:06.0", "mig": "Disabled",
+    "fabric_state": "N/A", "fabric_status": "N/A"}`` (a key missing where the driver printed
+    no such line).
+
+    + lines: the fact's ``state`` lines (``facts.prerequisites.NVIDIA_STATE_KEEP``)
+    """
+    gpus: list[dict] = []
+    for line in lines:
+        section, _, rest = line.partition(" ")
+        if section == "gpu":
+            gpus.append({"bus": rest.strip()})
+            continue
+        key, _, value = rest.partition(":")
+        field = _STATE_FIELDS.get((section, key.strip()))
+        if gpus and field:
+            gpus[-1][field] = value.strip()
+    return gpus
+
+
+def _nvidia_state_problems(me, state: dict | None) -> list[str]:
+    """GPUs in MIG mode (unless ``kvceph_allow_mig``), and an NVSwitch system's GPUs whose
+    fabric manager has not finished: one line each, naming the GPU indexes. Not checked where
+    ``nvidia-smi -q`` did not answer (its failure is the tool's line) or was not read."""
+    if not state or state.get("rc") != "0":
+        return []
+    gpus, out = nvidia_gpu_states(state["lines"]), []
+    mig = [i for i, g in enumerate(gpus) if g.get("mig") == "Enabled"]
+    if mig and not me.engine.allow_mig:
+        out.append(
+            f"{me.host}: GPU {', '.join(map(str, mig))} in MIG mode (nvidia-smi -q: MIG Mode "
+            "Current Enabled), but kvceph gives each engine whole GPUs by index; fix: nvidia-smi "
+            f"-i {mig[0]} -mig 0 and reset the GPU (nvidia-smi -i {mig[0]} -r), or set "
+            "kvceph_allow_mig True where you configured the MIG instances for the engines"
+        )
+    waiting = [
+        (i, g)
+        for i, g in enumerate(gpus)
+        if g.get("fabric_state") not in NO_FABRIC
+        and (g["fabric_state"], g.get("fabric_status")) != ("Completed", "Success")
+    ]
+    if waiting:
+        seen = sorted({(g["fabric_state"], g.get("fabric_status") or "none") for _, g in waiting})
+        out.append(
+            f"{me.host}: GPU {', '.join(str(i) for i, _ in waiting)}: NVLink fabric state "
+            f"{' / '.join(f'{a}, status {b}' for a, b in seen)}, not Completed / Success (an "
+            "NVSwitch system: its GPUs reach each other only once the fabric manager registered "
+            "them, and NCCL fails or hangs before); fix: systemctl enable --now "
+            "nvidia-fabricmanager (the driver's version), then wait for state Completed"
+        )
     return out
 
 

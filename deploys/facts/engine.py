@@ -8,6 +8,7 @@ import shlex
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from deploys import paths
 from deploys.facts.probe_output import ENGINE_HEADERS, last_json_line, probe_command
 from deploys.settings import cache_key
 
@@ -71,28 +72,43 @@ class EngineVersions(FactBase):
 
 class EngineVenvs(FactBase):
     """
-    The profile venvs beside ``kvceph_venv`` and the engines' venv links.
+    The profile venvs beside ``kvceph_venv``, the engines' venv links, and what the prune
+    reads: kvceph's marker in each venv, its lock records, the host wheelhouse's files.
 
     + base: ``kvceph_venv``; venvs are ``<base>-<digest>``, links ``<parent>/engines/<unit>``
 
     Returns ``{"venvs": {"/opt/kvceph/venv-3f2a9c1b7d0e": 1764800000}, "links":
-    {"/opt/kvceph/engines/vllm": "/opt/kvceph/venv-3f2a9c1b7d0e"}, "legacy": False}``: each
+    {"/opt/kvceph/engines/vllm": "/opt/kvceph/venv-3f2a9c1b7d0e"}, "legacy": False,
+    "marks": {"/opt/kvceph/venv-3f2a9c1b7d0e": 9437184}, "locks": {"venv-3f2a9c1b7d0e":
+    {"lmcache": "0.5.6"}}, "wheels": {"lmcache-0.5.6-py3-none-any.whl": 123456}}``: each
     venv's modification time (the roll touches a venv when it switches an engine to it), each
-    link's target, and whether ``base`` itself is a venv (made before venvs had digests).
+    link's target, whether ``base`` itself is a venv (made before venvs had digests), the
+    venvs holding kvceph's marker (the KiB it recorded, None when unreadable), each lock
+    record's ``name==version`` lines, and the wheelhouse's files with their bytes.
     """
 
     def default(self):
-        return {"venvs": {}, "links": {}, "legacy": False}
+        return {"venvs": {}, "links": {}, "legacy": False, "marks": {}, "locks": {}, "wheels": {}}
 
     def command(self, base: str):
         base = base.rstrip("/")
         engines = f"{base.rsplit('/', 1)[0]}/engines"
+        q = shlex.quote
         # One string: the glob must touch the quoted prefix (StringCommand joins with spaces).
         return StringCommand(
-            f"for d in {shlex.quote(base)}-*/; do "
+            f"for d in {q(base)}-*/; do "
             '[ -x "${d}bin/python" ] && stat -c \'venv %Y %n\' "${d%/}"; done; '
-            f"for l in {shlex.quote(engines)}/*; do "
-            '[ -L "$l" ] && printf \'link %s %s\\n\' "$l" "$(readlink "$l")"; done;',
+            f"for l in {q(engines)}/*; do "
+            '[ -L "$l" ] && printf \'link %s %s\\n\' "$l" "$(readlink "$l")"; done; '
+            f"for d in {q(base)}-*/; do "
+            f'[ -f "${{d}}{paths.VENV_MARKER}" ] && printf \'mark %s %s\\n\' "${{d%/}}" '
+            f'"$(tr -dc 0-9 < "${{d}}{paths.VENV_MARKER}" | head -c 15)"; done; '
+            f"for f in {q(paths.ENGINE_LOCK_DIR)}/*.txt; do "
+            '[ -f "$f" ] && n=$(basename "$f" .txt) && '
+            "sed -n 's/^\\([A-Za-z0-9][A-Za-z0-9_.-]*\\)==\\([^ \\\\]*\\).*/\\1 \\2/p' "
+            '"$f" | sed "s|^|need $n |"; done; '
+            f"for w in {q(paths.WHEELHOUSE)}/*.whl; do "
+            '[ -f "$w" ] && stat -c \'wheel %s %n\' "$w"; done;',
             "test -x",
             QuoteString(f"{base}/bin/python"),
             "&& echo legacy yes; true",
@@ -106,6 +122,12 @@ class EngineVenvs(FactBase):
                 found["venvs"][parts[2]] = int(parts[1])
             elif len(parts) == 3 and parts[0] == "link":
                 found["links"][parts[1]] = parts[2]
+            elif len(parts) in (2, 3) and parts[0] == "mark":
+                found["marks"][parts[1]] = int(parts[2]) if parts[2:] else None
+            elif len(parts) == 4 and parts[0] == "need":
+                found["locks"].setdefault(parts[1], {})[_norm(parts[2])] = parts[3]
+            elif len(parts) == 3 and parts[0] == "wheel" and parts[1].isdigit():
+                found["wheels"][parts[2].rsplit("/", 1)[-1]] = int(parts[1])
             elif parts == ["legacy", "yes"]:
                 found["legacy"] = True
         return found

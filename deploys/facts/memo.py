@@ -14,6 +14,9 @@ before. So the plan pyinfra prints and the decision it executes come from the sa
 Only facts that describe state go through here, read at an operation's start (before it
 yields). Facts that measure a moment or poll (readiness, TLS handshakes, S3 reachability)
 always go to the host.
+
+``first`` returns the run's first answer instead, for a plan that must come from one read
+before anything changed even where it runs after changes (the prune after the roll).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pyinfra.api.state import State
 # Per run (pyinfra State) -> (host name, fact, arguments) -> (commands-executed token, value).
 # Not on the host object: operations see ``pyinfra.host``, a proxy shared by every host.
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per run -> (host name, fact, arguments) -> the value of the run's first read.
+_FIRST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _commands_executed(state: State) -> int:
@@ -59,7 +64,28 @@ def read(host, fact, **kwargs):
         return copy.deepcopy(kept[1])
     value = host.get_fact(fact, **kwargs)
     memo[key] = (token, copy.deepcopy(value))
+    _FIRST.setdefault(state, {}).setdefault(key, copy.deepcopy(value))
     return value
+
+
+def first(host, fact, **kwargs):
+    """The value of this run's first read of the fact (``read`` now where there was none).
+
+    + host: the pyinfra host the fact is read on
+    + fact: the fact class
+    + kwargs: the fact's arguments
+
+    For an operation that plans from the host as the run found it although commands ran since
+    (the prune after the roll: a read then sees the roll's switched links, not what the
+    engines ran before). Returns a copy.
+    """
+    state = getattr(host, "state", None)
+    if not isinstance(state, State):
+        return host.get_fact(fact, **kwargs)
+    kept = _FIRST.get(state, {}).get(_key(host, fact, kwargs))
+    if kept is None:
+        return read(host, fact, **kwargs)
+    return copy.deepcopy(kept)
 
 
 def _key(host, fact, kwargs: dict) -> tuple:

@@ -27,16 +27,27 @@ GAUDI_AIPS = "hl-smi -Q index,name,driver_version -f csv,noheader"
 GAUDI_APPS = "hl-smi"
 TOOLS = {"nvidia": (NVIDIA_GPUS, NVIDIA_APPS), "gaudi": (GAUDI_AIPS, GAUDI_APPS)}
 TOOL_TIMEOUT = 30
+# MIG mode and the NVLink fabric per GPU: `nvidia-smi -q`'s "GPU <bus id>" headers and the
+# 8-space lines of its "MIG Mode" and "Fabric" sections (tests/fixtures/nvidia-smi/: the H100
+# recording). `-q` rather than --query-gpu's mig.mode.current / fabric.state: a driver that
+# lacks a field fails the whole query, while -q just has no such section. ~4 lines per GPU
+# come back instead of ~260.
+NVIDIA_STATE = "nvidia-smi -q"
+NVIDIA_STATE_KEEP = (
+    'awk \'/^GPU / {print "gpu " $2; next} /^    [^ ]/ {s = ""} '
+    '/^    MIG Mode *$/ {s = "mig"} /^    Fabric *$/ {s = "fabric"} '
+    's != "" && /^        (Current|State|Status) / {sub(/^ +/, ""); print s, $0}\''
+)
 
 
-def _tool_lines(query: str, tag: str) -> str:
-    """``<tag> <line>`` per output line of ``query`` (stderr included), then ``<tag>_rc N``;
-    ``<tag>_rc missing`` when the tool is not on PATH."""
+def _tool_lines(query: str, tag: str, keep: str = "cat") -> str:
+    """``<tag> <line>`` per output line of ``query`` (stderr included) that the filter
+    ``keep`` passes, then ``<tag>_rc N``; ``<tag>_rc missing`` when the tool is not on PATH."""
     tool = query.split()[0]
     return (
         f"if command -v {tool} >/dev/null 2>&1; then "
         f"out=$(timeout {TOOL_TIMEOUT} {query} 2>&1); rc=$?; "
-        f'printf "%s\\n" "$out" | sed "s/^/{tag} /"; echo "{tag}_rc $rc"; '
+        f'printf "%s\\n" "$out" | {keep} | sed "s/^/{tag} /"; echo "{tag}_rc $rc"; '
         f'else echo "{tag}_rc missing"; fi'
     )
 
@@ -53,8 +64,10 @@ class InferencePrerequisites(FactBase):
 
     Returns ``{"python": "3.11.2", "ensurepip": True, "venv": False, "disk_free_kib": 123,
     "machine": "x86_64", "glibc": "2.39",
-    "tool": {"rc": "0", "lines": [...]}, "apps": {"rc": "0", "lines": []}, "own": ["4242"]}``;
-    ``tool`` / ``apps`` None where not run; ``own``: the service user's PIDs.
+    "tool": {"rc": "0", "lines": [...]}, "apps": {"rc": "0", "lines": []}, "own": ["4242"],
+    "state": {"rc": "0", "lines": ["gpu 00000000:00:06.0", "mig Current : Disabled", ...]}}``;
+    ``tool`` / ``apps`` / ``state`` (NVIDIA only: MIG mode and NVLink fabric per GPU) None where
+    not run; ``own``: the service user's PIDs.
     """
 
     def command(self, venv: str, accelerator: str | None = None, service_user: str | None = None):
@@ -77,6 +90,8 @@ class InferencePrerequisites(FactBase):
             parts.append(_tool_lines(gpus, "tool") + ";")
         if apps:
             parts.append(_tool_lines(apps, "apps") + ";")
+        if accelerator == "nvidia":
+            parts.append(_tool_lines(NVIDIA_STATE, "state", NVIDIA_STATE_KEEP) + ";")
         if gpus and service_user:
             # ps fails for a user that does not exist yet (a fresh host): no own process.
             parts += [
@@ -90,7 +105,7 @@ class InferencePrerequisites(FactBase):
     def process(self, output):
         found: dict = {"python": None, "ensurepip": None, "venv": None, "disk_free_kib": None}
         found["machine"] = found["glibc"] = None
-        found["tool"] = found["apps"] = None
+        found["tool"] = found["apps"] = found["state"] = None
         found["own"] = []
         for line in output:
             key, _, value = line.rstrip("\n").partition(" ")
@@ -104,13 +119,13 @@ class InferencePrerequisites(FactBase):
                 found[key] = value.split()[-1] if value.split() else None
             elif key == "disk_free_kib":
                 found[key] = int(value) if value.strip().isdigit() else None
-            elif key in ("tool", "apps"):
+            elif key in ("tool", "apps", "state"):
                 found[key] = found[key] or {"rc": None, "lines": []}
                 if value.strip():
                     found[key]["lines"].append(value.strip())
             elif key == "own" and value.strip().isdigit():
                 found["own"].append(value.strip())
-            elif key in ("tool_rc", "apps_rc"):
+            elif key in ("tool_rc", "apps_rc", "state_rc"):
                 name = key[:-3]
                 found[name] = found[name] or {"rc": None, "lines": []}
                 found[name]["rc"] = value.strip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from pyinfra import host, inventory
+from pyinfra import host, inventory, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.hiddenvalue import HiddenValue
@@ -90,6 +90,22 @@ def venv_packages(
             *flags,
             *(QuoteString(f"{n}=={pins[n]}") for n in group),
         )
+    yield marker_command(venv)
+
+
+def marker_command(venv: str) -> StringCommand:
+    """Write kvceph's marker into a venv it installed, with the venv's KiB: the prune removes
+    only venvs holding it, and the disk check counts what their removal frees.
+
+    + venv: the venv directory
+    """
+    marker = f"{venv.rstrip('/')}/{paths.VENV_MARKER}"
+    return StringCommand(
+        "du -sk --one-file-system",
+        QuoteString(venv),
+        "| awk '{print \"kvceph-venv kib\", $1}' >",
+        QuoteString(marker),
+    )
 
 
 def missing_locked(lock: dict, installed: dict[str, str]) -> list[str]:
@@ -143,6 +159,7 @@ def locked_venv(
         "-r",
         QuoteString(lock_path),
     )
+    yield marker_command(venv)
 
 
 @operation(is_idempotent=True)
@@ -188,7 +205,7 @@ def engine_link(link: str, base: str, venv: str):
     A symlink rather than a per-unit drop-in: switching it is one rename, with no
     daemon-reload that would also load every other unit file this run wrote.
     """
-    fact = memo.read(host, EngineVenvs, base=base)
+    fact = memo.first(host, EngineVenvs, base=base)
     if link in fact["links"]:
         host.noop(f"{link} -> {fact['links'][link]}")
         return
@@ -197,31 +214,58 @@ def engine_link(link: str, base: str, venv: str):
 
 
 @operation()
-def pruned_venvs(base: str, venv: str, links: list[str], keep: int = 1):
+def pruned_venvs(
+    base: str,
+    venv: str,
+    links: list[str],
+    when: str = "roll",
+    upload: list[str] | None = None,
+    lock_text: str | None = None,
+):
     """
-    Remove the profile venvs no engine runs, keeping the ``keep`` newest for a rollback.
+    Remove kvceph's own venvs and host wheelhouse files that no engine and no rollback needs
+    (``engine_lock.prune_plan``).
 
     + base: ``kvceph_venv``
     + venv: the profile's venv (never removed)
     + links: the venv links of the engines the inventory lists (their targets are kept; a
       link of an engine removed since counts for nothing)
-    + keep: other venvs kept, newest first (the roll touches a venv when it switches to it)
+    + when: ``install`` (before the install: only what is beyond the rollback target) or
+      ``roll`` (after the host's roll: the venv the engines ran before stays, the rest goes)
+    + upload: the wheel files this run uploads (kept)
+    + lock_text: the profile's lock (the wheels it names are kept)
 
     Called after the host's roll: an engine whose restart failed stops the host before this.
-    Its lock file in /var/cache/kvceph/locks goes with it.
+    A venv's lock file in /var/cache/kvceph/locks goes with it.
+
+    Both calls plan from the run's first ``EngineVenvs`` answer (``memo.first``): read after
+    the roll, the links name the profile's venv and the venv the engines ran before would
+    look like any other, so the roll's prune kept one venv too many and the next run's prune
+    before the install removed it (a change on a converged host).
     """
-    fact = memo.read(host, EngineVenvs, base=base)
-    running = [target for link, target in fact["links"].items() if link in links]
-    gone = engine_lock.to_prune(base, fact["venvs"], [venv, *running], keep)
-    if not gone:
-        host.noop(f"no venv to prune beside {venv}")
+    fact = memo.first(host, EngineVenvs, base=base)
+    before, after = engine_lock.prune_plan(base, fact, venv, links, upload or (), lock_text)
+    gone = before if when == "install" else after
+    if not gone.venvs and not gone.wheels:
+        host.noop(f"nothing of kvceph's to prune beside {venv}")
         return
-    for path in gone:
+    # --dry says what goes, not only that something changes.
+    logger.info(
+        "kvceph: %s: prune (%s) removes %s",
+        host.name,
+        when,
+        ", ".join([*gone.venvs, *(f"{paths.WHEELHOUSE}/{w}" for w in gone.wheels)]),
+    )
+    for path in gone.venvs:
         name = path.rsplit("/", 1)[-1]
         yield StringCommand(
             "rm -rf --one-file-system --",
             QuoteString(path),
             QuoteString(f"{paths.ENGINE_LOCK_DIR}/{name}.txt"),
+        )
+    if gone.wheels:
+        yield StringCommand(
+            "rm -f --", *(QuoteString(f"{paths.WHEELHOUSE}/{w}") for w in gone.wheels)
         )
 
 

@@ -147,6 +147,9 @@ class EngineSettings:
     # The lock pip installs from (--require-hashes), None where nothing locks the profile.
     lock_text: str | None = None
     lock_source: str | None = None  # where the lock came from, for messages
+    # kvceph_allow_mig: GPUs in MIG mode are the operator's configuration (preflight refuses
+    # them otherwise: kvceph gives engines whole GPUs by index).
+    allow_mig: bool = False
 
     @property
     def venv_label(self) -> str:
@@ -542,6 +545,7 @@ def engine_settings(r: Reader, accelerator: str) -> EngineSettings:
     return EngineSettings(
         accelerator=accelerator,
         accelerator_check=r.bool("kvceph_accelerator_check", True),
+        allow_mig=r.bool("kvceph_allow_mig", False),
         accelerator_count=count,
         profile=profile,
         install=install,

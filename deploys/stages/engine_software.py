@@ -122,6 +122,19 @@ def wheels(directory: str, key: str = "kvceph_engine_wheelhouse") -> list[Path]:
     return found
 
 
+def prune_args(me: HostSettings) -> dict:
+    """``engine.pruned_venvs``'s arguments for the host (both calls: before the install, after
+    the roll)."""
+    e = me.engine
+    return {
+        "base": e.venv_base,
+        "venv": e.venv,
+        "links": [e.venv_link(engine.unit) for engine in e.engines],
+        "upload": [w.name for w in wheels(e.wheelhouse)] if e.wheelhouse else [],
+        "lock_text": e.lock_text,
+    }
+
+
 @deploy("Engine software")
 def apply(me: HostSettings) -> None:
     _engine_packages(me)
@@ -187,6 +200,13 @@ def _engine_packages(me: HostSettings) -> None:
         raise DeployError(error)
     _log_version(me, pins)
 
+    # Before the install, so the disk check's "free after pruning" is what pip finds: only
+    # what no rollback needs (the venv the engines run and the newest other stay).
+    engine_ops.pruned_venvs(
+        name="Prune old engine venvs and wheels (before the install)",
+        when="install",
+        **prune_args(me),
+    )
     installed = memo.read(host, EngineVersions, venv=e.venv).get("packages", {})
     if e.lock_text is not None:
         todo = engine_ops.missing_locked(engine_lock.parse(e.lock_text), installed)

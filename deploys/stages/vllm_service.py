@@ -38,6 +38,7 @@ from deploys.operations.files import sha256_text
 from deploys.probe.report import last_verdict
 from deploys.settings import HostSettings, engine_list
 from deploys.settings.engine_list import Engine
+from deploys.stages import engine_software
 
 
 def accelerator_error(me: HostSettings, fact: dict) -> str | None:
@@ -115,10 +116,7 @@ def apply(me: HostSettings, checked) -> None:
         # After the host's roll (a failed restart stops the host before this): one venv
         # besides the profile's stays for a rollback.
         engine_ops.pruned_venvs(
-            name="Prune old engine venvs",
-            base=e.venv_base,
-            venv=e.venv,
-            links=[e.venv_link(engine.unit) for engine in e.engines],
+            name="Prune old engine venvs and wheels", when="roll", **engine_software.prune_args(me)
         )
 
 

@@ -220,6 +220,9 @@ class Layout:
     # without the other is a roll between in-process and MP, either way.
     mp: tuple[str, ...] = ()
     ran_mp: tuple[str, ...] = ()
+    # Hosts holding kvceph's two older venvs (marked, the oldest first), a digest-named
+    # directory an operator made (no marker), and a wheel no venv's lock names.
+    old_venvs: tuple[str, ...] = ()
 
     @property
     def groups(self) -> dict[str, list[str]]:
@@ -714,6 +717,16 @@ def inference_responses(me: settings.HostSettings, layout: Layout) -> dict:
         if converged
         else []
     )
+    if me.host in layout.old_venvs:
+        r['-*/; do [ -x "${d}bin/python" ]'] += [
+            *(f"venv {1764000000 + i} {e.venv_base}-{c * 12}" for i, c in enumerate("e21")),
+            f"mark {e.venv_base}-{'1' * 12} 1048576",
+            f"mark {e.venv_base}-{'2' * 12} 1048576",
+            # The lock records of the running venv and the rollback one.
+            f"need {e.venv.rsplit('/', 1)[-1]} lmcache 0.5.6",
+            f"need venv-{'1' * 12} lmcache 0.5.5",
+            f"wheel 4096 {paths.WHEELHOUSE}/lmcache-0.5.4-py3-none-any.whl",
+        ]
 
     digest = render.digest(me, creds)
     aws = render.aws_dir(me)

@@ -48,7 +48,9 @@ CHECKS = {
     "Readiness check | Engine on port 8000 has its remote (S3) tier",
     # Read when they execute: after every host's install, after the host's roll.
     "Engine software | Cache group: identical engine packages",
-    "vLLM service | Prune old engine venvs",
+    # Nothing of kvceph's to remove on a fresh or a converged host.
+    "vLLM service | Prune old engine venvs and wheels",
+    "Engine software | Prune old engine venvs and wheels (before the install)",
 }
 # `_if=unit.did_change`: pyinfra lists any op with `_if` as a conditional change while
 # planning; it runs only where the unit op changes the file.

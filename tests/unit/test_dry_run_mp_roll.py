@@ -85,3 +85,22 @@ def test_the_rollback_removes_the_server_after_the_engines_rolled_and_says_so(ba
             f"kvceph: {host}: {SERVER} stays until the host's engines are back in process"
         ) in back
         assert "then it is removed" in back
+
+
+def test_the_upgrade_prunes_kvcephs_old_venvs_and_wheels_and_says_what_goes(to_mp):
+    """gpu1 runs R and holds kvceph's older venvs 1 (newer) and 2, an operator's digest-named
+    directory e, and a wheel no lock names: before the install 2 and the wheel go (1 is R's
+    rollback target), after the roll 1 too; e never (no kvceph marker)."""
+    rows, venv = _changed(to_mp), "/opt/kvceph/venv-"
+    assert (
+        f"kvceph: @fake/gpu1: prune (install) removes {venv}{'2' * 12}, "
+        "/var/cache/kvceph/wheelhouse/lmcache-0.5.4-py3-none-any.whl"
+    ) in to_mp
+    assert f"kvceph: @fake/gpu1: prune (roll) removes {venv}{'1' * 12}\n" in to_mp
+    assert f"{venv}{'e' * 12}" not in to_mp and "@fake/gpu2: prune" not in to_mp
+    before = "Engine software | Prune old engine venvs and wheels (before the install)"
+    after = "vLLM service | Prune old engine venvs and wheels"
+    assert rows[before] == rows[after] == "1 (@fake/gpu1)"
+    order = _order(to_mp)
+    assert order.index(before) < order.index("vLLM service | Rolling restart of vllm.service")
+    assert order.index("vLLM service | Rolling restart of vllm.service") < order.index(after)

@@ -80,11 +80,76 @@ def test_the_prune_keeps_what_runs_and_the_newest_other_never_the_legacy_or_fore
         f"{base}-backup": 50,  # not a digest: the operator's
         base: 10,  # the venv before digests: never
     }
-    assert engine_lock.to_prune(base, venvs, [now]) == [oldest, older]
+    mine = [now, old, older, oldest, f"{base}-backup", base]
+    assert engine_lock.to_prune(base, venvs, [now], mine) == [oldest, older]
     # An engine still linked to the oldest (its host rolled back) keeps it.
-    assert engine_lock.to_prune(base, venvs, [now, oldest]) == [older]
-    assert engine_lock.to_prune(base, venvs, [now], keep=0) == [oldest, older, old]
-    assert engine_lock.to_prune(base, {now: 1}, [now]) == []
+    assert engine_lock.to_prune(base, venvs, [now, oldest], mine) == [older]
+    assert engine_lock.to_prune(base, venvs, [now], mine, keep=0) == [oldest, older, old]
+    assert engine_lock.to_prune(base, {now: 1}, [now], mine) == []
+    # A digest-named directory without kvceph's marker or lock record: an operator's.
+    assert engine_lock.to_prune(base, venvs, [now], [now, old, older]) == [older]
+
+
+VA, VB, VC, VD = (f"/opt/kvceph/venv-{x * 12}" for x in "abcd")
+LINK = "/opt/kvceph/engines/vllm"
+
+
+def _host(runs, **venvs):
+    """An ``EngineVenvs`` answer: the engines run ``runs``; each venv -> (mtime, marked, lock)."""
+    fact = {"venvs": {}, "links": {LINK: runs}, "legacy": False, "marks": {}, "locks": {}}
+    for path, (mtime, marked, lock) in venvs.items():
+        fact["venvs"][path] = mtime
+        if marked:
+            fact["marks"][path] = 1 << 20
+        if lock is not None:
+            fact["locks"][path.rsplit("/", 1)[-1]] = lock
+    return fact
+
+
+def test_an_upgrade_keeps_the_venv_the_engines_ran_and_a_second_run_removes_nothing():
+    """VA runs, VB was its rollback target; the new profile is VC. Before the install only what
+    is older than VB goes (VD), after the roll VB too; once the engines run VC, VA stays."""
+    fact = _host(VA, **{VA: (300, True, None), VB: (200, True, None), VD: (100, True, None)})
+    before, after = engine_lock.prune_plan("/opt/kvceph/venv", fact, VC, [LINK])
+    assert before.venvs == (VD,) and after.venvs == (VB,)
+    fact = _host(VC, **{VC: (400, True, None), VA: (300, True, None)})
+    assert engine_lock.prune_plan("/opt/kvceph/venv", fact, VC, [LINK]) == (
+        engine_lock.Prune((), ()),
+        engine_lock.Prune((), ()),
+    )
+
+
+def test_only_venvs_kvceph_marked_or_recorded_are_pruned():
+    """E has neither kvceph's marker nor a lock record: an operator made it; it stays."""
+    e = "/opt/kvceph/venv-eeeeeeeeeeee"
+    fact = _host(VA, **{VA: (300, True, None), VB: (200, False, {}), e: (100, False, None)})
+    before, after = engine_lock.prune_plan("/opt/kvceph/venv", fact, VC, [LINK])
+    assert before.venvs == () and after.venvs == (VB,)
+    assert engine_lock.owned_venvs(fact) == [VA, VB]
+
+
+def test_wheels_stay_while_a_kept_venvs_lock_or_this_upload_names_them():
+    lock = {"lmcache": "0.5.6", "kvceph-lab-engine": "0.1.0"}
+    fact = _host(VA, **{VA: (300, True, lock), VB: (200, True, {"lmcache": "0.5.5"})})
+    fact["wheels"] = {
+        "lmcache-0.5.6-py3-none-any.whl": 10,  # A's (the rollback target after the roll)
+        "lmcache-0.5.5-py3-none-any.whl": 10,  # B's: goes with VB after the roll
+        "lmcache-0.5.4-py3-none-any.whl": 10,  # nobody's: goes before the install
+        "kvceph_lab_engine-0.2.0-py3-none-any.whl": 10,  # this run's upload
+        "notes.txt": 1,  # not a wheel
+    }
+    upload = ["kvceph_lab_engine-0.2.0-py3-none-any.whl"]
+    before, after = engine_lock.prune_plan("/opt/kvceph/venv", fact, VC, [LINK], upload)
+    assert before == engine_lock.Prune((), ("lmcache-0.5.4-py3-none-any.whl",))
+    assert after == engine_lock.Prune((VB,), ("lmcache-0.5.5-py3-none-any.whl",))
+
+
+def test_no_wheel_goes_where_a_kept_venv_has_no_lock_record():
+    """A venv installed without a lock (kvceph_engine_lock False): its wheels are unknown."""
+    fact = _host(VA, **{VA: (300, True, None)})
+    fact["wheels"] = {"lmcache-0.5.4-py3-none-any.whl": 10}
+    before, after = engine_lock.prune_plan("/opt/kvceph/venv", fact, VC, [LINK])
+    assert before.wheels == () and after.wheels == ()
 
 
 def test_a_group_with_different_packages_is_refused_in_one_line():
@@ -127,6 +192,9 @@ def test_the_venvs_fact_reads_venvs_links_and_the_legacy_venv():
         "venvs": {"/opt/kvceph/venv-aaaaaaaaaaaa": 1764800000},
         "links": {"/opt/kvceph/engines/vllm": "/opt/kvceph/venv-aaaaaaaaaaaa"},
         "legacy": True,
+        "marks": {},
+        "locks": {},
+        "wheels": {},
     }
 
 
@@ -162,15 +230,65 @@ def test_a_removed_engines_link_keeps_no_venv_from_the_prune():
         "venvs": {a: 1, b: 2, c: 3},
         "links": {"/opt/kvceph/engines/vllm": c, "/opt/kvceph/engines/vllm-2": a},
         "legacy": False,
+        "marks": {a: 1, b: 2, c: 3},
     }
     state = FakeState()
     host = create_host(state, facts={"engine.EngineVenvs": {"base=/opt/kvceph/venv": fact}})
     with ctx_state.use(state), ctx_host.use(host):
         commands = list(
             engine_ops.pruned_venvs._inner(
-                base="/opt/kvceph/venv", venv=c, links=["/opt/kvceph/engines/vllm"]
+                base="/opt/kvceph/venv", venv=c, links=["/opt/kvceph/engines/vllm"], when="install"
             )
         )
     assert [get_command_string(x) for x in commands] == [
         f"rm -rf --one-file-system -- {a} /var/cache/kvceph/locks/venv-{'a' * 12}.txt"
     ]
+
+
+def test_the_prune_after_the_roll_plans_from_the_host_as_the_run_found_it(monkeypatch):
+    """test_14 on the Pacific lab: read after the roll, the links named the new venv, so the
+    roll's prune kept the one before the rollback target (three venvs) and the next run's
+    prune before the install removed it (a change on a converged host). Both prunes plan from
+    the run's first ``EngineVenvs`` answer; a second run removes nothing."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.context import ctx_host, ctx_state
+    from pyinfra_testing.util import get_command_string
+
+    from deploys.facts import memo
+    from deploys.facts.engine import EngineVenvs
+    from deploys.operations import engine as engine_ops
+
+    def answer(runs, *venvs):
+        return {
+            "venvs": {v: i for i, v in enumerate(venvs)},
+            "links": {LINK: runs},
+            "legacy": False,
+            "marks": dict.fromkeys(venvs, 1),
+            "locks": {},
+            "wheels": {},
+        }
+
+    def deploy(answers: list, executed: list):
+        """One run's two prunes; ``answers`` are the host's successive EngineVenvs reads, and
+        ``executed`` how many operations ran a command before each prune."""
+        inventory = Inventory((["gpu1"], {}))
+        state, gpu1 = State(inventory, Config()), inventory.get_host("gpu1")
+        monkeypatch.setattr(gpu1, "get_fact", lambda fact, **kw: answers.pop(0))
+        out = []
+        with ctx_state.use(state), ctx_host.use(gpu1):
+            memo.read(gpu1, EngineVenvs, base="/opt/kvceph/venv")  # preflight's read
+            for when, n in zip(("install", "roll"), executed, strict=True):
+                monkeypatch.setattr(memo, "_commands_executed", lambda state, n=n: n)
+                args = {"base": "/opt/kvceph/venv", "venv": VC, "links": [LINK], "when": when}
+                out.append([get_command_string(c) for c in engine_ops.pruned_venvs._inner(**args)])
+        return out
+
+    # VB runs, VA was its rollback target; the roll to VC ran commands (the re-read sees it).
+    found, rolled = answer(VB, VA, VB), answer(VC, VA, VB, VC)
+    before, after = deploy([found, found, rolled], executed=[3, 9])
+    assert before == [] and after == [
+        f"rm -rf --one-file-system -- {VA} /var/cache/kvceph/locks/venv-{'a' * 12}.txt"
+    ]
+    # The next run finds VB and VC, the engines on VC: nothing goes.
+    converged = answer(VC, VB, VC)
+    assert deploy([converged, converged, converged], executed=[0, 0]) == [[], []]

@@ -67,8 +67,10 @@ def test_no_destructive_call_in_the_deploy_code():
     assert (REPO / "deploys" / "remote" / "s3admin.py") in sources
 
 
-# The venv prune removes only <kvceph_venv>-<12 hex> venvs kvceph made, never one an engine
-# runs (engine_lock.to_prune, tests/unit/test_engine_lock.py).
+# The venv prune removes only <kvceph_venv>-<12 hex> venvs holding kvceph's marker (or its
+# lock record), never the profile's, one an engine runs or the rollback venv, and wheels of
+# kvceph's host wheelhouse no kept venv's lock names (engine_lock.prune_plan,
+# tests/unit/test_engine_lock.py).
 # The cache trim (issue 52, docs/capacity.md) deletes only objects a cache group's own user
 # wrote under the group's prefix, oldest first, past 90 % of its share (test_s3admin.py,
 # test_cache_trim.py); it runs from its timer, never from a deploy's plan. A stale ownership

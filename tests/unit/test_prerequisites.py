@@ -75,7 +75,8 @@ def test_each_missing_piece_is_one_line_naming_host_and_fix():
         "(no ensurepip); fix: apt-get install python3-venv": fact(ensurepip=False),
         "python3 is 3.9.2, vLLM needs >= 3.10": fact(python="3.9.2"),
         "python3 is missing": fact(python=None),
-        "the engine's first install needs ~12 GiB": fact(disk_free_kib=5 << 20),
+        "the engine's install needs ~12.0 GiB (venv ~12.0, wheels to upload 0.0) but 5.0 GiB "
+        "are free after kvceph's prune (which frees 0.0)": fact(disk_free_kib=5 << 20),
         "nvidia-smi failed (exit 9: " + NO_DRIVER: fact(tool={"rc": "9", "lines": [NO_DRIVER]}),
         "nvidia-smi is not installed": fact(tool={"rc": "missing", "lines": []}),
         "NVIDIA driver 570.133.20 is older than 580.65.06, which vLLM 0.26.0's torch 2.11.0 "
@@ -401,3 +402,142 @@ def test_fewer_devices_than_tp_times_engines_are_refused():
     )
     eight = fact(tool={"rc": "0", "lines": [H200] * 8})
     assert p.inference_problems(host(kvceph_tensor_parallel_size=2), eight) == []
+
+
+def _recorded_venvs():
+    """The EngineVenvs answer recorded on a host (tests/facts/engine.EngineVenvs)."""
+    path = Path(__file__).resolve().parents[1] / "facts/engine.EngineVenvs/marked_and_locked.json"
+    return json.loads(path.read_text())["fact"]
+
+
+def test_the_disk_check_counts_venv_and_wheels_against_free_space_after_the_prune():
+    """A wheelhouse install needs its wheels (those the host lacks) and ~3x them unpacked; the
+    prune before the install frees what no rollback needs (its marker says how much)."""
+    gib = 1 << 30
+    me = host(kvceph_accelerator_check=False)
+    upload = {"vllm-0.26.0-py3-none-any.whl": 2 * gib, "lmcache-0.5.6-py3-none-any.whl": gib}
+    assert p.install_need_kib(me, upload, None) == (9 << 20, 3 << 20)
+    held = {"wheels": {"lmcache-0.5.6-py3-none-any.whl": gib}}
+    assert p.install_need_kib(me, upload, held) == (9 << 20, 2 << 20)  # not sent again
+    assert p.install_need_kib(me, None, None) == (12 << 20, 0)  # from the index: the estimate
+    (line,) = p.inference_problems(me, fact(disk_free_kib=10 << 20, tool=None), None, upload)
+    assert line == (
+        "gpu1: /opt/kvceph: the engine's install needs ~12.0 GiB (venv ~9.0, wheels to upload "
+        "3.0) but 10.0 GiB are free after kvceph's prune (which frees 0.0); fix: free space "
+        "there (kvceph keeps the venv the engines run and one rollback venv), or set "
+        "kvceph_venv on a larger disk"
+    )
+    # Three old venvs of kvceph's beside the one the engines run: the oldest two go first.
+    runs = "/opt/kvceph/venv-" + "a" * 12
+    venvs = {"venvs": {}, "marks": {}, "links": {me.engine.venv_link("vllm.service"): runs}}
+    for i, digest in enumerate("abcd"):
+        path = f"/opt/kvceph/venv-{digest * 12}"
+        venvs["venvs"][path] = 400 - i
+        venvs["marks"][path] = 1 << 20  # 1 GiB each, as the marker records
+    assert p.inference_problems(me, fact(disk_free_kib=10 << 20, tool=None), venvs, upload) == []
+    assert p.disk_problem(me, fact(disk_free_kib=9 << 20), venvs, upload)  # 9 + 2 < 12
+    # The venv is there: nothing to install.
+    assert p.disk_problem(me, fact(venv=True, disk_free_kib=0), venvs, upload) is None
+
+
+def test_the_disk_check_reads_the_recorded_venvs_fact():
+    """The recorded answer: a marked venv the engines run, one with a lock record only."""
+    me = host(kvceph_accelerator_check=False)
+    venvs = _recorded_venvs()
+    assert p.disk_problem(me, fact(disk_free_kib=12 << 20), venvs, None) is None
+    assert "which frees 0.0" in p.disk_problem(me, fact(disk_free_kib=1 << 20), venvs, None)
+
+
+# `nvidia-smi -q` on an H100 (tests/fixtures/nvidia-smi/README.md): MIG off, no NVLink fabric.
+H100_Q = (ROOT / "tests/fixtures/nvidia-smi/h100-q.txt").read_text()
+H100 = "NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04"  # its --query-gpu line, as the fact asks
+
+
+def _states(tmp_path: Path, text: str) -> dict:
+    """The fact's command on this machine with a stand-in nvidia-smi answering ``-q`` with
+    ``text`` (the recording, or it with values changed)."""
+    recorded = tmp_path / "q.txt"
+    recorded.write_text(text)
+    path = _tool(
+        tmp_path, f'case "$1" in --query-gpu*) echo "{H100}";; -q) cat {recorded};; esac\n'
+    )
+    f = InferencePrerequisites()
+    return f.process(_run(f.command(str(tmp_path / "venv"), "nvidia").get_raw_value(), path))
+
+
+def _set(text: str, section: str, key: str, value: str) -> str:
+    """The recording with one line of a section changed (no GPU here has MIG or a fabric)."""
+    head = f"    {section}\n"
+    start = text.index(head)
+    line = next(ln for ln in text[start:].splitlines() if ln.strip().startswith(key))
+    return text[:start] + text[start:].replace(line, line.split(":")[0] + ": " + value, 1)
+
+
+def _two_gpus(text: str) -> str:
+    """The recording's GPU twice (a second bus id): what an 8-GPU host's -q repeats per GPU."""
+    start, end = text.index("GPU 00000000:00:06.0"), text.index("\nindex, name")
+    gpu = text[start:end]
+    return text[:end] + "\n" + gpu.replace("00000000:00:06.0", "00000000:00:07.0") + text[end:]
+
+
+def test_the_h100_recording_reads_mig_off_and_no_fabric_and_passes(tmp_path):
+    got = _states(tmp_path, H100_Q)
+    assert got["state"]["rc"] == "0" and len(got["state"]["lines"]) == 4  # of ~260
+    assert p.nvidia_gpu_states(got["state"]["lines"]) == [
+        {
+            "bus": "00000000:00:06.0",
+            "mig": "Disabled",
+            "fabric_state": "N/A",
+            "fabric_status": "N/A",
+        }
+    ]
+    assert p.inference_problems(host(), got) == []
+
+
+def test_a_gpu_in_mig_mode_is_refused_unless_configured(tmp_path):
+    mig = _set(_two_gpus(H100_Q), "MIG Mode", "Current", "Enabled")  # the first GPU only
+    got = _states(tmp_path, mig)
+    assert [g["mig"] for g in p.nvidia_gpu_states(got["state"]["lines"])] == ["Enabled", "Disabled"]
+    (line,) = p.inference_problems(host(), got)
+    assert line == (
+        "gpu1: GPU 0 in MIG mode (nvidia-smi -q: MIG Mode Current Enabled), but kvceph gives "
+        "each engine whole GPUs by index; fix: nvidia-smi -i 0 -mig 0 and reset the GPU "
+        "(nvidia-smi -i 0 -r), or set kvceph_allow_mig True where you configured the MIG "
+        "instances for the engines"
+    )
+    assert p.inference_problems(host(kvceph_allow_mig=True), got) == []
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "ok"),
+    [
+        ("Completed", "Success", True),
+        ("In Progress", "N/A", False),  # the fabric manager still registering the GPUs
+        ("Not Started", "N/A", False),  # nvidia-fabricmanager not running
+        ("Completed", "Failure", False),
+        ("Not Supported", "N/A", True),  # the driver knows of no fabric: not NVSwitch
+    ],
+)
+def test_an_nvswitch_systems_gpus_need_the_fabric_manager_completed(tmp_path, state, status, ok):
+    text = _set(_set(_two_gpus(H100_Q), "Fabric", "State", state), "Fabric", "Status", status)
+    got = _states(tmp_path, text)
+    lines = p.inference_problems(host(), got)
+    if ok:
+        assert lines == []
+        return
+    (line,) = lines
+    assert line == (
+        f"gpu1: GPU 0: NVLink fabric state {state}, status {status}, not Completed / Success "
+        "(an NVSwitch system: its GPUs reach each other only once the fabric manager "
+        "registered them, and NCCL fails or hangs before); fix: systemctl enable --now "
+        "nvidia-fabricmanager (the driver's version), then wait for state Completed"
+    )
+
+
+def test_no_state_check_where_nvidia_smi_q_fails_or_was_not_read(tmp_path):
+    path = _tool(tmp_path, f'case "$1" in --query-gpu*) echo "{H100}";; -q) exit 9;; esac\n')
+    f = InferencePrerequisites()
+    got = f.process(_run(f.command(str(tmp_path / "venv"), "nvidia").get_raw_value(), path))
+    assert got["state"] == {"rc": "9", "lines": []}
+    assert p.inference_problems(host(), got) == []
+    assert p.inference_problems(host(), fact()) == []  # a fact without the lines

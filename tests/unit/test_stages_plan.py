@@ -153,6 +153,7 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
     assert names(calls) == [
         "engine.service_account",
         "files.directory",
+        "engine.pruned_venvs",  # before the install: what no rollback needs
         "files.directory",
         "files.put",
         "files.put",
@@ -169,6 +170,24 @@ def test_engine_software_from_wheelhouse(plan, tmp_path):
     assert install["venv"] == me.engine.venv and install["venv"].startswith("/opt/kvceph/venv-")
     assert "lmcache==0.5.6 \\\n    --hash=sha256:e3b0c442" in install["lock_text"]
     assert calls[-4][1]["content"] == install["lock_text"]
+
+
+def test_both_prunes_keep_this_runs_wheels_and_lock(plan, tmp_path):
+    """The prune before the install and the one after the roll get the same arguments: the
+    wheels this run uploads and the profile's lock stay, whatever the host held before."""
+    _wheelhouse(tmp_path)
+    me = lab_host(kvceph_engine_wheelhouse=str(tmp_path))
+    calls = plan(engine_software, me, {"EngineVersions": {"packages": {}}})
+    (before,) = (c[1] for c in calls if c[0] == "engine.pruned_venvs")
+    assert before["when"] == "install" and before["venv"] == me.engine.venv
+    assert before["upload"] == [
+        "kvceph_lab_engine-0.1.0-py3-none-any.whl",
+        "lmcache-0.5.6-cp311-cp311-manylinux_2_17_x86_64.whl",
+    ]
+    assert before["lock_text"] == me.engine.lock_text
+    assert before["links"] == [me.engine.venv_link("vllm.service")]
+    args = {k: v for k, v in before.items() if k not in ("name", "when")}
+    assert args == {k: v for k, v in engine_software.prune_args(me).items()}
 
 
 def test_the_builtin_nvidia_profile_installs_from_the_shipped_lock_via_the_index(plan):
