@@ -220,10 +220,11 @@ def test_a_router_killed_under_load_costs_the_other_routers_clients_nothing(conv
     survivor = by["ceph1"]
     assert survivor and all(r["status"] == 200 for r in survivor), survivor[:3]
     assert [r for r in survivor if not (r["done"] and r["tokens"] == 3000)] == []
-    # the killed router: exactly its two streams in flight cut, each within 2 s of the kill
+    # the killed router: exactly its two streams in flight cut, each ended within 2 s of the
+    # kill (the dead process's sockets closed: the body ends early, without [DONE])
     cut = [r for r in by["gaudi1"] if r["status"] == 200 and not r["done"]]
-    assert cut == in_flight and all(r["error"] for r in cut), cut
-    assert all(r["t1"] - killed_at < 2 for r in cut), [r["t1"] - killed_at for r in cut]
+    assert sorted(map(id, cut)) == sorted(map(id, in_flight)), cut
+    assert all(r["tokens"] < 3000 and r["t1"] - killed_at < 2 for r in cut), cut
     # then only refused connections, each at once, until it was back; the rest complete
     refused = [r for r in by["gaudi1"] if r["status"] is None and r not in cut]
     assert all(r["error"] and r["t1"] - r["t0"] < 1 for r in refused), refused[:3]
