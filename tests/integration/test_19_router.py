@@ -192,7 +192,7 @@ def test_a_router_killed_under_load_costs_the_other_routers_clients_nothing(conv
     # 3000 tokens at the lab engine's 1 ms each: a 3 s stream, long enough for the kill's ssh
     with StreamLoad(clients, max_tokens=3000) as load:
         deadline = time.monotonic() + 20
-        while not all(0 < load.current.get(n, {}).get("tokens", 0) < 1000 for n in killed):
+        while not all(0 < load.current.get(n, {}).get("tokens", 0) < 1500 for n in killed):
             assert time.monotonic() < deadline, "gaudi1's clients never both mid-stream"
             time.sleep(0.02)
         in_flight = [load.current[n] for n in killed]
