@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 import urllib.error
 import urllib.request
 
@@ -42,13 +41,11 @@ def stream(
     headers: dict | None = None,
     timeout: float = 60,
 ) -> dict:
-    """A streamed completion into out: status, Retry-After, tokens received, [DONE] seen, error,
-    and when it began and ended (``time.monotonic()``: ``t0``, ``t1``).
+    """A streamed completion into out: status, Retry-After, tokens received, [DONE] seen, error.
 
     + body: the request (JSON-able or bytes). + headers: more request headers.
     """
     out.update(status=None, retry_after=None, tokens=0, done=False, error=None)
-    out.update(t0=time.monotonic(), t1=None)
     try:
         with urllib.request.urlopen(_request(url, body, key, headers), timeout=timeout) as r:
             out["status"] = r.status
@@ -64,5 +61,4 @@ def stream(
         # refused (the server is down), or cut: a server gone mid-stream ends the chunked body
         # early (IncompleteRead, an HTTPException), which must be a record, not a dead client
         out["error"] = f"{type(exc).__name__}: {exc}"
-    out["t1"] = time.monotonic()
     return out

@@ -151,8 +151,9 @@ class StreamLoad:
              "max_tokens": self.max_tokens, "temperature": 0}
         ).encode()  # fmt: skip
         while not self._stop.is_set():
-            rec = self.current[name] = {"engine": name}
+            rec = self.current[name] = {"engine": name, "t0": time.monotonic()}
             stream(f"http://{ip}:{port}/v1/completions", body, rec, headers=auth_headers())
+            rec["t1"] = time.monotonic()
             self.records.append(rec)
             if rec["status"] != 200:
                 time.sleep(0.2)  # a client backing off; the engine is draining or down
