@@ -150,5 +150,9 @@ if not os.environ.get("KVCEPH_LAB_HOSTS"):
 # (tests/integration/test_06_security.py). The benchmark lab keeps kvceph's defaults.
 if not os.environ.get("KVCEPH_LAB_HOSTS"):
     kvceph_vllm_bind = "::"
-    # ceph1 runs the router (inventories/lab.py), whose health checks carry no key.
-    kvceph_vllm_open_networks = [f"10.213.{7 + _INSTANCE}.1/32", f"{_CEPH1}/32"]
+    # ceph1 and gaudi1 run the routers (inventories/lab.py), whose health checks carry no key.
+    kvceph_vllm_open_networks = [
+        f"10.213.{7 + _INSTANCE}.1/32",
+        f"{_CEPH1}/32",
+        f"10.213.{7 + _INSTANCE}.31/32",
+    ]

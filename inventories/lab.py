@@ -47,9 +47,10 @@ rgw = [_host("ceph1", f"{_NET}.11")]
 if group_data.lab_ceph(LAB) == "cephadm" and not os.environ.get("KVCEPH_LAB_HOSTS"):
     rgw.append(_host("rgw2", f"{_NET}.12"))
 gpu = [_host("gpu1", f"{_NET}.21", **_GPU), _host("gpu2", f"{_NET}.22", **_GPU)]
-# The cache-aware router (docs/router.md) on ceph1: no engine restart ever stops it, and the lab
-# has no host to spare.
-router = [_host("ceph1", f"{_NET}.11")]
+# The cache-aware router (docs/router.md), one instance per router host: ceph1 and gaudi1 (an
+# engine host: its engine's restarts leave its router running; the lab has no host to spare).
+# Clients list both (tests/integration/test_19_router.py kills one under load).
+router = [_host("ceph1", f"{_NET}.11"), _host("gaudi1", f"{_NET}.31")]
 # KVCEPH_LAB_ENGINES=a,b: gpu1 runs engines engine-a, engine-b, ... (tests/integration/
 # test_10_engines.py), each on its own two emulated devices (TP 2) and port: engine-a on 0,1 at
 # 8000, engine-b on 2,3 at 8001, ... (by letter, so removing one leaves the others as they are).
@@ -87,6 +88,7 @@ if os.environ.get("KVCEPH_LAB_HOSTS"):
     _n = int(os.environ["KVCEPH_LAB_HOSTS"])
     gpu = [_host(f"gpu{i}", f"{_NET}.{20 + i}", **_GPU) for i in range(1, _n + 1)]
     gaudi = []
+    router = router[:1]
 
 # A bad key in a group_data file (a typo, a secret) stops here, at its file and line, before
 # pyinfra connects to any host (deploys/settings/group_data_keys.py).

@@ -5,6 +5,7 @@ On every test's import path (pyproject's pytest ``pythonpath``): unit, lab and v
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -56,6 +57,8 @@ def stream(
     except urllib.error.HTTPError as exc:
         out["status"], out["retry_after"] = exc.code, exc.headers.get("Retry-After")
         exc.read()
-    except OSError as exc:
-        out["error"] = f"{type(exc).__name__}: {exc}"  # refused (engine down) or cut
+    except (OSError, http.client.HTTPException) as exc:
+        # refused (the server is down), or cut: a server gone mid-stream ends the chunked body
+        # early (IncompleteRead, an HTTPException), which must be a record, not a dead client
+        out["error"] = f"{type(exc).__name__}: {exc}"
     return out

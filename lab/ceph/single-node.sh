@@ -89,7 +89,6 @@ osd_pool_default_size = 1
 osd_pool_default_min_size = 1
 osd_pool_default_pg_num = 8
 osd_pool_default_pgp_num = 8
-osd_pool_default_pg_autoscale_mode = off
 mon_allow_pool_size_one = true
 mon_allow_pool_delete = true
 mon_max_pg_per_osd = 5000

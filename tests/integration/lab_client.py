@@ -116,7 +116,8 @@ class StreamLoad:
 
     Each record: ``status`` (HTTP status, None when no answer came), ``retry_after``,
     ``tokens`` received, ``done`` ([DONE] came), ``error`` (a connection error, before or
-    during the answer) and the engine's name.
+    during the answer), ``t0``/``t1`` (its start and end, ``time.monotonic()``) and the
+    engine's name; ``current[name]`` is the request in flight (filled as it streams).
     """
 
     def __init__(self, engines: dict[str, tuple[str, int]], max_tokens: int = 150):
@@ -124,6 +125,7 @@ class StreamLoad:
 
         self.engines, self.max_tokens = engines, max_tokens
         self.records: list[dict] = []
+        self.current: dict[str, dict] = {}
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._run, args=(name,), daemon=True) for name in engines
@@ -149,8 +151,9 @@ class StreamLoad:
              "max_tokens": self.max_tokens, "temperature": 0}
         ).encode()  # fmt: skip
         while not self._stop.is_set():
-            rec = {"engine": name}
+            rec = self.current[name] = {"engine": name, "t0": time.monotonic()}
             stream(f"http://{ip}:{port}/v1/completions", body, rec, headers=auth_headers())
+            rec["t1"] = time.monotonic()
             self.records.append(rec)
             if rec["status"] != 200:
                 time.sleep(0.2)  # a client backing off; the engine is draining or down

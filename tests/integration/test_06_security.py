@@ -81,10 +81,11 @@ def test_dual_stack_engines_open_health_and_metrics_to_the_ipv4_open_networks_on
         assert status(ip, "GET", "/metrics") == 200, host
         assert status(ip, "GET", "/health") == 200, host
         assert status(ip, "GET", "/v1/models") == 401, host
-    # gaudi1 is outside the open networks (ceph1 is in them: it runs the router, whose health
-    # checks carry no key): it needs the key for both, on every engine (its own by address too).
+    # gpu2 is outside the open networks (ceph1 and gaudi1 are in them: they run the routers,
+    # whose health checks carry no key): it needs the key for both, on every engine (its own by
+    # address too).
     urls = [f"{HOSTS[h]}:8000/{p}" for h in INFERENCE for p in ("health", "metrics")]
-    assert ssh("gaudi1", _codes(urls)).stdout.split() == ["401"] * len(urls)
+    assert ssh("gpu2", _codes(urls)).stdout.split() == ["401"] * len(urls)
 
 
 def _engine_pids(host: str) -> list[str]:

@@ -138,6 +138,15 @@ def test_every_field_is_present_and_true(first):
         assert r["hit_ratio"] == (
             r["external_hits"] / r["external_queries"] if r["external_queries"] else None
         )
+    # both router hosts' routes (inventories/lab.py), each with every engine in its pool
+    routers = {r["host"]: r for r in doc["routers"]}
+    assert sorted(routers) == ["ceph1", "gaudi1"], doc["routers"]
+    for h, r in routers.items():
+        assert (r["port"], r["readiness"], r["error"], r["missing"]) == (8100, 200, None, []), r
+        assert sorted(w["engine"] for w in r["workers"] if w["healthy"]) == sorted(
+            f"{e}/vllm" for e in INFERENCE
+        ), (h, r)
+        assert f"ROUTER {h}:8100 Qwen/Qwen3-32B: ready, 3/3 engines in the pool" in run.output
     c = doc["cluster"]
     assert (c["objects"], c["bytes"]) == bucket_listing()
     assert c["quota_bytes"] == 4 << 30 and c["quota_source"] == "user quota"
