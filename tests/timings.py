@@ -32,6 +32,7 @@ _RUNNING = {"module": ""}
 
 
 def _module(nodeid: str) -> str:
+    """The module part of a test's node id (its file path)."""
     return nodeid.split("::", 1)[0]
 
 
@@ -87,6 +88,7 @@ def pytest_fixture_post_finalizer(fixturedef: pytest.FixtureDef) -> None:
 
 
 def _row(name: str, *seconds: float) -> str:
+    """One table line: the seconds' sum, each of them, then the name."""
     return f"{sum(seconds):8.1f} " + " ".join(f"{s:8.1f}" for s in seconds) + f"  {name}"
 
 
