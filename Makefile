@@ -36,7 +36,7 @@ STEP := lab/step.sh
 .PHONY: help deps venv lmcache-venv connector-venv connector-unit lint unit integration test lab lab-up \
         lab-down lab-purge deploy verify probe status bench dry clean rotate-add rotate-retire images wheelhouse \
         locks \
-        _integration _test _cephadm-lab-free test-down _lab _lab-up _lab-secrets _bench
+        _integration _test _labs-free test-down _lab _lab-up _lab-secrets _bench
 
 # A lab instance belongs to one run at a time (lab/claim.py): the top-level command holds the
 # instance's claim while it runs, what it starts (sub-makes, pytest, lab.sh) passes; a second
@@ -52,8 +52,8 @@ help:
 	@echo "make lab       bring up the local lab, deploy, verify (README quick start)"
 	@echo "make lab-down  stop the lab, remove its hosts (keeps images, wheelhouse, keys, secrets)"
 	@echo "make lab-purge lab-down, then remove the rest of the instance's state dir too"
-	@echo "make test      lint + unit tests + integration tests on two labs at once (what CI runs)"
-	@echo "make test-down both labs of make test down (instance N and CEPHADM_LAB_INSTANCE, N+1)"
+	@echo "make test      lint + unit tests + integration tests on three labs at once (what CI runs)"
+	@echo "make test-down the three labs of make test down (N, CEPHADM_LAB_INSTANCE, PACIFIC2_LAB_INSTANCE)"
 	@echo "make unit      offline unit tests only"
 	@echo "make dry       plan the lab deploy with pyinfra --dry"
 	@echo "make locks     recompile the shipped engine locks (locks/*.txt) from the built-in profiles"
@@ -134,68 +134,94 @@ integration:
 _integration: venv deps
 	$(BIN)/pytest -q -x tests/integration
 
-# The slowest steps (setup, call, teardown) of each session, so CI's output says where its
-# minutes go.
-DURATIONS := --durations=40 --durations-min=5
+# The slowest steps (setup, call, teardown) of each session, then every module's and every
+# wider fixture's seconds (tests/timings.py), so CI's output says where its minutes go.
+DURATIONS := --durations=80 --durations-min=5 -p timings
 # Integration tests by lab (lab/README.md "Which lab"): the deploy chain, verification, node
 # replacement, the RGW stage, the quota and the bucket policies (status.py with them) run on the
 # cephadm lab (Ceph 20.2.4; a fresh machine builds its images first, ~8 min); the rest keeps the
-# faster Pacific lab. Two pytest sessions, two labs.
+# faster Pacific lab, split over two sessions on two Pacific labs by their measured minutes
+# (bench/README.md "CI runs": ~22 min each). PACIFIC2_TESTS is the named half; a new module
+# goes to PACIFIC_TESTS. test_ceph_local and test_s3_local share one local cluster on fixed
+# ports (tests/integration/conftest.py local_ceph): they stay in one session.
 CEPHADM_TESTS := $(addprefix tests/integration/,test_01_lab_deploy.py test_02_verify.py \
                  test_03_node_replacement.py test_11_cephadm_rgw.py test_15_rgw_ha.py \
                  test_18_capacity.py test_20_privilege.py)
-PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS),$(sort $(wildcard tests/integration/test_*.py)))
-# `make test` runs three pytest sessions side by side: the unit tests (no lab), the Pacific
-# one on KVCEPH_LAB_INSTANCE (default 0), the cephadm one on the next instance (99: 98). Both
-# labs are claimed for the run (lab/claim.py); `make test-down` brings both down.
-CEPHADM_LAB_INSTANCE ?= $(shell n=$(or $(KVCEPH_LAB_INSTANCE),0); echo $$((n < 99 ? n + 1 : n - 1)))
+PACIFIC2_TESTS := $(addprefix tests/integration/,test_05_key_rotation.py \
+                  test_06_lmcache_limits.py test_07_tls.py test_10_engines.py test_14_drain.py \
+                  test_19_router.py test_21_mp.py)
+PACIFIC_TESTS := $(filter-out $(CEPHADM_TESTS) $(PACIFIC2_TESTS),$(sort $(wildcard tests/integration/test_*.py)))
+# `make test` runs four pytest sessions side by side: the unit tests (no lab), the Pacific one
+# on KVCEPH_LAB_INSTANCE (N, default 0), the cephadm one on the next instance (99: 98) and the
+# second Pacific one on the one after (N+2; 98: 96, 99: 97). All three labs are claimed for the
+# run (lab/claim.py); `make test-down` brings all three down.
+_N := $(or $(KVCEPH_LAB_INSTANCE),0)
+CEPHADM_LAB_INSTANCE ?= $(shell n=$(_N); echo $$((n < 99 ? n + 1 : n - 1)))
+PACIFIC2_LAB_INSTANCE ?= $(shell n=$(_N); echo $$((n < 98 ? n + 2 : n - 2)))
 CEPHADM_LAB_DIR ?= /var/lib/kvceph-lab$(filter-out 0,$(CEPHADM_LAB_INSTANCE))
-CEPHADM_ENV = KVCEPH_LAB_INSTANCE=$(CEPHADM_LAB_INSTANCE) KVCEPH_LAB_DIR=$(CEPHADM_LAB_DIR) \
-              KVCEPH_SECRETS_FILE=$(CEPHADM_LAB_DIR)/secrets.env KVCEPH_LAB_CEPH=cephadm
+PACIFIC2_LAB_DIR ?= /var/lib/kvceph-lab$(filter-out 0,$(PACIFIC2_LAB_INSTANCE))
+# lab_env INSTANCE,DIR,CEPH: the variables that point a command at another lab instance.
+lab_env = KVCEPH_LAB_INSTANCE=$(1) KVCEPH_LAB_DIR=$(2) KVCEPH_SECRETS_FILE=$(2)/secrets.env \
+          KVCEPH_LAB_CEPH=$(3)
+CEPHADM_ENV = $(call lab_env,$(CEPHADM_LAB_INSTANCE),$(CEPHADM_LAB_DIR),cephadm)
+PACIFIC2_ENV = $(call lab_env,$(PACIFIC2_LAB_INSTANCE),$(PACIFIC2_LAB_DIR),pacific)
 # Each session's whole output, printed when it ends (lab/sessions.sh); kept in its lab's dir.
-# No pytest cache: three sessions at once would write the same .pytest_cache.
+# No pytest cache: four sessions at once would write the same .pytest_cache.
 SESSION_ARGS := -q -p no:cacheprovider $(DURATIONS)
 UNIT_LOG := $(KVCEPH_LAB_DIR)/test-unit.log
 PACIFIC_LOG := $(KVCEPH_LAB_DIR)/test-pacific.log
 CEPHADM_LOG := $(CEPHADM_LAB_DIR)/test-cephadm.log
+PACIFIC2_LOG := $(PACIFIC2_LAB_DIR)/test-pacific2.log
 
 test:
-	@$(CEPHADM_FREE)$(CLAIM) _test
-# Installs at once what does not wait on another (apt, the venvs, the Pacific lab's images and
-# wheelhouse; the images need apt's mmdebstrap), then the three sessions side by side: on 2
+	@$(LABS_FREE)$(CLAIM) _test
+# Installs at once what the lab sessions wait on (apt, the venv, the Pacific lab's images and
+# wheelhouse; the images need apt's mmdebstrap), then the four sessions side by side: on 2
 # cores the labs' sessions mostly wait (boots, bootstrap, orchestrator polls, restarts) while
-# another computes. The cephadm lab builds its own images inside its session (~3.5 min on a fresh
-# machine), off the longer Pacific session's path; its base image and wheelhouse are hard links
-# to the Pacific lab's (a rebuild replaces those files, never edits them).
-_test: _cephadm-lab-free
-	@KVCEPH_LAB_CEPH=pacific $(MAKE) --no-print-directory -j4 lint deps lmcache-venv connector-venv \
-	  images wheelhouse
-	@$(MAKE) --no-print-directory connector-unit
-	@src=$(KVCEPH_LAB_DIR) dst=$(CEPHADM_LAB_DIR); mkdir -p $$dst/image && \
-	if ! cmp -s $$src/image/base.stamp $$dst/image/base.stamp; then \
-	  rm -rf $$dst/image/base $$dst/image/base.stamp && cp -al $$src/image/base $$dst/image/ && \
-	  cp -a $$src/image/base.stamp $$dst/image/; fi && \
-	if [ $$src/wheelhouse/.built -nt $$dst/wheelhouse/.built ]; then \
-	  rm -rf $$dst/wheelhouse && cp -al $$src/wheelhouse $$dst/; fi
+# another computes. What only the unit tests need (the LMCache and connector venvs, the
+# connector's own tests: ~2-4 min on a fresh clone) is built inside the unit session, off the
+# labs' path. The cephadm lab builds its own images inside its session (~3.5 min on a fresh
+# machine), off the longer sessions' path. The other labs' base image (and the second Pacific
+# lab's ceph layer) and wheelhouse are hard links to the Pacific lab's just-built ones (a
+# rebuild replaces those files, never edits them).
+_test: _labs-free
+	@KVCEPH_LAB_CEPH=pacific $(MAKE) --no-print-directory -j4 lint deps venv images wheelhouse
+	@$(call link_lab,$(CEPHADM_LAB_DIR),base) && $(call link_lab,$(PACIFIC2_LAB_DIR),base ceph)
 	@lab/sessions.sh \
-	  unit $(UNIT_LOG) "MAKEFLAGS= KVCEPH_LAB_CEPH=pacific exec $(BIN)/pytest $(SESSION_ARGS) $(UNIT_TESTS)" \
+	  unit $(UNIT_LOG) "MAKEFLAGS= KVCEPH_LAB_CEPH=pacific $(MAKE) --no-print-directory \
+	    lmcache-venv connector-unit && exec $(BIN)/pytest $(SESSION_ARGS) $(UNIT_TESTS)" \
 	  pacific $(PACIFIC_LOG) "MAKEFLAGS= KVCEPH_LAB_CEPH=pacific exec $(BIN)/pytest $(SESSION_ARGS) \
 	    $(PACIFIC_TESTS)" \
 	  cephadm $(CEPHADM_LOG) "MAKEFLAGS= $(CEPHADM_ENV) exec $(PY) lab/claim.py run 'make test (cephadm session)' \
-	    -- $(BIN)/pytest $(SESSION_ARGS) $(CEPHADM_TESTS)"
+	    -- $(BIN)/pytest $(SESSION_ARGS) $(CEPHADM_TESTS)" \
+	  $(if $(strip $(PACIFIC2_TESTS)),pacific2 $(PACIFIC2_LOG) "MAKEFLAGS= $(PACIFIC2_ENV) exec $(PY) \
+	    lab/claim.py run 'make test (pacific2 session)' -- $(BIN)/pytest $(SESSION_ARGS) $(PACIFIC2_TESTS)")
 
-# The cephadm session's instance must be free before the install starts, not 5 min into it.
-_CEPHADM_BUSY = [lab] ERROR: lab instance $(CEPHADM_LAB_INSTANCE) ($(CEPHADM_LAB_DIR)), where \
-  `make test` runs its cephadm session, is in use by $(_claim); pick another with \
-  CEPHADM_LAB_INSTANCE=M, or end that run and `KVCEPH_LAB_INSTANCE=$(CEPHADM_LAB_INSTANCE) make lab-down`
-CEPHADM_FREE = $(eval _claim := $(shell $(CEPHADM_ENV) $(PY) lab/claim.py show))$(if \
-  $(findstring : live,$(_claim)),$(error $(_CEPHADM_BUSY)))
-_cephadm-lab-free:
-	@$(CEPHADM_FREE)true
+# link_lab DIR,LAYERS: the Pacific lab's image LAYERS and wheelhouse into another instance's DIR
+# as hard links, where its copies are older (read-only overlay lower layers: a rebuild replaces
+# the files, never edits them).
+link_lab = src=$(KVCEPH_LAB_DIR) dst=$(1); mkdir -p $$dst/image && \
+  for layer in $(2); do cmp -s $$src/image/$$layer.stamp $$dst/image/$$layer.stamp || { \
+    rm -rf $$dst/image/$$layer $$dst/image/$$layer.stamp && cp -al $$src/image/$$layer $$dst/image/ && \
+    cp -a $$src/image/$$layer.stamp $$dst/image/; } || exit 1; done && \
+  if [ $$src/wheelhouse/.built -nt $$dst/wheelhouse/.built ]; then \
+    rm -rf $$dst/wheelhouse && cp -al $$src/wheelhouse $$dst/; fi
 
-# Both labs of `make test` down (what .ci/run does on exit); `make lab-down` is one instance's.
+# The other sessions' instances must be free before the install starts, not 5 min into it.
+# lab_free INSTANCE,DIR,SESSION,VARIABLE: make's own error naming the run that holds it.
+_LAB_BUSY = [lab] ERROR: lab instance $(1) ($(2)), where `make test` runs its $(3) session, is in \
+  use by $(4); pick another with $(5)=M, or end that run and `KVCEPH_LAB_INSTANCE=$(1) make lab-down`
+lab_free = $(eval _claim := $(shell KVCEPH_LAB_INSTANCE=$(1) KVCEPH_LAB_DIR=$(2) $(PY) lab/claim.py \
+  show))$(if $(findstring : live,$(_claim)),$(error $(call _LAB_BUSY,$(1),$(2),$(3),$(_claim),$(4))))
+LABS_FREE = $(call lab_free,$(CEPHADM_LAB_INSTANCE),$(CEPHADM_LAB_DIR),cephadm,CEPHADM_LAB_INSTANCE)$(call \
+  lab_free,$(PACIFIC2_LAB_INSTANCE),$(PACIFIC2_LAB_DIR),pacific2,PACIFIC2_LAB_INSTANCE)
+_labs-free:
+	@$(LABS_FREE)true
+
+# Every lab of `make test` down (what .ci/run does on exit); `make lab-down` is one instance's.
 test-down:
-	lab/lab.sh down; rc=$$?; $(CEPHADM_ENV) lab/lab.sh down && exit $$rc
+	lab/lab.sh down; rc=$$?; $(CEPHADM_ENV) lab/lab.sh down || rc=$$?; \
+	  $(PACIFIC2_ENV) lab/lab.sh down || rc=$$?; exit $$rc
 
 # The cephadm lab unless KVCEPH_LAB_CEPH=pacific is set.
 lab:

@@ -26,9 +26,12 @@ _spec.loader.exec_module(claim)
 
 @pytest.fixture
 def env(tmp_path):
-    """An environment for instance 4 with its state dir under tmp_path, outside any claim."""
-    e = {k: v for k, v in os.environ.items() if k != "KVCEPH_LAB_CLAIM"}
+    """An environment for instance 4 with its state dir under tmp_path, outside any claim;
+    `make test`'s other two instances' dirs there too (never a real lab's claim)."""
+    drop = {"KVCEPH_LAB_CLAIM", "CEPHADM_LAB_INSTANCE", "PACIFIC2_LAB_INSTANCE"}
+    e = {k: v for k, v in os.environ.items() if k not in drop}
     e.update(KVCEPH_LAB_INSTANCE="4", KVCEPH_LAB_DIR=str(tmp_path / "lab"))
+    e.update(CEPHADM_LAB_DIR=str(tmp_path / "lab5"), PACIFIC2_LAB_DIR=str(tmp_path / "lab6"))
     return e
 
 
