@@ -14,6 +14,11 @@ before. So the plan pyinfra prints and the decision it executes come from the sa
 Only facts that describe state go through here, read at an operation's start (before it
 yields). Facts that measure a moment or poll (readiness, TLS handshakes, S3 reachability)
 always go to the host.
+
+"Has any operation executed a command" is read from pyinfra's run state (``State.ops``, each
+op's ``operation_meta.executed``): pyinfra has no public counter of it, and its callbacks fire
+before the op's commands are recorded. So pyinfra is pinned exactly (pyproject.toml), and
+tests/unit/test_pyinfra_pin.py fails when any of ``RELIES_ON`` differs from the code read here.
 """
 
 from __future__ import annotations
@@ -26,6 +31,16 @@ from pyinfra.api.state import State
 # Per run (pyinfra State) -> (host name, fact, arguments) -> (commands-executed token, value).
 # Not on the host object: operations see ``pyinfra.host``, a proxy shared by every host.
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# pyinfra code this module assumes: the run state's ops table, an op's meta, its "executed",
+# where the op runner completes it, and a fact read that keeps no cache of its own.
+RELIES_ON = (
+    "pyinfra.api.state:State.init",
+    "pyinfra.api.state:StateOperationHostData",
+    "pyinfra.api.operation:OperationMeta.set_complete",
+    "pyinfra.api.operation:OperationMeta.executed",
+    "pyinfra.api.operations:_run_host_op",
+    "pyinfra.api.facts:_get_fact",
+)
 
 
 def _commands_executed(state: State) -> int:
