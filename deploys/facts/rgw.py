@@ -124,6 +124,27 @@ class _RadosgwJson(FactBase):
         return _json(output)
 
 
+class _RadosgwStatus(FactBase):
+    """A status read the radosgw-admin runner answers with an object, read leniently: None for
+    null (the subject is not there), another JSON value or no JSON; ``summary`` reads the rest."""
+
+    requires_command = "radosgw-admin"
+
+    def process(self, output):
+        try:
+            data = json.loads("\n".join(output))
+        except ValueError:
+            return None
+        return self.summary(data) if isinstance(data, dict) else None
+
+    def summary(self, data: dict):
+        """The fact's value from the runner's object.
+
+        + data: the runner's JSON object
+        """
+        raise NotImplementedError
+
+
 class RgwUser(_RadosgwJson):
     """
     An RGW user (``radosgw-admin user info``), or None if it does not exist.
