@@ -258,6 +258,32 @@ def s3_rule(raw: dict) -> dict:
     return rule
 
 
+class BucketPolicy(FactBase):
+    """
+    A bucket's policy document (parsed), read with its owner's keys on the Ceph admin host
+    (s3admin.py ``get-read-policy``); None when the bucket, its policy or the owner's key file
+    is not there yet (a first run, a migration). The KV bucket's and the model mirror's.
+
+    + bucket: the bucket
+    + admin_script: s3admin.py on the host
+    + config: the owner's private INI
+    """
+
+    def command(self, bucket: str, admin_script: str, config: str):
+        return StringCommand(
+            "if test -f", QuoteString(config), "; then python3", QuoteString(admin_script),
+            "--config", QuoteString(config), "get-read-policy", QuoteString(bucket),
+            "; else echo null; fi",
+        )  # fmt: skip
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        return json.loads("\n".join(output) or "null")
+
+
 class RgwLifecycle(FactBase):
     """
     A bucket's lifecycle rules in S3 API shape (translated from ``radosgw-admin lc get``).
