@@ -35,6 +35,14 @@ def ceph(
     return StringCommand(*parts)
 
 
+def command_timeout(ceph_settings) -> int:
+    """Seconds for one radosgw-admin or admin-helper call on the Ceph admin host.
+
+    + ceph_settings: the host's Ceph settings (None: a host without them, the default)
+    """
+    return ceph_settings.command_timeout if ceph_settings else DEFAULT_COMMAND_TIMEOUT
+
+
 def timeouts(ceph_settings) -> dict[str, int]:
     """The timeout keyword arguments every kvceph Ceph fact and operation takes."""
     return {

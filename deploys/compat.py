@@ -7,6 +7,11 @@ A host lost while pyinfra opens its SFTP channel surfaces as pyinfra's own ``Con
 ("Unable to establish SFTP connection", from paramiko's "EOF during negotiation"), which the
 operation runner does not catch either: the run aborted that way in CI (2026-12-03). The SSH
 connector is wrapped so that both read as the ``SSHException`` pyinfra already handles.
+
+This patches pyinfra's SSH connector: pyinfra has no API to map a connector's exceptions (no
+connector hook, no setting), and the upstream report is open (pyinfra-dev/pyinfra#1220). So
+pyinfra is pinned exactly (pyproject.toml), and tests/unit/test_pyinfra_pin.py fails when any
+of ``RELIES_ON`` differs from what this work-around was written against.
 """
 
 from __future__ import annotations
@@ -18,6 +23,13 @@ from pyinfra.api.exceptions import ConnectError
 from pyinfra.connectors.ssh import SSHConnector
 
 _WRAPPED = ("run_shell_command", "put_file", "get_file")
+# pyinfra code whose behaviour the wrapper assumes: the wrapped methods, the SFTP connect that
+# raises ConnectError, and the operation runner that fails one host on an SSHException.
+RELIES_ON = (
+    *(f"pyinfra.connectors.ssh:SSHConnector.{name}" for name in _WRAPPED),
+    "pyinfra.connectors.ssh:SSHConnector.get_file_transfer_connection",
+    "pyinfra.api.operations:_run_host_op",
+)
 
 
 def _lost_connection_is_ssh_error(method):

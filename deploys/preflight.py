@@ -583,7 +583,7 @@ def check_quota(inventory, admin: settings.HostSettings, hosts: dict):
     """(the quota, the plan's line) from the Ceph admin host's facts; (None, "") outside the
     run. A deploy without a quota stops here, in one line (deploys/capacity.py)."""
     admin = hosts[admin.host]
-    timeout = admin.ceph.command_timeout if admin.ceph else 60
+    timeout = ceph_cli.command_timeout(admin.ceph)
     target = inventory.get_host(admin.host)
     if not target.connected:
         return None, ""

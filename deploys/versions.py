@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deploys.upstream.vllm_kv_transfer import FIELDS_026, FIELDS_033
+from deploys.upstream.vllm_kv_transfer import KV_LOAD_FAILURE_POLICIES as KV_LOAD_FAILURE_POLICIES
+from deploys.upstream.vllm_kv_transfer import KV_ROLES as KV_ROLES
+
 # The pairs we test and support. The Gaudi plugin (vllm-gaudi 0.26) validates vLLM 0.26, so a
 # fleet legitimately runs two vLLM versions; all pair with LMCache 0.5.6. 0.25 is the last vLLM
 # before the packed K|V cache layout (vLLM PR #44455, 0.26.0) that LMCache 0.5.6's in-process
@@ -17,33 +21,17 @@ SUPPORTED_VLLM = ("0.25", "0.26", "0.33", "0.34")
 SUPPORTED_LMCACHE = ("0.5.6",)
 SUPPORTED_PAIRS = {("0.25", "0.5.6"), ("0.26", "0.5.6"), ("0.33", "0.5.6"), ("0.34", "0.5.6")}
 
-# vLLM KVTransferConfig fields per minor version.
-_KV_FIELDS_033 = frozenset(
-    {
-        "kv_connector",
-        "engine_id",
-        "kv_buffer_device",
-        "kv_role",
-        "kv_port",
-        "kv_connector_extra_config",
-        "kv_connector_module_path",
-        "enable_permute_local_kv",
-        "kv_load_failure_policy",
-    }
-)
+# vLLM KVTransferConfig fields per minor version (deploys/upstream/vllm_kv_transfer.py).
 KV_TRANSFER_FIELDS = {
-    "0.33": _KV_FIELDS_033,
-    # 0.26 still has the P2P-era fields the seed uses (kv_parallel_size & co).
-    "0.26": _KV_FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_size"},
+    "0.33": FIELDS_033,
+    "0.26": FIELDS_026,
     # 0.25.1's vllm/config/kv_transfer.py has the same fields as 0.26.0's (read in both wheels).
-    "0.25": _KV_FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_size"},
+    "0.25": FIELDS_026,
     # 0.34.0: the fields kvceph renders (kv_connector, kv_role, kv_load_failure_policy,
     # kv_connector_extra_config) are there as in 0.33 (issue 51's reading of the wheels);
     # the rest of its field list was not re-read.
-    "0.34": _KV_FIELDS_033,
+    "0.34": FIELDS_033,
 }
-KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
-KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")
 # The connector name changed across releases; both supported vLLMs know only the V1 name.
 KV_CONNECTOR = "LMCacheConnectorV1"
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -26,16 +25,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-from kvceph_connector.s3core import S3Config, S3Core, crc32c  # noqa: E402
+from loopback import fake_s3  # noqa: E402 (beside this script)
 
-SERVER = """
-import sys
-sys.path.insert(0, {tests!r})
-from fake_s3 import FakeS3
-s = FakeS3(0).start()
-print(s.endpoint, flush=True)
-sys.stdin.read()
-"""
+from kvceph_connector.s3core import S3Config, S3Core, crc32c  # noqa: E402
 
 
 class Inline:
@@ -103,17 +95,7 @@ def main() -> None:
         f"crc32c CPU: s per GiB {spread(cpu)} (GiB/s {spread([1 / c for c in cpu], fmt='.1f')}), "
         f"{args.reps} x {args.mib} MiB, {os.cpu_count()} cores"
     )
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "KVBENCH")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "kvbench")
-    tests = os.path.join(HERE, "..", "tests")
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER.format(tests=tests)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        endpoint = server.stdout.readline().strip()
+    with fake_s3("KVBENCH", "kvbench") as endpoint:
         core = S3Core(S3Config(endpoint=endpoint, tls=False, connections=16, timeout_s=30))
         size = args.chunk_mib << 20
         keys = [f"crc@1@0@{i:08x}@bfloat16" for i in range(args.batch)]
@@ -128,9 +110,6 @@ def main() -> None:
                 walls[way].append(wall)
                 calls[way] += took
         core.close()
-    finally:
-        server.stdin.close()
-        server.wait(10)
     gib = args.batch * size / (1 << 30)
     print(f"GETs: {args.reps} reps x {args.batch} x {args.chunk_mib} MiB on loopback, 16 conns")
     for way, name in zip(ways, ("check off", "check on threads", "check in callback"), strict=True):

@@ -31,17 +31,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
+from loopback import fake_s3  # noqa: E402 (beside this script)
+
 from kvceph_connector import s3core  # noqa: E402
 from kvceph_connector.s3core import S3Config, S3Core  # noqa: E402
-
-SERVER = """
-import sys, time
-sys.path.insert(0, {tests!r})
-from fake_s3 import FakeS3
-s = FakeS3(0).start()
-print(s.endpoint, flush=True)
-sys.stdin.read()
-"""
 
 
 def slice_readinto(self, buf) -> int:
@@ -119,14 +112,7 @@ def main() -> int:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench-secret")
     if args.child:
         return child(args)
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER.format(tests=os.path.join(HERE, "..", "tests"))],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        endpoint = server.stdout.readline().strip()
+    with fake_s3("bench", "bench-secret") as endpoint:
         core = S3Core(S3Config(endpoint=endpoint, tls=False, connections=8))
         data = bytearray(os.urandom(1 << 20)) * args.chunk_mib
         items = [(f"bench/{i}", data) for i in range(args.batch)]
@@ -145,9 +131,6 @@ def main() -> int:
         for _ in range(args.reps if args.gil else 0):
             gil["slice (old)"].append(gil_seconds("slice", endpoint, args))
             gil["memmove (now)"].append(gil_seconds("memmove", endpoint, args))
-    finally:
-        server.stdin.close()
-        server.wait(10)
     gib = args.batch * args.chunk_mib / 1024
     print(f"{args.batch} x {args.chunk_mib} MiB ({gib:.2f} GiB) per batch, {args.reps} reps,")
     print(f"{os.cpu_count()} CPUs; spinner rate while putting / idle (min / median / max):")

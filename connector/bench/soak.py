@@ -20,7 +20,6 @@ import argparse
 import gc
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -33,16 +32,9 @@ SRC = (
 )
 sys.path.insert(0, SRC)
 
-from kvceph_connector.s3core import S3Config, S3Core  # noqa: E402
+from loopback import fake_s3  # noqa: E402 (beside this script)
 
-SERVER = """
-import sys
-sys.path.insert(0, {tests!r})
-from fake_s3 import FakeS3
-s = FakeS3(0).start()
-print(s.endpoint, flush=True)
-sys.stdin.read()
-"""
+from kvceph_connector.s3core import S3Config, S3Core  # noqa: E402
 
 
 def sample() -> tuple[int, int, float]:
@@ -76,17 +68,7 @@ def main() -> None:
     ap.add_argument("--refresh-s", type=float, default=0.5)
     ap.add_argument("--src", default=SRC, help="the connector's src directory to import")
     args = ap.parse_args()
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "KVSOAK")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "kvsoak")
-    tests = os.path.join(HERE, "..", "tests")
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER.format(tests=tests)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        endpoint = server.stdout.readline().strip()
+    with fake_s3("KVSOAK", "kvsoak") as endpoint:
         core = S3Core(
             S3Config(
                 endpoint=endpoint,
@@ -109,9 +91,6 @@ def main() -> None:
         took = time.monotonic() - began
         alive = core.clients_alive() if hasattr(core, "clients_alive") else "?"
         core.close()
-    finally:
-        server.stdin.close()
-        server.wait(10)
     print(
         f"soak: {args.rounds} rounds of {args.batch} x {args.chunk_kib} KiB, "
         f"{args.connections} connections, refresh every {args.refresh_s} s: {sent} requests, "

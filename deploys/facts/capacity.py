@@ -7,7 +7,7 @@ import json
 from pyinfra.api import FactBase
 
 from deploys.facts.ceph import _CephFact
-from deploys.facts.rgw import radosgw_json
+from deploys.facts.rgw import _RadosgwStatus, radosgw_json
 
 
 class CephDf(_CephFact):
@@ -37,7 +37,7 @@ class CephDf(_CephFact):
         return out
 
 
-class RgwUserStats(FactBase):
+class RgwUserStats(_RadosgwStatus):
     """
     An RGW user's stats as its quota counts them (``radosgw-admin user stats``), None when the
     user does not exist. ``last_stats_update`` is when they last changed: once the quota is
@@ -48,18 +48,10 @@ class RgwUserStats(FactBase):
         {"size": 1048576, "objects": 32, "last_stats_update": "2026-12-03T18:20:01.123Z"}
     """
 
-    requires_command = "radosgw-admin"
-
     def command(self, uid: str, timeout: int = 60):
         return radosgw_json(timeout, "stats", "user", "stats", f"--uid={uid}")
 
-    def process(self, output):
-        try:
-            data = json.loads("\n".join(output))
-        except ValueError:
-            return None
-        if not isinstance(data, dict):
-            return None
+    def summary(self, data: dict):
         stats = data.get("stats") or {}
         return {
             "size": int(stats.get("size", 0)),

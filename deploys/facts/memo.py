@@ -17,6 +17,11 @@ always go to the host.
 
 ``first`` returns the run's first answer instead, for a plan that must come from one read
 before anything changed even where it runs after changes (the prune after the roll).
+
+"Has any operation executed a command" is read from pyinfra's run state (``State.ops``, each
+op's ``operation_meta.executed``): pyinfra has no public counter of it, and its callbacks fire
+before the op's commands are recorded. So pyinfra is pinned exactly (pyproject.toml), and
+tests/unit/test_pyinfra_pin.py fails when any of ``RELIES_ON`` differs from the code read here.
 """
 
 from __future__ import annotations
@@ -31,6 +36,16 @@ from pyinfra.api.state import State
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Per run -> (host name, fact, arguments) -> the value of the run's first read.
 _FIRST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# pyinfra code this module assumes: the run state's ops table, an op's meta, its "executed",
+# where the op runner completes it, and a fact read that keeps no cache of its own.
+RELIES_ON = (
+    "pyinfra.api.state:State.init",
+    "pyinfra.api.state:StateOperationHostData",
+    "pyinfra.api.operation:OperationMeta.set_complete",
+    "pyinfra.api.operation:OperationMeta.executed",
+    "pyinfra.api.operations:_run_host_op",
+    "pyinfra.api.facts:_get_fact",
+)
 
 
 def _commands_executed(state: State) -> int:

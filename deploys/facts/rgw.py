@@ -124,6 +124,27 @@ class _RadosgwJson(FactBase):
         return _json(output)
 
 
+class _RadosgwStatus(FactBase):
+    """A status read the radosgw-admin runner answers with an object, read leniently: None for
+    null (the subject is not there), another JSON value or no JSON; ``summary`` reads the rest."""
+
+    requires_command = "radosgw-admin"
+
+    def process(self, output):
+        try:
+            data = json.loads("\n".join(output))
+        except ValueError:
+            return None
+        return self.summary(data) if isinstance(data, dict) else None
+
+    def summary(self, data: dict):
+        """The fact's value from the runner's object.
+
+        + data: the runner's JSON object
+        """
+        raise NotImplementedError
+
+
 class RgwUser(_RadosgwJson):
     """
     An RGW user (``radosgw-admin user info``), or None if it does not exist.
@@ -235,6 +256,32 @@ def s3_rule(raw: dict) -> dict:
     if unknown:
         rule["kvceph_untranslatable"] = ", ".join(unknown)
     return rule
+
+
+class BucketPolicy(FactBase):
+    """
+    A bucket's policy document (parsed), read with its owner's keys on the Ceph admin host
+    (s3admin.py ``get-read-policy``); None when the bucket, its policy or the owner's key file
+    is not there yet (a first run, a migration). The KV bucket's and the model mirror's.
+
+    + bucket: the bucket
+    + admin_script: s3admin.py on the host
+    + config: the owner's private INI
+    """
+
+    def command(self, bucket: str, admin_script: str, config: str):
+        return StringCommand(
+            "if test -f", QuoteString(config), "; then python3", QuoteString(admin_script),
+            "--config", QuoteString(config), "get-read-policy", QuoteString(bucket),
+            "; else echo null; fi",
+        )  # fmt: skip
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        return json.loads("\n".join(output) or "null")
 
 
 class RgwLifecycle(FactBase):

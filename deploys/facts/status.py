@@ -10,7 +10,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 from deploys import engine_address
 from deploys.ceph_cli import ceph
 from deploys.facts.probe_output import ENGINE_HEADERS, last_json_line, probe_command
-from deploys.facts.rgw import radosgw_json
+from deploys.facts.rgw import _RadosgwStatus, radosgw_json
 from deploys.router import answers, unit
 from deploys.status import counters, mp_server
 
@@ -200,7 +200,7 @@ class UnitTimes(FactBase):
         return found
 
 
-class BucketUsage(FactBase):
+class BucketUsage(_RadosgwStatus):
     """
     A bucket's objects, bytes and quota (``radosgw-admin bucket stats``), None when the bucket
     does not exist. Bytes are RGW's ``size`` (the objects' own bytes, what a listing sums; RGW's
@@ -213,19 +213,11 @@ class BucketUsage(FactBase):
     4294967296, "max_objects": -1}}``.
     """
 
-    requires_command = "radosgw-admin"
-
     def command(self, bucket: str, timeout: int = 60):
         # RgwBucket's runner: a missing bucket prints null, any other failure exits non-zero.
         return radosgw_json(timeout, "usage", "bucket", "stats", f"--bucket={bucket}")
 
-    def process(self, output):
-        try:
-            data = json.loads("\n".join(output))
-        except ValueError:
-            return None
-        if not isinstance(data, dict):
-            return None
+    def summary(self, data: dict):
         usage = data.get("usage") or {}
         quota = data.get("bucket_quota") or {}
         return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from io import StringIO
 
@@ -118,121 +119,142 @@ def pg_budget(
     yield from ()  # a check: reads facts, never changes the cluster
 
 
+@dataclass(frozen=True)
+class WantedPool:
+    """One pool as :func:`pool` is asked for it (its arguments), what :func:`plan_pool` plans."""
+
+    #: the pool's name
+    pool: str
+    #: wanted PG count (compared against pg_num_target)
+    pg_num: int
+    #: replicas, and replicas needed to serve I/O (None: leave as is)
+    size: int | None = None
+    min_size: int | None = None
+    #: application to enable (e.g. ``rgw``)
+    application: str | None = None
+    #: the run's opt-ins: changes that backfill data (size, PG increase), PG merges
+    allow_data_movement: bool = False
+    allow_pg_decrease: bool = False
+    #: ``pg_autoscale_mode`` (None: leave the pool's)
+    autoscale_mode: str | None = None
+
+
 def plan_pool(
     have: dict | None,
-    pool: str,
-    pg_num: int,
-    size: int | None = None,
-    min_size: int | None = None,
-    application: str | None = None,
-    allow_data_movement: bool = False,
-    allow_pg_decrease: bool = False,
-    autoscale_mode: str | None = None,
+    want: WantedPool,
     owner: str | None = ownership.CREATED,
     adopt: bool = False,
 ) -> tuple[list[list], list[str]]:
-    """The ``ceph`` argument lists that bring pool ``have`` (CephPools entry, None: missing)
-    to what is wanted, and notes for the operator. Raises Refused, naming every reason.
+    """The ``ceph`` argument lists that bring pool ``have`` to ``want``, and notes for the
+    operator. Raises Refused, naming every reason.
+
+    + have: the pool's CephPools entry (None: missing)
+    + want: the wanted pool
+    + owner: the pool's kvceph marker (None: kvceph did not create it, so any change is refused
+      unless ``adopt``)
+    + adopt: the operator's kvceph_adopt names ``pool/<name>``
 
     ``autoscale_mode`` (None: leave it) is set at creation, so the autoscaler never sees the
-    pool in its own mode, and before any pg_num step on an existing pool. ``owner``: the
-    pool's kvceph marker (None: kvceph did not create it, so any change is refused unless
-    ``adopt``, the operator's kvceph_adopt naming ``pool/<name>``)."""
-    marker = ["config-key", "set", ownership.marker_key("pool", pool)]
+    pool in its own mode, and before any pg_num step on an existing pool."""
+    marker = ["config-key", "set", ownership.marker_key("pool", want.pool)]
     if have is None:
         # `osd pool create` exits 0 with "already exists" on a pool it did not create, so the
         # decision is the fact, never its exit status. Size goes in at creation: the monitor's
         # PG check then counts the real size, and no replicas are made only to be dropped.
-        create: list = ["osd", "pool", "create", pool, pg_num, pg_num, "replicated"]
-        if size is not None:
-            create += ["--size", size]
-        if autoscale_mode is not None:
-            create += ["--autoscale-mode", autoscale_mode]
+        create: list = ["osd", "pool", "create", want.pool, want.pg_num, want.pg_num, "replicated"]
+        if want.size is not None:
+            create += ["--size", want.size]
+        if want.autoscale_mode is not None:
+            create += ["--autoscale-mode", want.autoscale_mode]
         steps = [create]
-        if min_size is not None:
-            steps.append(["osd", "pool", "set", pool, "min_size", min_size])
-        if application:
-            steps.append(["osd", "pool", "application", "enable", pool, application])
+        if want.min_size is not None:
+            steps.append(["osd", "pool", "set", want.pool, "min_size", want.min_size])
+        if want.application:
+            steps.append(["osd", "pool", "application", "enable", want.pool, want.application])
         return steps + [marker + [ownership.CREATED]], []
 
     if have["type"] != "replicated":
         raise Refused(
-            f"pool {pool}: is {have['type']}, kvceph wants replicated and Ceph cannot change a "
-            "pool's type; fix: migrate and delete the pool by hand, or use another pool name"
+            f"pool {want.pool}: is {have['type']}, kvceph wants replicated and Ceph cannot change "
+            "a pool's type; fix: migrate and delete the pool by hand, or use another pool name"
         )
     refusals: list[str] = []
     notes: list[str] = []
     steps: list[list] = []
 
-    new_size = size if size is not None else have["size"]
-    if min_size is not None and min_size > new_size:
-        refusals.append(f"min_size {min_size} exceeds size {new_size}")
-    set_min = min_size is not None and min_size != have["min_size"]
-    if set_min and min_size < have["min_size"]:
-        # Lowering first keeps min_size <= size at every step when size also drops.
-        steps.append(["osd", "pool", "set", pool, "min_size", min_size])
-        set_min = False
-    if size is not None and size != have["size"]:
-        if allow_data_movement:
-            steps.append(["osd", "pool", "set", pool, "size", size])
+    def opted_in(allowed: bool, step: list, change: str, opt_in: str) -> None:
+        """A change that moves data: a step with the run's opt-in ``allowed``, else a refusal."""
+        if allowed:
+            steps.append(step)
         else:
-            refusals.append(
-                f"size {have['size']} -> {size} moves data (backfill); opt in with "
-                f"{OPT_IN_DATA_MOVEMENT}"
-            )
+            refusals.append(f"{change}; opt in with {opt_in}")
+
+    new_size = want.size if want.size is not None else have["size"]
+    if want.min_size is not None and want.min_size > new_size:
+        refusals.append(f"min_size {want.min_size} exceeds size {new_size}")
+    set_min = want.min_size is not None and want.min_size != have["min_size"]
+    if set_min and want.min_size < have["min_size"]:
+        # Lowering first keeps min_size <= size at every step when size also drops.
+        steps.append(["osd", "pool", "set", want.pool, "min_size", want.min_size])
+        set_min = False
+    if want.size is not None and want.size != have["size"]:
+        opted_in(
+            want.allow_data_movement,
+            ["osd", "pool", "set", want.pool, "size", want.size],
+            f"size {have['size']} -> {want.size} moves data (backfill)",
+            OPT_IN_DATA_MOVEMENT,
+        )
     if set_min:
-        steps.append(["osd", "pool", "set", pool, "min_size", min_size])
+        steps.append(["osd", "pool", "set", want.pool, "min_size", want.min_size])
 
     # pg_num_target, not pg_num: Ceph walks pg_num there in steps, and a pool mid-split is
     # already converged as far as kvceph is concerned.
     target = have["pg_num_target"]
     mode = have["autoscale_mode"]
-    if autoscale_mode is not None and autoscale_mode != mode:
-        steps.append(["osd", "pool", "set", pool, "pg_autoscale_mode", autoscale_mode])
-        mode = autoscale_mode
+    if want.autoscale_mode is not None and want.autoscale_mode != mode:
+        steps.append(["osd", "pool", "set", want.pool, "pg_autoscale_mode", want.autoscale_mode])
+        mode = want.autoscale_mode
     if mode == "on":
-        if pg_num != target:
+        if want.pg_num != target:
             notes.append(
                 f"pg_autoscale_mode is on: the autoscaler owns pg_num ({target}, wanted "
-                f"{pg_num}); set kvceph_ceph_autoscale_mode = 'off' to pin it"
+                f"{want.pg_num}); set kvceph_ceph_autoscale_mode = 'off' to pin it"
             )
-    elif pg_num > target:
-        if allow_data_movement:
-            steps.append(["osd", "pool", "set", pool, "pg_num", pg_num])
-        else:
-            refusals.append(
-                f"pg_num {target} -> {pg_num} splits PGs and moves data; opt in with "
-                f"{OPT_IN_DATA_MOVEMENT}"
-            )
-    elif pg_num < target:
-        if allow_pg_decrease:
-            steps.append(["osd", "pool", "set", pool, "pg_num", pg_num])
-        else:
-            refusals.append(
-                f"pg_num {target} -> {pg_num} merges PGs and moves data; opt in with "
-                f"{OPT_IN_PG_DECREASE}"
-            )
-    if pg_num == target and have["pg_num"] != target:
+    elif want.pg_num > target:
+        opted_in(
+            want.allow_data_movement,
+            ["osd", "pool", "set", want.pool, "pg_num", want.pg_num],
+            f"pg_num {target} -> {want.pg_num} splits PGs and moves data",
+            OPT_IN_DATA_MOVEMENT,
+        )
+    elif want.pg_num < target:
+        opted_in(
+            want.allow_pg_decrease,
+            ["osd", "pool", "set", want.pool, "pg_num", want.pg_num],
+            f"pg_num {target} -> {want.pg_num} merges PGs and moves data",
+            OPT_IN_PG_DECREASE,
+        )
+    if want.pg_num == target and have["pg_num"] != target:
         notes.append(f"pg_num {have['pg_num']} is still moving to {target}")
 
-    if application and application not in have["applications"]:
+    if want.application and want.application not in have["applications"]:
         if have["applications"]:
             refusals.append(
                 f"already used by application {', '.join(have['applications'])}; Ceph wants "
-                f"--yes-i-really-mean-it to add {application}: do it by hand if intended"
+                f"--yes-i-really-mean-it to add {want.application}: do it by hand if intended"
             )
         else:
-            steps.append(["osd", "pool", "application", "enable", pool, application])
+            steps.append(["osd", "pool", "application", "enable", want.pool, want.application])
 
     if refusals:
-        raise Refused(f"pool {pool}: refused: {'; '.join(refusals)}")
+        raise Refused(f"pool {want.pool}: refused: {'; '.join(refusals)}")
     if steps and owner is None:
         if not adopt:
             wanted = ", ".join(f"`ceph {' '.join(map(str, s))}`" for s in steps)
             raise Refused(
-                f"pool {pool}: exists and kvceph did not create it (no marker); kvceph would "
+                f"pool {want.pool}: exists and kvceph did not create it (no marker); kvceph would "
                 f"run {wanted}; nothing was changed; fix: --data "
-                f"{ownership.ADOPT_KEY}=pool/{pool} to hand it over, or use another pool name"
+                f"{ownership.ADOPT_KEY}=pool/{want.pool} to hand it over, or use another pool name"
             )
         steps.append(marker + [ownership.ADOPTED])
     return steps, notes
@@ -286,16 +308,13 @@ def pool(
     markers = memo.read(host, CephOwnershipMarkers, **t)
     if markers is None:
         raise OperationError(f"pool {pool}: cannot read kvceph's markers")
+    want = WantedPool(
+        pool, pg_num, size, min_size, application, allow_data_movement, allow_pg_decrease,
+        autoscale_mode,
+    )  # fmt: skip
     steps, notes = plan_pool(
         pools.get(pool),
-        pool,
-        pg_num,
-        size,
-        min_size,
-        application,
-        allow_data_movement,
-        allow_pg_decrease,
-        autoscale_mode,
+        want,
         markers.get(ownership.marker_key("pool", pool)),
         f"pool/{pool}" in adopt,
     )

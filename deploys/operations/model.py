@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 from pyinfra import host
-from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import File
 
 from deploys import paths
 from deploys.facts import memo
 from deploys.facts.model import MirroredModel, ModelStaged
-from deploys.facts.rgw import RgwUser
+from deploys.facts.rgw import BucketPolicy, RgwUser
 
 # The policy put-read-policy writes on the admin host, as RGW returns it: one definition for both.
 from deploys.remote.s3admin import read_policy
@@ -19,37 +17,6 @@ from deploys.remote.s3admin import read_policy
 
 def _script(python: str, script: str, *args) -> StringCommand:
     return StringCommand(python, QuoteString(script), *args)
-
-
-class MirrorPolicy(FactBase):
-    """
-    The mirror bucket's policy (parsed), read with the owner's keys on the Ceph admin host; None
-    when the bucket, the policy or the owner's key file is not there yet.
-
-    + bucket: the mirror bucket
-    + admin_script: s3admin.py on the host
-    + owner_config: the owner's private INI
-    """
-
-    def command(self, bucket: str, admin_script: str, owner_config: str):
-        return StringCommand(
-            "if test -f",
-            QuoteString(owner_config),
-            "; then python3",
-            QuoteString(admin_script),
-            "--config",
-            QuoteString(owner_config),
-            "get-read-policy",
-            QuoteString(bucket),
-            "; else echo null; fi",
-        )
-
-    @staticmethod
-    def default():
-        return None
-
-    def process(self, output):
-        return json.loads("\n".join(output) or "null")
 
 
 @operation()
@@ -102,7 +69,7 @@ def mirror_read_policy(
     + owner_config: the owner's private INI
     """
     current = memo.read(
-        host, MirrorPolicy, bucket=bucket, admin_script=admin_script, owner_config=owner_config
+        host, BucketPolicy, bucket=bucket, admin_script=admin_script, config=owner_config
     )
     if current == read_policy(bucket, reader):
         host.noop(f"bucket {bucket} is read-only for {reader}")

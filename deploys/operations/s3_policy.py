@@ -7,39 +7,12 @@ user of a deploy before issue 36 (any other owner is refused by the S3 tier's pr
 
 from __future__ import annotations
 
-import json
-
 from pyinfra import host, logger
-from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 
 from deploys import bucket_policy, paths
 from deploys.facts import memo
-from deploys.facts.rgw import RgwBucket
-
-
-class KvBucketPolicy(FactBase):
-    """
-    The bucket's policy document, read with the owner's keys on the Ceph admin host; None when
-    the bucket, its policy or the key file is not there yet (a first run, a migration).
-
-    + bucket: the KV bucket
-    + admin_script: s3admin.py on the host
-    + config: the owner's private INI
-    """
-
-    def command(self, bucket: str, admin_script: str, config: str):
-        return StringCommand(
-            "if test -f", QuoteString(config), "; then python3", QuoteString(admin_script),
-            "--config", QuoteString(config), "get-read-policy", QuoteString(bucket),
-            "; else echo null; fi",
-        )  # fmt: skip
-
-    @staticmethod
-    def default():
-        return None
-
-    def process(self, output):
-        return json.loads("\n".join(output) or "null")
+from deploys.facts.rgw import BucketPolicy, RgwBucket
 
 
 @operation()
@@ -67,7 +40,7 @@ def bucket_policy_statements(
     """
     config = config or paths.ADMIN_CONFIG
     script = admin_script or paths.ADMIN_SCRIPT
-    current = memo.read(host, KvBucketPolicy, bucket=bucket, admin_script=script, config=config)
+    current = memo.read(host, BucketPolicy, bucket=bucket, admin_script=script, config=config)
     merged = bucket_policy.merge(current, statements)
     if not merged.changed:
         host.noop(f"policy of {bucket} holds kvceph's {len(statements)} statements")

@@ -8,6 +8,8 @@ Opt-ins, per run, on the command line:
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
@@ -71,7 +73,7 @@ def apply(me: HostSettings):
     for p in me.ceph.pools:
         ceph.plan_pool(
             existing.get(p.name),
-            **_pool_args(p, allow_move, allow_decrease),
+            _wanted(p, allow_move, allow_decrease),
             owner=markers.get(ownership.marker_key("pool", p.name)),
             adopt=f"pool/{p.name}" in me.run.adopt,
         )
@@ -81,20 +83,21 @@ def apply(me: HostSettings):
     for p in me.ceph.pools:
         ceph.pool(
             name=f"Ceph pool {p.name}",
-            **_pool_args(p, allow_move, allow_decrease),
+            **asdict(_wanted(p, allow_move, allow_decrease)),
             adopt=me.run.adopt,
             **t,
         )
 
 
-def _pool_args(p, allow_move: bool, allow_decrease: bool) -> dict:
-    return {
-        "pool": p.name,
-        "pg_num": p.pg_num,
-        "size": p.size,
-        "min_size": p.min_size,
-        "application": p.application,
-        "allow_data_movement": allow_move,
-        "allow_pg_decrease": allow_decrease,
-        "autoscale_mode": p.autoscale_mode,
-    }
+def _wanted(p, allow_move: bool, allow_decrease: bool) -> ceph.WantedPool:
+    """Pool ``p`` of the settings as the pool operation is asked for it, with the run's opt-ins."""
+    return ceph.WantedPool(
+        pool=p.name,
+        pg_num=p.pg_num,
+        size=p.size,
+        min_size=p.min_size,
+        application=p.application,
+        allow_data_movement=allow_move,
+        allow_pg_decrease=allow_decrease,
+        autoscale_mode=p.autoscale_mode,
+    )

@@ -14,7 +14,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
-from deploys import paths
+from deploys import ceph_cli, paths
 from deploys.facts import memo
 from deploys.facts.model import MirroredModel
 from deploys.operations import files as kvfiles
@@ -41,7 +41,7 @@ def apply(me: HostSettings, checked: Preflight) -> None:
         return
     bucket, owner, reader = model_source.mirror_users(sources)
     creds = checked.credentials
-    timeout = me.ceph.command_timeout if me.ceph else 60
+    timeout = ceph_cli.command_timeout(me.ceph)
     # The S3 tier made the script directory on this host.
     kvfiles.helper_script(
         "Model mirror helper",

@@ -18,7 +18,7 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 from pyinfra.api.exceptions import PyinfraError
 
-from deploys import paths, render
+from deploys import ceph_cli, paths, render
 from deploys.facts import memo
 from deploys.facts.engine import ServiceDrift
 from deploys.facts.rgw import RgwUser
@@ -131,7 +131,7 @@ def add(me: HostSettings, checked: Preflight):
     """Give each RGW user (every cache group's, the admin's) its configured key pair beside
     the old one (both stay valid); a user that holds it already is left as it is."""
     creds = checked.credentials
-    timeout = me.ceph.command_timeout if me.ceph else 60
+    timeout = ceph_cli.command_timeout(me.ceph)
     todo = users_and_keys(me, checked)
     for uid, access, secret, _group in todo:
         problem = s3_rotation.add_key_refusal(
@@ -171,7 +171,7 @@ def add(me: HostSettings, checked: Preflight):
 def retire(me: HostSettings, checked: Preflight, inventory, old_access_key: str):
     """Remove the old access key from whichever kvceph user holds it, once every engine of
     that user's cache group runs its configured key (the admin key: at once)."""
-    timeout = me.ceph.command_timeout if me.ceph else 60
+    timeout = ceph_cli.command_timeout(me.ceph)
     for uid, access, secret, group in users_and_keys(me, checked):
         current = memo.read(host, RgwUser, uid=uid, timeout=timeout)
         held = [k["access_key"] for k in (current or {}).get("keys", [])]

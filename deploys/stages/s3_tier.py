@@ -211,7 +211,7 @@ def install_admin_tools(me: HostSettings, creds) -> None:
 def apply(me: HostSettings, checked: Preflight):
     """Give LMCache its bucket: virtual-host name, user with the operator's keys, lifecycle."""
     ceph = me.ceph
-    timeout = ceph.command_timeout if ceph else 60
+    timeout = ceph_cli.command_timeout(ceph)
     connect_timeout = ceph.connect_timeout if ceph else 10
     creds = checked.credentials
     allow_removal = me.run.allow_lifecycle_removal

@@ -4,7 +4,8 @@ LMCache 0.5.6 names a chunk's object ``<model>@<world size>@<worker id>@<hexhash
 (the model's '/' turned into '_'), the hash chained over the prompt's token ids from a seed
 (lmcache/v1/token_database.py, lmcache/utils.py CacheEngineKey.to_string). The lab engine
 reimplements exactly that, tested against LMCache's own classes (lab/engine/tests/vectors.json,
-tests/unit/fixtures/object_names/): :class:`ChunkHasher` is reused here, not copied.
+tests/unit/fixtures/object_names/): :class:`ChunkHasher` is kvceph's (deploys/upstream/
+lmcache_keys.py), and the lab engine keys its chunks with the same file.
 
 The document starts with the run's nonce, so every name is the run's own: verify finds its
 objects by name (an exact-name listing each), never by listing the model's prefix, and deletes
@@ -25,9 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvceph_lab_engine.hashing import VLLM_HASH_FNS, ChunkHasher, object_name
-
 from deploys.settings import namespace as namespaces
+from deploys.upstream.lmcache_keys import VLLM_HASH_FNS, ChunkHasher, object_name
+from deploys.upstream.lmcache_mp_keys import ALGORITHM as MP_ALGORITHM
+from deploys.upstream.lmcache_mp_keys import MPHasher
 
 SETTING = "kvceph_lmcache_hash_algorithm"
 FIX = "sha256_cbor"
@@ -98,15 +100,13 @@ MP_FIELD = "@mp-lmcache"  # render.mp_prefix: the MP namespace folder carries it
 def mp_names(
     tokens: Sequence[int], *, model: str, world_size: int, chunk_size: int, prefix: str
 ) -> list[str]:
-    """MP mode's object names: kvceph's namespace folder + LMCache's MP key (lab/engine
-    mp_keys.py: full chunks only, every worker) as the core names it (``object_name``: the
+    """MP mode's object names: kvceph's namespace folder + LMCache's MP key (deploys/upstream/
+    lmcache_mp_keys.py: full chunks only, every worker) as the core names it (``object_name``: the
     model's '/' -> '_'), as in process.
 
     + model: the serve argument. + chunk_size: the server's --chunk-size.
     + prefix: render.mp_prefix (the adapter's ``namespace``: ``kv/<fields>@mp-lmcache<v>/``).
     """
-    from kvceph_lab_engine.mp_keys import MPHasher
-
     hasher = MPHasher(model=model, world_size=world_size, chunk_size=chunk_size)
     return [
         prefix + object_name(hasher.key_string(h, worker))
@@ -117,10 +117,8 @@ def mp_names(
 
 def mp_refusal(lab_engine: bool) -> str | None:
     """Why MP names cannot be computed here: the real server hashes with blake3, which this
-    controller lacks (the lab's stand-in hashes with what it has, lab/engine mp_keys.py)."""
-    from kvceph_lab_engine.mp_keys import ALGORITHM
-
-    if lab_engine or ALGORITHM == "blake3":
+    controller lacks (the lab's stand-in hashes with what it has, lmcache_mp_keys.ALGORITHM)."""
+    if lab_engine or MP_ALGORITHM == "blake3":
         return None
     return (
         "LMCache's MP server names chunks with blake3, which verify's Python lacks: it cannot "

@@ -17,10 +17,6 @@ PY=${PY:-$REPO/.venv/bin/python}
 S=$DEST/.ship; rm -rf "$S"; mkdir -p "$S/code" "$S/rendered" "$S/meta/whl"
 # (not hw/h200/results: earlier loans' figures, ~2 MB of a call's 64 MiB, are not needed there)
 (cd "$REPO" && git ls-files -co --exclude-standard deploys templates hw lab/ceph/conf.sh | grep -v '^hw/h200/results/' | tar -cf - -T -) | tar -xf - -C "$S/code"
-# measure.py names a run's objects with deploys/verification/object_names.py, which hashes with
-# the lab engine's hashing module (stdlib only): without it every cell failed (loan 10's call 8)
-mkdir -p "$S/code/kvceph_lab_engine"
-cp "$REPO"/lab/engine/src/kvceph_lab_engine/{__init__,hashing}.py "$S/code/kvceph_lab_engine/"
 export KVCEPH_S3_ACCESS_KEY=${KVCEPH_S3_ACCESS_KEY:-H200$(openssl rand -hex 8 | tr a-f A-F)}
 export KVCEPH_S3_SECRET_KEY=${KVCEPH_S3_SECRET_KEY:-$(openssl rand -base64 30 | tr -d '/+=\n')}
 # Every variant pins 31.5 GiB (LMCache's torch fallback rounds its buffer up to a power of two:

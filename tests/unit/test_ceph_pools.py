@@ -9,7 +9,7 @@ from pyinfra_testing.util import get_command_string
 
 from deploys import settings
 from deploys.ceph_cli import ceph
-from deploys.operations.ceph import Refused, plan_pg_budget, plan_pool
+from deploys.operations.ceph import Refused, WantedPool, plan_pg_budget, plan_pool
 from deploys.stages import ceph_pools
 
 
@@ -45,7 +45,7 @@ def _pool(**kw):
 
 def test_refusals_are_collected_into_one_line():
     with pytest.raises(Refused) as exc:
-        plan_pool(_pool(size=3, pg_num_target=32), "p", 64, size=2, application="rgw")
+        plan_pool(_pool(size=3, pg_num_target=32), WantedPool("p", 64, size=2, application="rgw"))
     message = str(exc.value)
     assert "\n" not in message
     assert "size 3 -> 2 moves data" in message and "pg_num 32 -> 64 splits" in message
@@ -53,7 +53,8 @@ def test_refusals_are_collected_into_one_line():
 
 def test_warn_mode_is_managed_like_off():
     steps, _ = plan_pool(
-        _pool(autoscale_mode="warn", pg_num_target=32), "p", 64, allow_data_movement=True
+        _pool(autoscale_mode="warn", pg_num_target=32),
+        WantedPool("p", 64, allow_data_movement=True),
     )
     assert steps == [["osd", "pool", "set", "p", "pg_num", 64]]
 

@@ -126,11 +126,13 @@ def test_pool_of_another_type_is_refused_even_with_every_opt_in(existing):
     with pytest.raises(ceph.Refused, match=f"is {existing}, kvceph wants replicated"):
         ceph.plan_pool(
             have,
-            "default.rgw.buckets.data",
-            8,
-            size=3,
-            min_size=2,
-            application="rgw",
-            allow_data_movement=True,
-            allow_pg_decrease=True,
+            ceph.WantedPool(
+                "default.rgw.buckets.data",
+                8,
+                size=3,
+                min_size=2,
+                application="rgw",
+                allow_data_movement=True,
+                allow_pg_decrease=True,
+            ),
         )

@@ -13,11 +13,10 @@ import threading
 import urllib.request
 
 import pytest
-from test_limits import BYTES, CHUNK, MemoryStore, doc
+from test_limits import BYTES, CHUNK, MemoryStore, doc, hasher
 
 from kvceph_lab_engine import answer
 from kvceph_lab_engine.engine import KVEngine, LoadFailed, LoadLimits, LocalCpuTier
-from kvceph_lab_engine.hashing import ChunkHasher
 from kvceph_lab_engine.metrics import Metrics
 from kvceph_lab_engine.server import App, make_server
 
@@ -26,12 +25,8 @@ N = 16  # tokens per answer
 
 def engine(store, dram: bool = False, policy: str = "recompute", cache: int = 0) -> KVEngine:
     """A fresh engine process (a restart): empty prefix cache and DRAM tier."""
-    hasher = ChunkHasher(
-        model="m", world_size=2, kv_dtype="bfloat16", chunk_size=CHUNK,
-        save_unfull_chunk=False, algorithm="sha256_cbor", seed="0",
-    )  # fmt: skip
     return KVEngine(
-        hasher=hasher, tp=2, bytes_per_token=BYTES, prefill_ms_per_token=0.0, store=store,
+        hasher=hasher(), tp=2, bytes_per_token=BYTES, prefill_ms_per_token=0.0, store=store,
         local_cpu=LocalCpuTier(1 << 22) if dram else None, load_failure_policy=policy,
         local_cache_tokens=cache, limits=LoadLimits(),
     )  # fmt: skip

@@ -6,7 +6,7 @@ Driven in process with test_limits' in-memory store; time from the simulated ban
 
 from __future__ import annotations
 
-from test_limits import BYTES, CHUNK, MemoryStore, doc, stored
+from test_limits import BYTES, CHUNK, MemoryStore, doc, hasher, stored
 
 from kvceph_lab_engine.engine import (
     DRAM_SPEEDUP,
@@ -15,19 +15,14 @@ from kvceph_lab_engine.engine import (
     LocalCpuTier,
     transfer_seconds,
 )
-from kvceph_lab_engine.hashing import ChunkHasher
 from kvceph_lab_engine.metrics import Metrics
 
 RATE = 2e6  # bytes/s, the lab's simulated S3 bandwidth (group_data/lab.py)
 
 
 def engine(store, dram_bytes, **limits) -> KVEngine:
-    hasher = ChunkHasher(
-        model="m", world_size=2, kv_dtype="bfloat16", chunk_size=CHUNK,
-        save_unfull_chunk=False, algorithm="sha256_cbor", seed="0",
-    )  # fmt: skip
     return KVEngine(
-        hasher=hasher, tp=2, bytes_per_token=BYTES, prefill_ms_per_token=0.0, store=store,
+        hasher=hasher(), tp=2, bytes_per_token=BYTES, prefill_ms_per_token=0.0, store=store,
         local_cpu=LocalCpuTier(dram_bytes), load_failure_policy="recompute",
         local_cache_tokens=0, limits=LoadLimits(load_bytes_per_s=RATE, **limits),
     )  # fmt: skip

@@ -48,13 +48,17 @@ class MemoryStore:
         return [True] * len(items)
 
 
-def engine(store, **limits) -> KVEngine:
-    hasher = ChunkHasher(
+def hasher() -> ChunkHasher:
+    """The in-process engines' hasher: the lab model at TP 2, CHUNK tokens, sha256_cbor."""
+    return ChunkHasher(
         model="m", world_size=2, kv_dtype="bfloat16", chunk_size=CHUNK,
         save_unfull_chunk=False, algorithm="sha256_cbor", seed="0",
     )  # fmt: skip
+
+
+def engine(store, **limits) -> KVEngine:
     return KVEngine(
-        hasher=hasher, tp=2, bytes_per_token=BYTES, prefill_ms_per_token=0.0, store=store,
+        hasher=hasher(), tp=2, bytes_per_token=BYTES, prefill_ms_per_token=0.0, store=store,
         load_failure_policy="recompute", local_cache_tokens=0, limits=LoadLimits(**limits),
     )  # fmt: skip
 

@@ -1,37 +1,25 @@
 """What the emulated vLLM versions accept in --kv-transfer-config.
 
-Source: vLLM KVTransferConfig (vllm/config/kv_transfer.py, a pydantic dataclass with
-extra="forbid"), checked with each release's own CLI parser (parsing only) on 2026-11-29, see
-docs/procedure.md ("vLLM arguments"). 0.26.0 is the release the Gaudi plugin validates;
-0.33.0 dropped kv_parallel_size, kv_rank, kv_ip and kv_buffer_size.
+The fields per release are kvceph's (deploys/upstream/vllm_kv_transfer.py, linked here as
+vllm_kv_transfer.py). 0.26.0 is the release the Gaudi plugin validates; 0.33.0 dropped
+kv_parallel_size, kv_rank, kv_ip and kv_buffer_size.
 """
 
 from __future__ import annotations
 
-KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
-KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")
-
-_FIELDS_033 = frozenset(
-    {
-        "kv_connector",
-        "engine_id",
-        "kv_buffer_device",
-        "kv_role",
-        "kv_port",
-        "kv_connector_extra_config",
-        "kv_connector_module_path",
-        "enable_permute_local_kv",
-        "kv_load_failure_policy",
-    }
+from kvceph_lab_engine.vllm_kv_transfer import (
+    FIELDS_026,
+    FIELDS_033,
+    KV_LOAD_FAILURE_POLICIES,
+    KV_ROLES,
 )
-_FIELDS_026 = _FIELDS_033 | {"kv_parallel_size", "kv_rank", "kv_ip", "kv_buffer_size"}
 
 # 0.34.0: 0.33.0's fields, not read from its wheel here (kvceph renders none beyond them); the
 # lab emulates it for LMCache MP mode (mp_client.py), whose connector both releases register.
 KV_TRANSFER_FIELDS: dict[str, frozenset[str]] = {
-    "0.26.0": _FIELDS_026,
-    "0.33.0": _FIELDS_033,
-    "0.34.0": _FIELDS_033,
+    "0.26.0": FIELDS_026,
+    "0.33.0": FIELDS_033,
+    "0.34.0": FIELDS_033,
 }
 DEFAULT_VLLM_VERSION = "0.33.0"
 # A patch release keeps its minor's config (kvceph's upgrade tests roll 0.33.0 -> 0.33.1):

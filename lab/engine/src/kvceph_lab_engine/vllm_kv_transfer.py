@@ -1,0 +1,1 @@
+../../../../deploys/upstream/vllm_kv_transfer.py
