@@ -109,6 +109,12 @@ D26='kvceph_engine_profile={"name": "vllm", "packages": ["vllm==0.26.0", "lmcach
 r kv26d "$D26" $L33 kvceph_accept_kv_load_defect=true
 r kv26d8 "$D26" $L33 $M8 kvceph_accept_kv_load_defect=true
 r kv25lnc "$D25" $KV kvceph_lmcache_local_cpu=false kvceph_connector_verify_crc32c=false
+# issue 54 (plan054.txt, routerbench.py): the router benchmark, h200router.py's pair (h200a
+# port 8000, h200b 8001, one cache group) with vllm-router on h200a (router.json); the default
+# profile's vLLM 0.25.1 + LMCache 0.5.6 (the wheels025.txt shipment) with dummy weights, the
+# default connector and DRAM tier, the Qwen3-8B shape at 0.4 of the GPU each (as loan 7's pair)
+rr() { H200_INVENTORY=h200router.py r "$@"; }
+rr rbpair25 "$D25" $L33 $PAIR
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
 for y in "$S"/rendered/*/lmcache.yaml "$S"/rendered/*/*/lmcache.yaml; do [ -f "$y" ] || continue
@@ -128,4 +134,8 @@ for p in "$PARTS"/part.*; do n=$((10#${p##*.})); mkdir -p "$S/p$n"; cp "$p" "$S/
 # model-sums.txt, see "Issue 38" in README.md), one more pN each after the shipment's
 if [ -n "${REAL_PARTS:-}" ]; then cp "$REAL_PARTS/model-sums.txt" "$S/meta/"
   k=$(ls -d "$S"/p* | wc -l); for p in "$REAL_PARTS"/model.[0-9]*; do mkdir -p "$S/p$k"; cp "$p" "$S/p$k/"; k=$((k+1)); done; fi
+# ROUTER_WHEEL (issue 54): vllm-router's wheel as the lab's wheelhouse holds it
+# (lab/engine/build-wheelhouse.sh: <wheelhouse>/router/), one more pN after the others
+if [ -n "${ROUTER_WHEEL:-}" ]; then k=$(ls -d "$S"/p* | wc -l); mkdir -p "$S/p$k/router"
+  cp "$ROUTER_WHEEL" "$S/p$k/router/"; (cd "$S/p$k/router" && sha256sum -- *.whl) > "$S/meta/router-sums.txt"; fi
 du -sh "$S"/* | tr '\n' ' '; echo
