@@ -5,7 +5,7 @@
 
 Per cell (workload, sharing level, policy): TTFT p50/p90/p99 and the requests' median output
 tokens/s of each run, shown as the median over the runs (min-max); where the requests' KV came
-from (GPU prefix cache, DRAM, S3, recompute: shares of the requests, all runs); the requests no
+from (GPU prefix cache, DRAM, S3, recompute: shares of the prompt tokens, all runs); the requests no
 engine line accounts for (the target: 0) and those that got no answer; then cache_aware's TTFT
 p50 over round_robin's, and the router's own overhead. Every figure is read from the rows.
 """
@@ -75,6 +75,7 @@ def per_run(rows: list[dict]) -> dict:
                 "p99": pct(ttft, 99),
                 "tps": median(tps),
                 "tiers": [x["source"]["tier"] for x in reqs if x.get("source")],
+                "tokens": {t: sum(x["source"][t] for x in reqs if x.get("source")) for t in TIERS},
                 "unaccounted": sum(
                     1 for x in reqs if x.get("status") == 200 and not x.get("source")
                 ),
@@ -98,8 +99,9 @@ def table(rows: list[dict]) -> str:
     for key in sorted(cells, key=lambda k: (k[0], k[1], k[2])):
         runs = cells[key]
         figs = list(runs.values())
-        tiers = [t for f in figs for t in f["tiers"]]
-        frac = {t: tiers.count(t) / len(tiers) if tiers else 0.0 for t in TIERS}
+        tokens = {t: sum(f["tokens"][t] for f in figs) for t in TIERS}
+        total = sum(tokens.values())
+        frac = {t: tokens[t] / total if total else 0.0 for t in TIERS}
         lvl = share.get(key[:2])
         out.append(
             f"| {key[0]} | {key[1]} %{f' ({lvl:.2f})' if lvl is not None else ''} | {key[2]} "

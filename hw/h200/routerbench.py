@@ -13,7 +13,8 @@ writes it, the policy replaced (``cache_aware``, ``round_robin``; ``cache_aware@
 multi-turn chats) at one prefix-sharing level (25, 60, 90: the percentage of every follow-up
 request's prompt that an earlier request of its document or session sent) on a seeded arrival
 schedule: RUN seeds it, so both policies get the same documents at the same times. Every
-prompt starts with the cell's own word, so no cell hits another's KV. After the cell: each
+document's and session's prompts start with a word of their own, new to the cell, so no cell
+hits another's KV. After the cell: each
 request's KV source from the engines' logs and the trace (rbaccount.py), the engines' counters
 around it; then the bucket emptied and the GPU prefix caches reset. ``overhead``: low load, one
 request at a time, the same prompt sizes straight to an engine and through the router.
@@ -71,6 +72,14 @@ class Req:
     shared: int
 
 
+def group_word(cell: str, group: int) -> str:
+    """The first word of a document's or session's prompts: new to every engine, the bucket and
+    the router's tree, and no prefix of another group's (vllm-router's tree matches characters:
+    one word the cell's documents all began with sent every request of a cell to one engine in
+    the CPU dry run)."""
+    return hashlib.sha256(f"{cell}-{group}".encode()).hexdigest()[:12]
+
+
 def _words(rnd: random.Random, n: int) -> list[str]:
     return [rnd.choice(WORDS) for _ in range(max(1, n))]
 
@@ -82,7 +91,7 @@ def qa(level: str, seed: int, cell: str, scale: float = 1.0) -> list[Req]:
     p = max(16, int(QA["prompt"] * scale))
     shared = max(1, round(p * s))
     rnd = random.Random(f"qa-{level}-{seed}")
-    docs = [[cell, *_words(rnd, shared - 1)] for _ in range(QA["docs"])]
+    docs = [[group_word(cell, d), *_words(rnd, shared - 1)] for d in range(QA["docs"])]
     order = [(d, v) for d in range(QA["docs"]) for v in range(QA["visits"])]
     rnd.shuffle(order)
     seen: set[int] = set()
@@ -106,7 +115,7 @@ def sessions(level: str, seed: int, cell: str, scale: float = 1.0) -> list[Req]:
     rnd = random.Random(f"sessions-{level}-{seed}")
     out, start = [], 0.0
     for g in range(SESSIONS["sessions"]):
-        words = [cell, *_words(rnd, first - 1)]
+        words = [group_word(cell, g), *_words(rnd, first - 1)]
         for t in range(turns):
             shared = 0
             if t:
@@ -133,7 +142,7 @@ def sharing(reqs: list[Req]) -> dict:
 
 
 def cell_word(label: str, run: int) -> str:
-    """The cell's first word: new to every engine, the bucket and the router's tree."""
+    """The cell's own word (its groups' first words derive from it; its requests' tags)."""
     return "rb" + hashlib.sha256(f"{label}-{run}-{time.time()}".encode()).hexdigest()[:10]
 
 
@@ -294,12 +303,11 @@ def stop(state: str) -> None:
 
 
 def router(rendered: str, state: str, policy: str, site: str) -> str:
-    """The route up with ``policy``, both engines in its pool; restarted on a policy change."""
+    """The route (re)started with ``policy``, both engines in its pool: every cell begins with
+    an empty tree, as with the engines' emptied caches (a tree that kept earlier cells' text
+    would route by documents no engine holds any more)."""
     st = Path(state)
     pidfile, cur = st / "router.pid", st / "router.policy"
-    if pidfile.exists() and cur.exists() and cur.read_text() == policy:
-        if _alive(int(pidfile.read_text().split()[0])):
-            return "up already"
     stop(state)
     r = route(rendered)
     config = dict(r["config"])

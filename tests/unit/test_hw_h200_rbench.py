@@ -139,7 +139,10 @@ def test_workloads_are_seeded_and_share_at_their_level(workload, level):
     assert make(level, 2, "rbcell") != a  # another run, another draw
     s = routerbench.sharing(a)
     assert s["followups"] == pytest.approx(int(level) / 100, abs=0.02)
-    assert all(r.prompt.startswith("rbcell ") for r in a)
+    first = {r.group: r.prompt.split()[0] for r in a}
+    assert all(r.prompt.split()[0] == first[r.group] for r in a)
+    # no group's first word is a prefix of another's: the router's tree matches characters
+    assert len({w[:4] for w in first.values()}) == len(first)
     words = set(routerbench.WORDS)
     for r in a:
         tokens = r.prompt.split()
@@ -152,7 +155,9 @@ def test_workloads_are_seeded_and_share_at_their_level(workload, level):
 
 
 def _req(wl, lvl, pol, run, ttft, tier, tps=50.0, status=200):
-    src = {"tier": tier, "engine": "h200a"} if tier else None
+    src = {"tier": tier, "engine": "h200a", **dict.fromkeys(rbtable.TIERS, 0)} if tier else None
+    if src:
+        src[tier] = 100
     return {"kind": "request", "workload": wl, "level": lvl, "policy": pol, "run": run,
             "ttft": ttft, "status": status, "out_tps": tps, "source": src}  # fmt: skip
 
