@@ -114,7 +114,7 @@ r kv25lnc "$D25" $KV kvceph_lmcache_local_cpu=false kvceph_connector_verify_crc3
 # profile's vLLM 0.25.1 + LMCache 0.5.6 (the wheels025.txt shipment) with dummy weights, the
 # default connector and DRAM tier, the Qwen3-8B shape at 0.4 of the GPU each (as loan 7's pair)
 rr() { H200_INVENTORY=h200router.py r "$@"; }
-rr rbpair25 "$D25" $L33 $PAIR
+rr kvrouter25 "$D25" $L33 $PAIR
 # a kvceph variant that rendered the stock connector (a setting not known) would measure the
 # stock one twice: refuse to ship that
 for y in "$S"/rendered/*/lmcache.yaml "$S"/rendered/*/*/lmcache.yaml; do [ -f "$y" ] || continue
