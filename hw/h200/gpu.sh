@@ -402,8 +402,10 @@ rbench() { local id=$1 v=$2 mode=$3 policy; shift 3
   usepair "$v" || return 0
   router_site; policy=$mode; [ "$mode" = overhead ] && policy=round_robin
   rb router "$(rendered "$v")" "$S" "$policy" "$RSITE" || { log "ROUTER DID NOT START"; tail -20 "$(ls -t "$S"/router.*.log | head -1)"; finish 1; }
+  # a cell that fails is not marked: the call ends with its error, the next call runs it again
   if [ "$mode" = overhead ]; then rb overhead "$(rendered "$v")" "$S" "$R" "$id" "$@"
-  else rb cell "$(rendered "$v")" "$S" "$R" "$id" "$mode" "$@"; fi
+  else rb cell "$(rendered "$v")" "$S" "$R" "$id" "$mode" "$@"; fi ||
+    { log "STEP FAILED: $id (routerbench.py: $S/rbench.log)"; tail -8 "$S/rbench.log" | cut -c1-300; finish 1; }
   gc
 }
 router_stop() { [ -f "$S/router.pid" ] && py "$HERE/routerbench.py" stop "$S"; return 0; }
