@@ -18,6 +18,7 @@ sys.path.insert(0, str(H200))
 import rbaccount  # noqa: E402
 import rbtable  # noqa: E402
 import routerbench  # noqa: E402
+import variants as h200_variants  # noqa: E402
 
 # hw/h200/results/2026-12-04-cmp/engine.{1,3}.filtered.txt and trace.jsonl: a warm request from
 # S3 (kv25l: DRAM tier off, after /reset_prefix_cache), a cold one (16 tokens of the chat
@@ -208,8 +209,8 @@ def test_router_json_is_the_router_stages_config(tmp_path, monkeypatch):
 
 def test_plan054_names_known_steps_and_the_router_variant():
     gpu = (H200 / "gpu.sh").read_text()
-    ship = (H200 / "ship.sh").read_text()
-    variants = set(re.findall(r"^rr ([\w-]+) ", ship, re.M))
+    variants = {v.name for v in h200_variants.of_plan(H200 / "plan054.txt")
+                if v.inventory == "h200router.py"}  # fmt: skip
     cells = set()
     for line in (H200 / "plan054.txt").read_text().splitlines():
         if not line.strip() or line.startswith("#"):
