@@ -64,6 +64,7 @@ class Source:
 
 
 def _clean(line: str) -> str:
+    """The line without its terminal colours."""
     return _ANSI.sub("", line)
 
 
@@ -96,6 +97,7 @@ def engine_lines(text: str) -> dict[str, dict]:
 
 
 def _num(v: str):
+    """An int or float where the text is one, else the text."""
     try:
         return int(v)
     except ValueError:
@@ -129,6 +131,7 @@ def trace_remote(lines: Iterable[str], since: float = 0.0) -> dict[str, dict]:
 
 
 def _overlap(a0: int, a1: int, b0: int, b1: int) -> int:
+    """Tokens [a0, a1) and [b0, b1) have in common."""
     return max(0, min(a1, b1) - max(a0, b0))
 
 

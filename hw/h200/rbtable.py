@@ -48,6 +48,7 @@ def spread(xs: list[float | None], digits: int = 3) -> str:
 
 
 def load(path: str) -> list[dict]:
+    """The rows of a results folder's routerbench.jsonl (or of that file)."""
     p = Path(path)
     if p.is_dir():
         p = p / "routerbench.jsonl"
@@ -85,6 +86,7 @@ def per_run(rows: list[dict]) -> dict:
 
 
 def table(rows: list[dict]) -> str:
+    """The cells' table, the policies' ratios and the router's overhead, as markdown."""
     cells = per_run(rows)
     share = {}
     for r in rows:

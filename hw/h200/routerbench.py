@@ -81,6 +81,7 @@ def group_word(cell: str, group: int) -> str:
 
 
 def _words(rnd: random.Random, n: int) -> list[str]:
+    """``n`` words of the tokenizer's one-token vocabulary, drawn by ``rnd``."""
     return [rnd.choice(WORDS) for _ in range(max(1, n))]
 
 
@@ -243,6 +244,7 @@ def hosts(rendered: str, state: str) -> list[tuple[str, dict, object, object, ob
 
 
 def scrape(base_url: str) -> list:
+    """An engine's /metrics, parsed; [] when it does not answer."""
     from deploys.verification import metrics
 
     try:
@@ -257,6 +259,7 @@ COUNTERS = ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:prompt_
 
 
 def counters(before: list, after: list) -> dict:
+    """How much each of ``COUNTERS`` grew between two scrapes (None: not exported)."""
     from deploys.verification import metrics
 
     out = {}
@@ -267,14 +270,17 @@ def counters(before: list, after: list) -> dict:
 
 
 def route(rendered: str) -> dict:
+    """The variant's first (only) route: its host, model and config (router.json)."""
     return json.loads((Path(rendered) / "router.json").read_text())[0]
 
 
 def router_url(rendered: str) -> str:
+    """Where the route listens on this machine."""
     return f"http://127.0.0.1:{route(rendered)['config']['port']}"
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs."""
     try:
         os.kill(pid, 0)
         return True
@@ -349,17 +355,20 @@ def router(rendered: str, state: str, policy: str, site: str) -> str:
 
 
 def _log_end(engine) -> tuple[str, int]:
+    """The engine's current log and its size: where a cell's lines begin."""
     path = engine.info()["log"]
     return path, os.path.getsize(path)
 
 
 def _log_since(path: str, offset: int) -> str:
+    """What the log gained after ``offset``."""
     with open(path, "rb") as f:
         f.seek(offset)
         return f.read().decode(errors="replace")
 
 
 def _trace(since: float) -> list[str]:
+    """The engines' trace lines (trace/sitecustomize.py); rbaccount keeps those after ``since``."""
     path = os.environ.get("KVCEPH_H200_TRACE")
     if not path or not os.path.exists(path):
         return []
@@ -367,6 +376,7 @@ def _trace(since: float) -> list[str]:
 
 
 def record(out: str, row: dict) -> None:
+    """Append one JSON line to OUT/routerbench.jsonl."""
     with open(Path(out) / "routerbench.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
 
@@ -462,6 +472,7 @@ def overhead(rendered, state, out, label, pairs) -> None:
 
 
 def _median(xs: list[float]) -> float | None:
+    """The median; None of nothing."""
     xs = sorted(xs)
     if not xs:
         return None
@@ -486,6 +497,7 @@ def overhead_summary(rows: list[dict]) -> dict:
 
 
 def main(a: list[str]) -> int:
+    """The subcommands of the module's docstring."""
     if not a:
         print(__doc__)
         return 2

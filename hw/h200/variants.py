@@ -39,6 +39,7 @@ class VariantError(ValueError):
 
 
 def _lines(text: str):
+    """The lines that say something: (number, text), no blanks or comments."""
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if line and not line.startswith("#"):
@@ -58,6 +59,7 @@ def definitions(text: str, where: str = "defs.variants") -> dict[str, list[str]]
 
 
 def expand(tokens: list[str], defs: dict[str, list[str]], where: str) -> list[str]:
+    """``tokens`` with each ``$NAME`` replaced by its definition's tokens."""
     out = []
     for t in tokens:
         if t.startswith("$"):
@@ -122,6 +124,7 @@ def render_all(out: str, extra: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """``list`` or ``render OUT [EXTRA...]``."""
     if argv[:1] == ["list"]:
         for v in load():
             print(v.name, v.inventory, v.plan)
