@@ -29,6 +29,7 @@ def pct(xs: list[float], p: float) -> float | None:
 
 
 def median(xs: list[float]) -> float | None:
+    """The median of the figures there are; None of none."""
     xs = sorted(x for x in xs if x is not None)
     if not xs:
         return None
@@ -115,6 +116,8 @@ def table(rows: list[dict]) -> str:
         )
     out.append("")
     out.append(ratios(cells))
+    out.append("")
+    out.append(cross_check(rows))
     over = overhead(rows)
     if over:
         out.append("")
@@ -138,6 +141,36 @@ def ratios(cells: dict) -> str:
             f"| {'-' if rr is None else f'{rr:.3f}'} | {ratio} |"
         )
     return "\n".join(lines)
+
+
+def cross_check(rows: list[dict]) -> str:
+    """The per-request accounting against the engines' own counters, per cell and engine: the
+    prompt tokens (``vllm:prompt_tokens``) and the GPU prefix cache's (``vllm:prefix_cache_hits``)
+    the requests' lines add up to."""
+    mine: dict = {}
+    for r in rows:
+        src = r.get("source")
+        if r.get("kind") == "request" and src:
+            k = (r.get("label"), src["engine"])
+            got = mine.setdefault(k, [0, 0])
+            got[0] += src.get("prompt", 0)
+            got[1] += src.get("gpu", 0)
+    n = agree = 0
+    off = []
+    for c in (r for r in rows if r.get("kind") == "cell"):
+        for engine, ctr in (c.get("counters") or {}).items():
+            want = (ctr.get("vllm:prompt_tokens"), ctr.get("vllm:prefix_cache_hits"))
+            if None in want:
+                continue
+            n += 1
+            have = tuple(mine.get((c.get("label"), engine), [0, 0]))
+            if have == tuple(int(x) for x in want):
+                agree += 1
+            else:
+                off.append(f"{c.get('label')}/{engine}: lines {have}, counters {want}")
+    text = (f"Counters: {agree} of {n} cell engines' prompt and GPU-hit tokens equal the "
+            "requests' lines")  # fmt: skip
+    return text + ("" if not off else "; not: " + "; ".join(off[:5]))
 
 
 def overhead(rows: list[dict]) -> str:

@@ -226,3 +226,19 @@ def test_plan054_names_known_steps_and_the_router_variant():
                 cells.add(tuple(args[1:]))
     # every workload x level x policy, three runs each
     assert len(cells) == 2 * 2 * 3 * 3
+
+
+def test_table_checks_the_lines_against_the_engines_counters():
+    src = {"engine": "h200a", "prompt": 300, "gpu": 100, "tier": "gpu"}
+    rows = [
+        {"kind": "request", "label": "c1", "source": src},
+        {"kind": "request", "label": "c1", "source": {**src, "gpu": 0}},
+        {"kind": "cell", "label": "c1", "counters": {
+            "h200a": {"vllm:prompt_tokens": 600.0, "vllm:prefix_cache_hits": 100.0},
+            "h200b": {"vllm:prompt_tokens": 0.0, "vllm:prefix_cache_hits": 0.0}}},
+        {"kind": "cell", "label": "c2", "counters": {
+            "h200a": {"vllm:prompt_tokens": 50.0, "vllm:prefix_cache_hits": None}}},
+    ]  # fmt: skip
+    assert rbtable.cross_check(rows).startswith("Counters: 2 of 2 ")
+    rows[2]["counters"]["h200b"]["vllm:prompt_tokens"] = 16.0
+    assert "c1/h200b: lines (0, 0), counters (16.0, 0.0)" in rbtable.cross_check(rows)
