@@ -5,6 +5,8 @@
 # are cp312); Ceph + haproxy are the shipment's own. It stages every part like the device calls,
 # then repeats `gpu.sh run` until ALL DONE (or a failure).
 #   hw/h200/dryrun.sh PARTS_DIR [PLAN] [WORK]   (PLAN default plan033.txt; WORK default /tmp/h200-dry)
+#   ROUTER_WHEEL=<wheelhouse>/router/vllm_router-0.1.17-*.whl RB_SCALE=0.125 \
+#     hw/h200/dryrun.sh /tmp/h200-parts-025 plan054.txt     (the router benchmark, small sizes)
 # The checkout that travels is faked by WORK/checkout (.ship/ only). Ports: S3 17480 (haproxy),
 # radosgw 17481.., mon 13300. Leaves nothing running: Ceph, haproxy and the engine are stopped.
 set -u
@@ -38,7 +40,9 @@ while [ $rc = 3 ] && [ $n -lt 8 ]; do n=$((n+1))
   BUDGET=560 bash "$SH/code/hw/h200/gpu.sh" run > "$W/run.$n.log" 2>&1; rc=$?
   echo "[dry] run $n: rc $rc, $(grep -c '^\[' "$W/run.$n.log") log lines; last: $(grep '^\[' "$W/run.$n.log" | tail -1)"
 done
-# stop what the run started (by pid: the engine via local.py, Ceph's daemons from their pid files)
+# stop what the run started (by pid: the router from its pid file (plan054.txt), the engine via
+# local.py, Ceph's daemons from their pid files)
+[ -f "$W/state/router.pid" ] && "$PY312" "$SH/code/hw/h200/routerbench.py" stop "$W/state"
 PY=$PY312 "$PY312" "$SH/code/hw/h200/local.py" /etc/systemd/system/vllm.service "$W/state" stop >/dev/null 2>&1
 for r in "$W"/hosts/*/; do [ -d "$r" ] && "$PY312" "$SH/code/hw/h200/local.py" /etc/systemd/system/vllm.service \
   "$W/state/$(basename "$r")" "--root=$r" stop >/dev/null 2>&1; done   # the pair's engines (plan038.txt)

@@ -8,6 +8,8 @@
 #                  steps of plan.txt in order (cells: cold, warm, the cell's ceiling, delete; the
 #                  verifier at 16k and 32k) -> $OUT/h200-results.tgz (packed after every step)
 #   PLAN=plan033.txt gpu.sh run    another plan (a file beside this script): vLLM 0.33 (issue 38)
+#   PLAN=plan054.txt gpu.sh run    the router benchmark (issue 54): `rbench` steps start the
+#                  pair, then vllm-router in front of it (routerbench.py) with the step's policy
 #   PLAN=plan038.txt gpu.sh run    two hosts of one cache group on the one GPU (issue 38 item 2):
 #                  `pairverify` steps install each host's files under $H200_HOSTS_ROOT/<host>
 #                  and start one engine per host, one after the other (local.py --root)
@@ -49,6 +51,8 @@ pack() {
   done
   [ -d "$CD/log" ] && for f in "$CD"/log/*.log; do tail -30 "$f"; done > "$R/ceph-logs-tail.txt" 2>&1
   [ -f "$KVCEPH_H200_TRACE" ] && cp "$KVCEPH_H200_TRACE" "$R/trace.jsonl"
+  for lg in "$S"/router.*.log; do [ -f "$lg" ] && tail -200 "$lg" > "$R/$(basename "$lg" .log).tail.txt"; done
+  [ -f "$S/router-config.json" ] && cp "$S/router-config.json" "$R/"
   cp "$S/progress.log" "$R/" 2>/dev/null
   tar -C "$S" -czf "$OUTD/h200-results.tgz" results 2>/dev/null
   cp "$S/progress.log" "$OUTD/" 2>/dev/null
@@ -75,13 +79,17 @@ stage_model() {  # the real model's parts (ship.sh REAL_PARTS: model.NN), kept a
   mkdir -p "$STAGE/model"; cp "$SHIP"/p*/model.* "$STAGE/model/"
   cp "$SHIP/meta/model-sums.txt" "$STAGE/model/" 2>/dev/null; return 0
 }
+stage_router() {  # vllm-router's wheel (ship.sh ROUTER_WHEEL), kept apart from the shipment
+  ls "$SHIP"/p*/router/*.whl >/dev/null 2>&1 || return 0
+  mkdir -p "$STAGE/router"; cp "$SHIP"/p*/router/*.whl "$SHIP/meta/router-sums.txt" "$STAGE/router/"
+}
 if [ "${1:-run}" = stage ]; then
-  mkdir -p "$STAGE"; cp "$SHIP"/p*/part.* "$SHIP"/meta/SHA256SUMS "$STAGE"/ 2>/dev/null; stage_model
+  mkdir -p "$STAGE"; cp "$SHIP"/p*/part.* "$SHIP"/meta/SHA256SUMS "$STAGE"/ 2>/dev/null; stage_model; stage_router
   torch_shipped || start_ops_build
   ls "$STAGE" | tr '\n' ' '; echo; df -h /tmp | tail -1; exit 0
 fi
 
-stage_model
+stage_model; stage_router
 # ---- 1 unpack: wheels into $SITE (the connector's too), the minimal Ceph + haproxy into $CEPH
 if ! done_ unpack; then
   log "unpack: $(ls "$STAGE" | tr '\n' ' ')"
@@ -378,6 +386,29 @@ swap() { [ -d "$S/whl-alt" ] || { log "swap: no whl-alt in the shipment"; finish
   py -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$S"/whl-alt/*.whl 2>&1 | grep -v -i warning | tail -3
   log "swapped in: $(ls "$S/whl-alt" | tr '\n' ' '); vllm $(py -c 'import importlib.metadata as m; print(m.version("vllm"))')"
 }
+# ---- the router benchmark (issue 54, plan054.txt): vllm-router in front of the pair
+# (routerbench.py): the wheel installed --no-deps into a site of its own, as the router stage
+# installs it into its venv; the route's config from the variant's router.json (render.py), the
+# policy of the step; a cell's JSON lines in $R/routerbench.jsonl (rbtable.py)
+RSITE=$S/router-site
+router_site() {
+  [ -d "$RSITE/vllm_router" ] && return 0
+  (cd "$STAGE/router" 2>/dev/null && sha256sum -c --quiet router-sums.txt) || { log "CONTINUE: the router's wheel is not staged: $(ls "$STAGE/router" 2>/dev/null | tr '\n' ' ')"; finish 3; }
+  py -m pip install -q --no-index --no-deps --no-compile --target "$RSITE" "$STAGE"/router/*.whl 2>&1 | grep -v -i warning | tail -3
+  [ -d "$RSITE/vllm_router" ] || { log "router wheel: install failed"; finish 1; }
+}
+rb() { py "$HERE/routerbench.py" "$@" 2>&1 | tee -a "$S/rbench.log" | grep -E '^\[rbench\]|^started|^up already|rror' | cut -c1-700; return "${PIPESTATUS[0]}"; }
+rbench() { local id=$1 v=$2 mode=$3 policy; shift 3
+  usepair "$v" || return 0
+  router_site; policy=$mode; [ "$mode" = overhead ] && policy=round_robin
+  rb router "$(rendered "$v")" "$S" "$policy" "$RSITE" || { log "ROUTER DID NOT START"; tail -20 "$(ls -t "$S"/router.*.log | head -1)"; finish 1; }
+  # a cell that fails is not marked: the call ends with its error, the next call runs it again
+  if [ "$mode" = overhead ]; then rb overhead "$(rendered "$v")" "$S" "$R" "$id" "$@"
+  else rb cell "$(rendered "$v")" "$S" "$R" "$id" "$mode" "$@"; fi ||
+    { log "STEP FAILED: $id (routerbench.py: $S/rbench.log)"; tail -8 "$S/rbench.log" | cut -c1-300; finish 1; }
+  gc
+}
+router_stop() { [ -f "$S/router.pid" ] && py "$HERE/routerbench.py" stop "$S"; return 0; }
 
 # ---- 7 the plan (plan.txt), skipping what an earlier loan did (meta/done-before.txt)
 # (the set-up and the layout's ceiling always run: every loan measures its own)
@@ -395,6 +426,6 @@ while read -r id needs action args; do
   "$action" "$id" $args
   mark "$id"; pack
 done < "$PLAN"
-engine stop; pair_stop
+router_stop; engine stop; pair_stop
 log "ALL DONE"
 finish 0

@@ -10,7 +10,9 @@ for the host: ``lmcache.yaml``, ``vllm.env`` (with its digest), ``vllm.service``
 options for ``hw/h200/prove.py``. ``H200_INVENTORY=h200pair.py`` (a file beside this one) renders
 an inventory of several inference hosts: each host's files into ``OUT/NAME/<host>/`` (its
 runner.json names the host: ``gpu.sh`` installs its files under a directory of its own), and
-``OUT/NAME/group.json`` the cache groups ``check_inventory`` formed. S3 keys come from
+``OUT/NAME/group.json`` the cache groups ``check_inventory`` formed; an inventory with a
+``router`` group (``h200router.py``) also gets ``OUT/NAME/router.json``: each route's config as
+the router stage writes it (``deploys/router/routes.config``). S3 keys come from
 ``KVCEPH_S3_ACCESS_KEY``/``KVCEPH_S3_SECRET_KEY`` like a deploy; unset, a throwaway pair is
 generated (that RGW lives and dies on an offline machine).
 """
@@ -34,6 +36,7 @@ from pyinfra_cli.inventory import make_inventory  # noqa: E402
 
 from deploys import kv_sizing, paths, preflight, render, secrets, settings  # noqa: E402
 from deploys.probe.controller import probe_args, shape_of  # noqa: E402
+from deploys.router import routes as routing  # noqa: E402
 from deploys.settings.inventory import check_inventory  # noqa: E402
 from deploys.verification.controller import target_for  # noqa: E402
 from deploys.verification.targets import Options  # noqa: E402
@@ -111,7 +114,28 @@ def main(argv: list[str]) -> int:
     group = {"hosts": inference, "groups": [list(g.hosts) for g in groups]}
     (out / "group.json").write_text(json.dumps(group, indent=1) + "\n")
     print(f"rendered {out}: {', '.join(inference)}; cache groups {group['groups']}")
+    routers = [name for name, me in hosts.items() if me.router is not None]
+    if routers:
+        write_routes(out, inv, hosts, routers[0], creds)
     return 0
+
+
+def write_routes(out: Path, inv, hosts: dict, router: str, creds) -> None:
+    """``router.json``: the router host's routes, each its config as the router stage writes
+    it (``api_key_validation_urls`` too when the engines have a key; the key itself never).
+
+    + router: the router host's name (the first of group ``router``)
+    """
+    addresses = {n: str(inv.get_host(n).data.get("ssh_hostname") or n) for n in hosts}
+    me = hosts[router]
+    found = []
+    for route in routing.routes(hosts, addresses, me.router, router):
+        config = routing.config(route, me.router)
+        if creds.vllm_api_key is not None:
+            config["api_key_validation_urls"] = routing.api_key_validation_urls(route)
+        found.append({"host": router, "model": route.model, "config": config})
+    (out / "router.json").write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    print(f"rendered {out}/router.json: {len(found)} route(s) on {router}")
 
 
 def write_host(out: Path, variant: str, overrides, host, me, creds, pair_host) -> None:

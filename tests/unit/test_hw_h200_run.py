@@ -10,12 +10,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "hw" / "h200"
 sys.path.insert(0, str(H200))
 
 import breakdown  # noqa: E402
 import table  # noqa: E402
+import variants as h200_variants  # noqa: E402
 
 FAKE_BACKEND = """
 import asyncio
@@ -98,8 +101,7 @@ def test_breakdown_places_each_phase_of_one_request(tmp_path):
 
 def test_plan_names_known_steps_and_shipped_variants():
     gpu = (H200 / "gpu.sh").read_text()
-    ship = (H200 / "ship.sh").read_text()
-    variants = set(re.findall(r"^r ([\w-]+) ", ship, re.M))
+    variants = {v.name for v in h200_variants.of_plan(H200 / "plan.txt")}
     ids, steps = [], []
     for line in (H200 / "plan.txt").read_text().splitlines():
         if not line.strip() or line.startswith("#"):
@@ -130,9 +132,9 @@ def test_plan_names_known_steps_and_shipped_variants():
 
 def test_pair_plan_names_known_steps_and_pair_variants():
     gpu = (H200 / "gpu.sh").read_text()
-    ship = (H200 / "ship.sh").read_text()
-    pairs = set(re.findall(r"^rp ([\w-]+) ", ship, re.M))
-    singles = set(re.findall(r"^r ([\w-]+) ", ship, re.M))
+    mine = h200_variants.of_plan(H200 / "plan038.txt")
+    pairs = {v.name for v in mine if v.inventory == "h200pair.py"}
+    singles = {v.name for v in mine if v.inventory == "h200.py"}
     for line in (H200 / "plan038.txt").read_text().splitlines():
         if not line.strip() or line.startswith("#"):
             continue
@@ -203,3 +205,40 @@ def test_table_keeps_the_dram_tier_apart(tmp_path):
     assert set(rs) == {"s3", "dram"}
     assert rs["s3"]["warm_s"][1] == 1.7 and rs["dram"]["warm_s"][1] == 0.23
     assert rs["dram"]["reps"] == 1 and rs["dram"]["warm/cold"] == 0.096
+
+
+def test_each_plan_names_the_variants_its_steps_use():
+    # issue 55 item 5: a plan's variants are data beside it (planNNN.variants); ship.sh renders
+    # every plan's, each name once
+    every = {v.name for v in h200_variants.load()}
+    for plan in sorted(H200.glob("plan*.txt")):
+        own = {v.name for v in h200_variants.of_plan(plan)}
+        assert own <= every
+        for line in plan.read_text().splitlines():
+            if not line.strip() or line.startswith("#"):
+                continue
+            _, _, action, *args = line.split()
+            named = {a for a in args if a in every}
+            assert named <= own, (plan.name, line, named - own)
+    for v in h200_variants.load():
+        assert all("=" in a and not a.startswith("$") for a in v.args), v
+        assert (H200 / v.inventory).exists(), v
+
+
+def test_variants_expand_definitions_and_refuse_two_meanings(tmp_path):
+    (tmp_path / "defs.variants").write_text(
+        "A = k1=1\nB = $A 'k2={\"x\": [1, 2]}'  # a JSON value is one quoted token\n"
+    )
+    (tmp_path / "plan.variants").write_text("# c\nv1 $B k3=3\nv2 inventory=h200pair.py $A\n")
+    (tmp_path / "plan054.variants").write_text("v1 $B k3=3\n")
+    got = h200_variants.load(tmp_path)
+    assert [(v.name, v.inventory, v.args) for v in got] == [
+        ("v1", "h200.py", ("k1=1", 'k2={"x": [1, 2]}', "k3=3")),
+        ("v2", "h200pair.py", ("k1=1",)),
+    ]
+    (tmp_path / "plan054.variants").write_text("v1 $B k3=4\n")
+    with pytest.raises(h200_variants.VariantError, match="v1 differs from plan.variants"):
+        h200_variants.load(tmp_path)
+    (tmp_path / "plan054.variants").write_text("v3 $C\n")
+    with pytest.raises(h200_variants.VariantError, match=r"\$C is not defined"):
+        h200_variants.load(tmp_path)
