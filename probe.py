@@ -3,7 +3,7 @@
     pyinfra -y inventories/<lab>.py probe.py        (make probe)
 
 From each inference host in turn, PUT then GET objects of the size LMCache writes for the
-host's configuration (chunk_size x KV bytes per token per worker, deploys/kv_sizing.py), with
+host's configuration (chunk_size x KV bytes per token per worker, deploys/tier/kv_sizing.py), with
 awscrt's S3 client built as LMCache 0.5.6 builds it, through the endpoint in the host's
 lmcache.yaml and with the service user's keys. Then per host: GB/s up and down, the break-even
 bandwidth for 8k / 32k / 128k-token prompts at the engine's prefill rate (the last verify.py

@@ -11,9 +11,9 @@ import json
 import os
 from pathlib import Path
 
-from deploys import paths, render, secrets, settings
+from deploys import paths, render, settings
 from deploys.operations import tls
-from deploys.settings import group_data
+from deploys.settings import group_data, secrets
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ CONNECTOR_SOURCE = _DEPLOYS.parent / "connector"  # built into a wheel (connecto
 
 # --- Every host kvceph manages -------------------------------------------------------------------
 CONFIG_DIR = "/etc/kvceph"
-# root 0755: the run lock, the model mirror, sudo's upload directory (deploys/sudo.py).
+# root 0755: the run lock, the model mirror, sudo's upload directory (deploys/access/sudo.py).
 STATE_DIR = "/var/lib/kvceph"
 # kvceph's helper scripts (S3 admin, model mirror) and the engine gate live here.
 SCRIPT_DIR = "/usr/local/lib/kvceph"
@@ -36,9 +36,10 @@ MP_UNIT_NAME = "lmcache-server.service"
 MP_UNIT_PATH = f"{UNIT_DIR}/{MP_UNIT_NAME}"
 WHEELHOUSE = "/var/cache/kvceph/wheelhouse"
 # In each venv kvceph makes (``kvceph-venv kib <size>``): only a venv holding it, or its lock
-# record in ENGINE_LOCK_DIR (venvs made before the marker), is pruned (deploys/engine_lock.py).
+# record in ENGINE_LOCK_DIR (venvs made before the marker), is pruned
+# (deploys/engine/engine_lock.py).
 VENV_MARKER = ".kvceph-venv"
-# The engine locks pip installs from, one per venv digest (deploys/engine_lock.py).
+# The engine locks pip installs from, one per venv digest (deploys/engine/engine_lock.py).
 ENGINE_LOCK_DIR = "/var/cache/kvceph/locks"
 # kvceph's LMCache connector: its wheel, installed into the venv from there (--no-deps).
 CONNECTOR_DIR = "/var/cache/kvceph/connector"
@@ -47,7 +48,7 @@ GUARD_MODULE = "kvceph_engine_guard"
 GUARD_PATH = f"{SCRIPT_DIR}/{GUARD_MODULE}.py"
 GUARD_SOURCE = REMOTE / "engine_guard.py"
 DEFAULT_VENV = "/opt/kvceph/venv"
-# Drain files (deploys/drain.py): only root writes here; a tmpfs, so a reboot forgets them.
+# Drain files (deploys/engine/drain.py): only root writes here; a tmpfs, so a reboot forgets them.
 DRAIN_DIR = "/run/kvceph"
 DRAIN_SOURCE = REMOTE / "engine_drain.py"
 # Mirror source: the pull, and the mirror's read-only key.
@@ -68,7 +69,7 @@ GROUP_CONFIG = f"{ADMIN_DIR}/s3-group-{{group}}.ini"
 # The single engine user of deploys before issue 36, while its keys are configured.
 LEGACY_CONFIG = f"{ADMIN_DIR}/s3-legacy.ini"
 MODELS_UPLOAD_DIR = "/var/cache/kvceph/models-upload"
-# The run lock (deploys/lock.py).
+# The run lock (deploys/access/lock.py).
 LOCK_DIR = STATE_DIR
 LOCK_FILE = f"{LOCK_DIR}/deploy.lock"
 LOCK_INFO_FILE = f"{LOCK_DIR}/deploy.lock.info"

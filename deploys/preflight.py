@@ -18,24 +18,10 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 
-from deploys import (
-    bucket_policy,
-    capacity,
-    ceph_cli,
-    compat,
-    engine_users,
-    kv_sizing,
-    lock,
-    paths,
-    prerequisites,
-    render,
-    s3_names,
-    secrets,
-    settings,
-    sudo,
-    tier_preflight,
-    upgrade,
-)
+from deploys import compat, paths, render, s3_names, settings, tier_preflight
+from deploys.access import engine_users, lock, sudo
+from deploys.cluster import bucket_policy, capacity, ceph_cli
+from deploys.engine import prerequisites, upgrade
 from deploys.facts import memo
 from deploys.facts.capacity import CephDf
 from deploys.facts.ceph import CephReachable, CephVersions
@@ -44,10 +30,11 @@ from deploys.facts.model import MirroredModel
 from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
 from deploys.facts.resolver import Resolution
 from deploys.facts.rgw import RgwUser
-from deploys.settings import context_length, group_data, model_source
+from deploys.settings import context_length, group_data, model_source, secrets
 from deploys.settings.inventory import CacheGroup, check_inventory
 from deploys.settings.reader import SettingsError
 from deploys.settings.verification import check_canary_hosts
+from deploys.tier import kv_sizing
 
 compat.install()
 
@@ -63,10 +50,10 @@ class Preflight:
     hosts: dict[str, settings.HostSettings]
     cache_groups: list[CacheGroup]
     credentials: secrets.S3Credentials
-    # The engines' user quota this run sets or keeps (deploys/capacity.py); None: the Ceph
+    # The engines' user quota this run sets or keeps (deploys/cluster/capacity.py); None: the Ceph
     # admin host is outside the run (--limit), so the S3 tier does not run either.
     quota: capacity.Quota | None = None
-    # Each cache group's RGW user and object-name prefix (deploys/engine_users.py).
+    # Each cache group's RGW user and object-name prefix (deploys/access/engine_users.py).
     users: tuple[bucket_policy.GroupUser, ...] = ()
 
     @property
@@ -475,7 +462,7 @@ def wheelhouse_sizes(directory: str | None) -> dict[str, int] | None:
 
 
 def check_prerequisites(hosts: dict[str, settings.HostSettings], read) -> None:
-    """Every host's prerequisites (deploys/prerequisites.py), one fact per role, before any
+    """Every host's prerequisites (deploys/engine/prerequisites.py), one fact per role, before any
     stage: all problems of all hosts in one error, one line each.
 
     ``read(host, fact, **kwargs)`` is the fact's answer, or OUTSIDE_RUN (not checked).
@@ -518,7 +505,7 @@ def check_prerequisites(hosts: dict[str, settings.HostSettings], read) -> None:
 
 def apply_scheme_seeds(hosts: dict[str, settings.HostSettings], groups, read):
     """Every cache group's hosts with the ``PYTHONHASHSEED`` of the profile's key scheme
-    (deploys/upgrade.py ``group_seed``), and the plan's line per group.
+    (deploys/engine/upgrade.py ``group_seed``), and the plan's line per group.
 
     ``read(host, connect)`` is the host's KeySeedsInUse fact, or OUTSIDE_RUN; with ``connect``
     a host outside this run (--limit) is connected to read it: asked only when the hosts in the
@@ -581,7 +568,7 @@ def check_resolvers(hosts: dict[str, settings.HostSettings], resolution) -> None
 
 def check_quota(inventory, admin: settings.HostSettings, hosts: dict):
     """(the quota, the plan's line) from the Ceph admin host's facts; (None, "") outside the
-    run. A deploy without a quota stops here, in one line (deploys/capacity.py)."""
+    run. A deploy without a quota stops here, in one line (deploys/cluster/capacity.py)."""
     admin = hosts[admin.host]
     timeout = ceph_cli.command_timeout(admin.ceph)
     target = inventory.get_host(admin.host)

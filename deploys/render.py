@@ -14,10 +14,12 @@ from typing import Any
 
 import jinja2
 
-from deploys import connector_package, engine_address, kv_sizing, paths, upgrade, versions
-from deploys.secrets import Secret
+from deploys import paths
+from deploys.engine import engine_address, upgrade, versions
 from deploys.settings import HostSettings, model_source, namespace
 from deploys.settings.engine_list import DEVICE_VARIABLE, Engine
+from deploys.settings.secrets import Secret
+from deploys.tier import connector_package, kv_sizing
 
 # Paths from docs/design.md "Files on inference hosts".
 # root:root 0600: systemd reads it before dropping privileges; no other user can.
@@ -75,7 +77,7 @@ def lmcache_config(me: HostSettings) -> dict[str, Any]:
     unknown = set(extra) - versions.LMCACHE_S3_EXTRA_KEYS[lmc_key]
     if unknown:
         raise ValueError(f"{me.host}: extra_config keys {sorted(unknown)} not read by {lmc_key}")
-    # Buffer and timeouts fit the longest request (deploys/kv_sizing.py): LMCache's defaults
+    # Buffer and timeouts fit the longest request (deploys/tier/kv_sizing.py): LMCache's defaults
     # (5 GB, 3000 ms) never hit after a restart and killed the engine at 30k tokens on an H200.
     limits = kv_sizing.limits(me)
     remote: dict[str, Any] = {"remote_url": me.s3.remote_url}
@@ -203,7 +205,7 @@ def mp_engine_flags(me: HostSettings) -> list[str]:
 
 
 def mp_l1_size_gb(me: HostSettings) -> float:
-    """The server's L1 (GiB, pinned): the DRAM tier kvceph sizes today (deploys/kv_sizing.py,
+    """The server's L1 (GiB, pinned): the DRAM tier kvceph sizes today (deploys/tier/kv_sizing.py,
     per worker) for every worker of every engine on the host, since one server holds them all."""
     e = me.engine
     per_worker = kv_sizing.limits(me).max_local_cpu_size
@@ -484,7 +486,8 @@ def environment(
         "HOME": e.service_home,
         # huggingface_hub's cache (hub weights, tokenizers): explicit, and writable in the unit.
         "HF_HOME": e.hf_home,
-        # What the process starts with, read back from it before an upgrade (deploys/upgrade.py).
+        # What the process starts with, read back from it before an upgrade
+        # (deploys/engine/upgrade.py).
         upgrade.VERSIONS_VAR: upgrade.versions_value(
             e.profile.vllm_version, e.profile.lmcache_version, e.profile.mode
         ),

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from deploys import connector_package, crossover, measured
 from deploys.settings import HostSettings
 from deploys.settings.reader import SettingsError
+from deploys.tier import connector_package, crossover, measured
 
 
 def check_connector(hosts: dict[str, HostSettings], build=connector_package.current) -> None:

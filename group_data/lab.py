@@ -9,7 +9,7 @@ _CEPH1 = f"10.213.{7 + _INSTANCE}.11"
 _LAB = os.environ.get("KVCEPH_LAB_DIR", f"/var/lib/kvceph-lab{_INSTANCE or ''}")
 
 # A throwaway lab: plain-HTTP S3 (KVCEPH_LAB_S3_SCHEME=http) and the public hash seed are
-# allowed here, refused on a fleet (deploys/settings, deploys/engine_users.py).
+# allowed here, refused on a fleet (deploys/settings, deploys/access/engine_users.py).
 kvceph_lab = True
 
 # Tiny pools: 2 memstore OSDs. The PG-budget refusal is tested by lowering mon_max_pg_per_osd.
@@ -81,7 +81,7 @@ kvceph_router_wheelhouse = f"{_LAB}/wheelhouse/router"
 # The lab's KV is small (lab/engine/README.md "Sizes and scaling"): 128 bytes per token for the
 # whole "model" (64 per worker at TP 2, 128 on the TP 1 Gaudi host), loaded through a simulated
 # S3 path of 2 MB/s per host. LMCache's buffer and timeouts are derived from these figures by
-# the same code as in production (deploys/kv_sizing.py); the conservative bandwidth is half the
+# the same code as in production (deploys/tier/kv_sizing.py); the conservative bandwidth is half the
 # simulated one, as 0.7 GB/s is below the ~1.2 GB/s one radosgw delivered on the H200 host.
 LAB_KV_BYTES_PER_TOKEN = 128
 LAB_LOAD_BYTES_PER_S = 2_000_000

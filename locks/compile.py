@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from deploys import engine_lock
+from deploys.engine import engine_lock
 from deploys.settings.engine import BUILTIN_LOCKS, DEFAULT_PROFILES, PRESETS, ROOT
 
 # The CPython minors of the hosts: Debian 12 (3.11), Ubuntu 24.04 (3.12), Debian 13 (3.13); a
-# host with another minor is refused at preflight (deploys/prerequisites.py), naming the fix.
+# host with another minor is refused at preflight (deploys/engine/prerequisites.py), naming the fix.
 PYTHONS = ("3.11", "3.12", "3.13")
 # glibc 2.31 (Ubuntu 20.04, Debian 11 and newer): the oldest manylinux for which every
 # distribution of the NVIDIA tree has a wheel (uv's default 2_28 finds none for llguidance 1.7).

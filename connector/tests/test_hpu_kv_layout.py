@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 #   pad block (num_blocks + 1), kv_caches[layer] = (key, value, None, None) (bf16: no scales);
 # - hpu_model_runner.py 6890-6891 registers get_kv_caches_4D(kv_caches), 6958-6978: each
 #   cache viewed (-1, block_size, heads, head size), the pad block dropped, TensorTuple((K, V)).
-# Qwen3-32B on one Gaudi (TP 1): 8 KV heads of 128; block size 128 (deploys/versions.py).
+# Qwen3-32B on one Gaudi (TP 1): 8 KV heads of 128; block size 128 (deploys/engine/versions.py).
 KV_HEADS, HEAD_SIZE, BLOCK_SIZE = 8, 128, 128
 LAYERS, BLOCKS = 3, 4  # few layers and blocks: the copy's shape, not the model's size
 

@@ -15,7 +15,8 @@ class CephDf(_CephFact):
     Each pool's MAX AVAIL and the cluster's raw free bytes (``ceph df``).
 
     MAX AVAIL is what a pool can still store (after replication) before its fullest OSD
-    reaches the full ratio: the figure a derived S3 quota is a fraction of (deploys/capacity.py).
+    reaches the full ratio: the figure a derived S3 quota is a fraction of
+    (deploys/cluster/capacity.py).
 
     .. code:: python
 

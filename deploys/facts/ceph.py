@@ -10,7 +10,12 @@ import re
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph, redacted
+from deploys.cluster.ceph_cli import (
+    DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT,
+    ceph,
+    redacted,
+)
 
 # OSDMap pool types (osd_types.h: TYPE_REPLICATED = 1, TYPE_ERASURE = 3).
 POOL_TYPES = {1: "replicated", 3: "erasure"}
@@ -131,8 +136,8 @@ class CephConfigDump(FactBase):
 
 class CephOwnershipMarkers(_CephFact):
     """
-    kvceph's ownership markers (``ceph config-key dump kvceph/owned/``, deploys/ownership.py):
-    ``{"kvceph/owned/service/rgw.standard": "created"}``.
+    kvceph's ownership markers (``ceph config-key dump kvceph/owned/``,
+    deploys/cluster/ownership.py): ``{"kvceph/owned/service/rgw.standard": "created"}``.
     """
 
     ceph_args = ("config-key", "dump", "kvceph/owned/")

@@ -8,9 +8,9 @@ import re
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from deploys import connector_package, remote_tier
 from deploys.facts.engine import venv_script
 from deploys.facts.probe_output import last_json_line
+from deploys.tier import connector_package, remote_tier
 
 # Runs in the venv's python: the connector's version and the content hash of its RECORD lines
 # (connector_package.content_hash, the same filter: keep the two in step).

@@ -374,7 +374,7 @@ class ModelConfig(FactBase):
 
     + path: the model directory (``kvceph_model`` when it is an absolute path)
 
-    The KV size of a model served from a directory comes from here (deploys/kv_sizing.py).
+    The KV size of a model served from a directory comes from here (deploys/tier/kv_sizing.py).
     """
 
     def command(self, path: str):
@@ -533,7 +533,7 @@ class KeySeedsInUse(FactBase):
     Which key scheme and seed each engine env file on the host records: its
     ``KVCEPH_ENGINE_VERSIONS`` and a sha256 of its ``PYTHONHASHSEED`` (never the seed itself:
     the fleet's is a secret). Read by preflight for every host of a cache group, so the group's
-    seed follows what its engines run (deploys/upgrade.py ``group_seed``).
+    seed follows what its engines run (deploys/engine/upgrade.py ``group_seed``).
 
     + directory: where the env files are (``vllm.env``, ``vllm-<name>.env``)
 

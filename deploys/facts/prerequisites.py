@@ -4,7 +4,7 @@ One fact per role, each one command (no stage runs before both answered): an inf
 ``python3``, whether it can make a venv, the disk under the venv, the accelerator tool's answer
 and the processes on the devices; the Ceph admin host's ``ceph`` and ``radosgw-admin`` and the
 client's version (the cluster's comes from ``facts.ceph.CephVersions``). The verdicts live in
-``deploys/prerequisites.py``, tested against recorded outputs.
+``deploys/engine/prerequisites.py``, tested against recorded outputs.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def _tool_lines(query: str, tag: str, keep: str = "cat") -> str:
 
 class InferencePrerequisites(FactBase):
     """
-    An inference host's prerequisites, as lines the verdicts read (``deploys/prerequisites``).
+    An inference host's prerequisites, as lines the verdicts read
+    (``deploys/engine/prerequisites``).
 
     + venv: the engine venv (``kvceph_venv``): present, or its filesystem's free space
     + accelerator: ``nvidia`` | ``gaudi`` | None (no tool run: ``kvceph_accelerator_check``

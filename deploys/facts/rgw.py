@@ -14,7 +14,7 @@ import json
 from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from deploys import ceph_cli, zones
+from deploys.cluster import ceph_cli, zones
 
 # Runner: argv = timeout, mode (user, bucket, usage: a bucket's stats; stats: a user's; lc),
 # command...; prints one JSON line (null when the subject does not exist) or exits non-zero
@@ -383,7 +383,7 @@ _ZONE_FAILED = "kvceph-zone-failed"
 class RgwZoneLayout(FactBase):
     """
     The zonegroup and zone an RGW serves (``radosgw-admin zonegroup get`` and ``zone get``),
-    as deploys/zones.py reads them, or ``{"error": "<last line>"}``.
+    as deploys/cluster/zones.py reads them, or ``{"error": "<last line>"}``.
 
     .. code:: python
 

@@ -7,12 +7,12 @@ import json
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from deploys import engine_address
-from deploys.ceph_cli import ceph
+from deploys.cluster.ceph_cli import ceph
+from deploys.engine import engine_address
 from deploys.facts.probe_output import ENGINE_HEADERS, last_json_line, probe_command
 from deploys.facts.rgw import _RadosgwStatus, radosgw_json
+from deploys.monitoring import counters, mp_server
 from deploys.router import answers, unit
-from deploys.status import counters, mp_server
 
 _ENGINE_SCRIPT = (
     """
@@ -57,7 +57,7 @@ class EngineAnswers(FactBase):
     + address: where the host reaches the engine
 
     Returns ``{"health": 200, "version": "0.26.0", "counters": {...}, "error": None}``: the
-    counters status.py reads, parsed from the /metrics text by ``deploys/status/counters``
+    counters status.py reads, parsed from the /metrics text by ``deploys/monitoring/counters``
     (None when /metrics did not answer); ``error`` names the first request that failed. A
     moment's answer: never memoised.
     """
@@ -104,7 +104,7 @@ print(json.dumps(out))
 class MPServerAnswers(FactBase):
     """
     What LMCache's MP server answers on its loopback HTTP port: ``GET /status`` and
-    ``/metrics``, summarised by ``deploys/status/mp_server.summary`` (no authentication in
+    ``/metrics``, summarised by ``deploys/monitoring/mp_server.summary`` (no authentication in
     LMCache 0.5.6, hence loopback only, read on the host itself).
 
     + python: an interpreter on the host (the engine venv's)
@@ -236,7 +236,7 @@ class RgwDaemons(FactBase):
     The RGW daemons the manager's service map lists (``ceph service dump``): every radosgw that
     reports to the cluster, whoever runs it (cephadm, the lab's units, another tool).
 
-    + connect_timeout, command_timeout: as every ceph call (deploys/ceph_cli.py)
+    + connect_timeout, command_timeout: as every ceph call (deploys/cluster/ceph_cli.py)
 
     Returns ``{"gw1": {"hostname": "ceph1", "frontend": "beast endpoint=127.0.0.1:7480"}}``
     (by the daemon's id, as in ``client.rgw.<id>``); None when no

@@ -1,6 +1,6 @@
 """The one definition of "hit", "saved" and "pays", in Python (status.py) and in PromQL (rules).
 
-Both read the same vLLM counters (``deploys/status/counters.py`` names them):
+Both read the same vLLM counters (``deploys/monitoring/counters.py`` names them):
 
 - **hit ratio** of LMCache = tokens it claimed / tokens it was asked for
   (``vllm:external_prefix_cache_hits`` / ``_queries``);
@@ -8,7 +8,7 @@ Both read the same vLLM counters (``deploys/status/counters.py`` names them):
   (``prompt_tokens_by_source{source="external_kv_transfer"}``), else the claimed hits (engines
   without the by-source counter);
 - **saved** GPU seconds = reused tokens x prefill seconds per token at the mean prompt length,
-  off the cache group's prefill curve ``a n + b n^2`` (``deploys/crossover.py``), so per token
+  off the cache group's prefill curve ``a n + b n^2`` (``deploys/tier/crossover.py``), so per token
   ``a + b n``;
 - **pays**: the TTFT actually spent is below what the same prompts would have cost cold. What
   was not reused was computed, so a TTFT sum above ``(computed + reused) x seconds per token``

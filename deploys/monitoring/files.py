@@ -11,9 +11,8 @@ from collections.abc import Mapping
 
 import yaml
 
-from deploys.monitoring import dashboard, rules, targets
+from deploys.monitoring import dashboard, rules, savings, targets
 from deploys.settings import HostSettings
-from deploys.status import savings
 
 MGR_EXPORTER_PORT = 9283  # the mgr prometheus module's default server_port
 RULES = {

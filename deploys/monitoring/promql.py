@@ -1,13 +1,13 @@
 """figures' definitions as PromQL, over vLLM's own metric names as Prometheus stores them.
 
-The names come from ``deploys/status/counters.py`` (what status.py reads), with the ``_total``
+The names come from ``deploys/monitoring/counters.py`` (what status.py reads), with the ``_total``
 prometheus_client adds to a counter's samples; the labels ``cache_group``, ``host`` and
 ``engine`` are the scrape targets' (``targets.py``).
 """
 
 from __future__ import annotations
 
-from deploys.status import counters
+from deploys.monitoring import counters
 
 
 def _by_source(source: str) -> str:

@@ -1,7 +1,7 @@
 """Prometheus recording and alert rules for the tier, as data (dumped to YAML by the stage).
 
 Recording rules carry figures' definitions per cache group (``promql.py``); the prefill curve
-of each group (``deploys/status/savings.prefill_curve``, the one status.py reads) and its KV
+of each group (``deploys/monitoring/savings.prefill_curve``, the one status.py reads) and its KV
 bytes per token enter as constants. Every alert has a ``promtool test rules`` case
 (tests/unit/test_monitoring.py).
 """
@@ -312,7 +312,7 @@ def alert_rules(rgw: tuple[str, int] | None, engine_down_for: str = ENGINE_DOWN_
 
 
 # A cache group's share is trimmed from 90 % down to 80 % every few minutes
-# (deploys/cache_trim.py): above 95 % the trim is not keeping up (or not running), and RGW's
+# (deploys/cluster/cache_trim.py): above 95 % the trim is not keeping up (or not running), and RGW's
 # quota refuses the group's writes at 100 %.
 GROUP_NEARLY_FULL = 0.95
 TRIM_STALE_S = 30 * 60  # six trim intervals

@@ -68,7 +68,7 @@ def exposition(doc: dict) -> str:
 
 
 def _groups(bucket: str | None, groups) -> list[str]:
-    """Each cache group's bytes, share, fill rate and trim time (deploys/cache_trim.py)."""
+    """Each cache group's bytes, share, fill rate and trim time (deploys/cluster/cache_trim.py)."""
     fields = {GROUP_USED: "bytes", GROUP_SHARE: "share_bytes", GROUP_RATE: "fill_rate",
               TRIM_AT: "read_at"}  # fmt: skip
     out: list[str] = []

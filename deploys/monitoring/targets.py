@@ -12,7 +12,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from deploys import engine_address
+from deploys.engine import engine_address
 from deploys.monitoring.rules import CEPH_JOB, ENGINES_JOB, HAPROXY_JOB, MP_JOB, ROUTER_JOB
 from deploys.settings import HostSettings
 from deploys.settings.inventory import group_key

@@ -10,8 +10,9 @@ from io import StringIO
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 
-from deploys import ceph_cli, orch_readback, ownership, specs
-from deploys.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
+from deploys import specs
+from deploys.cluster import ceph_cli, ownership
+from deploys.cluster.ceph_cli import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, ceph
 from deploys.facts import memo
 from deploys.facts.ceph import (
     CephConfigDump,
@@ -23,8 +24,8 @@ from deploys.facts.ceph import (
     CephPools,
     CephServiceSpec,
 )
-from deploys.operations import files
-from deploys.orch_readback import spec_differences  # noqa: F401 (s3_tier, tests use it here)
+from deploys.operations import files, orch_readback
+from deploys.operations.orch_readback import spec_differences  # noqa: F401 (s3_tier, tests use it here)
 
 # OSDMonitor::check_pg_num divides by at least 3 OSDs ("num_in_osds 3" on a 2-OSD cluster).
 MIN_OSDS_IN_PG_LIMIT = 3
@@ -290,7 +291,7 @@ def pool(
     min_size and the application are safe to fix in place. A size change or PG increase moves
     data and needs ``allow_data_movement``; a decrease needs ``allow_pg_decrease``; a pool of
     another type is refused (Ceph cannot convert it); a pool kvceph did not create (no
-    marker, deploys/ownership.py) is not changed unless ``adopt`` names it. With
+    marker, deploys/cluster/ownership.py) is not changed unless ``adopt`` names it. With
     ``pg_autoscale_mode on`` the autoscaler owns pg_num and this operation says so instead of
     fighting it. Refusals raise
     Refused (an OperationError) and nothing of the pool is changed.
@@ -345,7 +346,7 @@ def service_spec(
     + wait: seconds to wait for the service to converge after the apply
     + connect_timeout / command_timeout: seconds for each ``ceph`` call
 
-    A service kvceph did not create (no marker, deploys/ownership.py) is refused unless
+    A service kvceph did not create (no marker, deploys/cluster/ownership.py) is refused unless
     ``adopt`` names it; then its spec is merged (realm, zone, SSL, placement kept), each
     difference logged, and it is marked ``adopted``. A new service is marked ``created``.
 
@@ -429,7 +430,7 @@ def _marker(service_name: str, value: str, t: dict, fsid: str | None, spec: dict
 
 
 def marker_command(kind: str, name: str, value: str, t: dict) -> StringCommand:
-    """``ceph config-key set kvceph/owned/<kind>/<name> <value>`` (deploys/ownership.py)."""
+    """``ceph config-key set kvceph/owned/<kind>/<name> <value>`` (deploys/cluster/ownership.py)."""
     return ceph("config-key", "set", ownership.marker_key(kind, name), value, **t, json=False)
 
 
@@ -562,7 +563,7 @@ def config_option(
     Only for options daemons read at runtime: nothing is restarted. A value someone else set
     in ``who`` (no kvceph marker, or not the value kvceph marked) is refused, not replaced,
     unless ``adopt`` names ``<who>/<option>``; values in wider sections are reported and
-    left alone (deploys/ownership.py).
+    left alone (deploys/cluster/ownership.py).
 
     **Example:**
 

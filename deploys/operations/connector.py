@@ -7,9 +7,9 @@ from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import OperationError
 
-from deploys import remote_tier
 from deploys.facts import memo
 from deploys.facts.connector import CompiledOps, ConnectorInstalled, RemoteTierLog
+from deploys.tier import remote_tier
 
 
 def needs_install(fact: dict, version: str, content: str) -> bool:

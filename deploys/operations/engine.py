@@ -10,7 +10,8 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.hiddenvalue import HiddenValue
 
-from deploys import engine_lock, paths
+from deploys import paths
+from deploys.engine import engine_lock
 from deploys.facts import memo
 from deploys.facts.engine import EngineVenvs, EngineVersions, ServiceAccount, _norm
 

@@ -20,7 +20,8 @@ from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Directory, File, FileContents, Sha256File
 
-from deploys import paths, render, sudo
+from deploys import paths, render
+from deploys.access import sudo
 from deploys.facts import memo
 
 
@@ -155,7 +156,7 @@ def private_file(
     + group: group of the file (root by default)
     + mode: octal permissions, ``"0600"`` by default
 
-    Pass ``content`` as a ``deploys.secrets.Secret`` (or give the op a ``name=``): pyinfra
+    Pass ``content`` as a ``deploys.settings.secrets.Secret`` (or give the op a ``name=``): pyinfra
     prints an unnamed operation's arguments, and a Secret prints as ``***``.
     """
     yield from atomic_file._inner(path, content, user, group, mode, private=True)

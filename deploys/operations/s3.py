@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
-from deploys import orch_readback, paths
+from deploys import paths
 from deploys.facts import memo
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwReachable, RgwUser
 from deploys.operations import ceph as ceph_ops
-from deploys.operations import s3_quota
+from deploys.operations import orch_readback, s3_quota
 
 ROTATION_HINT = "rotate with rotate.py (docs/security.md, 'S3 key rotation')"
 # The operator's command for the last rotation step (an access key is an identifier).
@@ -141,7 +141,7 @@ def rgw_dns_name(
     + command_timeout: overall seconds per ``ceph`` command
 
     Only kvceph's section is written, and only where kvceph owns the value
-    (``ceph.config_option``'s rules, deploys/ownership.py): another RGW keeps its name.
+    (``ceph.config_option``'s rules, deploys/cluster/ownership.py): another RGW keeps its name.
 
     .. code:: python
 

@@ -1,7 +1,7 @@
 """Manage who may do what on the KV bucket: its owner (RGW ``bucket link``) and its policy.
 
-kvceph's statements (Sid ``kvceph-*``, deploys/bucket_policy.py) are merged into the bucket's
-policy, everyone else's kept; the owner moves to the admin user only from the single engine
+kvceph's statements (Sid ``kvceph-*``, deploys/cluster/bucket_policy.py) are merged into the
+bucket's policy, everyone else's kept; the owner moves to the admin user only from the single engine
 user of a deploy before issue 36 (any other owner is refused by the S3 tier's preflight).
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from deploys import bucket_policy, paths
+from deploys import paths
+from deploys.cluster import bucket_policy
 from deploys.facts import memo
 from deploys.facts.rgw import BucketPolicy, RgwBucket
 

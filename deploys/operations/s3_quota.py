@@ -2,7 +2,7 @@
 
 Reads come from ``RgwUser`` (``radosgw-admin user info`` on the Ceph admin host); writes are
 ``radosgw-admin`` calls with no secret in them. The quota figure is decided by
-``deploys/capacity.py`` (explicit, derived from MAX AVAIL, or kept).
+``deploys/cluster/capacity.py`` (explicit, derived from MAX AVAIL, or kept).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from deploys.capacity import size
+from deploys.cluster.capacity import size
 from deploys.facts import memo
 from deploys.facts.rgw import RgwUser
 

@@ -9,7 +9,7 @@ import gevent
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
-from deploys import drain, engine_address, remote_tier
+from deploys.engine import drain, engine_address
 from deploys.facts import memo
 from deploys.facts.connector import S3Disabled
 from deploys.facts.engine import (
@@ -20,6 +20,7 @@ from deploys.facts.engine import (
     ServiceState,
 )
 from deploys.facts.rgw import RgwReachable
+from deploys.tier import remote_tier
 
 # render.DIGEST_VAR: the variable ServiceState reads as the running digest.
 DIGEST_VAR = "KVCEPH_DIGEST"
@@ -98,7 +99,7 @@ class _HostFunction(FunctionCommand):
 
 
 def _drain(state, host, connector_arguments, unit, port, python, timeout, bind) -> None:
-    """Drain the engine (deploys/drain.py) and log what the restart will cut; never fails:
+    """Drain the engine (deploys/engine/drain.py) and log what the restart will cut; never fails:
     past the timeout the restart goes ahead."""
     ok, output = drain.command(python, port, timeout, bind).execute(
         state, host, dict(connector_arguments)
@@ -216,7 +217,7 @@ def restart_reasons(
             continue
         have = current["env"].get(name)
         if have != want and name == HASH_SEED_VAR:
-            # The fleet's hash seed is kept with the secrets (deploys/engine_users.py).
+            # The fleet's hash seed is kept with the secrets (deploys/access/engine_users.py).
             reasons.append(f"running env {name} differs from desired (value not shown)")
         elif have != want:
             shown = f"{name} unset" if have is None else f"{name}={have}"
@@ -300,7 +301,7 @@ def rolling_restart(
     + batch: how many engines of the run may restart at once (``kvceph_restart_batch``
       resolved to a count); the first call of a run sets it
     + drain_timeout: seconds to drain the engine before its restart (``kvceph_drain_timeout``,
-      deploys/drain.py); None where the gate is off (``kvceph_vllm_guard`` False): no drain
+      deploys/engine/drain.py); None where the gate is off (``kvceph_vllm_guard`` False): no drain
     + bind: ``kvceph_vllm_bind``; the drain and health wait reach the engine there
       (``engine_address.local``: loopback of its family for a wildcard)
     + venv_link: the engine's venv link (its ExecStart goes through it), None where kvceph

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from pyinfra import logger
 
-from deploys import kv_sizing, render
+from deploys import render
 from deploys.probe import report as reporting
 from deploys.probe import verdicts
 from deploys.settings import namespace
+from deploys.tier import kv_sizing
 from deploys.verification import transport
 from deploys.verification.controller import SshControl
 

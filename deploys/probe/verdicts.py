@@ -9,7 +9,7 @@ the engine would have recomputed it:
     break-even  = KV bytes(L) / (prefill(L) - chunks(L) x HEAD latency)
 
 KV bytes(L) = full chunks of L x chunk_size x KV bytes per token per worker x TP: the sizes
-come from deploys/kv_sizing.py, the same derivation the LMCache config uses.
+come from deploys/tier/kv_sizing.py, the same derivation the LMCache config uses.
 
 Verdict from measured GET GB/s / break-even: at least ``PAYS_MARGIN`` pays; within
 ``1 / PAYS_MARGIN`` of it is marginal (a few percent of bandwidth decide, and the probe's own

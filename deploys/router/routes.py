@@ -13,7 +13,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from deploys import engine_address
+from deploys.engine import engine_address
 from deploys.monitoring.targets import cache_group
 from deploys.settings import HostSettings
 from deploys.settings.reader import SettingsError

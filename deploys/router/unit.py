@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from deploys import engine_address, paths
+from deploys import paths
+from deploys.engine import engine_address
 from deploys.settings.router import RouterSettings
 
 UNIT = "kvceph-router@.service"

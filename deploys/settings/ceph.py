@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deploys.secrets import Secret
 from deploys.settings import kinds, security
 from deploys.settings.reader import Reader
+from deploys.settings.secrets import Secret
 
 # --- Ceph ------------------------------------------------------------------------------------
 

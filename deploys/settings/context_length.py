@@ -4,7 +4,7 @@ max_model_len``), after the restart, on every host of the batch. Refused before 
 
 The native context comes from the model's ``config.json`` where kvceph reads one (a model
 directory on the host; a mirrored model's copy on the controller, else its staged directory),
-else from the known model table (deploys/kv_sizing.py ``KNOWN_MODELS``). A hub model kvceph
+else from the known model table (deploys/tier/kv_sizing.py ``KNOWN_MODELS``). A hub model kvceph
 does not know is not checked: vLLM's own refusal at start is the check. Not refused either
 where the operator configured longer contexts: rope scaling in ``config.json``,
 ``--hf-overrides`` that set it, or ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``. Pure: no pyinfra state.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deploys import kv_sizing
+from deploys.tier import kv_sizing
 
 OPT_IN = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 # The config.json fields vLLM derives its max_model_len from (the smallest present one wins:
@@ -94,7 +94,10 @@ def refusal(me, config: Mapping[str, Any] | None = None, where: str = "") -> str
         native = native_from_config(config)
     else:
         shape = kv_sizing.KNOWN_MODELS.get(e.model)
-        native, where = (shape.native_len if shape else None), "deploys/kv_sizing.py KNOWN_MODELS"
+        native, where = (
+            (shape.native_len if shape else None),
+            "deploys/tier/kv_sizing.py KNOWN_MODELS",
+        )
     if native is None or e.max_model_len <= native:
         return None
     return (

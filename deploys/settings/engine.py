@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploys import engine_lock, upgrade, versions
+from deploys.engine import engine_lock, upgrade, versions
 from deploys.settings import engine_list, kinds, kv_flags, model_source, security
 from deploys.settings.reader import Reader
 
@@ -131,16 +131,17 @@ class EngineSettings:
     engines: tuple[engine_list.Engine, ...] = (engine_list.Engine("vllm", None, 8000),)
     restart_batch: int | str = 1
     restart_whole_group: bool = False
-    # Seconds a restart waits for the engine to go idle (deploys/drain.py) before it cuts.
+    # Seconds a restart waits for the engine to go idle (deploys/engine/drain.py) before it cuts.
     drain_timeout: int = 120
     # What sets python_hash_seed, for the plan's lines: preflight names the key scheme where
-    # the group's engines run its own seed (deploys/upgrade.py group_seed).
+    # the group's engines run its own seed (deploys/engine/upgrade.py group_seed).
     hash_seed_source: str = "kvceph_python_hash_seed"
     # Seconds systemd waits before it starts an engine that ended (any exit: Restart=always).
     restart_delay: int = 10
     # huggingface_hub's cache (HF_HOME): hub downloads and tokenizers; writable for the engine.
     hf_home: str = "/var/lib/vllm/.cache/huggingface"
-    # kvceph_cache_group: names the group's RGW user and its keys (deploys/bucket_policy.py).
+    # kvceph_cache_group: names the group's RGW user and its keys
+    # (deploys/cluster/bucket_policy.py).
     cache_group: str = ""
     # kvceph_venv: the base the profiles' venvs are named from, and the engines' links.
     venv_base: str = "/opt/kvceph/venv"
@@ -226,7 +227,7 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
             key,
             (raw["vllm_version"], raw["lmcache_version"]),
             "vLLM/LMCache pair not supported",
-            "use a pair from deploys/versions.py SUPPORTED_PAIRS",
+            "use a pair from deploys/engine/versions.py SUPPORTED_PAIRS",
         )
     exe = raw["executable"]
     if not isinstance(exe, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", exe):
@@ -276,7 +277,7 @@ def _profile(r: Reader, accelerator: str) -> EngineProfile:
             key,
             f"vLLM {raw['vllm_version']} + LMCache {raw['lmcache_version']} in mode mp",
             "MP mode not read for this pair",
-            "use a pair from deploys/versions.py MP_PAIRS, or mode inprocess",
+            "use a pair from deploys/engine/versions.py MP_PAIRS, or mode inprocess",
         )
     if mode != "mp":  # MP copies KV with other code (versions.KV_LOAD_DEFECTS)
         _refuse_kv_load_defect(r, accelerator, raw)

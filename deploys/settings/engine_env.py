@@ -14,7 +14,7 @@ from deploys.settings.engine_list import DEVICE_VARIABLE
 
 # What render.environment sets in every engine's env file (tests/unit/test_engine_env.py keeps
 # the two in step): the LMCache config, the hash seed, the S3 profile and home, the digest, the
-# versions the engine starts with (deploys/upgrade.py VERSIONS_VAR).
+# versions the engine starts with (deploys/engine/upgrade.py VERSIONS_VAR).
 ALWAYS = (
     "LMCACHE_CONFIG_FILE",
     "PYTHONHASHSEED",

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pyinfra.api.exceptions import PyinfraError
 
-from deploys.secrets import MECHANISM
 from deploys.settings import keys, secret_names
+from deploys.settings.secrets import MECHANISM
 
 
 class GroupDataKeyError(PyinfraError):

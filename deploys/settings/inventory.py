@@ -21,7 +21,7 @@ class CacheGroup:
     model: str
     tensor_parallel_size: int
     hosts: tuple[str, ...]
-    name: str = ""  # kvceph_cache_group: its RGW user and keys (deploys/bucket_policy.py)
+    name: str = ""  # kvceph_cache_group: its RGW user and keys (deploys/cluster/bucket_policy.py)
     pipeline_parallel_size: int = 1
 
 

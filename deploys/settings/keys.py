@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import deploys
-from deploys.secrets import MECHANISM
 from deploys.settings import run_control, secret_names
+from deploys.settings.secrets import MECHANISM
 
 PREFIX = "kvceph_"
 _LITERAL = re.compile(r"""["'](kvceph_[a-z0-9_]+)["']""")

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploys import crossover, kv_sizing, versions
+from deploys.engine import versions
 from deploys.settings import tier as tier_settings
 from deploys.settings.engine import EngineSettings
 from deploys.settings.reader import Reader
+from deploys.tier import crossover, kv_sizing
 
 # --- LMCache ---------------------------------------------------------------------------------
 
@@ -17,7 +18,7 @@ from deploys.settings.reader import Reader
 class LMCacheSettings:
     chunk_size: int
     local_cpu: bool
-    max_local_cpu_size: float | None  # GiB per worker; None: derived (deploys/kv_sizing.py)
+    max_local_cpu_size: float | None  # GiB per worker; None: derived (deploys/tier/kv_sizing.py)
     save_unfull_chunk: bool
     enable_async_loading: bool
     remote_serde: str
@@ -66,8 +67,8 @@ def _kv_size(r: Reader, engine: EngineSettings) -> tuple[int | None, str]:
     raise r.fail(
         "kvceph_kv_bytes_per_token",
         None,
-        f"KV size of {engine.model!r} unknown (not in deploys/kv_sizing.py KNOWN_MODELS, not a "
-        "model directory on the host)",
+        f"KV size of {engine.model!r} unknown (not in deploys/tier/kv_sizing.py KNOWN_MODELS, not "
+        "a model directory on the host)",
         "set it to layers x KV heads x head_dim x 2 x dtype bytes (whole model, TP 1)",
     )
 

@@ -160,7 +160,7 @@ def object_prefix(me: HostSettings) -> str:
     """
     if me.lmcache.tier.connector == "kvceph":
         return of(me).group
-    from deploys import bucket_policy
+    from deploys.cluster import bucket_policy
 
     world = me.engine.tensor_parallel_size * pipeline_parallel_size(me)
     return bucket_policy.object_prefix(me.engine.serve_model, world)

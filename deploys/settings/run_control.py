@@ -24,7 +24,7 @@ _FALSE = ("", "0", "false", "no")
 class RunControl:
     """The opt-ins of this run (all False unless the operator passed them)."""
 
-    #: ``kvceph_break_lock``: take the run lock from a holder (deploys/lock.py)
+    #: ``kvceph_break_lock``: take the run lock from a holder (deploys/access/lock.py)
     break_lock: bool = False
     #: ``kvceph_allow_data_movement``: pool size changes and PG increases (they backfill data)
     allow_data_movement: bool = False
@@ -43,7 +43,7 @@ class RunControl:
     rotation: str | None = None
     retire_access_key: str | None = None
     #: ``kvceph_adopt``: objects kvceph did not create that it may change in this run, by name
-    #: (``rgw.tenant``, ``client.rgw.tenant/rgw_dns_name``; deploys/ownership.py)
+    #: (``rgw.tenant``, ``client.rgw.tenant/rgw_dns_name``; deploys/cluster/ownership.py)
     adopt: tuple[str, ...] = ()
 
 

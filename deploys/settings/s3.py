@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from deploys import capacity
+from deploys.cluster import capacity
 from deploys.settings.ceph import RgwSettings
 from deploys.settings.kinds import GIB, RGW_MAX_BYTES
 from deploys.settings.reader import Reader
@@ -37,7 +37,7 @@ class S3Settings:
     expiration_days: int
     abort_multipart_days: int
     lifecycle_rule_id: str
-    # The engines' user quota (deploys/capacity.py): GiB, else derived from the data pool's
+    # The engines' user quota (deploys/cluster/capacity.py): GiB, else derived from the data pool's
     # MAX AVAIL x quota_fraction, unless quota_unbounded says there is none.
     quota_max_size_gb: float | None
     quota_fraction: float = capacity.DEFAULT_FRACTION

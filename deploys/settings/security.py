@@ -13,8 +13,8 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploys.secrets import MECHANISM, Secret
 from deploys.settings import secret_names
+from deploys.settings.secrets import MECHANISM, Secret
 
 
 @dataclass(frozen=True)

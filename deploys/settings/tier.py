@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploys import crossover
 from deploys.settings import kinds
+from deploys.tier import crossover
 
 # "lmcache": LMCache's own S3 connector (remote_url). "kvceph": kvceph's (connector/), loaded as
 # an LMCache remote storage plugin.

@@ -1,11 +1,11 @@
 """The S3 tier's trim timer on the Ceph admin host: each cache group's oldest objects go when
-the group nears its share of the quota (deploys/cache_trim.py, docs/capacity.md)."""
+the group nears its share of the quota (deploys/cluster/cache_trim.py, docs/capacity.md)."""
 
 from __future__ import annotations
 
 from pyinfra import logger
 
-from deploys import cache_trim, capacity
+from deploys.cluster import cache_trim, capacity
 from deploys.operations import files as kvfiles
 from deploys.operations import timer
 from deploys.preflight import Preflight

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import ceph_cli, ownership
+from deploys.cluster import ceph_cli, ownership
 from deploys.facts import memo
 from deploys.facts.ceph import CephOwnershipMarkers, CephPools, CephReachable
 from deploys.operations import ceph

@@ -13,7 +13,8 @@ from pyinfra import host, inventory, logger, state
 from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
-from deploys import connector_package, engine_lock, paths, preflight, versions
+from deploys import paths, preflight
+from deploys.engine import engine_lock, versions
 from deploys.facts import memo
 from deploys.facts.engine import EngineVersions
 from deploys.operations import engine as engine_ops
@@ -22,6 +23,7 @@ from deploys.settings import HostSettings
 from deploys.settings.engine import EngineProfile
 from deploys.settings.inventory import python_minor_mismatch
 from deploys.stages import tier_software
+from deploys.tier import connector_package
 
 # The real engine. A profile that does not pin it ships an engine that *emulates* vLLM (the
 # lab engine): its vLLM version is the profile's declared vllm_version.

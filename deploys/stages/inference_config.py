@@ -11,12 +11,13 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import files as pyinfra_files
 
-from deploys import kv_sizing, paths, render
+from deploys import paths, render
 from deploys.facts import memo
 from deploys.facts.engine import CacheKeyInUse, KvcephWroteFile, cache_key_from_argv
 from deploys.operations import files, tls
-from deploys.secrets import Secret
 from deploys.settings import HostSettings, cache_key, namespace
+from deploys.settings.secrets import Secret
+from deploys.tier import kv_sizing
 
 # Seconds for the TLS check's connection and handshake.
 TLS_TIMEOUT = 10

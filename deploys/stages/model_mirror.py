@@ -14,14 +14,15 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
-from deploys import ceph_cli, paths
+from deploys import paths
+from deploys.cluster import ceph_cli
 from deploys.facts import memo
 from deploys.facts.model import MirroredModel
 from deploys.operations import files as kvfiles
 from deploys.operations import model, s3
 from deploys.preflight import Preflight
-from deploys.secrets import Secret
 from deploys.settings import HostSettings, model_source
+from deploys.settings.secrets import Secret
 from deploys.stages import s3_tier
 
 

@@ -12,8 +12,8 @@ from pyinfra.api import deploy
 
 from deploys import paths
 from deploys.operations import files, model
-from deploys.secrets import Secret
 from deploys.settings import HostSettings
+from deploys.settings.secrets import Secret
 from deploys.stages import s3_tier
 
 PULL_JOBS = 8

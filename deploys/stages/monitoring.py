@@ -15,8 +15,8 @@ from pyinfra.api import deploy
 from deploys.monitoring import files as rendering
 from deploys.monitoring import targets
 from deploys.operations import files
-from deploys.secrets import Secret
 from deploys.settings import HostSettings
+from deploys.settings.secrets import Secret
 
 
 def addresses(names) -> dict[str, str]:

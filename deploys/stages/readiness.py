@@ -1,5 +1,5 @@
 """Stage 6: read-only readiness check: /health and a minimal completion on every engine (with
-the API key when one is set), and LMCache's remote tier present (deploys/remote_tier.py).
+the API key when one is set), and LMCache's remote tier present (deploys/tier/remote_tier.py).
 
 It proves the API path before any cache test, so network faults are not mistaken for cache
 faults. It reports no change; a host that is not ready fails with the reason.

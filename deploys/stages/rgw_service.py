@@ -14,7 +14,8 @@ import re
 from pyinfra import host, inventory, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import ceph_cli, ownership, specs, zones
+from deploys import specs
+from deploys.cluster import ceph_cli, ownership, zones
 from deploys.facts import memo
 from deploys.facts.ceph import (
     CephFsid,
@@ -223,7 +224,7 @@ def check(me: HostSettings) -> None:
 
 
 def zone_refusal(me: HostSettings, t: dict) -> str | None:
-    """deploys/zones.py's refusal for the zone kvceph's RGW serves: the one its spec names
+    """deploys/cluster/zones.py's refusal for the zone kvceph's RGW serves: the one its spec names
     (an adopted service), else the cluster's default; a cluster without ``.rgw.root`` has no
     zone yet (RGW creates "default" at first start), so nothing is read there: a
     ``radosgw-admin`` read would create it."""

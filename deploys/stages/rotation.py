@@ -5,8 +5,8 @@
     pyinfra -y <inventory> rotate.py --data kvceph_rotation=retire \\
         --data kvceph_retire_access_key=<OLD ACCESS KEY>
 
-The new keys are the configured ones (``deploys/secrets.py``: KVCEPH_S3_ACCESS_KEY/SECRET in
-the environment or the secrets file); the old key is named only by its access key, an
+The new keys are the configured ones (``deploys/settings/secrets.py``: KVCEPH_S3_ACCESS_KEY/SECRET
+in the environment or the secrets file); the old key is named only by its access key, an
 identifier; its secret is never needed. Both phases run on the single ``ceph_admin`` host;
 ``retire`` first reads every inference host's running engine (ServiceDrift) and removes the
 old key only when each one started with the configured credentials.
@@ -18,7 +18,8 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 from pyinfra.api.exceptions import PyinfraError
 
-from deploys import ceph_cli, paths, render
+from deploys import paths, render
+from deploys.cluster import ceph_cli
 from deploys.facts import memo
 from deploys.facts.engine import ServiceDrift
 from deploys.facts.rgw import RgwUser
@@ -26,8 +27,8 @@ from deploys.operations import files as kvfiles
 from deploys.operations import s3_rotation
 from deploys.operations.files import sha256_text
 from deploys.preflight import Preflight, PreflightError
-from deploys.secrets import Secret
 from deploys.settings import HostSettings, run_control
+from deploys.settings.secrets import Secret
 from deploys.stages import s3_tier
 
 PHASE_KEY = "kvceph_rotation"

@@ -26,9 +26,9 @@ from deploys.operations import engine as engine_ops
 from deploys.operations import files
 from deploys.router import routes as routing
 from deploys.router import unit
-from deploys.secrets import Secret
 from deploys.settings import HostSettings
 from deploys.settings.router import VERSION
+from deploys.settings.secrets import Secret
 from deploys.stages.engine_software import wheels
 from deploys.stages.monitoring import addresses
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import OperationError, deploy
 
-from deploys import bucket_policy, capacity, ceph_cli, ownership, paths
+from deploys import paths
+from deploys.cluster import bucket_policy, capacity, ceph_cli, ownership
 from deploys.facts import memo
 from deploys.facts.ceph import CephFsid, CephOwnershipMarkers, CephServiceSpec
 from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
@@ -18,8 +19,8 @@ from deploys.operations import ceph as ceph_ops
 from deploys.operations import files as kvfiles
 from deploys.operations import s3, s3_policy, s3_quota, tls
 from deploys.preflight import Preflight
-from deploys.secrets import Secret
 from deploys.settings import HostSettings
+from deploys.settings.secrets import Secret
 from deploys.stages import cache_trim, rgw_service
 
 # RGW reachability: seconds per HTTP try, tries, seconds between them (about 20 s at most).
@@ -153,7 +154,7 @@ def refusals(
     pyinfra runs operations as they are called (with ``-y``), so a refusal found only by the
     user operation would come after rgw_dns_name was already set; this reads the same facts
     first. The operations repeat the checks, so they stay safe when used on their own.
-    A user or bucket kvceph did not create (no marker, deploys/ownership.py) comes first.
+    A user or bucket kvceph did not create (no marker, deploys/cluster/ownership.py) comes first.
     """
     plans = ownership_plans(me, timeout, users)
     if plans is None:

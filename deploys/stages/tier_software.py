@@ -2,7 +2,7 @@
 LMCache's compiled CUDA ops load there (called by the engine-software stage, after the engine
 packages: the venv exists).
 
-The connector travels as a wheel built on the controller (deploys/connector_package.py),
+The connector travels as a wheel built on the controller (deploys/tier/connector_package.py),
 uploaded to ``/var/cache/kvceph/connector/`` and installed with ``pip --no-deps --no-index``
 from that file: inference hosts need no package index. Nothing is uploaded or installed when
 the venv already holds the same version with the same content.
@@ -15,12 +15,12 @@ import io
 from pyinfra import host
 from pyinfra.operations import files
 
-from deploys import connector_package
 from deploys.facts import memo
 from deploys.facts.connector import ConnectorInstalled
 from deploys.operations import connector as connector_ops
 from deploys.operations import files as kvfiles
 from deploys.settings import HostSettings
+from deploys.tier import connector_package
 
 
 def apply(me: HostSettings) -> None:

@@ -23,7 +23,8 @@ from pyinfra import host, logger
 from pyinfra.api import DeployError, deploy
 from pyinfra.operations import systemd
 
-from deploys import engine_lock, paths, render, upgrade
+from deploys import paths, render
+from deploys.engine import engine_lock, upgrade
 from deploys.facts import memo
 from deploys.facts.engine import (
     Accelerators,
@@ -158,7 +159,7 @@ def _running_packages(e, engine: Engine) -> dict[str, str]:
 def _upgrade(me: HostSettings, checked, shared: dict[str, str], server: bool, batch: int):
     """Say, before anything restarts, whether the new versions keep the group's object keys.
     Either way the engines roll in their batches: a new key scheme hashes with its own seed
-    (preflight, deploys/upgrade.py ``group_seed``), so old and new names cannot collide.
+    (preflight, deploys/engine/upgrade.py ``group_seed``), so old and new names cannot collide.
     A move between in-process and MP also says what happens to LMCache's server on the host
     (``server``: its unit is there now) and that both namespaces are live during the roll."""
     moves = upgrades(me, checked, shared)
@@ -306,11 +307,11 @@ def _restart(me: HostSettings, checked, engine: Engine, shared: dict[str, str], 
         # Whether the S3 tier this engine starts with is worth it, as last measured (probe.py).
         note=last_verdict(me.verify.report_dir, me.host) if me.verify else None,
         batch=batch,
-        # Without the gate nothing can stop admitting requests: no drain (deploys/drain.py).
+        # Without the gate nothing can stop admitting requests: no drain (deploys/engine/drain.py).
         drain_timeout=e.drain_timeout if me.security.guard else None,
         bind=me.security.vllm_bind,
         # LMCache's stock S3 connector turns S3 off for good after three connection errors
-        # (deploys/remote_tier.py S3_DISABLED): such an engine restarts once S3 answers.
+        # (deploys/tier/remote_tier.py S3_DISABLED): such an engine restarts once S3 answers.
         # kvceph's connector has no such state: a failed request is a miss, the next one tries.
         s3_endpoint=me.s3.endpoint if me.lmcache.tier.connector == "lmcache" else None,
         **(

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from pyinfra.facts.files import FileContents
 
-from deploys import cache_trim, ceph_cli, engine_address, paths, render
+from deploys import paths, render
+from deploys.cluster import cache_trim, ceph_cli
+from deploys.engine import engine_address
 from deploys.facts import memo
 from deploys.facts.capacity import CacheTrimState, RgwUserStats
 from deploys.facts.ceph import CephOrchStatus, CephReachable
@@ -27,7 +29,7 @@ from deploys.facts.status import (
     UnitTimes,
 )
 from deploys.operations import service
-from deploys.orch_readback import _host_run, read_service
+from deploys.operations.orch_readback import _host_run, read_service
 from deploys.stages import rgw_service, vllm_service
 from deploys.status import drift
 

@@ -19,8 +19,8 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
-from deploys.monitoring import status_metrics
-from deploys.status import collect, document, drift, mp_server, output, reports
+from deploys.monitoring import mp_server, status_metrics
+from deploys.status import collect, document, drift, output, reports
 from deploys.status import router as status_router
 
 _ONCE = BoundedSemaphore()

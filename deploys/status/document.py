@@ -7,11 +7,12 @@ is a row that says so; ``partial`` is True when any host or read is missing.
 
 from __future__ import annotations
 
-from deploys import cache_trim, capacity, remote_tier
+from deploys.cluster import cache_trim, capacity
+from deploys.monitoring import counters, savings, tiers
 from deploys.monitoring.targets import cache_group
 from deploys.settings import namespace
-from deploys.status import counters, savings, tiers
 from deploys.status.reports import age
+from deploys.tier import remote_tier
 
 UNREACHABLE = "unreachable"
 # A host left out with --limit: a row, but not a failure (the operator asked for part).
@@ -134,7 +135,7 @@ def _quota_full(bucket: dict | None, quota: int | None, stats: dict | None) -> d
 
 def trim_rows(trim: dict | None) -> list[dict]:
     """Each cache group's bytes against its share, its fill rate and days to full, as the
-    trim timer last read them (deploys/cache_trim.py); [] when it never ran."""
+    trim timer last read them (deploys/cluster/cache_trim.py); [] when it never ran."""
     rows = []
     for prefix, t in sorted((trim or {}).items()):
         used, share, rate = int(t.get("used", 0)), int(t.get("share", 0)), t.get("rate")

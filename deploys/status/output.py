@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from deploys import remote_tier
-from deploys.status import mp_server, tiers
+from deploys.monitoring import mp_server, tiers
 from deploys.status.document import summary_line
 from deploys.status.reports import age
+from deploys.tier import remote_tier
 
 
 def _n(v, fmt: str = ".0f") -> str:
@@ -254,7 +254,7 @@ def crc32c_lines(doc: dict) -> list[str]:
 
 
 def tier_lines(doc: dict) -> list[str]:
-    """Hits per tier, one line per engine read (deploys/status/tiers.py)."""
+    """Hits per tier, one line per engine read (deploys/monitoring/tiers.py)."""
     out = []
     for r in doc["engines"]:
         if r["reachable"] and r.get("health") is not None:

@@ -3,7 +3,7 @@ engines it sends requests to), read on the router host with the key file the rou
 
 from __future__ import annotations
 
-from deploys import engine_address
+from deploys.engine import engine_address
 from deploys.facts.status import RouterAnswers
 
 

@@ -3,7 +3,7 @@
 Source: vLLM KVTransferConfig (vllm/config/kv_transfer.py, a pydantic dataclass with
 extra="forbid"), checked with each release's own CLI parser (parsing only) on 2026-11-29, see
 docs/procedure.md ("vLLM arguments"). kvceph renders no field outside its release's set
-(deploys/versions.py); the lab engine refuses one as vLLM does (lab/engine versions.py).
+(deploys/engine/versions.py); the lab engine refuses one as vLLM does (lab/engine versions.py).
 """
 
 from __future__ import annotations

@@ -10,10 +10,13 @@ import shlex
 from pyinfra import logger
 from pyinfra.api.command import StringCommand
 
-from deploys import crossover, drain, engine_address, measured, render, sudo, tier_preflight
+from deploys import render, tier_preflight
+from deploys.access import sudo
+from deploys.engine import drain, engine_address
 from deploys.facts.connector import RemoteTierLog
 from deploys.router import routes as routing
 from deploys.settings import namespace
+from deploys.tier import crossover, measured
 from deploys.verification import mp, routed, runner, targets, transport
 from deploys.verification import report as reporting
 
@@ -27,7 +30,7 @@ class SshControl:
       ``vllm.service`` (``gpu1/engine-a`` -> ``("gpu1", "vllm-engine-a.service")``)
     + drains: target name -> (engine venv python, port, ``kvceph_drain_timeout``,
       ``kvceph_vllm_bind``) for engines behind the gate: their restarts drain first, like the
-      deploy's (deploys/drain.py)
+      deploy's (deploys/engine/drain.py)
     """
 
     def __init__(

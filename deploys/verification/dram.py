@@ -14,8 +14,8 @@ hw/h200/measure.py uses it on a loaned machine only.
 
 from __future__ import annotations
 
-from deploys.verification import metrics
-from deploys.verification.metrics import Sample
+from deploys.monitoring import metrics
+from deploys.monitoring.metrics import Sample
 from deploys.verification.verdicts import FAIL, PASS, Verdict, _hit
 
 # vLLM's GPU prefix cache hits and LMCache's remote reads (lmcache/observability.py, 0.5.6;

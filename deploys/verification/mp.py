@@ -19,7 +19,7 @@ from __future__ import annotations
 import shlex
 
 from deploys import paths
-from deploys.status import mp_server
+from deploys.monitoring import mp_server
 from deploys.verification.verdicts import FAIL, Verdict
 
 EXTERNAL_LINE = (

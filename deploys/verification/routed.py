@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deploys.monitoring import metrics
 from deploys.router import answers
-from deploys.verification import answer, bookkeeping, document, metrics
+from deploys.verification import answer, bookkeeping, document
 from deploys.verification.report import StepResult
 from deploys.verification.targets import Target
 from deploys.verification.transport import CheckFailed

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from deploys import remote_tier
+from deploys.monitoring import metrics
+from deploys.tier import remote_tier
 from deploys.verification import (
     answer,
     bookkeeping,
     document,
     dram,
-    metrics,
     mp,
     object_names,
     routed,
@@ -79,7 +79,7 @@ class Runner:
         started = datetime.fromtimestamp(wall(), UTC)
         self.report = Report(self.nonce, started.isoformat(timespec="seconds"))
         # (writer target, figures) of every warm step that loaded all its chunks: what the
-        # controller stores as the cache group's measurement (deploys/measured.py).
+        # controller stores as the cache group's measurement (deploys/tier/measured.py).
         self.measured: list[tuple[Target, dict]] = []
 
     # -- engine helpers --

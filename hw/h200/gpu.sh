@@ -238,7 +238,7 @@ use() {
   ensure_engine
   need "$STEP_NEED" "$STEP (after the engine start)"
   # kvceph's plugin: LMCache logs "Created remote backend" even when the connector failed; only
-  # this line proves the tier (branch tier's deploys/remote_tier.py reads the same). Without it,
+  # this line proves the tier (branch tier's deploys/tier/remote_tier.py reads the same). Without it,
   # the variant's steps are skipped (recorded), so the loan goes on with the others.
   case "$1" in kv*)
     grep -q "Connection initialized/re-established at plugin://kvceph" "$(engine_log)" && return 0

@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 
 from local import LocalControl, LocalEngine  # noqa: E402
 
-from deploys.secrets import S3Credentials, Secret  # noqa: E402
+from deploys.settings.secrets import S3Credentials, Secret  # noqa: E402
 from deploys.verification import report as reporting  # noqa: E402
 from deploys.verification.runner import Runner  # noqa: E402
 from deploys.verification.targets import Options, Target  # noqa: E402

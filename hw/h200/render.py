@@ -34,10 +34,12 @@ from pyinfra.api import Config, Inventory, State  # noqa: E402
 from pyinfra.context import ctx_state  # noqa: E402
 from pyinfra_cli.inventory import make_inventory  # noqa: E402
 
-from deploys import kv_sizing, paths, preflight, render, secrets, settings  # noqa: E402
+from deploys import paths, preflight, render, settings  # noqa: E402
 from deploys.probe.controller import probe_args, shape_of  # noqa: E402
 from deploys.router import routes as routing  # noqa: E402
+from deploys.settings import secrets  # noqa: E402
 from deploys.settings.inventory import check_inventory  # noqa: E402
+from deploys.tier import kv_sizing  # noqa: E402
 from deploys.verification.controller import target_for  # noqa: E402
 from deploys.verification.targets import Options  # noqa: E402
 

@@ -245,7 +245,7 @@ def hosts(rendered: str, state: str) -> list[tuple[str, dict, object, object, ob
 
 def scrape(base_url: str) -> list:
     """An engine's /metrics, parsed; [] when it does not answer."""
-    from deploys.verification import metrics
+    from deploys.monitoring import metrics
 
     try:
         with urllib.request.urlopen(f"{base_url}/metrics", timeout=30) as r:  # noqa: S310
@@ -260,7 +260,7 @@ COUNTERS = ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:prompt_
 
 def counters(before: list, after: list) -> dict:
     """How much each of ``COUNTERS`` grew between two scrapes (None: not exported)."""
-    from deploys.verification import metrics
+    from deploys.monitoring import metrics
 
     out = {}
     for name in COUNTERS:

@@ -31,8 +31,8 @@ for y in "$S"/rendered/*/lmcache.yaml "$S"/rendered/*/*/lmcache.yaml; do [ -f "$
   case "$v" in kv*) grep -q '^remote_storage_plugins' "$y" ;; *) grep -q '^remote_url' "$y" ;; esac ||
     { echo "ship.sh: variant $v did not render its connector (lmcache.yaml: $(grep -E '^remote' "$y" | tr '\n' ' '))"; exit 1; }
 done
-# kvceph's connector as the engine-software stage builds it (deploys/connector_package.py)
-"$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); from deploys import connector_package as c; w = c.build(); open(sys.argv[2] + "/" + w.filename, "wb").write(w.data); print(w.filename, w.version, w.content[:12])' "$REPO" "$S/meta/whl"
+# kvceph's connector as the engine-software stage builds it (deploys/tier/connector_package.py)
+"$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); from deploys.tier import connector_package as c; w = c.build(); open(sys.argv[2] + "/" + w.filename, "wb").write(w.data); print(w.filename, w.version, w.content[:12])' "$REPO" "$S/meta/whl"
 cp "$PARTS/SHA256SUMS" "$S/meta/"
 # which wheels travel (gpu.sh: a shipped torch moves the compiled ops build after the unpack)
 cp "$PARTS/wheels.lst" "$S/meta/" 2>/dev/null || true

@@ -8,8 +8,10 @@ import os
 
 from pyinfra import host
 
-from deploys import capacity, paths, secrets, settings
+from deploys import paths, settings
+from deploys.cluster import capacity
 from deploys.preflight import Preflight
+from deploys.settings import secrets
 from deploys.stages import s3_tier
 
 root = os.environ["KVCEPH_S3_TEST_ROOT"]

@@ -29,7 +29,7 @@ from conftest import (
 )
 from lab_client import completion, external_hits, long_prompt, wait_health
 
-from deploys import lock
+from deploys.access import lock
 
 # pyinfra's error lines for gpu2: "[gpu2] Error: ...", "[gpu2] Command socket/SSH error: ...".
 HOST_ERROR = re.compile(r"\[gpu2\]\s+(Error\b|Command (socket/SSH|IO) error:|Command timed out)")

@@ -35,7 +35,7 @@ from lab_client import completion, long_prompt
 from lmcache_log import PREFILTER, trouble
 
 BUCKET = "lmcache"
-# The gpu group's own names (deploys/bucket_policy.py): the serve argument, / -> _, TP 2.
+# The gpu group's own names (deploys/cluster/bucket_policy.py): the serve argument, / -> _, TP 2.
 MODEL_PREFIX = GPU_KEY_PREFIX
 CREDENTIALS = "/var/lib/vllm/.aws/credentials"
 

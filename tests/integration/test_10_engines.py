@@ -104,7 +104,7 @@ def test_converge_with_two_engines_then_no_change(two_engines):
 def test_verify_proves_reuse_inside_gpu1_and_across_hosts(two_engines):
     run = pyinfra(deploy="verify.py", json_out=False, env=AB, timeout=600)
     assert run.rc == 0, run.output[-5000:]
-    # verify.py's restarts drain first, like the deploy's (deploys/drain.py).
+    # verify.py's restarts drain first, like the deploy's (deploys/engine/drain.py).
     assert re.search(r"kvceph verify: drain gpu1 vllm-engine-a.service: drained in", run.output)
     report = json.loads((REPORTS / "verify-latest.json").read_text())
     verdicts = {(s["host"], s["step"]): s for s in report["steps"]}

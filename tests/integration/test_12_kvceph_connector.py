@@ -30,7 +30,7 @@ from conftest import (
 )
 from lab_client import completion, long_prompt
 
-from deploys import connector_package
+from deploys.tier import connector_package
 from deploys.verification import verdicts
 
 # The default, named anyway: these tests are about kvceph's connector whatever the default.

@@ -34,7 +34,7 @@ import pytest
 from conftest import HOSTS, INFERENCE, PYINFRA, REPO, SECRETS, Run, pyinfra, secrets, ssh
 from lab_client import StreamLoad, auth_headers, completion, external_hits, long_prompt
 
-from deploys import upgrade, versions
+from deploys.engine import upgrade, versions
 
 ENGINES = {name: (HOSTS[name], 8000) for name in INFERENCE}
 # Every engine's LMCache file changes (the default is derived): gaudi1 rolls with the group.
@@ -139,7 +139,7 @@ def cross_loaded(writer: str, reader: str) -> int:
 
 def scheme_seed(vllm: str, moved: bool) -> str:
     """The PYTHONHASHSEED a lab engine of this vLLM runs with: the fleet's (the lab secret),
-    or, once its group moved, its key scheme's own (deploys/upgrade.py)."""
+    or, once its group moved, its key scheme's own (deploys/engine/upgrade.py)."""
     fleet = int(secrets()["KVCEPH_PYTHON_HASH_SEED"])
     if not moved:
         return str(fleet)

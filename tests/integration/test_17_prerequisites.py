@@ -1,4 +1,4 @@
-"""Host prerequisites (deploys/prerequisites.py) on the lab: a host without python3-venv and
+"""Host prerequisites (deploys/engine/prerequisites.py) on the lab: a host without python3-venv and
 a host whose accelerator tool fails stop the deploy in preflight, one line per problem naming
 host and fix, before any stage: nothing changes on any host."""
 
@@ -38,7 +38,7 @@ def test_missing_python3_venv_and_a_failing_tool_stop_the_deploy_before_any_stag
         ssh("gpu2", f"mv {ensurepip}.kvlab-hidden {ensurepip}")
         ssh("gpu1", f"rm -f {FAKE_TOOL}")
     assert run.rc != 0
-    # The profile's venv is named by its digest beside kvceph_venv (deploys/engine_lock.py).
+    # The profile's venv is named by its digest beside kvceph_venv (deploys/engine/engine_lock.py).
     assert re.search(
         rf"gpu2: python3 cannot create the venv {NEXT_VENV}-[0-9a-f]{{12}} \(no ensurepip\); fix: "
         "apt-get install python3-venv",

@@ -10,8 +10,8 @@ import time
 from conftest import HOSTS, pyinfra, restore_needed, s3_client, ssh
 from lab_client import completion, long_prompt
 
-from deploys import cache_trim
-from deploys.capacity import size
+from deploys.cluster import cache_trim
+from deploys.cluster.capacity import size
 
 # The lab engine's objects on gpu1: 256 tokens x 64 bytes (TP 2, group_data/lab.py) per worker.
 CHUNK = 256 * 64

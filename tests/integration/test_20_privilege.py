@@ -22,7 +22,8 @@ from conftest import (
 )
 
 BUCKET = "lmcache"
-# deploys/bucket_policy.py: each group's grant is its namespace folder (settings/namespace.py).
+# deploys/cluster/bucket_policy.py: each group's grant is its namespace folder
+# (settings/namespace.py).
 PREFIX = GROUP_PREFIX
 
 
@@ -77,7 +78,8 @@ def test_a_group_key_reaches_its_own_names_only(converged):
         refused(("gpu", "get_object"), Bucket=BUCKET, Key=other)
         refused(("gpu", "put_object"), Bucket=BUCKET, Key=other, Body=b"poisoned")
         refused(("gpu", "list_objects_v2"), Bucket=BUCKET, Prefix=PREFIX["gaudi"])
-        # A listing with no prefix is allowed (names only): deploys/bucket_policy.py says why.
+        # A listing with no prefix is allowed (names only): deploys/cluster/bucket_policy.py says
+        # why.
         refused(("gpu", "put_object"), Bucket=BUCKET, Key="outside-any-group", Body=b"x")
         assert admin.get_object(Bucket=BUCKET, Key=other)["Body"].read() == b"gaudi's KV"
 

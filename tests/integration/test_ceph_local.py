@@ -232,7 +232,7 @@ def test_rgw_spec_converged_and_drifted(test_orchestrator, cluster, tmp_path):
     flags = ("-y", "--data", "kvceph_ceph_hostname=ceph1")
 
     test_orchestrator(specs)  # as if applied before: labels and both specs in place
-    for spec in specs:  # ... by kvceph, which marks what it creates (deploys/ownership.py)
+    for spec in specs:  # ... by kvceph, which marks what it creates (deploys/cluster/ownership.py)
         name = spec.get("service_name") or f"{spec['service_type']}.{spec['service_id']}"
         subprocess.run(
             [

@@ -32,23 +32,18 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-from deploys import (  # noqa: E402
-    bucket_policy,
-    cache_trim,  # noqa: E402
-    connector_package,
-    engine_users,
-    ownership,
-    paths,
-    render,
-    s3_names,
-    secrets,
-    settings,
-)
+from deploys import paths, render, s3_names, settings  # noqa: E402
+from deploys.access import engine_users  # noqa: E402
+from deploys.cluster import bucket_policy, cache_trim, ownership  # noqa: E402
 from deploys.operations import s3  # noqa: E402
 from deploys.operations.files import sha256_text  # noqa: E402
-from deploys.settings import group_data  # noqa: E402
+from deploys.settings import (  # noqa: E402
+    group_data,  # noqa: E402
+    secrets,  # noqa: E402
+)
 from deploys.settings.inventory import check_inventory  # noqa: E402
 from deploys.stages import rgw_service, s3_tier  # noqa: E402
+from deploys.tier import connector_package  # noqa: E402
 
 FACTS = REPO / "tests" / "facts"
 MON_TIMEOUT = "[errno 110] RADOS timed out (error connecting to the cluster)"
@@ -213,7 +208,7 @@ class Layout:
     kvceph_connector: tuple[str, ...] = ()
     monitoring: tuple[str, ...] = ()  # hosts of group monitoring (the operator's Prometheus)
     # Hosts whose engine was written and started with vLLM 0.26.0 on the fleet's seed: the
-    # profile's 0.33 is another key scheme (deploys/upgrade.py).
+    # profile's 0.33 is another key scheme (deploys/engine/upgrade.py).
     old_scheme: tuple[str, ...] = ()
     # Hosts the inventory puts in MP mode (MP_LAB_PROFILE, kvceph's connector), and hosts whose
     # engines were written and started in MP mode (their lmcache-server.service too): one
@@ -419,8 +414,8 @@ def _config_dump(me: settings.HostSettings) -> list[dict]:
 
 
 def _markers(me: settings.HostSettings, specs: list[dict], uids=()) -> dict[str, str]:
-    """kvceph's markers on a cluster it converged (deploys/ownership.py): its services, pools,
-    options, the admin user, each cache group's user (``uids``) and the bucket."""
+    """kvceph's markers on a cluster it converged (deploys/cluster/ownership.py): its services,
+    pools, options, the admin user, each cache group's user (``uids``) and the bucket."""
     marks = {ownership.marker_key("service", s["service_name"]): "created" for s in specs}
     marks.update({ownership.marker_key("pool", p.name): "created" for p in me.ceph.pools})
     section = me.rgw.config_section
@@ -591,7 +586,8 @@ def ceph_admin_responses(me: settings.HostSettings, layout: Layout) -> dict:
             text = s3_tier.group_config(me, u.group, *creds.group(u.group))
             path = paths.GROUP_CONFIG.format(group=u.group)
             r.update(_file(path, text, "root", "root", "0600"))
-        # The cache trim timer (deploys/cache_trim.py): its units, the timer enabled and waiting.
+        # The cache trim timer (deploys/cluster/cache_trim.py): its units, the timer enabled and
+        # waiting.
         size = int((quota or 100) * 1024**3)
         service = cache_trim.service_text(me.s3.bucket, users, size, me.s3.admin_user)
         r.update(_file(cache_trim.SERVICE_PATH, service, "root", "root", "0644"))

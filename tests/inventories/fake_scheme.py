@@ -1,6 +1,7 @@
 # The whole deploy against pyinfra's @fake connector: a converged cluster whose gpu cache group
 # still runs vLLM 0.26.0 (written on the fleet's seed) while the profile says 0.33: another key
-# scheme, so the group gets that scheme's own seed and rolls in its batches (deploys/upgrade.py).
+# scheme, so the group gets that scheme's own seed and rolls in its batches
+# (deploys/engine/upgrade.py).
 #   pyinfra --dry tests/inventories/fake_scheme.py deploy.py
 import sys
 from pathlib import Path

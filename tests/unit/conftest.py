@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deploys import secrets
+from deploys.settings import secrets
 
 _CALLERS = (secrets.FILE_ENV, *secrets.OPTIONAL, secrets.ACCESS_ENV, secrets.SECRET_ENV)
 

@@ -1,7 +1,7 @@
 """Secrets for the unit tests that plan stages: the admin key and every cache group's keys
 under the names the tests' hosts get (kvceph_cache_group's default, the lab's names)."""
 
-from deploys.secrets import Secret, Secrets
+from deploys.settings.secrets import Secret, Secrets
 
 GROUPS = ("qwen3-32b-tp1", "qwen3-32b-tp2", "qwen3-32b-tp4", "qwen3-32b-tp8", "gpu", "gaudi")
 

@@ -1,5 +1,5 @@
 """The KV bucket's least privilege: object names, the policy document, its merge, the owner
-move, the group keys and the hash seed (deploys/bucket_policy.py, engine_users.py,
+move, the group keys and the hash seed (deploys/cluster/bucket_policy.py, engine_users.py,
 operations/s3_policy.py)."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from deploys import bucket_policy, engine_users, secrets
+from deploys.access import engine_users
+from deploys.cluster import bucket_policy
 from deploys.operations import s3_policy
+from deploys.settings import secrets
 from deploys.settings.inventory import CacheGroup
 from deploys.settings.reader import SettingsError
 

@@ -1,11 +1,12 @@
-"""deploys/cache_trim.py: each cache group's share, the trim timer's units, days to full."""
+"""deploys/cluster/cache_trim.py: each cache group's share, the trim timer's units, days to full."""
 
 from __future__ import annotations
 
 import importlib.util
 import shlex
 
-from deploys import bucket_policy, cache_trim, paths
+from deploys import paths
+from deploys.cluster import bucket_policy, cache_trim
 
 GIB = 2**30
 USERS = (

@@ -3,8 +3,8 @@ the fleet's worst-case write rate and "full in N days" against the lifecycle."""
 
 import pytest
 
-from deploys import capacity
 from deploys import settings as s
+from deploys.cluster import capacity
 from deploys.settings.reader import SettingsError
 
 GIB = 1024**3

@@ -8,7 +8,7 @@ from fake_deploy import run as _run
 from pyinfra_testing.util import get_command_string
 
 from deploys import settings
-from deploys.ceph_cli import ceph
+from deploys.cluster.ceph_cli import ceph
 from deploys.operations.ceph import Refused, WantedPool, plan_pg_budget, plan_pool
 from deploys.stages import ceph_pools
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from deploys import connector_package as cp
 from deploys.facts import connector as facts
+from deploys.tier import connector_package as cp
 
 
 def test_same_source_same_bytes():

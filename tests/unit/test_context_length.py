@@ -40,7 +40,7 @@ def test_a_hub_model_over_its_native_context_is_refused_from_the_table():
         check(load(kvceph_max_model_len=131072))
     assert str(e.value) == (
         "gpu1: kvceph_max_model_len = 131072: over the native context of Qwen/Qwen3-32B, 40960 "
-        "tokens (deploys/kv_sizing.py KNOWN_MODELS), and no rope scaling is configured: vLLM "
+        "tokens (deploys/tier/kv_sizing.py KNOWN_MODELS), and no rope scaling is configured: vLLM "
         f"would refuse to start; {FIX}"
     )
 

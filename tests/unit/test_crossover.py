@@ -1,11 +1,11 @@
-"""Crossover arithmetic (deploys/crossover.py): the prefill fit, load vs prefill, rounding, and
+"""Crossover arithmetic (deploys/tier/crossover.py): the prefill fit, load vs prefill, rounding, and
 where the figure comes from."""
 
 import math
 
 import pytest
 
-from deploys import crossover as c
+from deploys.tier import crossover as c
 
 H200 = c.DEFAULT_PREFILL["nvidia"]  # 4,100 tok/s at 16k, 2,440 at 128k
 QWEN32_TP1 = 262_144  # KV bytes per token, bf16

@@ -1,4 +1,4 @@
-"""Drain before a restart (deploys/drain.py, remote/engine_drain.py, the gate's drain): the
+"""Drain before a restart (deploys/engine/drain.py, remote/engine_drain.py, the gate's drain): the
 gate refuses new requests with 503 + Retry-After while a live drain file exists, /health says
 draining with its count of open requests (streams included), and the drain script waits for
 that count and vLLM's running + waiting to reach 0; with the lab engine behind the real gate,
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from httpcall import call, stream
 
-from deploys import drain, paths, render
+from deploys import paths, render
+from deploys.engine import drain
 
 sys.path.insert(0, str(paths.GUARD_SOURCE.parent))
 import engine_drain  # noqa: E402

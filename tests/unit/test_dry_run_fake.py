@@ -408,7 +408,8 @@ def test_daemon_commands_are_all_bounded(fresh_executed):
 def test_restart_digest_does_not_depend_on_the_process(fresh_verbose):
     # The converged scenario computes the digest in pyinfra's own process; this recomputes it
     # here (another interpreter, another hash seed), so set/dict order cannot leak into it.
-    from deploys import render, secrets
+    from deploys import render
+    from deploys.settings import secrets
 
     creds = secrets.load(environ=fake_facts.fake_env())
     layout = fake_facts.Layout("fake_fresh", converged=False)
@@ -425,7 +426,7 @@ GPUS = {"@fake/gpu1", "@fake/gpu2"}
 
 
 def _connector_ops() -> dict[str, set[str]]:
-    from deploys import connector_package
+    from deploys.tier import connector_package
 
     wheel = connector_package.build()
     return {

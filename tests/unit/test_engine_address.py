@@ -1,10 +1,11 @@
-"""deploys/engine_address.py: where kvceph's checks reach an engine, for every bind it takes."""
+"""deploys/engine/engine_address.py: where kvceph's checks reach an engine, for every bind it
+takes."""
 
 from __future__ import annotations
 
 import pytest
 
-from deploys import engine_address as a
+from deploys.engine import engine_address as a
 
 CASES = [
     # bind, reached on its host at, the gate's extra network, the controller's address

@@ -5,11 +5,11 @@ import pytest
 
 from deploys import paths, preflight, render
 from deploys import settings as s
-from deploys.secrets import S3Credentials, Secret
 from deploys.settings import engine_list
 from deploys.settings.engine_list import Engine
 from deploys.settings.inventory import check_inventory
 from deploys.settings.reader import SettingsError
+from deploys.settings.secrets import S3Credentials, Secret
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 GiB = 1 << 30

@@ -1,5 +1,5 @@
-"""The engine lock (deploys/engine_lock.py): rendering and parsing, venvs named by digest, the
-prune's selection, and the refusal of a cache group whose hosts run different packages."""
+"""The engine lock (deploys/engine/engine_lock.py): rendering and parsing, venvs named by digest,
+the prune's selection, and the refusal of a cache group whose hosts run different packages."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from deploys import drain, engine_lock
+from deploys.engine import drain, engine_lock
 from deploys.facts.engine import EngineVenvs
 
 A, B, C = ("a" * 64, "b" * 64, "c" * 64)

@@ -23,9 +23,10 @@ from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra_testing.util import FakeState, create_host, get_command_string
 
-from deploys import engine_address, remote_tier
+from deploys.engine import engine_address
 from deploys.facts import engine as facts
 from deploys.operations import service
+from deploys.tier import remote_tier
 
 
 def _host(name):

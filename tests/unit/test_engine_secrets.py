@@ -3,11 +3,11 @@ group_data, extra_env, argv or output; a root-only file systemd reads; part of t
 
 import pytest
 
-from deploys import paths, render, secrets
+from deploys import paths, render
 from deploys import settings as s
-from deploys.secrets import S3Credentials, Secret
-from deploys.settings import secret_names
+from deploys.settings import secret_names, secrets
 from deploys.settings.reader import SettingsError
+from deploys.settings.secrets import S3Credentials, Secret
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 S3 = {"KVCEPH_S3_ACCESS_KEY": "AK1", "KVCEPH_S3_SECRET_KEY": "SK1"}

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from deploys import engine_lock
 from deploys import settings as s
+from deploys.engine import engine_lock
 from deploys.settings import engine as engine_settings
 from deploys.settings.engine import DEFAULT_PROFILES
 from deploys.settings.reader import SettingsError

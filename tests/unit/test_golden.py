@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from deploys import render, settings, specs
-from deploys.secrets import Secret, Secrets
 from deploys.settings import group_data
+from deploys.settings.secrets import Secret, Secrets
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "fixtures" / "golden"

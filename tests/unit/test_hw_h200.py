@@ -15,7 +15,7 @@ import local  # noqa: E402
 import render as h200  # noqa: E402
 
 from deploys import paths, render  # noqa: E402
-from deploys.secrets import S3Credentials, Secret  # noqa: E402
+from deploys.settings.secrets import S3Credentials, Secret  # noqa: E402
 
 CREDS = S3Credentials(Secret("AKIAH200TEST0000"), Secret("s3cr3t/+Key$%0000"), "test")
 

@@ -8,10 +8,10 @@ from unittest import mock
 
 import pytest
 
-from deploys import kv_sizing as k
 from deploys import render
 from deploys import settings as s
 from deploys.settings.reader import SettingsError
+from deploys.tier import kv_sizing as k
 
 QWEN = k.KNOWN_MODELS["Qwen/Qwen3-32B"]
 LLAMA = k.KNOWN_MODELS["meta-llama/Llama-3.3-70B-Instruct"]

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from deploys import lock
+from deploys.access import lock
 
 
 def _start(tmp_path, info):

@@ -179,7 +179,7 @@ def test_preflight_refuses_a_path_host_without_config_json():
 
 
 def _creds(models=True, same=False):
-    from deploys.secrets import Secret, Secrets
+    from deploys.settings.secrets import Secret, Secrets
 
     return Secrets(
         Secret("KVKEY"),

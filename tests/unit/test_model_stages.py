@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from test_stages_plan import lab_host, names, plan  # noqa: F401 - the fixture
 
 from deploys import settings as s
-from deploys.secrets import Secret, Secrets
+from deploys.settings.secrets import Secret, Secrets
 from deploys.stages import model_mirror, model_weights
 
 REV = "0123456789abcdef0123456789abcdef01234567"

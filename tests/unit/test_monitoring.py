@@ -15,9 +15,18 @@ import pytest
 import yaml
 
 from deploys import settings
-from deploys.monitoring import dashboard, figures, files, promql, rules, status_metrics, targets
+from deploys.monitoring import (
+    counters,
+    dashboard,
+    figures,
+    files,
+    promql,
+    rules,
+    savings,
+    status_metrics,
+    targets,
+)
 from deploys.settings import group_data
-from deploys.status import counters, savings
 
 FACTS = Path(__file__).resolve().parents[1] / "facts" / "status.EngineAnswers"
 PROMTOOL = shutil.which("promtool")

@@ -7,8 +7,10 @@ import itertools
 
 import pytest
 
-from deploys import bucket_policy, engine_users, render
+from deploys import render
 from deploys import settings as s
+from deploys.access import engine_users
+from deploys.cluster import bucket_policy
 from deploys.monitoring import targets
 from deploys.settings import namespace
 from deploys.settings.inventory import check_inventory

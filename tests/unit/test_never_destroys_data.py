@@ -78,7 +78,7 @@ def test_no_destructive_call_in_the_deploy_code():
 PRUNES_ITS_OWN = {
     "deploys/operations/engine.py": ("rm -r",),
     "deploys/remote/s3admin.py": ("delete_objects",),
-    "deploys/ownership.py": ("key rm",),
+    "deploys/cluster/ownership.py": ("key rm",),
 }
 
 ROTATION_ONLY = ("deploys/stages/rotation.py", "deploys/operations/s3_rotation.py")

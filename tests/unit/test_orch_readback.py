@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploys import orch_readback
 from deploys.facts.ceph import CephSpecProbe, orch_apply_refusal
+from deploys.operations import orch_readback
 
 REC = Path(__file__).resolve().parent.parent / "fixtures" / "ceph-tentacle-20.2.4"
 T = {"connect_timeout": 10, "command_timeout": 60}

@@ -1,11 +1,13 @@
-"""deploys/ownership.py: kvceph changes only what it created, or what the operator handed over."""
+"""deploys/cluster/ownership.py: kvceph changes only what it created, or what the operator handed
+over."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from deploys import ownership, specs
+from deploys import specs
+from deploys.cluster import ownership
 from deploys.settings.ceph import RgwSettings
 
 SECTION = "client.rgw.standard"

@@ -135,7 +135,7 @@ def test_broken_inference_template_is_one_preflight_line(monkeypatch, tmp_path, 
         (
             "long_context",
             "kvceph: @fake/gpu1: kvceph_max_model_len = 131072: over the native context of "
-            "Qwen/Qwen3-32B, 40960 tokens (deploys/kv_sizing.py KNOWN_MODELS), and no rope "
+            "Qwen/Qwen3-32B, 40960 tokens (deploys/tier/kv_sizing.py KNOWN_MODELS), and no rope "
             "scaling is configured: vLLM would refuse to start; fix: use at most 40960, or "
             "configure rope scaling (config.json rope_scaling, or --hf-overrides in "
             "kvceph_engine_profile.extra_args), or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in "
@@ -298,7 +298,7 @@ def test_extra_args_kvceph_does_not_render_are_accepted(args):
 
 
 def _seed_files(version: str, seed: int) -> dict:
-    from deploys import upgrade
+    from deploys.engine import upgrade
 
     return {
         "/etc/kvceph/vllm.env": {
@@ -309,7 +309,8 @@ def _seed_files(version: str, seed: int) -> dict:
 
 
 def test_each_cache_group_gets_its_key_schemes_seed_from_every_hosts_env_files():
-    from deploys import preflight, upgrade
+    from deploys import preflight
+    from deploys.engine import upgrade
     from deploys.settings.inventory import check_inventory
 
     hosts, _ = _hosts_and_creds()
@@ -341,7 +342,8 @@ def test_each_cache_group_gets_its_key_schemes_seed_from_every_hosts_env_files()
 
 
 def test_a_host_run_alone_reads_its_groups_other_hosts_first():
-    from deploys import preflight, upgrade
+    from deploys import preflight
+    from deploys.engine import upgrade
     from deploys.settings.inventory import check_inventory
 
     hosts, _ = _hosts_and_creds()

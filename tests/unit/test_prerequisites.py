@@ -1,5 +1,5 @@
-"""deploys/prerequisites.py against recorded outputs: the H200's nvidia-smi, `ceph versions` of
-real clusters, the fact's own command on this machine with a stand-in accelerator tool; and
+"""deploys/engine/prerequisites.py against recorded outputs: the H200's nvidia-smi, `ceph versions`
+of real clusters, the fact's own command on this machine with a stand-in accelerator tool; and
 hl-smi's outputs from vendor docs, not a recording (tests/fixtures/hl-smi/README.md)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from deploys import engine_lock, versions
-from deploys import prerequisites as p
 from deploys import settings as s
+from deploys.engine import engine_lock, versions
+from deploys.engine import prerequisites as p
 from deploys.facts import ceph
 from deploys.facts.prerequisites import AdminPrerequisites, InferencePrerequisites
 
@@ -366,7 +366,7 @@ def test_gaudi_own_engine_unknown_floor_and_no_check_are_not_refused(monkeypatch
     assert p.inference_problems(me, gaudi_fact(DOCUMENTED)) == []
     assert p.driver_note(me) == (
         "kvceph: gaudi1: driver floor for vLLM 0.26 unknown: the Intel Gaudi driver is not "
-        "checked (deploys/prerequisites.py GAUDI_DRIVER_MIN)"
+        "checked (deploys/engine/prerequisites.py GAUDI_DRIVER_MIN)"
     )
 
 

@@ -8,10 +8,11 @@ import re
 
 import pytest
 
-from deploys import kv_sizing, settings
+from deploys import settings
 from deploys.probe import controller, report
 from deploys.probe import verdicts as v
 from deploys.remote import s3probe
+from deploys.tier import kv_sizing
 
 LAB = {
     "kvceph_rgw_dns_name": "s3.kvlab",

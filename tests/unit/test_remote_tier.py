@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from kvceph_lab_engine import kvceph_store
 
-from deploys import remote_tier as rt
 from deploys import render
 from deploys import settings as s
+from deploys.tier import remote_tier as rt
 
 P = "(EngineCore_DP0 pid=812) [2026-12-01 20:01:02,123] LMCache"
 OK_LINES = [

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploys import paths, render, versions
+from deploys import paths, render
 from deploys import settings as s
-from deploys.secrets import S3Credentials, Secret
+from deploys.engine import versions
+from deploys.settings.secrets import S3Credentials, Secret
 
 CREDS = S3Credentials(Secret("AKIALMCACHE0000"), Secret("s3cr3t/+Key0000"), "test")
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
@@ -580,8 +581,8 @@ def test_kvceph_connector_yaml_loads_with_lmcache_own_loader(tmp_path):
 
 @pytest.mark.skipif(_lmcache_python() is None, reason="no LMCache venv (make lmcache-venv)")
 def test_remote_tier_templates_are_lmcache_own_words():
-    """deploys/remote_tier.py's patterns are the log templates of the installed LMCache."""
-    from deploys import remote_tier
+    """deploys/tier/remote_tier.py's patterns are the log templates of the installed LMCache."""
+    from deploys.tier import remote_tier
 
     src = _lmcache_source(_lmcache_python()) / "v1/storage_backend"
     text = "".join(
@@ -611,7 +612,7 @@ def test_kvceph_tls_follows_the_endpoint_scheme():
 def test_kvceph_min_hit_tokens_from_the_resolved_crossover():
     import dataclasses
 
-    from deploys import crossover
+    from deploys.tier import crossover
 
     me = host(kvceph_lmcache_connector="kvceph")
     tier = dataclasses.replace(me.lmcache.tier, crossover=crossover.Crossover(4096, "test"))
@@ -623,7 +624,7 @@ def test_kvceph_min_hit_tokens_from_the_resolved_crossover():
 
 
 def test_a_new_connector_build_restarts_its_engines_only(monkeypatch):
-    from deploys import connector_package
+    from deploys.tier import connector_package
 
     kvceph, stock = host(kvceph_lmcache_connector="kvceph"), host(**STOCK)
     before = (render.digest(kvceph, CREDS), render.digest(stock, CREDS))

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from deploys import kv_sizing, paths, render, versions
+from deploys import paths, render
 from deploys import settings as s
+from deploys.engine import versions
 from deploys.settings.reader import SettingsError
+from deploys.tier import kv_sizing
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}

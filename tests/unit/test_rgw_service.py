@@ -314,7 +314,7 @@ def test_tls_pem_without_a_key_is_refused_naming_the_file(tmp_path, tls_pem):
 
 def test_the_hosts_redaction_and_the_wanted_hash_agree(tls_pem):
     """What ceph_cli.redacted runs on the host turns the exported key into secret_hash(key)."""
-    from deploys import ceph_cli
+    from deploys.cluster import ceph_cli
 
     key = tls_pem.with_suffix(".key").read_text()
     export = [{"service_type": "ingress", "spec": {"ssl_key": key, "ssl_cert": "x", "ssl": True}}]

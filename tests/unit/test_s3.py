@@ -1,7 +1,7 @@
 """Lifecycle merge and the S3 tier's pure helpers (offline)."""
 
 from deploys.operations.s3 import lifecycle_rules, merge_lifecycle, secret_sha256
-from deploys.secrets import Secret
+from deploys.settings.secrets import Secret
 from deploys.stages import s3_tier
 
 FOREIGN = {
@@ -110,7 +110,7 @@ def test_admin_config_reveals_keys_only_there():
 
 
 def test_stage_refusals_read_before_any_op(monkeypatch):
-    from deploys import ownership
+    from deploys.cluster import ownership
     from deploys.facts.ceph import CephFsid, CephOwnershipMarkers
     from deploys.facts.rgw import RgwBucket, RgwLifecycle, RgwUser
     from deploys.operations.s3 import secret_sha256 as sha
@@ -157,8 +157,8 @@ def test_stage_refusals_read_before_any_op(monkeypatch):
     state[RgwUser] = {"keys": [{"access_key": "AK", "secret_sha256": sha("new")}]}
     state[RgwBucket] = None
     assert s3_tier.refusals(Me, Creds, OURS, False, 60) == []
-    # A user and bucket without kvceph's markers (deploys/ownership.py) come first, alone: the
-    # checks above would read someone else's objects as kvceph's.
+    # A user and bucket without kvceph's markers (deploys/cluster/ownership.py) come first, alone:
+    # the checks above would read someone else's objects as kvceph's.
     state[CephOwnershipMarkers] = {}
     state[RgwBucket] = {"bucket": "lmcache", "owner": "lmcache"}
     problems = s3_tier.refusals(Me, Creds, OURS, False, 60)

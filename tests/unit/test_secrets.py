@@ -2,7 +2,7 @@
 
 import pytest
 
-from deploys import secrets
+from deploys.settings import secrets
 
 
 def test_env_wins_and_values_are_masked():

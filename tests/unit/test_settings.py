@@ -268,7 +268,7 @@ def test_extra_config_of_the_type_lmcache_reads_is_accepted():
 
 
 def test_every_extra_config_key_kvceph_passes_has_its_type():
-    from deploys import versions
+    from deploys.engine import versions
 
     for lmc, allowed in versions.LMCACHE_S3_EXTRA_KEYS.items():
         assert set(versions.LMCACHE_S3_EXTRA_TYPES[lmc]) == allowed

@@ -15,9 +15,9 @@ from pyinfra.api import DeployError
 from deploys import paths, render
 from deploys import settings as s
 from deploys.operations.files import sha256_text
-from deploys.secrets import Secret
 from deploys.settings.inventory import CacheGroup
 from deploys.settings.reader import SettingsError
+from deploys.settings.secrets import Secret
 from deploys.stages import (
     engine_software,
     inference_config,
@@ -216,7 +216,7 @@ def test_engine_software_skips_the_wheels_when_the_venv_has_every_pin(plan, tmp_
 
 
 def test_engine_software_installs_the_connector_only_when_the_venv_lacks_it(plan):
-    from deploys import connector_package
+    from deploys.tier import connector_package
 
     wheel = connector_package.current()
     me = lab_host(kvceph_lmcache_connector="kvceph")
@@ -230,7 +230,7 @@ def test_engine_software_installs_the_connector_only_when_the_venv_lacks_it(plan
 
 
 def test_engine_software_uploads_nothing_for_an_installed_connector(plan):
-    from deploys import connector_package
+    from deploys.tier import connector_package
 
     wheel = connector_package.current()
     me = lab_host(kvceph_lmcache_connector="kvceph")

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from deploys import paths, remote_tier, render
+from deploys import paths, render
 from deploys import settings as s
 from deploys.facts.status import EngineAnswers
-from deploys.orch_readback import read_service
-from deploys.secrets import S3Credentials, Secret
+from deploys.monitoring import counters, metrics, savings
+from deploys.operations.orch_readback import read_service
 from deploys.settings.inventory import CacheGroup
-from deploys.status import counters, document, drift, output, reports, savings
-from deploys.verification import metrics
+from deploys.settings.secrets import S3Credentials, Secret
+from deploys.status import document, drift, output, reports
+from deploys.tier import remote_tier
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "tests" / "facts" / "status.EngineAnswers"

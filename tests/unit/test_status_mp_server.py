@@ -10,7 +10,8 @@ from pathlib import Path
 from deploys import render
 from deploys import settings as s
 from deploys.facts.status import MPServerAnswers
-from deploys.status import mp_server, output
+from deploys.monitoring import mp_server
+from deploys.status import output
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "mp_server"
 KVCEPH = json.loads((FIX / "status-kvceph.json").read_text())

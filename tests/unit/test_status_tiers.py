@@ -1,8 +1,8 @@
-"""status.py's hits per tier (deploys/status/tiers.py): GPU prefix cache, DRAM, S3."""
+"""status.py's hits per tier (deploys/monitoring/tiers.py): GPU prefix cache, DRAM, S3."""
 
 from __future__ import annotations
 
-from deploys.status import counters, tiers
+from deploys.monitoring import counters, tiers
 
 # LMCache's counters as prometheus_client's MultiProcessCollector renders them into vLLM's
 # /metrics (one series per worker; lab/engine metrics.py writes the same), for one process that

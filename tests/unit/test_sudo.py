@@ -9,7 +9,7 @@ from pyinfra.api import Config, FileUploadCommand, Inventory, State, StringComma
 from pyinfra.connectors.ssh import SSHConnector
 from pyinfra.context import ctx_host
 
-from deploys import lock, sudo
+from deploys.access import lock, sudo
 from deploys.operations import files
 from deploys.settings.reader import SettingsError
 

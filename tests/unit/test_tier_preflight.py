@@ -7,11 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from deploys import connector_package, measured, render, tier_preflight
+from deploys import render, tier_preflight
 from deploys import settings as s
+from deploys.monitoring import savings
 from deploys.settings.inventory import check_inventory
 from deploys.settings.reader import SettingsError
-from deploys.status import savings
+from deploys.tier import connector_package, measured
 from deploys.verification import controller, targets
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5", "kvceph_lmcache_connector": "kvceph"}

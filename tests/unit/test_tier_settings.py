@@ -3,11 +3,11 @@ check allows mixing connectors (same object names) and still refuses what change
 
 import pytest
 
-from deploys import crossover
 from deploys import settings as s
 from deploys.settings.inventory import check_inventory
 from deploys.settings.reader import SettingsError
 from deploys.settings.tier import CHECKOUT
+from deploys.tier import crossover
 
 BASE = {"kvceph_s3_endpoint_ip": "10.0.0.5"}
 

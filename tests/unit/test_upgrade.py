@@ -1,4 +1,4 @@
-"""Engine upgrades across a cache group (deploys/upgrade.py, versions.KEY_SCHEMES): a patch
+"""Engine upgrades across a cache group (deploys/engine/upgrade.py, versions.KEY_SCHEMES): a patch
 release of one vLLM minor keeps the object keys; another minor is another key scheme, whose
 engines hash with their own seed (derived from the fleet's), so the group rolls like any change
 and old and new names cannot collide."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deploys import upgrade, versions
+from deploys.engine import upgrade, versions
 
 RUNNING = {"active": "active", "main_pid": 42}
 

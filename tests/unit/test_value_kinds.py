@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from deploys import capacity
 from deploys import settings as s
+from deploys.cluster import capacity
 from deploys.settings import kinds
 from deploys.settings.inventory import check_inventory
 from deploys.settings.reader import Reader, SettingsError

@@ -3,7 +3,7 @@
 
 import pytest
 
-from deploys.verification import metrics
+from deploys.monitoring import metrics
 
 # Shaped like prometheus_client output from vLLM 0.33 (two engines, _created samples, help
 # lines with braces), plus a timestamped and an escaped-label sample.

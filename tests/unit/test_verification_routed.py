@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from deploys.monitoring import metrics
 from deploys.router import answers
-from deploys.verification import metrics, routed, runner, targets
+from deploys.verification import routed, runner, targets
 from deploys.verification.sse import StreamResult
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,5 @@
-"""deploys/zones.py: the zone kvceph's RGW serves, read from recorded radosgw-admin answers."""
+"""deploys/cluster/zones.py: the zone kvceph's RGW serves, read from recorded radosgw-admin
+answers."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import copy
 import json
 from pathlib import Path
 
-from deploys import zones
+from deploys.cluster import zones
 from deploys.facts.rgw import RgwZoneLayout
 
 TENTACLE = Path(__file__).resolve().parents[1] / "fixtures" / "ceph-tentacle-20.2.4"

@@ -29,8 +29,8 @@ kvceph_engine_profile = {
     "extra_args": ["--load-format", "dummy", "--enforce-eager"],
 }
 # Loans 1-7 ran vLLM 0.26 and 0.33 with LMCache 0.5.6, pairs that load wrong KV into vLLM
-# (deploys/versions.py KV_LOAD_DEFECTS; dummy weights cannot show it): the harness still renders
-# them, to repeat those runs and the defect itself (loan 7's real33).
+# (deploys/engine/versions.py KV_LOAD_DEFECTS; dummy weights cannot show it): the harness still
+# renders them, to repeat those runs and the defect itself (loan 7's real33).
 kvceph_accept_kv_load_defect = True
 kvceph_extra_env = {
     # the model's config.json declares 131072 through YaRN; vLLM still asks for this opt-in
@@ -42,5 +42,5 @@ kvceph_extra_env = {
 }
 kvceph_health_timeout = 600
 
-# LMCache's buffer and timeouts are derived by deploys/kv_sizing.py from the model directory's
+# LMCache's buffer and timeouts are derived by deploys/tier/kv_sizing.py from the model directory's
 # config.json (hw/h200/model.py writes it) and kvceph_max_model_len: nothing to set here.

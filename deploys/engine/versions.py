@@ -152,10 +152,10 @@ def pair_supported(vllm: str, lmcache: str) -> bool:
 @dataclass(frozen=True)
 class KeyScheme:
     """What an LMCache object key is made of: its format and the code that hashes its chunks.
-    Two pairs read each other's objects only when both agree (deploys/upgrade.py).
+    Two pairs read each other's objects only when both agree (deploys/engine/upgrade.py).
 
     + name: the scheme's identity; each scheme's engines hash with their own seed, derived
-      from the fleet's and this name (deploys/upgrade.py ``scheme_seed``): never rename one
+      from the fleet's and this name (deploys/engine/upgrade.py ``scheme_seed``): never rename one
     + key_format: the key string (``CacheEngineKey.to_string``)
     + chunk_hash: whose implementation computes the chained chunk hash and its NONE_HASH
     + sources: where each fact was read

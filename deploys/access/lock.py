@@ -7,7 +7,8 @@ the kernel drops the lock. Nothing is left to clean up, and taking it changes no
 pyinfra would count as a change. A holder whose connection hangs (half-open TCP) keeps the
 lock; past ``kvceph_lock_stale_after`` seconds it can be broken with
 ``--data kvceph_break_lock=true``. Under sudo (``_sudo`` in the host's data, or ``--sudo``) the
-shell runs through ``sudo`` like every operation (``deploys/sudo.py``): the lock file is root's.
+shell runs through ``sudo`` like every operation (``deploys/access/sudo.py``): the lock file is
+root's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import socket
 import time
 from dataclasses import dataclass
 
-from deploys import paths, sudo
+from deploys import paths
+from deploys.access import sudo
 
 HELD_EXIT = 75  # EX_TEMPFAIL
 

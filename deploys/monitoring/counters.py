@@ -14,7 +14,7 @@ vLLM 0.26 (vllm/v1/metrics/loggers.py, PrometheusStatLogger) counts, per engine 
 - ``vllm:request_success{finished_reason}``: finished requests; ``vllm:prompt_tokens``.
 
 LMCache's own counters (``lmcache:num_hit_tokens``, ``lmcache:num_remote_read_bytes``, worker 0)
-split the hits by tier (deploys/status/tiers.py) where /metrics carries them.
+split the hits by tier (deploys/monitoring/tiers.py) where /metrics carries them.
 
 Counters reset when the engine restarts: every figure here is "since the unit's start".
 """
@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from deploys.monitoring import figures
-from deploys.status import tiers
-from deploys.verification import metrics
+from deploys.monitoring import figures, metrics, tiers
 
 # The counters, by what status.py calls them (names without the _total suffix prometheus_client
 # adds; metrics.total reads either).

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deploys import kv_sizing
+from deploys.tier import kv_sizing
 
 GIB = 1024**3
 DAY_S = 86400

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from pyinfra.api import QuoteString, StringCommand
 
-from deploys import engine_address, paths
+from deploys import paths
+from deploys.engine import engine_address
 
 DRAIN_DIR = paths.DRAIN_DIR
 SCRIPT = paths.DRAIN_SOURCE.read_text()

@@ -40,7 +40,7 @@ PINNED_RAM_FRACTION = 0.5
 # loaded 0.70-0.91 GB/s from one radosgw on an H200 host (docs/procedure.md, "Pinned memory").
 DEFAULT_LOAD_GB_PER_S = 0.7
 # Flat cold prefill rates (tokens/s): only the default of settings built by hand in tests.
-# Deployments take the length-dependent figure of deploys/crossover.py (DEFAULT_PREFILL, or
+# Deployments take the length-dependent figure of deploys/tier/crossover.py (DEFAULT_PREFILL, or
 # kvceph_prefill_tokens_per_s), evaluated at the longest request.
 DEFAULT_PREFILL_TOKENS_PER_S = {"nvidia": 5000.0, "gaudi": 2000.0}
 

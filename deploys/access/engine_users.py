@@ -2,7 +2,8 @@
 
 Each cache group runs as its own RGW user (``<kvceph_s3_user>-<kvceph_cache_group>``) whose key
 only its hosts hold; the bucket belongs to the admin user (``kvceph_s3_admin_user``), whose key
-stays on the controller and the Ceph admin host. deploys/bucket_policy.py says what each may do.
+stays on the controller and the Ceph admin host. deploys/cluster/bucket_policy.py says what each
+may do.
 
 The hash seed (PYTHONHASHSEED) salts LMCache's ``builtin`` prefix hash and every ``str`` hash of
 the engine's Python process, the API server's included: a public seed lets anyone who knows
@@ -14,8 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from deploys import bucket_policy, secrets
-from deploys.settings import namespace
+from deploys.cluster import bucket_policy
+from deploys.settings import namespace, secrets
 from deploys.settings.reader import SettingsError
 
 # group_data/all.py's public seed: accepted (labs; fleets whose cache predates issue 36),

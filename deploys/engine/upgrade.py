@@ -27,7 +27,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from deploys import versions
+from deploys.engine import versions
 
 VERSIONS_VAR = "KVCEPH_ENGINE_VERSIONS"
 # Retired with the stop-the-group upgrade; refused in one line (deploys/settings/engine.py).
@@ -213,7 +213,8 @@ def plan_line(upgrade: Upgrade, bucket: str = "", expiration_days: int | None = 
     if upgrade.keeps_keys:
         return (
             f"{upgrade.what()}: the object keys stay valid (same key format and chunk hash, "
-            "deploys/versions.py KEY_SCHEMES): old and new engines share the cache during the roll"
+            "deploys/engine/versions.py KEY_SCHEMES): old and new engines share the cache during "
+            "the roll"
         )
     old = versions.key_scheme(*upgrade.running)
     new = versions.key_scheme(*upgrade.desired)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from deploys import engine_lock
+from deploys.engine import engine_lock
 
 # vLLM's requires-python (its pyproject.toml) for the versions kvceph supports.
 PYTHON_MIN = (3, 10)
@@ -337,7 +337,7 @@ def driver_note(me) -> str | None:
     what, table = ("NVIDIA", "DRIVER_MIN") if nvidia else ("Intel Gaudi", "GAUDI_DRIVER_MIN")
     return (
         f"kvceph: {me.host}: driver floor for vLLM {minor} unknown: the {what} driver is not "
-        f"checked (deploys/prerequisites.py {table})"
+        f"checked (deploys/engine/prerequisites.py {table})"
     )
 
 

@@ -2,7 +2,7 @@
 
 Prefill cost per token grows with the prompt (attention), so the seconds per token are read at
 the length the engine serves (its mean prompt), off the prefill curve the crossover uses
-(deploys/crossover.py: ``prefill(n) = a n + b n^2`` fitted to ``kvceph_prefill_tokens_per_s``,
+(deploys/tier/crossover.py: ``prefill(n) = a n + b n^2`` fitted to ``kvceph_prefill_tokens_per_s``,
 one rate or ``{tokens: rate}``, plus verify.py's measured cold TTFT of the cache group when
 ``kvceph_measured_dir`` holds it). Every output names the figure's source and whether this
 fleet measured it (``measured``): a single configured rate is a straight line, the same at
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deploys import crossover, measured
 from deploys.monitoring import figures
 from deploys.settings import HostSettings
+from deploys.tier import crossover, measured
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from datetime import datetime
 from pyinfra import logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand
 
-from deploys import sudo
-from deploys.ceph_cli import ceph, redacted
+from deploys.access import sudo
+from deploys.cluster.ceph_cli import ceph, redacted
 from deploys.facts.ceph import orch_apply_refusal
 
 Run = Callable[[object], "tuple[int, list[str]]"]
