@@ -27,12 +27,13 @@ from conftest import (
 from lab_client import metric, wait_health
 
 # What a status run must leave as it was: every file kvceph or the lab manages, and the state
-# and main PID of every unit that serves (engines, Ceph, RGW, haproxy, sshd).
+# and main PID of every unit that serves (engines, Ceph, RGW, haproxy, sshd). Not the cache trim
+# timer's record: the timer rewrites it every 5 minutes whatever status does (a false failure).
 SNAPSHOT = textwrap.dedent(
     """
     find /etc/kvceph /etc/systemd/system /var/lib/vllm /var/lib/kvceph /usr/local/lib/kvceph \
       /etc/ceph /etc/hosts /usr/local/share/ca-certificates -type f 2>/dev/null \
-      | sort | xargs -r stat -c '%n %s %Y %a %U:%G' ; \
+      | grep -v -x /var/lib/kvceph/cache-trim.json | sort | xargs -r stat -c '%n %s %Y %a %U:%G' ; \
     find /etc/kvceph /var/lib/vllm/.aws -type f 2>/dev/null | sort | xargs -r sha256sum ; \
     for u in $(systemctl list-units --all --no-legend --plain --type=service \
         'vllm*' 'kvlab*' 'haproxy*' 'ssh*' | awk '{print $1}'); do \
