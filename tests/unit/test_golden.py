@@ -78,7 +78,24 @@ def rendered(host: str, role: str, data: dict) -> dict[str, str]:
     return files
 
 
+# The committed copies hold a placeholder where each key lands, not the key (no key-shaped
+# literal in the tree); the rendered text must hold the key itself there.
+MASKS = {
+    CREDS.access_key.reveal(): "<s3-access-key>",
+    CREDS.secret_key.reveal(): "<s3-secret-key>",
+    CREDS.vllm_api_key.reveal(): "<vllm-api-key>",
+}
+
+
+def _masked(text: str) -> str:
+    for value, placeholder in MASKS.items():
+        assert placeholder not in text, f"{placeholder} rendered literally"
+        text = text.replace(value, placeholder)
+    return text
+
+
 def _check(path: Path, text: str) -> None:
+    text = _masked(text)
     if UPDATE:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
