@@ -162,9 +162,7 @@ def lmcache_yaml(me: HostSettings) -> str:
 
 # --- LMCache MP server (profile mode "mp"): one per host, every engine of the host its client ---
 
-# The server's addresses live in paths.py (the verifier reads them without jinja2).
-MP_HOST, MP_PORT, MP_HTTP_PORT = paths.MP_HOST, paths.MP_PORT, paths.MP_HTTP_PORT
-MP_HEALTH_URL, MP_METRICS_URL = paths.MP_HEALTH_URL, paths.MP_METRICS_URL
+# The server's addresses: paths.MP_* (the verifier reads them there, without jinja2).
 MP_METRICS_VAR = "KVCEPH_MP_METRICS_URL"  # read by the gate (deploys/remote/engine_guard.py)
 # Down longer than two of vLLM's heartbeats (10 s each) on every stop, so the engines notice a
 # restart and register their KV caches again (LMCache #4642: a shorter one goes unnoticed).
@@ -264,13 +262,13 @@ def mp_server_exec_start(me: HostSettings) -> list[str]:
         f"{e.venv}/bin/{e.profile.server_executable}",
         "server",
         "--host",
-        MP_HOST,
+        paths.MP_HOST,
         "--port",
-        str(MP_PORT),
+        str(paths.MP_PORT),
         "--http-host",
-        MP_HOST,
+        paths.MP_HOST,
         "--http-port",
-        str(MP_HTTP_PORT),
+        str(paths.MP_HTTP_PORT),
         "--chunk-size",
         str(me.lmcache.chunk_size),
         # blake3 hashes in the server, seeded by a constant: no PYTHONHASHSEED to agree on.
@@ -343,7 +341,7 @@ def mp_wait_line(me: HostSettings, engine: Engine | None = None) -> str:
         f"{venv}/bin/python",
         "-m",
         connector_package.MP_HEALTHCHECK_MODULE,
-        MP_HEALTH_URL,
+        paths.MP_HEALTH_URL,
         str(MP_HEALTH_WAIT_S),
         str(mp_others_workers(me)),
     ]
@@ -369,8 +367,8 @@ def kv_transfer_config(me: HostSettings) -> dict[str, Any]:
         # on, which LMCache 0.5.6 cannot share over CUDA IPC (vLLM's factory.py).
         config["kv_connector"] = versions.MP_CONNECTOR
         config["kv_connector_extra_config"] = {
-            "lmcache.mp.host": f"tcp://{MP_HOST}",
-            "lmcache.mp.port": MP_PORT,
+            "lmcache.mp.host": f"tcp://{paths.MP_HOST}",
+            "lmcache.mp.port": paths.MP_PORT,
         }
     extra = set(config) - versions.KV_TRANSFER_FIELDS[vkey]
     if extra:
@@ -507,7 +505,7 @@ def environment(
         if e.profile.mp and _engine(me, engine).name == e.engines[0].name:
             # One engine per host serves the server's /metrics to Prometheus (the gate's
             # /kvceph/mp-server/metrics): the server's own port is loopback, unauthenticated.
-            env[MP_METRICS_VAR] = MP_METRICS_URL
+            env[MP_METRICS_VAR] = paths.MP_METRICS_URL
     for key, value in (*model_source.environment(e.source), *e.profile.env, *e.extra_env):
         if key in env or key == DIGEST_VAR:
             raise ValueError(f"{me.host}: environment {key} is managed by kvceph; remove it")

@@ -143,7 +143,7 @@ def read_engines(host, me, checked) -> dict:
         out["mp_server"] = host.get_fact(
             MPServerAnswers,
             python=f"{e.venv}/bin/python",
-            base=f"http://{render.MP_HOST}:{render.MP_HTTP_PORT}",
+            base=f"http://{paths.MP_HOST}:{paths.MP_HTTP_PORT}",
             timeout=ENGINE_TIMEOUT,
         )
     return out

@@ -7,7 +7,7 @@ import copy
 import json
 from pathlib import Path
 
-from deploys import render
+from deploys import paths
 from deploys import settings as s
 from deploys.facts.status import MPServerAnswers
 from deploys.monitoring import mp_server
@@ -64,7 +64,7 @@ def test_metric_sums_read_the_real_names_and_hits_when_exported():
 
 def test_the_fact_reads_loopback_and_a_dead_server_is_a_problem():
     fact = MPServerAnswers()
-    base = f"http://{render.MP_HOST}:{render.MP_HTTP_PORT}"
+    base = f"http://{paths.MP_HOST}:{paths.MP_HTTP_PORT}"
     assert "http://127.0.0.1:8090" in str(fact.command("/opt/venv/bin/python", base))
     answer = json.dumps({"status": KVCEPH, "metrics": METRICS, "error": None})
     assert fact.process([answer])["healthy"] is True
