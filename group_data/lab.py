@@ -89,9 +89,11 @@ kvceph_kv_bytes_per_token = LAB_KV_BYTES_PER_TOKEN
 kvceph_kv_load_gb_per_s = LAB_LOAD_BYTES_PER_S / 2 / 1e9
 kvceph_prefill_tokens_per_s = 5000  # the lab engine's --prefill-ms-per-token 0.2
 # The lab engine's DRAM tier loads 10x faster than its S3 path (lab/engine engine.py
-# DRAM_SPEEDUP): its S3 warm takes x0.37-0.42 of cold, so a same-node repeat ~x0.04-0.05; the
-# threshold is the lab engine's own figure with a margin of two, not the H200's 0.15.
-kvceph_verify_dram_ratio = 0.1
+# DRAM_SPEEDUP). At the default document a same-node repeat takes ~x0.04-0.05 of cold and an S3
+# warm x0.37-0.42; at the 2048 tokens the tests use, a request's fixed cost (~20-40 ms on a
+# 2-core machine) counts for more: DRAM x0.05-0.08 here and x0.11 on CI (2026-12-07: 0.056 s vs
+# cold 0.500 s, a false failure at 0.1), S3 warm x0.38-0.58. 0.2 sits between the two at both.
+kvceph_verify_dram_ratio = 0.2
 
 
 def _lab_engine(name: str, vllm_version: str, bytes_per_token: int) -> dict:

@@ -145,6 +145,8 @@ def plan_pool(
     want: WantedPool,
     owner: str | None = ownership.CREATED,
     adopt: bool = False,
+    fsid: str | None = None,
+    now: str = "",
 ) -> tuple[list[list], list[str]]:
     """The ``ceph`` argument lists that bring pool ``have`` to ``want``, and notes for the
     operator. Raises Refused, naming every reason.
@@ -152,12 +154,25 @@ def plan_pool(
     + have: the pool's CephPools entry (None: missing)
     + want: the wanted pool
     + owner: the pool's kvceph marker (None: kvceph did not create it, so any change is refused
-      unless ``adopt``)
+      unless ``adopt``); a record or a bare state (deploys/cluster/ownership.py)
     + adopt: the operator's kvceph_adopt names ``pool/<name>``
+    + fsid: the cluster's fsid: a marker written goes in as a record (state, fsid, digest of the
+      pool asked for, ``now``); one that records another cluster takes nothing over. As for a
+      service, the digest is recorded, not compared: kvceph changes its pools (size, pg_num)
+    + now: the time a written marker records (UTC, ISO 8601)
 
     ``autoscale_mode`` (None: leave it) is set at creation, so the autoscaler never sees the
     pool in its own mode, and before any pg_num step on an existing pool."""
-    marker = ["config-key", "set", ownership.marker_key("pool", want.pool)]
+    key = ownership.marker_key("pool", want.pool)
+
+    def marker(state: str) -> list:
+        """The marker step: a record where the fsid is known, else the bare state."""
+        if fsid is None:
+            return ["config-key", "set", key, state]
+        asked = {"pool": want.pool, "type": "replicated", "application": want.application}
+        value = ownership.record(state, fsid, ownership.digest(asked), now)
+        return ["config-key", "set", key, value]
+
     if have is None:
         # `osd pool create` exits 0 with "already exists" on a pool it did not create, so the
         # decision is the fact, never its exit status. Size goes in at creation: the monitor's
@@ -172,7 +187,12 @@ def plan_pool(
             steps.append(["osd", "pool", "set", want.pool, "min_size", want.min_size])
         if want.application:
             steps.append(["osd", "pool", "application", "enable", want.pool, want.application])
-        return steps + [marker + [ownership.CREATED]], []
+        return steps + [marker(ownership.CREATED)], []
+    stale = (parsed := ownership.parse(owner)) and ownership.mismatch(
+        key, parsed, fsid, None, f"pool {want.pool}"
+    )
+    if stale:
+        raise Refused(stale.replace("<kind>/<name>", f"pool/{want.pool}"))
 
     if have["type"] != "replicated":
         raise Refused(
@@ -257,7 +277,7 @@ def plan_pool(
                 f"run {wanted}; nothing was changed; fix: --data "
                 f"{ownership.ADOPT_KEY}=pool/{want.pool} to hand it over, or use another pool name"
             )
-        steps.append(marker + [ownership.ADOPTED])
+        steps.append(marker(ownership.ADOPTED))
     return steps, notes
 
 
@@ -318,6 +338,8 @@ def pool(
         want,
         markers.get(ownership.marker_key("pool", pool)),
         f"pool/{pool}" in adopt,
+        fsid=memo.read(host, CephFsid, **t),
+        now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
     for args in steps:
         yield ceph(*args, **t, json=False)

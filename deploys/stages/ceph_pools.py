@@ -15,7 +15,7 @@ from pyinfra.api import OperationError, deploy
 
 from deploys.cluster import ceph_cli, ownership
 from deploys.facts import memo
-from deploys.facts.ceph import CephOwnershipMarkers, CephPools, CephReachable
+from deploys.facts.ceph import CephFsid, CephOwnershipMarkers, CephPools, CephReachable
 from deploys.operations import ceph
 from deploys.settings import HostSettings
 
@@ -70,12 +70,14 @@ def apply(me: HostSettings):
     markers = memo.read(host, CephOwnershipMarkers, **t)
     if markers is None:
         raise OperationError(f"{host.name}: cannot read kvceph's markers (config-key dump)")
+    fsid = memo.read(host, CephFsid, **t)
     for p in me.ceph.pools:
         ceph.plan_pool(
             existing.get(p.name),
             _wanted(p, allow_move, allow_decrease),
             owner=markers.get(ownership.marker_key("pool", p.name)),
             adopt=f"pool/{p.name}" in me.run.adopt,
+            fsid=fsid,
         )
 
     # One budget check for the whole plan: each pool's own op sees only the pools that exist.

@@ -424,9 +424,10 @@ def test_kvceph_pools_keep_their_pg_count_with_the_autoscaler_on(converged):
     assert status["default.rgw.log"]["pg_autoscale_mode"] == "on"
 
 
-def test_an_rgw_user_kvceph_did_not_create_is_refused_and_its_own_are_marked(converged):
-    """kvceph's user and bucket carry its markers; an RGW user someone else created, named as
-    kvceph's, stops the S3 tier before any S3 write, in one line naming it and the opt-in."""
+def test_an_rgw_user_kvceph_did_not_create_is_refused_and_its_own_are_marked(lab, converged):
+    """kvceph's user, bucket, pools and services carry its markers; an RGW user someone else
+    created, named as kvceph's, stops the S3 tier before any S3 write, in one line naming it and
+    the opt-in."""
     markers = json.loads(ssh("ceph1", "timeout 60 ceph config-key dump kvceph/owned/").stdout)
     fsid = ssh("ceph1", "timeout 60 ceph fsid").stdout.strip()
     # The bucket's owner and each cache group's user (issue 36), and the bucket: each a record of
@@ -436,6 +437,17 @@ def test_an_rgw_user_kvceph_did_not_create_is_refused_and_its_own_are_marked(con
         assert (record["state"], record["fsid"]) == ("created", fsid), markers
     bucket = json.loads(markers["kvceph/owned/bucket/lmcache"])
     assert (bucket["state"], bucket["fsid"]) == ("created", fsid) and bucket["digest"], markers
+    # The pools and services kvceph created on this lab: records too (a kept lab's may be bare).
+    kinds = ("kvceph/owned/pool/", "kvceph/owned/service/")
+    created = {k: v for k, v in markers.items() if k.startswith(kinds)}
+    assert {k for k in created if k.startswith(kinds[0])} >= {
+        "kvceph/owned/pool/default.rgw.buckets.data", "kvceph/owned/pool/default.rgw.buckets.index"
+    }, markers  # fmt: skip
+    for key, value in created.items():
+        if lab["fresh"] or value.startswith("{"):
+            record = json.loads(value)
+            assert record["state"] in ("created", "adopted"), (key, value)
+            assert record["fsid"] == fsid and record["digest"] and record["time"], (key, value)
     uid = "kvtest-tenant-user"
     ssh("ceph1", f"radosgw-admin user create --uid={uid} --display-name=tenant >/dev/null")
     try:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fake_deploy import _commands
 from fake_deploy import run as _run
 from pyinfra_testing.util import get_command_string
 
 from deploys import settings
+from deploys.cluster import ownership
 from deploys.cluster.ceph_cli import ceph
 from deploys.operations.ceph import Refused, WantedPool, plan_pg_budget, plan_pool
 from deploys.stages import ceph_pools
@@ -124,3 +127,54 @@ def test_mon_down_stops_with_one_line_before_anything(flags):
     ceph_commands = [c for h, c in _commands(out) if h == "@fake/ceph1" and "ceph --conn" in c]
     assert len(ceph_commands) == 1 and " health " in ceph_commands[0]
     assert "Starting operation" not in out
+
+
+# --- the pool's marker: a record, like every other marker (issue 52 item 7) ------------------
+
+FSID = "5b3c0f6e-8d2a-4e51-9f7c-1d2e3f4a5b6c"
+NOW = "2026-12-07T20:00:00Z"
+
+
+def _marker(steps) -> dict:
+    """The record a plan's marker step writes."""
+    (last,) = [s for s in steps if s[:2] == ["config-key", "set"]]
+    assert last[2] == "kvceph/owned/pool/p"
+    return json.loads(last[3])
+
+
+def test_a_created_pool_is_marked_with_a_record_of_the_cluster_and_the_pool_asked_for():
+    steps, _ = plan_pool(None, WantedPool("p", 8, application="rgw"), fsid=FSID, now=NOW)
+    record = _marker(steps)
+    assert record == {
+        "state": "created",
+        "fsid": FSID,
+        "digest": ownership.digest({"pool": "p", "type": "replicated", "application": "rgw"}),
+        "time": NOW,
+    }
+    assert ownership.parse(steps[-1][3]) == ownership.Marker("created", FSID, record["digest"], NOW)
+
+
+def test_an_adopted_pool_is_marked_adopted_with_a_record():
+    steps, _ = plan_pool(
+        _pool(min_size=2), WantedPool("p", 64, min_size=1), owner=None, adopt=True, fsid=FSID
+    )
+    assert steps[0] == ["osd", "pool", "set", "p", "min_size", 1]
+    assert _marker(steps)["state"] == "adopted" and _marker(steps)["fsid"] == FSID
+
+
+def test_without_the_fsid_the_marker_is_the_bare_state_as_before():
+    steps, _ = plan_pool(None, WantedPool("p", 8))
+    assert steps[-1] == ["config-key", "set", "kvceph/owned/pool/p", "created"]
+
+
+def test_a_marker_of_another_cluster_takes_nothing_over_and_a_bare_one_still_counts():
+    other = ownership.record("created", "another-fsid", "0123456789abcdef", NOW)
+    with pytest.raises(Refused) as exc:
+        plan_pool(_pool(min_size=2), WantedPool("p", 64, min_size=1), owner=other, fsid=FSID)
+    message = str(exc.value)
+    assert "was written on cluster another-fsid, this is " + FSID in message
+    assert "kvceph_adopt=pool/p" in message and "\n" not in message
+    # Its own record, or a bare marker from before issue 52: kvceph's pool, fixed in place.
+    for owner in (ownership.record("created", FSID, "0123456789abcdef", NOW), "created"):
+        steps, _ = plan_pool(_pool(min_size=2), WantedPool("p", 64, min_size=1), owner, fsid=FSID)
+        assert steps == [["osd", "pool", "set", "p", "min_size", 1]]
