@@ -91,6 +91,12 @@ def record(state: str, fsid: str | None, spec_digest: str | None, time: str) -> 
     )
 
 
+def marker_value(state: str, fsid: str | None, spec_digest: str | None, time: str) -> str:
+    """What a marker of a service or pool holds: a :func:`record`, or the bare state where the
+    fsid could not be read (nothing then tells this object from a later one)."""
+    return state if fsid is None else record(state, fsid, spec_digest, time)
+
+
 def parse(value: str | None) -> Marker | None:
     """A marker's value as a :class:`Marker`; None when absent or not kvceph's format (a
     config option's marker holds the value kvceph set, not a record)."""

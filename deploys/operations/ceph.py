@@ -166,11 +166,9 @@ def plan_pool(
     key = ownership.marker_key("pool", want.pool)
 
     def marker(state: str) -> list:
-        """The marker step: a record where the fsid is known, else the bare state."""
-        if fsid is None:
-            return ["config-key", "set", key, state]
+        """The marker step (``ownership.marker_value``: a record where the fsid is known)."""
         asked = {"pool": want.pool, "type": "replicated", "application": want.application}
-        value = ownership.record(state, fsid, ownership.digest(asked), now)
+        value = ownership.marker_value(state, fsid, ownership.digest(asked), now)
         return ["config-key", "set", key, value]
 
     if have is None:
@@ -339,7 +337,7 @@ def pool(
         markers.get(ownership.marker_key("pool", pool)),
         f"pool/{pool}" in adopt,
         fsid=memo.read(host, CephFsid, **t),
-        now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        now=_utc_now(),
     )
     for args in steps:
         yield ceph(*args, **t, json=False)
@@ -444,11 +442,13 @@ def service_spec(
 def _marker(service_name: str, value: str, t: dict, fsid: str | None, spec: dict) -> StringCommand:
     """A service's marker as a record: its state, the cluster, the applied spec's digest (the
     bare state when the fsid could not be read)."""
-    if fsid is None:
-        return marker_command("service", service_name, value, t)
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    record = ownership.record(value, fsid, ownership.digest(spec), now)
+    record = ownership.marker_value(value, fsid, ownership.digest(spec), _utc_now())
     return marker_command("service", service_name, record, t)
+
+
+def _utc_now() -> str:
+    """The time a marker records (UTC, ISO 8601, seconds)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def marker_command(kind: str, name: str, value: str, t: dict) -> StringCommand:
@@ -497,8 +497,9 @@ def ownership_marker(
         # Nothing to tell this object from a later one (the fsid unread): the bare state.
         yield marker_command(kind, object_name, state, t)
         return
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    yield marker_command(kind, object_name, ownership.record(state, fsid, spec_digest, now), t)
+    yield marker_command(
+        kind, object_name, ownership.record(state, fsid, spec_digest, _utc_now()), t
+    )
 
 
 @operation()

@@ -439,11 +439,11 @@ def test_an_rgw_user_kvceph_did_not_create_is_refused_and_its_own_are_marked(lab
     assert (bucket["state"], bucket["fsid"]) == ("created", fsid) and bucket["digest"], markers
     # The pools and services kvceph created on this lab: records too (a kept lab's may be bare).
     kinds = ("kvceph/owned/pool/", "kvceph/owned/service/")
-    created = {k: v for k, v in markers.items() if k.startswith(kinds)}
-    assert {k for k in created if k.startswith(kinds[0])} >= {
+    owned = {k: v for k, v in markers.items() if k.startswith(kinds)}
+    assert {k for k in owned if k.startswith(kinds[0])} >= {
         "kvceph/owned/pool/default.rgw.buckets.data", "kvceph/owned/pool/default.rgw.buckets.index"
     }, markers  # fmt: skip
-    for key, value in created.items():
+    for key, value in owned.items():
         if lab["fresh"] or value.startswith("{"):
             record = json.loads(value)
             assert record["state"] in ("created", "adopted"), (key, value)

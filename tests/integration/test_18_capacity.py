@@ -40,16 +40,16 @@ def cold_requests(n: int) -> None:
     time.sleep(3)  # LMCache's stores finish after the answer
 
 
-def fill(limit: int) -> int:
-    """Cold requests until two in a row store nothing: the objects then. Which gateway a worker's
+def fill(limit: int) -> tuple[int, int]:
+    """Cold requests until two in a row store nothing: the bucket then. Which gateway a worker's
     PUTs reach is haproxy's choice, and a store may land after the sleep on a loaded machine, so
     a fixed number of prompts leaves one gateway's view short of full now and then (CI,
     2026-12-07: 8 objects, one worker's half prompt, stored by the two requests after it)."""
-    last, still = bucket()[0], 0
+    last, still = bucket(), 0
     for _ in range(limit):
         cold_requests(1)
-        now = bucket()[0]
-        still = still + 1 if now == last else 0
+        now = bucket()
+        still = still + 1 if now[0] == last[0] else 0
         if still == 2:
             return now
         last = now
@@ -78,8 +78,7 @@ def test_a_full_quota_keeps_engines_serving_and_status_says_so(converged, reques
         # rgw_bucket_quota_ttl 600 s): each of the lab's two gateways admits up to the quota
         # before its view is full, so the bucket holds at most twice it; `prompts` offer more.
         cold_requests(prompts)  # fills it: every request still answers
-        full_objects = fill(prompts)  # and stops storing
-        full_bytes = bucket()[1]
+        full_objects, full_bytes = fill(prompts)  # and stops storing
         gateways = 2
         assert objects < full_objects, (objects, full_objects)
         assert full_bytes <= gateways * quota + gateways * CHUNK, (full_bytes, quota)
